@@ -1,0 +1,27 @@
+"""Rate limits and job queues kept in your Django database.
+
+The public names are imported lazily so that listing ``django_ratequeue`` in
+``INSTALLED_APPS`` does not import models before the app registry is ready.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import Any
+
+__version__ = "0.1.0"
+
+# public name -> module that defines it
+_EXPORTS: dict[str, str] = {}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    try:
+        module = _EXPORTS[name]
+    except KeyError:
+        raise AttributeError(f"module 'django_ratequeue' has no attribute {name!r}") from None
+    value = getattr(import_module(module, __name__), name)
+    globals()[name] = value
+    return value

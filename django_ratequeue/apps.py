@@ -1,0 +1,10 @@
+from django.apps import AppConfig
+
+
+class RateQueueConfig(AppConfig):
+    name = "django_ratequeue"
+    verbose_name = "Rate limits and queues"
+    default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from . import checks  # noqa: F401  (registers the system checks)

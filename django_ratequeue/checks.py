@@ -1,0 +1,29 @@
+"""System checks that validate ``settings.RATEQUEUE`` at start-up."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from django.apps import AppConfig
+from django.core.checks import CheckMessage, Error, register
+
+from .conf import DEFAULTS, ratequeue_settings
+
+
+@register()
+def check_settings(
+    app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
+) -> list[CheckMessage]:
+    errors: list[CheckMessage] = []
+    values = ratequeue_settings()
+    unknown = sorted(set(values) - set(DEFAULTS))
+    if unknown:
+        errors.append(
+            Error(
+                f"Unknown RATEQUEUE setting(s): {', '.join(unknown)}.",
+                hint=f"Known settings: {', '.join(sorted(DEFAULTS))}.",
+                id="django_ratequeue.E001",
+            )
+        )
+    return errors

@@ -1,0 +1,52 @@
+"""The ``RATEQUEUE`` settings dict, merged over its defaults.
+
+Read through :func:`ratequeue_settings` so that ``override_settings`` in tests is honoured.
+The system checks in :mod:`django_ratequeue.checks` validate the values at start-up.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+from django.conf import settings
+from django.core.signals import setting_changed
+from django.dispatch import receiver
+
+DEFAULTS: dict[str, Any] = {
+    # Jobs running at once across the whole environment.
+    "MAX_CONCURRENCY": 10,
+    # Upper bound for any queue's max_concurrency.
+    "MAX_QUEUE_CONCURRENCY": 100,
+    # name -> {"max_concurrency": int, "rate_limit": str | None, "paused": bool}
+    "QUEUES": {},
+    # name -> rate-limit config dict ({"kind": "token bucket", "rate": 10, "period": 60})
+    "RATE_LIMITS": {},
+    # Retries of a job that sets none: an int, or a dict of Retry fields.
+    "DEFAULT_RETRIES": 6,
+    # A leaky bucket on enqueues, e.g. {"rate": 200, "period": 1, "capacity": 600}; None is off.
+    "ENQUEUE_RATE_LIMIT": None,
+    # How long finished jobs are kept for result() and the admin, in seconds.
+    "RETENTION": 7 * 24 * 3600,
+    # Main loop timing, in seconds.
+    "SEGMENT": 0.1,
+    "LOOP_LEASE": 10.0,
+    "WATCHDOG_INTERVAL": 0.5,
+    "HEARTBEAT_INTERVAL": 2.0,
+    "WORKER_DEAD_AFTER": 10.0,
+    # Jobs one django-q2 task carries at most.
+    "DISPATCH_BATCH_SIZE": 50,
+}
+
+
+@cache
+def ratequeue_settings() -> dict[str, Any]:
+    """Return the project's ``RATEQUEUE`` settings merged over :data:`DEFAULTS`."""
+    configured = getattr(settings, "RATEQUEUE", {}) or {}
+    return {**DEFAULTS, **configured}
+
+
+@receiver(setting_changed)
+def _forget_settings(*, setting: str, **kwargs: Any) -> None:
+    if setting == "RATEQUEUE":
+        ratequeue_settings.cache_clear()

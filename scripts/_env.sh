@@ -1,0 +1,46 @@
+# Shared by scripts/test.sh and scripts/demo.sh: virtual environments and services.
+
+# make_venv DIR PYTHON [pip requirement...]: create DIR with PYTHON, install the project into it.
+make_venv() {
+    local dir=$1 python=$2
+    shift 2
+    if [ ! -x "$dir/bin/python" ]; then
+        echo "==> creating $dir with $("$python" --version 2>&1)"
+        "$python" -m venv "$dir"
+        "$dir/bin/python" -m pip install --quiet --upgrade pip
+    fi
+    echo "==> installing django-ratequeue into $dir $*"
+    "$dir/bin/python" -m pip install --quiet --disable-pip-version-check -e ".[dev,bench]" "$@"
+}
+
+# find_python VERSION: print the path of an interpreter for VERSION (e.g. 3.13), or nothing.
+find_python() {
+    local version=$1 found
+    found=$(command -v "python$version" 2>/dev/null || true)
+    if [ -z "$found" ] && command -v pyenv >/dev/null 2>&1; then
+        local v
+        for v in $(pyenv versions --bare 2>/dev/null | grep -E "^$version(\.[0-9]+)?$" | sort -V -r); do
+            found="$(pyenv root)/versions/$v/bin/python$version"
+            [ -x "$found" ] && break
+            found=""
+        done
+    fi
+    echo "$found"
+}
+
+# ensure_postgres: start the local PostgreSQL cluster if nothing answers on 127.0.0.1:5432.
+ensure_postgres() {
+    if pg_isready -q -h 127.0.0.1 -p 5432 2>/dev/null; then
+        return 0
+    fi
+    echo "==> starting PostgreSQL"
+    if command -v pg_ctlcluster >/dev/null 2>&1; then
+        pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | sort -V | tail -n1)" main start
+    fi
+    for _ in $(seq 1 30); do
+        pg_isready -q -h 127.0.0.1 -p 5432 && return 0
+        sleep 1
+    done
+    echo "PostgreSQL is not answering on 127.0.0.1:5432" >&2
+    return 1
+}

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# The whole test suite, as CI runs it:
+#   ruff (lint + format) and mypy;
+#   pytest on SQLite and on PostgreSQL with the newest Django 5.2 on python3;
+#   the same with Django 6.1 on Python 3.13 when such an interpreter is installed.
+# Extra arguments go to every pytest run, e.g. `scripts/test.sh -k ratelimit -x`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/_env.sh
+
+POSTGRES_URL=${RATEQUEUE_TEST_POSTGRES_URL:-postgres://root@127.0.0.1:5432/ratequeue}
+failures=()
+
+run_suite() {  # run_suite VENV LABEL
+    local venv=$1 label=$2
+    echo "==> pytest [$label, SQLite]"
+    env -u DATABASE_URL "$venv/bin/pytest" "${@:3}" || failures+=("pytest $label SQLite")
+    echo "==> pytest [$label, PostgreSQL]"
+    DATABASE_URL=$POSTGRES_URL "$venv/bin/pytest" "${@:3}" || failures+=("pytest $label PostgreSQL")
+}
+
+ensure_postgres
+
+make_venv .venv python3 "Django>=5.2,<5.3"
+echo "==> ruff check";      .venv/bin/ruff check . || failures+=("ruff check")
+echo "==> ruff format";     .venv/bin/ruff format --check . || failures+=("ruff format")
+echo "==> mypy";            .venv/bin/mypy || failures+=("mypy")
+run_suite .venv "Django 5.2, $(python3 --version)" "$@"
+
+py313=$(find_python 3.13)
+if [ -n "$py313" ]; then
+    make_venv .venv-django6 "$py313" "Django>=6.1,<6.2"
+    run_suite .venv-django6 "Django 6.1, Python 3.13" "$@"
+else
+    echo "==> no Python 3.13 found: skipping the Django 6.1 run"
+fi
+
+if [ ${#failures[@]} -gt 0 ]; then
+    printf 'FAILED: %s\n' "${failures[@]}" >&2
+    exit 1
+fi
+echo "==> all checks passed"

@@ -1,0 +1,14 @@
+"""Test settings: the example project's, on the database ``DATABASE_URL`` names.
+
+The test scripts run the suite twice: once with ``DATABASE_URL`` unset (SQLite, a file so
+that qcluster processes share it) and once with it pointing at PostgreSQL.
+"""
+
+from example_project.settings import *  # noqa: F403
+from example_project.settings import BASE_DIR, DATABASES
+
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+# Keep the SQLite test database apart from the demo's; tests create and remove it.
+if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
+    DATABASES["default"]["TEST"]["NAME"] = str(BASE_DIR.parent / ".pytest-ratequeue.sqlite3")

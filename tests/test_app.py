@@ -1,0 +1,13 @@
+from django.core import checks
+from django.test import override_settings
+
+
+def test_unknown_setting_is_reported() -> None:
+    with override_settings(RATEQUEUE={"MAX_CONCURENCY": 3}):
+        errors = checks.run_checks()
+    assert [e.id for e in errors] == ["django_ratequeue.E001"]
+    assert "MAX_CONCURENCY" in errors[0].msg
+
+
+def test_default_settings_pass_checks() -> None:
+    assert checks.run_checks() == []

@@ -12,7 +12,35 @@ from typing import Any
 __version__ = "0.1.0"
 
 # public name -> module that defines it
-_EXPORTS: dict[str, str] = {}
+_EXPORTS: dict[str, str] = {
+    # errors
+    "RateLimited": ".exceptions",
+    "EnqueueRateLimited": ".exceptions",
+    "JobFailed": ".exceptions",
+    "JobCanceled": ".exceptions",
+    "DuplicateJobId": ".exceptions",
+    "NonRetryableError": ".exceptions",
+    "RecursiveWaitDeadlock": ".exceptions",
+    "NotOwner": ".exceptions",
+    # rate limits
+    "TokenBucket": ".ratelimit.config",
+    "FixedWindow": ".ratelimit.config",
+    "RateLimitResult": ".ratelimit.api",
+    "rate_limit": ".ratelimit.api",
+    "check_rate_limit": ".ratelimit.api",
+    "reset_rate_limit": ".ratelimit.api",
+    "get_rate_limit_value": ".ratelimit.api",
+    "define_rate_limits": ".ratelimit.api",
+    # jobs and queues
+    "job": ".queue.enqueue",
+    "enqueue": ".queue.enqueue",
+    "enqueue_many": ".queue.enqueue",
+    "Retry": ".queue.retry",
+    "Status": ".queue.models",
+    "Handle": ".queue.handles",
+    "get_handle": ".queue.handles",
+    "cancel_all": ".queue.handles",
+}
 
 __all__ = sorted(_EXPORTS)
 

@@ -1,4 +1,8 @@
-"""System checks that validate ``settings.RATEQUEUE`` at start-up."""
+"""System checks that validate ``settings.RATEQUEUE`` at start-up.
+
+Each part of the app registers its own checks beside its code; this module holds the
+checks on the dict as a whole and imports the others so that they register.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +13,8 @@ from django.apps import AppConfig
 from django.core.checks import CheckMessage, Error, register
 
 from .conf import DEFAULTS, ratequeue_settings
+from .queue import checks as queue_checks  # noqa: F401
+from .ratelimit import checks as ratelimit_checks  # noqa: F401
 
 
 @register()

@@ -4,6 +4,8 @@ The test scripts run the suite twice: once with ``DATABASE_URL`` unset (SQLite, 
 that qcluster processes share it) and once with it pointing at PostgreSQL.
 """
 
+import os
+
 from example_project.settings import *  # noqa: F403
 from example_project.settings import BASE_DIR, DATABASES
 
@@ -11,4 +13,6 @@ PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 # Keep the SQLite test database apart from the demo's; tests create and remove it.
 if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
-    DATABASES["default"]["TEST"]["NAME"] = str(BASE_DIR.parent / ".pytest-ratequeue.sqlite3")
+    DATABASES["default"]["TEST"]["NAME"] = os.environ.get(
+        "RATEQUEUE_TEST_SQLITE", str(BASE_DIR.parent / ".pytest-ratequeue.sqlite3")
+    )

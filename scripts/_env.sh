@@ -13,19 +13,24 @@ make_venv() {
     "$dir/bin/python" -m pip install --quiet --disable-pip-version-check -e ".[dev,bench]" "$@"
 }
 
-# find_python VERSION: print the path of an interpreter for VERSION (e.g. 3.13), or nothing.
+# find_python VERSION: print the path of a working interpreter for VERSION (e.g. 3.13), or nothing.
+# pyenv's shims answer `command -v` even when they cannot run, so every candidate is tried.
 find_python() {
-    local version=$1 found
-    found=$(command -v "python$version" 2>/dev/null || true)
-    if [ -z "$found" ] && command -v pyenv >/dev/null 2>&1; then
+    local version=$1 candidate
+    local candidates=("python$version")
+    if command -v pyenv >/dev/null 2>&1; then
         local v
         for v in $(pyenv versions --bare 2>/dev/null | grep -E "^$version(\.[0-9]+)?$" | sort -V -r); do
-            found="$(pyenv root)/versions/$v/bin/python$version"
-            [ -x "$found" ] && break
-            found=""
+            candidates+=("$(pyenv root)/versions/$v/bin/python$version")
         done
     fi
-    echo "$found"
+    for candidate in "${candidates[@]}"; do
+        if "$candidate" -c "import sys; assert sys.version_info[:2] == tuple(map(int, '$version'.split('.')))" \
+            >/dev/null 2>&1; then
+            command -v "$candidate"
+            return 0
+        fi
+    done
 }
 
 # ensure_postgres: start the local PostgreSQL cluster if nothing answers on 127.0.0.1:5432.

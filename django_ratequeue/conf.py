@@ -22,6 +22,9 @@ DEFAULTS: dict[str, Any] = {
     "QUEUES": {},
     # name -> rate-limit config dict ({"kind": "token bucket", "rate": 10, "period": 60})
     "RATE_LIMITS": {},
+    # Dotted path of a view (request, RateLimited) -> HttpResponse for @ratelimit refusals;
+    # None answers with a plain-text 429.
+    "RATE_LIMITED_VIEW": None,
     # Retries of a job that sets none: an int, or a dict of Retry fields.
     "DEFAULT_RETRIES": 6,
     # A leaky bucket on enqueues, e.g. {"rate": 200, "period": 1, "capacity": 600}; None is off.

@@ -1,0 +1,1 @@
+"""Benchmarks for django-ratequeue: commands (``python -m bench.ratelimits``), not tests."""

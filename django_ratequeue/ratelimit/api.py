@@ -1,0 +1,396 @@
+"""The public rate-limit functions: consume, check, reset and read limits by name.
+
+A limit's configuration comes from ``config=`` at the call or from
+``settings.RATEQUEUE["RATE_LIMITS"][name]``. A consume runs in a transaction that locks the
+limit's row, so that concurrent consumers are serialised and never over-admit; when it is
+refused nothing is written, and inside an outer ``transaction.atomic()`` it commits or
+rolls back with everything else. Times come from the Python clock (``time.time()``), so
+the hosts sharing a database should keep their clocks in sync.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+import zlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from functools import cache
+from typing import Any
+
+from django.core.signals import setting_changed
+from django.db import transaction
+from django.db.backends.base.base import BaseDatabaseWrapper
+from django.dispatch import receiver
+
+from ..conf import ratequeue_settings
+from ..exceptions import RateLimited
+from . import storage
+from .algebra import (
+    Decision,
+    State,
+    better_shard,
+    check_count,
+    decide,
+    project,
+    two_choices,
+    with_jitter,
+)
+from .config import RateLimitConfig, parse_config
+from .models import RateLimitState
+
+ConfigLike = RateLimitConfig | Mapping[str, Any]
+
+NAME_MAX_LENGTH = RateLimitState._meta.get_field("name").max_length or 200
+KEY_MAX_LENGTH = RateLimitState._meta.get_field("key").max_length or 255
+
+
+@dataclass(frozen=True, slots=True)
+class RateLimitResult:
+    """The answer of :func:`rate_limit` and :func:`check_rate_limit`.
+
+    ``ok`` says whether the request is (or would be) admitted. ``retry_at`` and
+    ``retry_after`` (seconds from now) say, when refused, when the same request could
+    succeed; when admitted by a reservation, when the reserved work may run. ``value`` is
+    the tokens available before this request (summed over shards for a check).
+    """
+
+    ok: bool
+    retry_at: datetime | None = None
+    retry_after: float | None = None
+    value: float | None = None
+
+
+# --- configuration ---------------------------------------------------------------------
+
+
+@cache
+def configured_rate_limits() -> dict[str, RateLimitConfig]:
+    """Every limit in ``settings.RATEQUEUE["RATE_LIMITS"]``, parsed, by name."""
+    limits: dict[str, RateLimitConfig] = {}
+    for name, value in (ratequeue_settings()["RATE_LIMITS"] or {}).items():
+        try:
+            limits[name] = parse_config(value)
+        except ValueError as error:
+            raise ValueError(f'RATEQUEUE["RATE_LIMITS"][{name!r}]: {error}') from None
+    return limits
+
+
+@receiver(setting_changed)
+def _forget_configured_limits(*, setting: str, **kwargs: Any) -> None:
+    if setting == "RATEQUEUE":
+        configured_rate_limits.cache_clear()
+
+
+def get_rate_limit_config(name: str, config: ConfigLike | None = None) -> RateLimitConfig:
+    """The configuration of ``name``: ``config`` if given, else the one in settings."""
+    _check_name(name)
+    if config is not None:
+        return parse_config(config)
+    limits = configured_rate_limits()
+    try:
+        return limits[name]
+    except KeyError:
+        known = ", ".join(map(repr, sorted(limits))) or "none"
+        raise ValueError(
+            f"Unknown rate limit {name!r}: pass config=TokenBucket(...) or FixedWindow(...) "
+            f'or add it to settings.RATEQUEUE["RATE_LIMITS"] (configured: {known}).'
+        ) from None
+
+
+def _check_name(name: str) -> None:
+    if not isinstance(name, str) or not name or len(name) > NAME_MAX_LENGTH:
+        raise ValueError(
+            f"A rate-limit name must be a non-empty string of at most {NAME_MAX_LENGTH} "
+            f"characters, got {name!r}."
+        )
+
+
+def _row_key(key: str | None) -> str:
+    """The stored key: ``""`` stands for no key (one limit shared by everyone)."""
+    if key is None:
+        return ""
+    if not isinstance(key, str):
+        raise ValueError(f"key must be a string or None, got {key!r}.")
+    if len(key) > KEY_MAX_LENGTH:
+        raise ValueError(
+            f"key is {len(key)} characters long; the most is {KEY_MAX_LENGTH}: hash long keys."
+        )
+    return key
+
+
+def _phase(name: str, key: str) -> float:
+    """The random-looking but stable window phase of a fixed window without ``start``.
+
+    Derived from the name and key so that every process (and every check) agrees on it,
+    while different keys do not all refill at the same instant.
+    """
+    return zlib.crc32(f"{name}\0{key}".encode()) / 2**32
+
+
+# --- decisions -------------------------------------------------------------------------
+
+
+def rate_limit(
+    name: str,
+    *,
+    key: str | None = None,
+    count: float = 1,
+    reserve: bool = False,
+    throws: bool = False,
+    config: ConfigLike | None = None,
+) -> RateLimitResult:
+    """Consume ``count`` tokens from the limit ``name`` (for ``key``) if it allows it.
+
+    With ``reserve=True`` the tokens are borrowed from the future when there are not
+    enough (up to ``max_reserved``); ``retry_at`` then says when the work may run.
+    With ``throws=True`` a refusal raises :class:`~django_ratequeue.RateLimited`.
+    """
+    return _consume(name, get_rate_limit_config(name, config), key, count, reserve, throws)
+
+
+def check_rate_limit(
+    name: str,
+    *,
+    key: str | None = None,
+    count: float = 1,
+    reserve: bool = False,
+    throws: bool = False,
+    config: ConfigLike | None = None,
+) -> RateLimitResult:
+    """What :func:`rate_limit` would answer now, without consuming anything."""
+    return _check(name, get_rate_limit_config(name, config), key, count, reserve, throws)
+
+
+def reset_rate_limit(name: str, *, key: str | None = None) -> None:
+    """Forget the state of ``name`` for ``key`` (every shard): the limit is full again."""
+    _check_name(name)
+    storage.delete_rows(storage.connection_for_write(), name, _row_key(key))
+
+
+def get_rate_limit_value(
+    name: str, *, key: str | None = None, config: ConfigLike | None = None
+) -> float:
+    """The tokens available now for ``name`` and ``key``, summed over shards."""
+    return _value(name, get_rate_limit_config(name, config), key)
+
+
+def _consume(
+    name: str, limit: RateLimitConfig, key: str | None, count: float, reserve: bool, throws: bool
+) -> RateLimitResult:
+    row_key = _row_key(key)
+    per_shard = limit.per_shard()
+    check_count(limit, count, reserve=reserve)
+    phase = _phase(name, row_key)
+    connection = storage.connection_for_write()
+    # No savepoint: a refusal writes nothing, and any error aborts the caller's block anyway.
+    with transaction.atomic(using=connection.alias, savepoint=False):
+        if limit.shard_count == 1:
+            decision = _take(connection, name, row_key, 0, per_shard, count, reserve, phase)
+        else:
+            decision = _take_from_shards(
+                connection, name, row_key, limit.shard_count, per_shard, count, reserve, phase
+            )
+    return _result(name, key, decision, throws)
+
+
+def _take(
+    connection: BaseDatabaseWrapper,
+    name: str,
+    key: str,
+    shard: int,
+    config: RateLimitConfig,
+    count: float,
+    reserve: bool,
+    phase: float,
+) -> Decision:
+    """Lock one row (creating it if needed), decide, and write the new state if admitted."""
+    while True:
+        locked = storage.lock_row(connection, name, key, shard)
+        now = time.time()
+        if locked is not None:
+            row_id, state = locked
+            decision = decide(config, state, now, count, reserve=reserve, phase=phase)
+            if decision.state is not None and decision.state != state:
+                storage.update_row(connection, row_id, decision.state)
+            return decision
+        decision = decide(config, None, now, count, reserve=reserve, phase=phase)
+        if decision.state is None or storage.insert_row(
+            connection, name, key, shard, decision.state
+        ):
+            return decision
+        # Another transaction created the row first: lock it and decide again.
+
+
+def _take_from_shards(
+    connection: BaseDatabaseWrapper,
+    name: str,
+    key: str,
+    shards: int,
+    config: RateLimitConfig,
+    count: float,
+    reserve: bool,
+    phase: float,
+) -> Decision:
+    """Power of two choices: read two random shards, lock the one with more room."""
+    pair = two_choices(shards, random.randrange(shards), random.randrange(shards - 1))
+    states = storage.read_rows(connection, name, key, pair)
+    now = time.time()
+    predicted = {
+        shard: decide(config, states.get(shard), now, count, reserve=reserve, phase=phase)
+        for shard in pair
+    }
+    first = better_shard(*predicted.items())
+    decision = _take(connection, name, key, first, config, count, reserve, phase)
+    other = pair[1] if first == pair[0] else pair[0]
+    if decision.ok or not predicted[other].ok:
+        return decision
+    return _take(connection, name, key, other, config, count, reserve, phase)
+
+
+def _check(
+    name: str, limit: RateLimitConfig, key: str | None, count: float, reserve: bool, throws: bool
+) -> RateLimitResult:
+    row_key = _row_key(key)
+    per_shard = limit.per_shard()
+    check_count(limit, count, reserve=reserve)
+    phase = _phase(name, row_key)
+    connection = storage.connection_for_write()
+    states = storage.read_rows(connection, name, row_key, None if limit.shard_count > 1 else (0,))
+    now = time.time()
+    decisions = [
+        (shard, decide(per_shard, states.get(shard), now, count, reserve=reserve, phase=phase))
+        for shard in range(limit.shard_count)
+    ]
+    best = dict(decisions)[_best_shard(decisions)]
+    total = sum(decision.value for _, decision in decisions)
+    return _result(name, key, Decision(best.ok, None, best.retry_at, total), throws)
+
+
+def _best_shard(decisions: list[tuple[int, Decision]]) -> int:
+    best = decisions[0]
+    for candidate in decisions[1:]:
+        shard = better_shard(best, candidate)
+        best = best if shard == best[0] else candidate
+    return best[0]
+
+
+def _value(name: str, limit: RateLimitConfig, key: str | None) -> float:
+    row_key = _row_key(key)
+    per_shard = limit.per_shard()
+    states = storage.read_rows(storage.connection_for_write(), name, row_key)
+    now = time.time()
+    phase = _phase(name, row_key)
+    return sum(
+        project(per_shard, states.get(shard), now, phase).value
+        for shard in range(limit.shard_count)
+    )
+
+
+def _result(name: str, key: str | None, decision: Decision, throws: bool) -> RateLimitResult:
+    if decision.retry_at is None:
+        result = RateLimitResult(decision.ok, value=decision.value)
+    else:
+        result = RateLimitResult(
+            decision.ok,
+            retry_at=_aware(decision.retry_at),
+            retry_after=max(0.0, decision.retry_at - time.time()),
+            value=decision.value,
+        )
+    if throws and not result.ok:
+        raise RateLimited(name, key, result.retry_at)
+    return result
+
+
+def _aware(timestamp: float) -> datetime:
+    """An aware UTC datetime, rounded up to the microsecond so it is never too early."""
+    return datetime.fromtimestamp(math.ceil(timestamp * 1_000_000) / 1_000_000, tz=UTC)
+
+
+# --- helpers for callers and for the admin ---------------------------------------------
+
+
+def jittered_retry_at(retry_at: datetime, period: float | timedelta) -> datetime:
+    """``retry_at`` plus a random part of ``period``, so refused clients do not return
+    all at once (pass the limit's ``period``)."""
+    seconds = period.total_seconds() if isinstance(period, timedelta) else float(period)
+    return _aware(with_jitter(retry_at.timestamp(), seconds, random.random()))
+
+
+def project_row_value(
+    row: RateLimitState, config: RateLimitConfig | None = None, now: float | None = None
+) -> float | None:
+    """The tokens ``row`` holds now (its share, for a shard); ``None`` if its name is no
+    longer configured and no ``config`` is given."""
+    if config is None:
+        config = configured_rate_limits().get(row.name)
+        if config is None:
+            return None
+    state = State(row.value, row.ts)
+    when = time.time() if now is None else now
+    return project(config.per_shard(), state, when, _phase(row.name, row.key)).value
+
+
+# --- a fixed set of limits -------------------------------------------------------------
+
+
+class RateLimits:
+    """The limits given to :func:`define_rate_limits`; its methods accept only those names."""
+
+    def __init__(self, limits: Mapping[str, ConfigLike]) -> None:
+        parsed: dict[str, RateLimitConfig] = {}
+        for name, value in limits.items():
+            _check_name(name)
+            try:
+                parsed[name] = parse_config(value)
+            except ValueError as error:
+                raise ValueError(f"Rate limit {name!r}: {error}") from None
+        self.configs: Mapping[str, RateLimitConfig] = parsed
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.configs
+
+    def _config(self, name: str) -> RateLimitConfig:
+        try:
+            return self.configs[name]
+        except KeyError:
+            raise ValueError(
+                f"Rate limit {name!r} is not one of the defined limits: "
+                f"{', '.join(map(repr, self.configs)) or 'none'}."
+            ) from None
+
+    def rate_limit(
+        self,
+        name: str,
+        *,
+        key: str | None = None,
+        count: float = 1,
+        reserve: bool = False,
+        throws: bool = False,
+    ) -> RateLimitResult:
+        return _consume(name, self._config(name), key, count, reserve, throws)
+
+    def check_rate_limit(
+        self,
+        name: str,
+        *,
+        key: str | None = None,
+        count: float = 1,
+        reserve: bool = False,
+        throws: bool = False,
+    ) -> RateLimitResult:
+        return _check(name, self._config(name), key, count, reserve, throws)
+
+    def reset_rate_limit(self, name: str, *, key: str | None = None) -> None:
+        self._config(name)
+        reset_rate_limit(name, key=key)
+
+    def get_rate_limit_value(self, name: str, *, key: str | None = None) -> float:
+        return _value(name, self._config(name), key)
+
+
+def define_rate_limits(limits: Mapping[str, ConfigLike]) -> RateLimits:
+    """Bind a set of named limits, so that a misspelt name fails at the call."""
+    return RateLimits(limits)

@@ -1,0 +1,197 @@
+"""Rate-limit configurations: the two kinds, their validation and their dict form.
+
+A configuration is an immutable value. ``period`` (and a fixed window's ``start``) may be
+given as a :class:`~datetime.timedelta` or as seconds; the algebra reads the normalised
+``period_seconds``. ``capacity`` defaults to ``rate``; ``max_reserved=None`` means
+reservations are unbounded. With ``shards=N`` the limit is kept in N rows, each holding
+``rate``, ``capacity`` and ``max_reserved`` divided by N (:meth:`per_shard`); choose a
+capacity divisible by the number of shards if the total must be admitted to the unit.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from numbers import Real
+from typing import Any, ClassVar, Self
+
+
+def _seconds(value: float | timedelta, field: str) -> float:
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    if isinstance(value, bool) or not isinstance(value, Real):
+        raise ValueError(f"{field} must be a number of seconds or a timedelta, got {value!r}.")
+    return float(value)
+
+
+def _number(value: Any, field: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, Real) or not math.isfinite(value):
+        raise ValueError(f"{field} must be a finite number, got {value!r}.")
+    return float(value)
+
+
+@dataclass(frozen=True)
+class _LimitFields:
+    """Validation and derived values shared by both kinds."""
+
+    kind: ClassVar[str]
+
+    rate: float
+    period: float | timedelta
+    capacity: float | None = None
+    max_reserved: float | None = None
+
+    def _validate(self) -> None:
+        name = type(self).__name__
+        if _number(self.rate, f"{name}.rate") <= 0:
+            raise ValueError(f"{name}.rate must be greater than 0, got {self.rate!r}.")
+        period = _seconds(self.period, f"{name}.period")
+        if not math.isfinite(period) or period <= 0:
+            raise ValueError(f"{name}.period must be longer than 0 seconds, got {self.period!r}.")
+        if self.capacity is not None and _number(self.capacity, f"{name}.capacity") < 0:
+            raise ValueError(f"{name}.capacity must be 0 or more, got {self.capacity!r}.")
+        if (
+            self.max_reserved is not None
+            and _number(self.max_reserved, f"{name}.max_reserved") < 0
+        ):
+            raise ValueError(
+                f"{name}.max_reserved must be 0 or more (or None for no bound), "
+                f"got {self.max_reserved!r}."
+            )
+        shards = getattr(self, "shards", 1)
+        if isinstance(shards, bool) or not isinstance(shards, int) or shards < 1:
+            raise ValueError(f"{name}.shards must be an integer of 1 or more, got {shards!r}.")
+
+    @property
+    def period_seconds(self) -> float:
+        return _seconds(self.period, "period")
+
+    @property
+    def max_tokens(self) -> float:
+        """The tokens a full bucket (or a fresh window) holds: ``capacity``, else ``rate``."""
+        return float(self.rate if self.capacity is None else self.capacity)
+
+    @property
+    def shard_count(self) -> int:
+        return int(getattr(self, "shards", 1))
+
+    def per_shard(self) -> Self:
+        """The configuration each of the ``shards`` rows enforces: an equal share."""
+        n = self.shard_count
+        if n == 1:
+            return self
+        share: dict[str, Any] = {
+            "rate": self.rate / n,
+            "capacity": self.max_tokens / n,
+            "max_reserved": None if self.max_reserved is None else self.max_reserved / n,
+            "shards": 1,
+        }
+        return dataclasses.replace(self, **share)
+
+    def largest_count(self, *, reserve: bool) -> float:
+        """The largest ``count`` that can ever be admitted (``inf`` if any will do)."""
+        if not reserve:
+            return self.max_tokens
+        if self.max_reserved is None:
+            return math.inf
+        return self.max_tokens + self.max_reserved
+
+    def as_dict(self) -> dict[str, Any]:
+        """The settings form of this configuration (the inverse of :func:`parse_config`)."""
+        data: dict[str, Any] = {"kind": self.kind}
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if value is not None and not (field.name == "shards" and value == 1):
+                data[field.name] = value
+        return data
+
+
+@dataclass(frozen=True)
+class TokenBucket(_LimitFields):
+    """Tokens refill continuously at ``rate`` per ``period`` up to ``capacity``.
+
+    The right default: it limits the average rate while letting idle clients burst.
+    """
+
+    kind: ClassVar[str] = "token bucket"
+
+    shards: int = 1
+
+    def __post_init__(self) -> None:
+        self._validate()
+
+
+@dataclass(frozen=True)
+class FixedWindow(_LimitFields):
+    """``rate`` tokens are added at the start of every window of ``period`` seconds.
+
+    Windows start at ``start`` (seconds since the epoch, a timedelta offset from it, or an
+    aware datetime) plus whole periods; without ``start`` each key gets a random phase so
+    that clients do not all return at the same instant.
+    """
+
+    kind: ClassVar[str] = "fixed window"
+
+    start: float | timedelta | datetime | None = None
+    shards: int = 1
+
+    def __post_init__(self) -> None:
+        self._validate()
+        if self.start is not None:
+            self._start_seconds()
+
+    def _start_seconds(self) -> float:
+        start = self.start
+        if isinstance(start, datetime):
+            if start.tzinfo is None:
+                raise ValueError(f"FixedWindow.start must be an aware datetime, got {start!r}.")
+            return start.timestamp()
+        return _seconds(start, "FixedWindow.start")  # type: ignore[arg-type]
+
+    @property
+    def start_seconds(self) -> float | None:
+        return None if self.start is None else self._start_seconds()
+
+
+RateLimitConfig = TokenBucket | FixedWindow
+
+KINDS: dict[str, type[TokenBucket] | type[FixedWindow]] = {
+    TokenBucket.kind: TokenBucket,
+    FixedWindow.kind: FixedWindow,
+}
+
+
+def parse_config(value: RateLimitConfig | Mapping[str, Any]) -> RateLimitConfig:
+    """Return the configuration ``value`` describes: a config object or its dict form.
+
+    The dict form is ``{"kind": "token bucket" | "fixed window", "rate": ..., "period":
+    ..., ...}`` with the constructor's arguments as the other keys.
+    """
+    if isinstance(value, TokenBucket | FixedWindow):
+        return value
+    if not isinstance(value, Mapping):
+        raise ValueError(
+            "A rate-limit config must be a TokenBucket, a FixedWindow or a dict such as "
+            f'{{"kind": "token bucket", "rate": 10, "period": 60}}; got {value!r}.'
+        )
+    data = dict(value)
+    kind = data.pop("kind", None)
+    if kind not in KINDS:
+        raise ValueError(
+            f"Unknown rate-limit kind {kind!r}; use one of {', '.join(map(repr, KINDS))}."
+        )
+    cls = KINDS[kind]
+    allowed = [f.name for f in dataclasses.fields(cls)]
+    unknown = sorted(set(data) - set(allowed), key=str)
+    if unknown:
+        raise ValueError(
+            f"Unknown key(s) {', '.join(map(repr, unknown))} for a {kind!r} rate limit; "
+            f"allowed: {', '.join(['kind', *allowed])}."
+        )
+    missing = [name for name in ("rate", "period") if name not in data]
+    if missing:
+        raise ValueError(f"A {kind!r} rate limit needs {' and '.join(missing)}.")
+    return cls(**data)

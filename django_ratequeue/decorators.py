@@ -1,0 +1,281 @@
+"""The ``@ratelimit`` view decorator: HTTP 429 from the database-backed rate limits.
+
+Keys say *who* is limited: ``None`` (one limit for everybody), ``"ip"``, ``"user"``,
+``"user_or_ip"``, ``"header:<name>"``, or a callable ``(request) -> str | None``.
+
+``"ip"`` is ``REMOTE_ADDR``. Behind a reverse proxy that is the proxy's address, so every
+client would share one limit: make the proxy (or a middleware you trust) put the client
+address into ``REMOTE_ADDR``, or pass a callable key that reads the forwarding header your
+proxy sets. ``X-Forwarded-For`` is never read here because clients can forge it. IPv6
+addresses are limited per /64 network, the block one subscriber usually holds.
+
+``"user"`` limits an authenticated user by primary key. An anonymous request is a
+programming error (``ImproperlyConfigured``): put ``@login_required`` outside
+``@ratelimit``, or use ``"user_or_ip"``.
+
+Every limited response carries ``Retry-After`` (whole seconds, rounded up) and, like
+every response that went through a limit, the IETF draft headers
+``RateLimit-Limit`` (the capacity), ``RateLimit-Remaining`` (whole tokens left) and
+``RateLimit-Reset`` (seconds until the limit is full again), plus ``RateLimit-Policy``
+(``<rate>;w=<period seconds>``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import math
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass
+from functools import wraps
+from inspect import iscoroutinefunction
+from typing import Any, TypeVar
+
+from asgiref.sync import sync_to_async
+from django.core.exceptions import ImproperlyConfigured
+from django.http import HttpRequest, HttpResponse
+from django.utils.decorators import method_decorator
+from django.utils.module_loading import import_string
+
+from .conf import ratequeue_settings
+from .exceptions import RateLimited
+from .ratelimit.api import check_rate_limit, rate_limit, reset_rate_limit
+from .ratelimit_status import quota_headers
+
+KeyFunc = Callable[[HttpRequest], str | None]
+ResponsePredicate = Callable[[HttpRequest, HttpResponse], bool]
+LimitedView = Callable[[HttpRequest, RateLimited], HttpResponse]
+ViewOrClass = TypeVar("ViewOrClass", bound=Callable[..., Any])
+
+HTTP_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE"})
+# Header values longer than this are hashed so that the key fits the key column.
+MAX_KEY_LENGTH = 200
+
+
+def response_failed(request: HttpRequest, response: HttpResponse) -> bool:
+    """A ``count_if`` predicate: the view answered with a client or server error."""
+    return response.status_code >= 400
+
+
+def response_succeeded(request: HttpRequest, response: HttpResponse) -> bool:
+    """A ``reset_if`` predicate: the view answered with a success or a redirect."""
+    return response.status_code < 400
+
+
+def ratelimit(
+    name: str,
+    key: str | KeyFunc | None = None,
+    *,
+    count: int = 1,
+    methods: Collection[str] | None = None,
+    count_if: ResponsePredicate | None = None,
+    reset_if: ResponsePredicate | None = None,
+    limited_view: LimitedView | str | None = None,
+    config: Any = None,
+) -> Callable[[ViewOrClass], ViewOrClass]:
+    """Limit a function view, a view method or a class-based view by the limit ``name``.
+
+    ``count`` tokens are consumed per request, before the view runs, for the ``methods``
+    given (all when ``None``). With ``count_if`` the view runs if the limit *could* admit
+    the request, and tokens are consumed afterwards only when ``count_if(request,
+    response)`` is true: the failed-logins pattern, paired with ``reset_if`` to forget the
+    failures once a request succeeds. Concurrent requests may each pass that check, so
+    the limit then bounds failures per burst of parallel requests only approximately.
+
+    A refused request gets ``limited_view(request, exception)``, or the view named by
+    ``RATEQUEUE["RATE_LIMITED_VIEW"]``, or a plain-text 429.
+    """
+    limit = ViewRateLimit(
+        name=name,
+        key_func=_key_func(key),
+        count=_positive_count(count),
+        methods=_methods(methods),
+        count_if=count_if,
+        reset_if=reset_if,
+        limited_view=limited_view,
+        config=config,
+    )
+
+    def decorator(view: ViewOrClass) -> ViewOrClass:
+        if isinstance(view, type):
+            return method_decorator(decorator, name="dispatch")(view)
+        if iscoroutinefunction(view):
+            return limit.wrap_async(view)  # type: ignore[return-value]
+        return limit.wrap(view)  # type: ignore[return-value]
+
+    return decorator
+
+
+@dataclass(frozen=True)
+class ViewRateLimit:
+    """One ``@ratelimit`` application: decides, calls the view, settles and adds headers."""
+
+    name: str
+    key_func: KeyFunc | None
+    count: int
+    methods: frozenset[str] | None
+    count_if: ResponsePredicate | None
+    reset_if: ResponsePredicate | None
+    limited_view: LimitedView | str | None
+    config: Any
+
+    def wrap(self, view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+        @wraps(view)
+        def limited(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+            if not self.applies_to(request):
+                return view(request, *args, **kwargs)
+            key = self.key_func(request) if self.key_func else None
+            if self.key_func and key is None:
+                return view(request, *args, **kwargs)
+            refusal = self.admit(request, key)
+            if refusal is not None:
+                return refusal
+            return self.settle(request, key, view(request, *args, **kwargs))
+
+        return limited
+
+    def wrap_async(self, view: Callable[..., Any]) -> Callable[..., Any]:
+        @wraps(view)
+        async def limited(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+            if not self.applies_to(request):
+                return await view(request, *args, **kwargs)
+            key = self.key_func(request) if self.key_func else None
+            if self.key_func and key is None:
+                return await view(request, *args, **kwargs)
+            refusal = await sync_to_async(self.admit)(request, key)
+            if refusal is not None:
+                return refusal
+            response = await view(request, *args, **kwargs)
+            return await sync_to_async(self.settle)(request, key, response)
+
+        return limited
+
+    def applies_to(self, request: HttpRequest) -> bool:
+        return self.methods is None or request.method in self.methods
+
+    def admit(self, request: HttpRequest, key: str | None) -> HttpResponse | None:
+        """Consume (or, with ``count_if``, only check); the 429 response when refused."""
+        decide = check_rate_limit if self.count_if else rate_limit
+        result = decide(self.name, key=key, count=self.count, config=self.config)
+        if result.ok:
+            return None
+        response = self.refuse(request, RateLimited(self.name, key, result.retry_at))
+        if result.retry_after is not None:
+            response.headers.setdefault("Retry-After", str(math.ceil(result.retry_after)))
+        return self.with_headers(response, key)
+
+    def settle(
+        self, request: HttpRequest, key: str | None, response: HttpResponse
+    ) -> HttpResponse:
+        """Count the response if ``count_if`` says so, reset if ``reset_if`` says so."""
+        if self.count_if and self.count_if(request, response):
+            rate_limit(self.name, key=key, count=self.count, config=self.config)
+        if self.reset_if and self.reset_if(request, response):
+            reset_rate_limit(self.name, key=key)
+        return self.with_headers(response, key)
+
+    def refuse(self, request: HttpRequest, exception: RateLimited) -> HttpResponse:
+        view = self.limited_view or ratequeue_settings()["RATE_LIMITED_VIEW"]
+        if isinstance(view, str):
+            view = import_string(view)
+        return view(request, exception) if view else too_many_requests(request, exception)
+
+    def with_headers(self, response: HttpResponse, key: str | None) -> HttpResponse:
+        """Add the RateLimit headers, keeping an inner limit's when it has less left."""
+        headers = quota_headers(self.name, key=key, config=self.config)
+        inner = response.headers.get("RateLimit-Remaining")
+        if headers and (inner is None or int(inner) > int(headers["RateLimit-Remaining"])):
+            for header, value in headers.items():
+                response.headers[header] = value
+        return response
+
+
+def too_many_requests(request: HttpRequest, exception: RateLimited) -> HttpResponse:
+    """The default response to a refused request: a short plain-text 429."""
+    return HttpResponse(
+        f"Too many requests: {exception}.\n", status=429, content_type="text/plain; charset=utf-8"
+    )
+
+
+def client_ip(request: HttpRequest) -> str | None:
+    """``REMOTE_ADDR``; IPv6 addresses reduced to their /64 network."""
+    address = request.META.get("REMOTE_ADDR")
+    if not address:
+        return None
+    ip = ipaddress.ip_address(address)
+    if ip.version == 6:
+        return str(ipaddress.ip_network(f"{ip}/64", strict=False))
+    return str(ip)
+
+
+def ip_key(request: HttpRequest) -> str | None:
+    ip = client_ip(request)
+    return f"ip:{ip}" if ip else None
+
+
+def user_key(request: HttpRequest) -> str:
+    user = getattr(request, "user", None)
+    if user is None or not user.is_authenticated:
+        raise ImproperlyConfigured(
+            "A rate limit keyed by 'user' got an anonymous request: require login before "
+            "it (put @login_required above @ratelimit) or use key='user_or_ip'."
+        )
+    return f"user:{user.pk}"
+
+
+def user_or_ip_key(request: HttpRequest) -> str | None:
+    user = getattr(request, "user", None)
+    return user_key(request) if user is not None and user.is_authenticated else ip_key(request)
+
+
+def header_key(header: str) -> KeyFunc:
+    """The value of a request header; requests without it share the key ``header:``."""
+
+    def key(request: HttpRequest) -> str:
+        value = request.headers.get(header, "")
+        if len(value) > MAX_KEY_LENGTH:
+            value = hashlib.sha256(value.encode()).hexdigest()
+        return f"header:{value}"
+
+    return key
+
+
+KEY_SHORTHANDS: Mapping[str, KeyFunc] = {
+    "ip": ip_key,
+    "user": user_key,
+    "user_or_ip": user_or_ip_key,
+}
+
+
+def _key_func(key: str | KeyFunc | None) -> KeyFunc | None:
+    if key is None or callable(key):
+        return key
+    if isinstance(key, str) and key in KEY_SHORTHANDS:
+        return KEY_SHORTHANDS[key]
+    if isinstance(key, str) and key.startswith("header:") and key.removeprefix("header:"):
+        return header_key(key.removeprefix("header:"))
+    raise ValueError(
+        f"Unknown rate-limit key {key!r}: use None (one limit for all requests), "
+        "'ip', 'user', 'user_or_ip', 'header:<Header-Name>' or a callable (request) -> str."
+    )
+
+
+def _positive_count(count: int) -> int:
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        raise ValueError(f"count must be a positive integer, not {count!r}.")
+    return count
+
+
+def _methods(methods: Collection[str] | None) -> frozenset[str] | None:
+    if methods is None:
+        return None
+    if isinstance(methods, str):
+        methods = [methods]
+    normalised = frozenset(method.upper() for method in methods)
+    unknown = sorted(normalised - HTTP_METHODS)
+    if unknown or not normalised:
+        raise ValueError(
+            f"methods must name HTTP methods ({', '.join(sorted(HTTP_METHODS))}); "
+            f"got {sorted(methods)!r}."
+        )
+    return normalised

@@ -1,0 +1,90 @@
+"""What a rate limit holds right now, for people and headers rather than for decisions.
+
+The admin, the ``ratelimits`` command and the ``RateLimit-*`` response headers all show
+stored rows projected to the present with the limit's configuration; this module does that
+projection once, read-only, with the engine's own algebra. Decisions never come from here.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from .ratelimit.algebra import State, project
+from .ratelimit.api import configured_rate_limits, project_row_value
+from .ratelimit.config import FixedWindow, RateLimitConfig, parse_config
+from .ratelimit.models import RateLimitState
+
+_PERIOD_NAMES = {1: "second", 60: "minute", 3600: "hour", 86400: "day", 604800: "week"}
+
+
+def config_for(name: str, config: Any = None) -> RateLimitConfig | None:
+    """The inline ``config`` if given, else the configured one, else ``None``."""
+    return parse_config(config) if config is not None else configured_rate_limits().get(name)
+
+
+def describe(config: RateLimitConfig | None) -> str:
+    """``"token bucket: 10 per hour, capacity 20"`` for lists and tables."""
+    if config is None:
+        return "not configured"
+    period = config.period_seconds
+    per = _PERIOD_NAMES.get(int(period)) if period.is_integer() else None
+    text = f"{config.kind}: {config.rate:g} per {per or f'{period:g} s'}"
+    if config.max_tokens != config.rate:
+        text += f", capacity {config.max_tokens:g}"
+    if config.max_reserved is not None:
+        text += f", max reserved {config.max_reserved:g}"
+    if config.shard_count > 1:
+        text += f", {config.shard_count} shards"
+    return text
+
+
+def seconds_until_full(
+    config: RateLimitConfig, row: RateLimitState, now: float | None = None
+) -> float:
+    """How long until ``row`` (one shard) is back at its capacity."""
+    now = time.time() if now is None else now
+    shard = config.per_shard()
+    current = project(shard, State(row.value, row.ts), now, 0.0)
+    missing = shard.max_tokens - current.value
+    if missing <= 0:
+        return 0.0
+    if isinstance(shard, FixedWindow):
+        windows = math.ceil(missing / shard.rate)
+        return current.ts + windows * shard.period_seconds - now
+    return missing * shard.period_seconds / shard.rate
+
+
+def rows_for(name: str, key: str | None) -> Iterable[RateLimitState]:
+    return RateLimitState.objects.filter(name=name, key=key or "").order_by("shard")
+
+
+def quota_headers(name: str, *, key: str | None, config: Any = None) -> Mapping[str, str]:
+    """The IETF draft ``RateLimit-*`` headers for the limit ``name`` and ``key``.
+
+    ``Limit`` is the capacity, ``Remaining`` the whole tokens left over all shards,
+    ``Reset`` the seconds (rounded up) until the limit is full again, and ``Policy`` the
+    rate per window (``;burst=`` when the capacity differs from the rate).
+    """
+    limit = config_for(name, config)
+    if limit is None:
+        return {}
+    now = time.time()
+    rows = {row.shard: row for row in rows_for(name, key)}
+    shard_capacity = limit.per_shard().max_tokens
+    remaining = sum(
+        (project_row_value(rows[shard], limit, now) or 0.0) if shard in rows else shard_capacity
+        for shard in range(limit.shard_count)
+    )
+    reset = max((seconds_until_full(limit, row, now) for row in rows.values()), default=0.0)
+    policy = f"{limit.rate:g};w={limit.period_seconds:g}"
+    if limit.max_tokens != limit.rate:
+        policy += f";burst={limit.max_tokens:g}"
+    return {
+        "RateLimit-Limit": f"{limit.max_tokens:g}",
+        "RateLimit-Remaining": str(max(0, math.floor(remaining))),
+        "RateLimit-Reset": str(math.ceil(reset)),
+        "RateLimit-Policy": policy,
+    }

@@ -134,7 +134,9 @@ RATEQUEUE = {
 }
 
 REST_FRAMEWORK: dict[str, object] = {
-    "DEFAULT_THROTTLE_RATES": {},
+    # Throttles only views that set throttle_scope (a RATE_LIMITS name or a rate below).
+    "DEFAULT_THROTTLE_CLASSES": ["django_ratequeue.contrib.drf.RateLimitThrottle"],
+    "DEFAULT_THROTTLE_RATES": {"demo_api": "5/minute"},
 }
 
 LOGGING = {

@@ -1,0 +1,3 @@
+"""Admin pages of django-ratequeue, one module per area."""
+
+from . import ratelimits  # noqa: F401

@@ -1,0 +1,106 @@
+"""``manage.py ratelimits``: list the rate limits, show one's values now, reset them."""
+
+from __future__ import annotations
+
+from argparse import ArgumentParser
+from datetime import UTC, datetime
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError
+from django.db import transaction
+from django.db.models import Count
+
+from ...ratelimit.api import configured_rate_limits, project_row_value, reset_rate_limit
+from ...ratelimit.config import RateLimitConfig
+from ...ratelimit.models import RateLimitState
+from ...ratelimit_status import config_for, describe
+
+
+class Command(BaseCommand):
+    help = "List the rate limits, show the values one holds now, or reset it."
+
+    def add_arguments(self, parser: ArgumentParser) -> None:
+        actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
+        actions.add_parser("list", help="configured limits and their stored rows")
+        show = actions.add_parser("show", help="a limit's values now, per key and shard")
+        show.add_argument("name")
+        show.add_argument("--key", help="only this key (default: every stored key)")
+        reset = actions.add_parser("reset", help="reset a limit to full")
+        reset.add_argument("name")
+        which = reset.add_mutually_exclusive_group()
+        which.add_argument("--key", help="the key to reset (default: the limit without key)")
+        which.add_argument("--all-keys", action="store_true", help="reset every key, after asking")
+        reset.add_argument(
+            "--no-input", "--noinput", action="store_false", dest="interactive",
+            help="do not ask for confirmation",
+        )  # fmt: skip
+
+    def handle(self, *args: Any, action: str, **options: Any) -> None:
+        if action == "list":
+            self.list_limits()
+        elif action == "show":
+            self.show(options["name"], options["key"])
+        else:
+            self.reset(
+                options["name"], options["key"], options["all_keys"], options["interactive"]
+            )
+
+    def list_limits(self) -> None:
+        stored = dict(
+            RateLimitState.objects.values_list("name").annotate(rows=Count("id")).order_by()
+        )
+        configured = configured_rate_limits()
+        if not configured and not stored:
+            self.stdout.write("No rate limits are configured or stored.")
+            return
+        for name in sorted(configured.keys() | stored.keys()):
+            self.stdout.write(
+                f"{name}  {describe(configured.get(name))}  ({stored.get(name, 0)} rows stored)"
+            )
+
+    def show(self, name: str, key: str | None) -> None:
+        config = self.known_config(name)
+        rows = RateLimitState.objects.filter(name=name).order_by("key", "shard")
+        if key is not None:
+            rows = rows.filter(key=key)
+        self.stdout.write(f"{name}: {describe(config)}")
+        now = datetime.now(UTC)
+        if not rows:
+            self.stdout.write("  nothing stored: the limit is full")
+        for row in rows:
+            value = (
+                f"{project_row_value(row, config, now.timestamp()):.2f} now"
+                if config
+                else f"{row.value:g} stored"
+            )
+            updated = datetime.fromtimestamp(row.ts, tz=UTC).isoformat(timespec="seconds")
+            self.stdout.write(
+                f"  key {row.key or '(none)'!s}  shard {row.shard}  {value}  (ts {updated})"
+            )
+
+    def reset(self, name: str, key: str | None, all_keys: bool, interactive: bool) -> None:
+        self.known_config(name)
+        if not all_keys:
+            reset_rate_limit(name, key=key)
+            self.stdout.write(f"Reset {name!r}" + (f" for key {key!r}." if key else "."))
+            return
+        rows = RateLimitState.objects.filter(name=name)
+        keys = rows.values("key").distinct().count()
+        if interactive:
+            answer = input(f"Reset all {keys} stored key(s) of {name!r}? Type 'yes' to continue: ")
+            if answer != "yes":
+                raise CommandError("Reset cancelled.")
+        with transaction.atomic():
+            rows.delete()  # a reset is the deletion of a key's rows
+        self.stdout.write(f"Reset {keys} key(s) of {name!r}.")
+
+    def known_config(self, name: str) -> RateLimitConfig | None:
+        """The limit's configuration; ``None`` for a name only stored (an inline config)."""
+        config = config_for(name)
+        if config is None and not RateLimitState.objects.filter(name=name).exists():
+            known = ", ".join(sorted(configured_rate_limits())) or "none"
+            raise CommandError(
+                f"Unknown rate limit {name!r}: it is neither in RATEQUEUE['RATE_LIMITS'] "
+                f"(configured: {known}) nor stored."
+            )
+        return config

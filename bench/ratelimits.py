@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib import metadata
 
-from bench.contenders import CONTENDERS, LIMITS_STRATEGIES, build_decider
+from bench.contenders import CONTENDERS, LIMITS_STRATEGIES, Decider, build_decider
 from bench.pool import MeasurementFailed, Pool, Tally, Task
 
 GENEROUS_LIMIT = 10**9  # per hour: more than any run can use, so every decision admits
@@ -96,9 +96,6 @@ def scenarios(processes: int, tries: int) -> list[Scenario]:
             shards=SHARDS,
             target=at_least(4000),
         ),
-        Scenario(
-            f"(e) 1 process, one hot key, denies (limit {DENY_LIMIT}/hour)", 1, True, DENY_LIMIT
-        ),
         Scenario(f"(d) {race}", n, True, RACE_LIMIT, tries=tries, target=exact),
         Scenario(
             f"(d) {race}, ours shards={SHARDS}",
@@ -108,6 +105,9 @@ def scenarios(processes: int, tries: int) -> list[Scenario]:
             shards=SHARDS,
             tries=tries,
             target=none_over,
+        ),
+        Scenario(
+            f"(e) 1 process, one hot key, denies (limit {DENY_LIMIT}/hour)", 1, True, DENY_LIMIT
         ),
     ]
 
@@ -201,20 +201,32 @@ def prepare_database() -> str:
         return f"{connection.vendor} {connection.Database.sqlite_version}"
 
 
-def statements_per_decision(contender: str) -> str:
+def statements_per_decision(contender: str, shards: int = 1) -> str:
     """The SQL statements one admit and one deny send, as Django logs them."""
+    generous = build_decider(contender, f"queries-{time.time()}", GENEROUS_LIMIT, shards)
+    for _ in range(10 * shards):
+        generous()  # creates the rows: what follows is the steady state
+    scarce = build_decider(contender, f"queries-{time.time()}", shards, shards)
+    found = [
+        f"{kind} {len(statements)} ({'; '.join(statements)})"
+        for kind, statements in (
+            ("admit", logged(generous, True)),
+            ("deny", logged(scarce, False)),
+        )
+    ]
+    return ", ".join(found)
+
+
+def logged(decide: Decider, answer: bool) -> list[str]:
+    """The first words of each statement of the first decision that gives ``answer``."""
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    decide = build_decider(contender, f"queries-{time.time()}", limit=2)
-    decide()  # creates the row, so that the next two are the steady state
-    found = []
-    for kind in ("admit", "deny"):
+    for _ in range(100):
         with CaptureQueriesContext(connection) as queries:
-            decide()
-        shapes = "; ".join(" ".join(query["sql"].split()[:2]) + " …" for query in queries)
-        found.append(f"{kind} {len(queries)} ({shapes})")
-    return ", ".join(found)
+            if decide() is answer:
+                return [" ".join(query["sql"].split()[:2]) + " …" for query in queries]
+    raise RuntimeError(f"no decision answered {answer} in 100 tries")
 
 
 def cpu_model() -> str:
@@ -256,7 +268,11 @@ def environment(database: str) -> list[str]:
 
 
 def parse_arguments(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m bench.ratelimits", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.ratelimits",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument(
         "--seconds", type=float, default=3.0, help="duration of each throughput measurement"
     )
@@ -287,6 +303,8 @@ def parse_arguments(argv: Sequence[str] | None) -> argparse.Namespace:
         parser.error(f"--contenders takes names from: ours, {', '.join(PEERS)} (got {unknown})")
     if args.seconds <= 0 or args.processes < 1 or args.tries < 1:
         parser.error("--seconds, --processes and --tries must be positive")
+    if args.processes * args.tries <= RACE_LIMIT:
+        parser.error(f"the race needs more than {RACE_LIMIT} attempts: raise --tries")
     args.columns = [
         f"limits-{args.limits_strategy}" if name == "limits" else name for name in chosen
     ]
@@ -302,13 +320,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     database = prepare_database()
     command = " ".join(["python -m bench.ratelimits", *(sys.argv[1:] if argv is None else argv)])
     print("\n".join([*environment(database), f"command: {command}"]), flush=True)
-    for contender in ("ours", "naive-orm"):
+    for contender, shards in (("ours", 1), ("ours", SHARDS), ("naive-orm", 1)):
         if contender in args.columns:
             try:
-                statements = statements_per_decision(contender)
+                statements = statements_per_decision(contender, shards)
             except Exception as error:
                 statements = f"error ({error})"
-            print(f"SQL statements per decision, {contender}: {statements}", flush=True)
+            label = f"{contender} shards={shards}" if contender == "ours" else contender
+            print(f"SQL statements per decision, {label}: {statements}", flush=True)
     plan = scenarios(args.processes, args.tries)
     started = time.monotonic()
     with Pool(args.processes) as pool:

@@ -83,7 +83,9 @@ def ratelimit(
     the limit then bounds failures per burst of parallel requests only approximately.
 
     A refused request gets ``limited_view(request, exception)``, or the view named by
-    ``RATEQUEUE["RATE_LIMITED_VIEW"]``, or a plain-text 429.
+    ``RATEQUEUE["RATE_LIMITED_VIEW"]``, or a plain-text 429. ``config`` gives the limit
+    inline instead of ``RATEQUEUE["RATE_LIMITS"][name]``. There is no ``reserve``: a
+    request cannot wait for reserved tokens; enqueue the work instead.
     """
     limit = ViewRateLimit(
         name=name,
@@ -122,27 +124,22 @@ class ViewRateLimit:
     def wrap(self, view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
         @wraps(view)
         def limited(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-            if not self.applies_to(request):
+            admission = self.admit(request)
+            if admission is None:
                 return view(request, *args, **kwargs)
-            key = self.key_func(request) if self.key_func else None
-            if self.key_func and key is None:
-                return view(request, *args, **kwargs)
-            refusal = self.admit(request, key)
-            if refusal is not None:
-                return refusal
-            return self.settle(request, key, view(request, *args, **kwargs))
+            key, refusal = admission
+            return refusal or self.settle(request, key, view(request, *args, **kwargs))
 
         return limited
 
     def wrap_async(self, view: Callable[..., Any]) -> Callable[..., Any]:
         @wraps(view)
         async def limited(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-            if not self.applies_to(request):
+            # Keys may read request.user, a query: everything but the view runs in a thread.
+            admission = await sync_to_async(self.admit)(request)
+            if admission is None:
                 return await view(request, *args, **kwargs)
-            key = self.key_func(request) if self.key_func else None
-            if self.key_func and key is None:
-                return await view(request, *args, **kwargs)
-            refusal = await sync_to_async(self.admit)(request, key)
+            key, refusal = admission
             if refusal is not None:
                 return refusal
             response = await view(request, *args, **kwargs)
@@ -150,19 +147,25 @@ class ViewRateLimit:
 
         return limited
 
-    def applies_to(self, request: HttpRequest) -> bool:
-        return self.methods is None or request.method in self.methods
+    def admit(self, request: HttpRequest) -> tuple[str | None, HttpResponse | None] | None:
+        """Consume (or, with ``count_if``, only check) for this request's key.
 
-    def admit(self, request: HttpRequest, key: str | None) -> HttpResponse | None:
-        """Consume (or, with ``count_if``, only check); the 429 response when refused."""
+        ``None`` when the limit does not apply (another method, or the key callable
+        returned ``None``); else the key and the 429 response if the request is refused.
+        """
+        if self.methods is not None and request.method not in self.methods:
+            return None
+        key = self.key_func(request) if self.key_func else None
+        if self.key_func and key is None:
+            return None
         decide = check_rate_limit if self.count_if else rate_limit
         result = decide(self.name, key=key, count=self.count, config=self.config)
         if result.ok:
-            return None
+            return key, None
         response = self.refuse(request, RateLimited(self.name, key, result.retry_at))
         if result.retry_after is not None:
             response.headers.setdefault("Retry-After", str(math.ceil(result.retry_after)))
-        return self.with_headers(response, key)
+        return key, self.with_headers(response, key)
 
     def settle(
         self, request: HttpRequest, key: str | None, response: HttpResponse
@@ -202,7 +205,10 @@ def client_ip(request: HttpRequest) -> str | None:
     address = request.META.get("REMOTE_ADDR")
     if not address:
         return None
-    ip = ipaddress.ip_address(address)
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:  # e.g. a unix-socket server's placeholder: use it as it is
+        return address
     if ip.version == 6:
         return str(ipaddress.ip_network(f"{ip}/64", strict=False))
     return str(ip)

@@ -9,6 +9,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest, HttpResponse
 from django.test import RequestFactory, override_settings
 from django.utils.decorators import method_decorator
+from django.utils.functional import SimpleLazyObject
 from django.views import View
 
 from django_ratequeue import FixedWindow, TokenBucket
@@ -233,6 +234,10 @@ async def async_ok(request: HttpRequest) -> HttpResponse:
 
 
 def test_async_views_are_limited_too() -> None:
-    view = async_to_sync(ratelimit("async", config=TokenBucket(rate=1, period=60))(async_ok))
+    alice = User.objects.create(username="alice")
+    view = ratelimit("async", key="user", config=TokenBucket(rate=1, period=60))(async_ok)
+    # The user is loaded lazily, as by AuthenticationMiddleware: a query, kept off the loop.
+    lazy_alice = SimpleLazyObject(lambda: User.objects.get(pk=alice.pk))
+    requests = [with_user(rf.get("/"), lazy_alice) for _ in range(2)]
 
-    assert statuses(view, [rf.get("/"), rf.get("/")]) == [200, 429]
+    assert statuses(async_to_sync(view), requests) == [200, 429]

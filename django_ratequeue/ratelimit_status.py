@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from .ratelimit.algebra import State, project
@@ -28,7 +28,7 @@ def config_for(name: str, config: Any = None) -> RateLimitConfig | None:
 def describe(config: RateLimitConfig | None) -> str:
     """``"token bucket: 10 per hour, capacity 20"`` for lists and tables."""
     if config is None:
-        return "not configured"
+        return "inline config (not in RATE_LIMITS)"
     period = config.period_seconds
     per = _PERIOD_NAMES.get(int(period)) if period.is_integer() else None
     text = f"{config.kind}: {config.rate:g} per {per or f'{period:g} s'}"
@@ -57,10 +57,6 @@ def seconds_until_full(
     return missing * shard.period_seconds / shard.rate
 
 
-def rows_for(name: str, key: str | None) -> Iterable[RateLimitState]:
-    return RateLimitState.objects.filter(name=name, key=key or "").order_by("shard")
-
-
 def quota_headers(name: str, *, key: str | None, config: Any = None) -> Mapping[str, str]:
     """The IETF draft ``RateLimit-*`` headers for the limit ``name`` and ``key``.
 
@@ -72,7 +68,7 @@ def quota_headers(name: str, *, key: str | None, config: Any = None) -> Mapping[
     if limit is None:
         return {}
     now = time.time()
-    rows = {row.shard: row for row in rows_for(name, key)}
+    rows = {row.shard: row for row in RateLimitState.objects.filter(name=name, key=key or "")}
     shard_capacity = limit.per_shard().max_tokens
     remaining = sum(
         (project_row_value(rows[shard], limit, now) or 0.0) if shard in rows else shard_capacity

@@ -31,7 +31,7 @@ class RateLimitStateAdmin(admin.ModelAdmin):
     def value_now(self, row: RateLimitState) -> str:
         config = config_for(row.name)
         if config is None:
-            return f"{row.value:g} (stored)"
+            return f"{row.value:.2f} (stored, at ts)"
         return f"{project_row_value(row, config):.2f}"
 
     @admin.display(description="configured limit")

@@ -7,7 +7,7 @@ from io import StringIO
 import pytest
 from django.core.management import CommandError, call_command
 
-from django_ratequeue import get_rate_limit_value, rate_limit
+from django_ratequeue import FixedWindow, get_rate_limit_value, rate_limit
 from django_ratequeue.ratelimit.models import RateLimitState
 
 pytestmark = pytest.mark.django_db
@@ -23,10 +23,15 @@ def test_list_shows_configured_limits_and_stored_rows() -> None:
     rate_limit("send_message", key="a")
     rate_limit("send_message", key="b")
 
-    lines = run("list").splitlines()
+    rate_limit("inline", config=FixedWindow(rate=1, period=90))
 
-    assert "send_message  token bucket: 10 per minute, capacity 20  (2 rows stored)" in lines
-    assert "weather_api  fixed window: 5 per minute  (0 rows stored)" in lines
+    rows = [line.split("  ") for line in run("list").splitlines()]
+    columns = {name: [part.strip() for part in rest if part.strip()] for name, *rest in rows}
+
+    assert columns["NAME"] == ["LIMIT", "STORED ROWS"]
+    assert columns["send_message"] == ["token bucket: 10 per minute, capacity 20", "2"]
+    assert columns["weather_api"] == ["fixed window: 5 per minute", "0"]
+    assert columns["inline"] == ["inline config (not in RATE_LIMITS)", "1"]
 
 
 def test_show_projects_each_stored_key_to_now() -> None:

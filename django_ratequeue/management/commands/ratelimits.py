@@ -53,10 +53,13 @@ class Command(BaseCommand):
         if not configured and not stored:
             self.stdout.write("No rate limits are configured or stored.")
             return
-        for name in sorted(configured.keys() | stored.keys()):
-            self.stdout.write(
-                f"{name}  {describe(configured.get(name))}  ({stored.get(name, 0)} rows stored)"
-            )
+        table = [("NAME", "LIMIT", "STORED ROWS")] + [
+            (name, describe(configured.get(name)), str(stored.get(name, 0)))
+            for name in sorted(configured.keys() | stored.keys())
+        ]
+        widths = [max(len(row[column]) for row in table) for column in range(2)]
+        for name, limit, rows in table:
+            self.stdout.write(f"{name:{widths[0]}}  {limit:{widths[1]}}  {rows}")
 
     def show(self, name: str, key: str | None) -> None:
         config = self.known_config(name)
@@ -71,7 +74,7 @@ class Command(BaseCommand):
             value = (
                 f"{project_row_value(row, config, now.timestamp()):.2f} now"
                 if config
-                else f"{row.value:g} stored"
+                else f"{row.value:.2f} stored at ts"
             )
             updated = datetime.fromtimestamp(row.ts, tz=UTC).isoformat(timespec="seconds")
             self.stdout.write(

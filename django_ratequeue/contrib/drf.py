@@ -44,8 +44,9 @@ class RateLimitThrottle(BaseThrottle):
     """Throttle by the limit named ``scope``, per user (authenticated) or client IP.
 
     Without a ``scope`` on the class, the view's ``throttle_scope`` is used (like DRF's
-    ``ScopedRateThrottle``), and views without one are not throttled. Override
-    :meth:`get_key` to limit by something else; returning ``None`` skips the request.
+    ``ScopedRateThrottle``), and views without one are not throttled. The address is
+    DRF's ``get_ident``: set ``NUM_PROXIES`` so that a forged ``X-Forwarded-For`` is not
+    trusted. Override :meth:`get_key` to limit by something else; ``None`` skips the request.
     """
 
     scope: str | None = None

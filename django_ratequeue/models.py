@@ -1,5 +1,13 @@
 """The app's models, defined beside the code that owns them."""
 
+from .queue.models import Attempt, CancelRequest, Job, LoopState, WorkerHeartbeat
 from .ratelimit.models import RateLimitState
 
-__all__ = ["RateLimitState"]
+__all__ = [
+    "Attempt",
+    "CancelRequest",
+    "Job",
+    "LoopState",
+    "RateLimitState",
+    "WorkerHeartbeat",
+]

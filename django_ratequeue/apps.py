@@ -8,3 +8,4 @@ class RateQueueConfig(AppConfig):
 
     def ready(self) -> None:
         from . import checks  # noqa: F401  (registers the system checks)
+        from .queue import watchdog  # noqa: F401  (starts a watchdog in each django-q2 worker)

@@ -1,0 +1,401 @@
+"""Putting work on a queue: ``@job``, ``enqueue`` and ``enqueue_many``.
+
+Everything is validated before anything is written, and one enqueue is one INSERT of the
+job row: the main loop finds WAITING jobs through an index, so enqueue never touches a row
+the loop owns. Inside a caller's transaction the job commits or rolls back with it; the loop
+is woken after commit.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from functools import partial, update_wrapper
+from importlib import import_module
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from ..conf import ratequeue_settings
+from ..exceptions import DuplicateJobId
+from .handles import Handle, owner_label
+from .loop import wake_loop
+from .models import Job, Status
+from .retry import Retry
+
+OPTION_NAMES = frozenset(
+    {
+        "queue",
+        "concurrency_key",
+        "start_at",
+        "run_after",
+        "retries",
+        "id",
+        "on_duplicate_id",
+        "priority",
+        "timeout",
+        "on_complete",
+        "context",
+        "owner",
+        "cost",
+    }
+)
+DEFAULT_QUEUE = "default"
+
+
+def function_path(func: Callable[..., Any] | str, what: str = "job function") -> str:
+    """The dotted path of a module-level function, checked to import back to a callable."""
+    if isinstance(func, JobFunction):
+        func = func.func
+    if isinstance(func, str):
+        path = func
+    elif callable(func) and hasattr(func, "__module__") and hasattr(func, "__qualname__"):
+        if "<" in func.__qualname__ or "." in func.__qualname__:
+            raise ValueError(
+                f"The {what} {func.__qualname__!r} is not a module-level function; "
+                "define it at the top level of a module so that workers can import it."
+            )
+        path = f"{func.__module__}.{func.__qualname__}"
+    else:
+        raise ValueError(f"The {what} must be a function or a dotted path, not {func!r}.")
+    import_function(path, what)
+    return path
+
+
+def import_function(path: str, what: str = "job function") -> Callable[..., Any]:
+    module_name, _, name = path.rpartition(".")
+    try:
+        target = getattr(import_module(module_name), name) if module_name else None
+    except (ImportError, AttributeError, ValueError):
+        target = None
+    if not callable(target):
+        raise ValueError(
+            f"Unknown {what} {path!r}: give a module-level function or its dotted path "
+            "('package.module.function')."
+        )
+    return target
+
+
+def check_json(what: str, value: Any) -> None:
+    try:
+        json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(
+            f"The job's {what} must be JSON-serialisable ({exc}); pass plain data such as "
+            "ids, strings, numbers, lists and dicts."
+        ) from None
+
+
+def _seconds(name: str, value: Any, *, allow_zero: bool = True) -> float:
+    if isinstance(value, timedelta):
+        value = value.total_seconds()
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"{name} must be a number of seconds or a timedelta, not {value!r}.")
+    if value < 0 or (value == 0 and not allow_zero):
+        bound = "0 or more" if allow_zero else "more than 0"
+        raise ValueError(f"{name} must be {bound} seconds, got {value!r}.")
+    return float(value)
+
+
+def _start_at(value: Any) -> datetime:
+    if isinstance(value, str):
+        try:
+            value = datetime.fromisoformat(value)
+        except ValueError:
+            raise ValueError(
+                f"start_at {value!r} is not an ISO-8601 date and time, "
+                "e.g. '2026-04-03T12:00:00Z'."
+            ) from None
+    if not isinstance(value, datetime):
+        raise ValueError(f"start_at must be a datetime or an ISO-8601 string, not {value!r}.")
+    if timezone.is_naive(value):
+        value = timezone.make_aware(value)
+    return value
+
+
+@dataclass(frozen=True)
+class QueueChoice:
+    name: str = DEFAULT_QUEUE
+    max_concurrency: int | None = None
+
+    @classmethod
+    def coerce(cls, value: Any) -> QueueChoice:
+        if value is None:
+            return cls()
+        if isinstance(value, str):
+            value = {"name": value}
+        if not isinstance(value, Mapping):
+            raise ValueError(
+                f"queue must be a name or {{'name': ..., 'max_concurrency': n}}, not {value!r}."
+            )
+        unknown = sorted(set(value) - {"name", "max_concurrency"})
+        if unknown:
+            raise ValueError(f"Unknown queue option(s): {', '.join(unknown)}.")
+        name = value.get("name")
+        if not isinstance(name, str) or not name or len(name) > 200:
+            raise ValueError(
+                f"A queue name must be a non-empty string of at most 200 characters, not {name!r}."
+            )
+        limit = value.get("max_concurrency")
+        ceiling = ratequeue_settings()["MAX_QUEUE_CONCURRENCY"]
+        if limit is not None and (
+            isinstance(limit, bool) or not isinstance(limit, int) or not 0 <= limit <= ceiling
+        ):
+            raise ValueError(
+                f"max_concurrency of queue {name!r} must be an integer from 0 (paused) to "
+                f"MAX_QUEUE_CONCURRENCY ({ceiling}), got {limit!r}."
+            )
+        return cls(name=name, max_concurrency=limit)
+
+
+@dataclass(frozen=True)
+class JobOptions:
+    """The enqueue options, validated; ``merge`` applies a call's options over defaults."""
+
+    values: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        unknown = sorted(set(self.values) - OPTION_NAMES)
+        if unknown:
+            raise ValueError(
+                f"Unknown enqueue option(s): {', '.join(unknown)}; "
+                f"known: {', '.join(sorted(OPTION_NAMES))}."
+            )
+
+    def merge(self, other: Mapping[str, Any]) -> JobOptions:
+        return JobOptions({**self.values, **other})
+
+    def build(self, path: str, args: list[Any], kwargs: dict[str, Any]) -> Job:
+        """An unsaved Job with every option checked; raises ValueError naming what to fix."""
+        options = self.values
+        check_json("arguments", args)
+        check_json("keyword arguments", kwargs)
+        queue = QueueChoice.coerce(options.get("queue"))
+        key = options.get("concurrency_key") or ""
+        if not isinstance(key, str) or len(key) > 255:
+            raise ValueError(
+                f"concurrency_key must be a string of at most 255 characters, not {key!r}."
+            )
+        now = timezone.now()
+        if options.get("start_at") is not None and options.get("run_after") is not None:
+            raise ValueError("Give start_at or run_after, not both.")
+        if options.get("start_at") is not None:
+            start_at = _start_at(options["start_at"])
+        elif options.get("run_after") is not None:
+            start_at = now + timedelta(seconds=_seconds("run_after", options["run_after"]))
+        else:
+            start_at = now
+        retry = Retry.coerce(options.get("retries"))
+        priority = options.get("priority", 0)
+        if isinstance(priority, bool) or not isinstance(priority, int):
+            raise ValueError(f"priority must be an integer, not {priority!r}.")
+        timeout = options.get("timeout")
+        if timeout is not None:
+            timeout = _seconds("timeout", timeout, allow_zero=False)
+        on_complete = options.get("on_complete")
+        on_complete_path = (
+            "" if on_complete is None else function_path(on_complete, "on_complete callback")
+        )
+        context = options.get("context")
+        check_json("context", context)
+        cost = options.get("cost", 1)
+        if isinstance(cost, bool) or not isinstance(cost, int) or cost < 0:
+            raise ValueError(f"cost must be a non-negative integer, not {cost!r}.")
+        job_id = options.get("id")
+        if job_id is not None and (not isinstance(job_id, str) or not job_id or len(job_id) > 200):
+            raise ValueError(
+                f"id must be a non-empty string of at most 200 characters, not {job_id!r}."
+            )
+        if options.get("on_duplicate_id", "error") not in ("error", "ignore"):
+            raise ValueError("on_duplicate_id must be 'error' or 'ignore'.")
+        return Job(
+            id=job_id or uuid.uuid4().hex,
+            func=path,
+            args=args,
+            kwargs=kwargs,
+            queue=queue.name,
+            max_concurrency=queue.max_concurrency,
+            concurrency_key=key,
+            priority=priority,
+            status=Status.SCHEDULED if start_at > now else Status.WAITING,
+            start_at=start_at,
+            created_at=now,
+            retry=retry.to_json(),
+            timeout=timeout,
+            on_complete=on_complete_path,
+            context=context,
+            owner=owner_label(options.get("owner")),
+            cost=cost,
+        )
+
+    @property
+    def ignore_duplicates(self) -> bool:
+        return self.values.get("on_duplicate_id", "error") == "ignore"
+
+
+def _declared_parameters(func: Callable[..., Any]) -> frozenset[str]:
+    try:
+        parameters = inspect.signature(func).parameters.values()
+    except (TypeError, ValueError):
+        return frozenset()
+    named = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    return frozenset(p.name for p in parameters if p.kind in named)
+
+
+def _split_call(
+    target: Callable[..., Any], args: tuple[Any, ...], keywords: dict[str, Any]
+) -> tuple[list[Any], dict[str, Any], dict[str, Any]]:
+    """Separate the job's own arguments from enqueue options.
+
+    ``enqueue(f, args=(...), kwargs={...}, **options)`` is explicit. Otherwise keywords go to
+    the function, except those named like an option that the function does not declare.
+    """
+    declared = _declared_parameters(target)
+    explicit = {"args", "kwargs"} & (set(keywords) - declared)
+    if explicit:
+        if args:
+            raise ValueError(
+                "Pass the job's positional arguments either inline or as args=, not both."
+            )
+        call_args = keywords.pop("args", ())
+        call_kwargs = keywords.pop("kwargs", None) or {}
+        if not isinstance(call_args, list | tuple):
+            raise ValueError(f"args must be a list or tuple, not {call_args!r}.")
+        if not isinstance(call_kwargs, Mapping):
+            raise ValueError(f"kwargs must be a dict, not {call_kwargs!r}.")
+        return list(call_args), dict(call_kwargs), keywords
+    options = {k: keywords.pop(k) for k in list(keywords) if k in OPTION_NAMES - declared}
+    return list(args), keywords, options
+
+
+class JobFunction:
+    """A module-level function decorated with ``@job``: call it to run it here and now, or
+    ``.enqueue(...)`` it; ``.using(**options)`` returns a copy with other options."""
+
+    def __init__(self, func: Callable[..., Any], options: JobOptions) -> None:
+        self.func = func
+        self.options = options
+        update_wrapper(self, func)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.func(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"<job {self.func.__module__}.{self.func.__qualname__}>"
+
+    def using(self, **options: Any) -> JobFunction:
+        return JobFunction(self.func, self.options.merge(options))
+
+    def enqueue(self, *args: Any, **kwargs: Any) -> Handle:
+        return _enqueue_one(self.func, self.options, list(args), kwargs)
+
+    def enqueue_many(self, params: Iterable[Any], **options: Any) -> list[Handle]:
+        return enqueue_many(self, params, **options)
+
+
+def job(
+    func: Callable[..., Any] | None = None,
+    /,
+    *,
+    queue: Any = None,
+    retries: Any = None,
+    timeout: Any = None,
+    **options: Any,
+) -> Any:
+    """Decorate a module-level function so it can be enqueued with default options.
+
+    ``@job`` and ``@job(queue="emails", retries=3, timeout=30, ...)`` both work.
+    """
+    defaults = {
+        k: v
+        for k, v in {"queue": queue, "retries": retries, "timeout": timeout, **options}.items()
+        if v is not None
+    }
+    job_options = JobOptions(defaults)
+
+    def decorate(f: Callable[..., Any]) -> JobFunction:
+        return JobFunction(f, job_options)
+
+    return decorate(func) if func is not None else decorate
+
+
+def _target(func: Callable[..., Any] | str) -> tuple[str, Callable[..., Any], JobOptions]:
+    path = function_path(func)
+    target = func if not isinstance(func, str) else import_function(path)
+    if isinstance(target, JobFunction):
+        return path, target.func, target.options
+    return path, target, JobOptions()
+
+
+def enqueue(func: Callable[..., Any] | str, *args: Any, **kwargs: Any) -> Handle:
+    """Enqueue ``func(*args, **kwargs)``; see :func:`_split_call` for where options go."""
+    _path, target, defaults = _target(func)
+    call_args, call_kwargs, options = _split_call(target, args, dict(kwargs))
+    return _enqueue_one(func, defaults.merge(options), call_args, call_kwargs)
+
+
+def _enqueue_one(
+    func: Callable[..., Any] | str, options: JobOptions, args: list[Any], kwargs: dict[str, Any]
+) -> Handle:
+    path = function_path(func)
+    job_row = options.build(path, args, kwargs)
+    if options.values.get("id") is None:
+        job_row.save(force_insert=True)
+    else:
+        try:
+            with transaction.atomic():
+                job_row.save(force_insert=True)
+        except IntegrityError:
+            if not options.ignore_duplicates:
+                raise DuplicateJobId(job_row.id) from None
+            return Handle(job_row.id, owner=job_row.owner)
+    transaction.on_commit(partial(wake_loop, job_row.start_at), robust=True)
+    return Handle(job_row.id, owner=job_row.owner)
+
+
+def _item_call(item: Any) -> tuple[list[Any], dict[str, Any]]:
+    if isinstance(item, Mapping):
+        return [], dict(item)
+    if isinstance(item, list | tuple):
+        return list(item), {}
+    return [item], {}
+
+
+def enqueue_many(
+    func: Callable[..., Any] | str, params: Iterable[Any], **options: Any
+) -> list[Handle]:
+    """Enqueue one job per item of ``params`` in one transaction, all or nothing.
+
+    An item that is a dict gives keyword arguments, a list or tuple positional arguments,
+    anything else the single argument. With ``id="x"`` the jobs get ids ``x-0``, ``x-1``, ...
+    """
+    path, _target_func, defaults = _target(func)
+    merged = defaults.merge(options)
+    base_id = merged.values.get("id")
+    rows = []
+    for index, item in enumerate(params):
+        item_options = merged if base_id is None else merged.merge({"id": f"{base_id}-{index}"})
+        args, kwargs = _item_call(item)
+        row = item_options.build(path, args, kwargs)
+        # Keep the items' order as their arrival order.
+        row.created_at += timedelta(microseconds=index)
+        rows.append(row)
+    if not rows:
+        return []
+    with transaction.atomic():
+        if base_id is not None and not merged.ignore_duplicates:
+            taken = Job.objects.filter(id__in=[r.id for r in rows]).values_list("id", flat=True)
+            first = next(iter(taken), None)
+            if first is not None:
+                raise DuplicateJobId(first)
+        Job.objects.bulk_create(rows, batch_size=1000, ignore_conflicts=base_id is not None)
+    transaction.on_commit(partial(wake_loop, min(r.start_at for r in rows)), robust=True)
+    return [Handle(r.id, owner=r.owner) for r in rows]
+
+
+__all__ = ["JobFunction", "JobOptions", "enqueue", "enqueue_many", "job"]

@@ -1,0 +1,122 @@
+"""Handles: what a caller holds on to after enqueue — status, result, cancel, attempts."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.db import models, transaction
+
+from ..exceptions import JobCanceled, JobFailed, NotOwner
+from .loop import wake_loop
+from .models import FINAL_STATUSES, Attempt, CancelRequest, Job, Status
+
+
+def owner_label(owner: Any) -> str:
+    """The stored form of an owner: a model instance becomes ``app_label.model:pk``."""
+    if owner is None:
+        return ""
+    if isinstance(owner, models.Model):
+        return f"{owner._meta.label_lower}:{owner.pk}"
+    if getattr(owner, "is_anonymous", False):
+        return "anonymous"
+    return str(owner)
+
+
+@dataclass(frozen=True)
+class AttemptInfo:
+    """One attempt of a job, for timelines."""
+
+    number: int
+    dispatched_at: datetime
+    started_at: datetime | None
+    ended_at: datetime | None
+    outcome: str
+    error: str
+    traceback: str
+    worker: str
+
+
+class Handle:
+    """A reference to one job by id. ``owner`` is the identity the result is shown to."""
+
+    def __init__(self, id: str, owner: Any = None) -> None:
+        self.id = id
+        self.owner = owner_label(owner)
+
+    def __repr__(self) -> str:
+        return f"<Handle {self.id}>"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Handle) and other.id == self.id
+
+    def __hash__(self) -> int:
+        return hash(self.id)
+
+    def _job(self, *fields: str) -> Job:
+        return Job.objects.only(*fields).get(pk=self.id)
+
+    def status(self) -> Status:
+        return Status(self._job("status").status)
+
+    def result(self, timeout: float | None = None) -> Any:
+        """Wait for the job's final status and return its return value.
+
+        Raises :class:`JobFailed` (with the last error), :class:`JobCanceled`,
+        ``TimeoutError`` when ``timeout`` seconds pass first, or :class:`NotOwner`.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        pause = 0.005
+        while True:
+            job = self._job("status", "owner", "result", "error", "traceback")
+            if job.owner and job.owner != self.owner:
+                raise NotOwner(self.id, self.owner)
+            if job.status in FINAL_STATUSES:
+                break
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(f"Job {self.id} did not finish within {timeout} seconds")
+            wait = pause if deadline is None else min(pause, deadline - time.monotonic())
+            time.sleep(max(wait, 0))
+            pause = min(pause * 1.5, 0.5)
+        if job.status == Status.FAILED:
+            raise JobFailed(self.id, job.error, job.traceback)
+        if job.status == Status.CANCELED:
+            raise JobCanceled(self.id)
+        return job.result
+
+    def cancel(self) -> None:
+        """Ask the loop to cancel the job: at once unless running, else when its attempt
+        ends."""
+        CancelRequest.objects.create(job_id=self.id)
+        transaction.on_commit(wake_loop, robust=True)
+
+    def attempts(self) -> list[AttemptInfo]:
+        rows = Attempt.objects.filter(job_id=self.id).order_by("number")
+        return [
+            AttemptInfo(
+                number=a.number,
+                dispatched_at=a.dispatched_at,
+                started_at=a.started_at,
+                ended_at=a.ended_at,
+                outcome=a.outcome,
+                error=a.error,
+                traceback=a.traceback,
+                worker=a.worker,
+            )
+            for a in rows
+        ]
+
+
+def get_handle(id: str, owner: Any = None) -> Handle:
+    """Rebuild the handle of an existing job; raises ``Job.DoesNotExist`` if there is none."""
+    if not Job.objects.filter(pk=id).exists():
+        raise Job.DoesNotExist(f"There is no job with id {id!r} (it may have been pruned).")
+    return Handle(id, owner=owner)
+
+
+def cancel_all(queue: str | None = None) -> None:
+    """Cancel every unfinished job, or those of one queue."""
+    CancelRequest.objects.create(queue=queue or "")
+    transaction.on_commit(wake_loop, robust=True)

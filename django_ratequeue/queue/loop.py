@@ -1,0 +1,601 @@
+"""The main loop: the only code that moves jobs between statuses.
+
+Tables and who writes them
+--------------------------
+- ``Job``: INSERTed by producers (``enqueue``) as WAITING, or SCHEDULED when ``start_at`` is
+  in the future. From then on only the loop updates a job's status.
+- ``CancelRequest``: INSERTed by producers (``Handle.cancel``, ``cancel_all``); the loop reads
+  them oldest first and deletes them once applied.
+- ``Attempt``: created by the loop when it starts a job (``active`` = holds a slot); the
+  runner claims it (``started_at``) and ends it (``ended_at`` + outcome) with conditional
+  UPDATEs; the loop finalises it (``active`` = false) and applies the outcome to the job.
+- ``LoopState``: the singleton below. ``WorkerHeartbeat``: one row per worker process.
+
+So producers never update a row the loop owns and never wait for it: an enqueue is one
+INSERT. The loop reads only bounded, indexed sets: the active attempts (at most
+``MAX_CONCURRENCY``), the oldest cancel requests, the jobs that came due (index
+``status, start_at``), and per queue the head of its WAITING jobs (index ``status, queue,
+-priority, created_at``). History is never scanned on the hot path, so a backlog of a million
+waiting jobs costs the same per dispatch as an empty queue.
+
+Job statuses
+------------
+::
+
+    enqueue ──> SCHEDULED ──(start_at reached)──┐
+    enqueue ──> WAITING <───────────────────────┘<──(back-off over)── RETRYING
+                WAITING ──(slot free)──> RUNNING
+                RUNNING ──(success)──> COMPLETE
+                RUNNING ──(failure, retries left)──> RETRYING
+                RUNNING ──(NonRetryableError / no retries left)──> FAILED
+    SCHEDULED / WAITING / RETRYING ──(cancel)──> CANCELED            (at once)
+                RUNNING ──(cancel)──> CANCELED when its attempt ends  (no more retries)
+
+A RUNNING job's attempt ends by the runner reporting it, or by recovery: its worker's
+heartbeat is older than ``WORKER_DEAD_AFTER`` (failed, retried by policy; an attempt that had
+not started yet is simply put back to WAITING) or it overran ``timeout`` (failed). Every
+transition to a final status creates the ``on_complete`` callback job in the same
+transaction, so it is called exactly once.
+
+Loop states (``LoopState.state``)
+---------------------------------
+::
+
+    idle ──(enqueue, cancel)──> running
+    running ──(nothing to start now; future work or jobs running)──> scheduled
+    running ──(MAX_CONCURRENCY reached)──> saturated
+    running ──(nothing left at all)──> idle
+    scheduled ──(enqueue due sooner, cancel, completion, next_wake_at passed)──> running
+    saturated ──(cancel, completion, next_wake_at passed)──> running
+
+Invariants
+----------
+- One loop at a time: a pass starts with ``UPDATE ... SET generation = g + 1 WHERE
+  generation = g``; only one contender can win it. Every step of the pass is one transaction
+  that begins by renewing the lease with ``WHERE generation = mine`` (which also locks the
+  row), so a pass that lost its generation stops before doing anything.
+- Kicks: a producer, after its commit, reads the state (a point read). Only if the loop rests
+  (idle; scheduled later than the new work; saturated for completions and cancels) does it
+  try ``UPDATE ... SET state = running WHERE generation = g AND state = <seen>`` and, if it
+  won, enqueue the pass. No wake-up is lost: a pass that found no work writes its resting
+  state and then takes one more step, which sees everything committed before a producer
+  could have read "running".
+- A pass works in steps while there is work, for at most half a lease, then hands over to a
+  fresh django-q2 task so that it never reaches django-q2's timeout.
+- The watchdog (a thread in each worker process, see :mod:`.watchdog`) restarts a loop whose
+  lease lapsed (its process died) and wakes a resting loop whose ``next_wake_at`` passed.
+- Limits: a job starts only while fewer than ``MAX_CONCURRENCY`` attempts are active, fewer
+  than its queue's limit in its queue, and fewer than the queue's ``key_concurrency`` (default
+  1) with its ``concurrency_key``. Candidates are taken by priority, then arrival.
+- Dispatch: the started attempts are handed to django-q2 in batches (one task per live
+  worker, at most ``DISPATCH_BATCH_SIZE`` attempts each) carrying attempt ids only; with the
+  ORM broker the tasks are written in the loop's own transaction, so they exist exactly when
+  the attempts do.
+- ``SEGMENT``: the loop's time slice. Resting wake-ups are rounded up to a segment boundary
+  so that work falling due close together is handled by one pass.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import connection, transaction
+from django.db.models import F, Q
+from django.utils import timezone
+
+from ..conf import ratequeue_settings
+from .models import (
+    DEFERRED_STATUSES,
+    Attempt,
+    CancelRequest,
+    Job,
+    LoopState,
+    LoopStatus,
+    Outcome,
+    Status,
+    WorkerHeartbeat,
+)
+from .retry import Retry
+
+logger = logging.getLogger("django_ratequeue.queue")
+
+LOOP_TASK = "django_ratequeue.queue.loop.main_loop"
+RUNNER_TASK = "django_ratequeue.queue.runner.run_batch"
+# Rows one step handles at most of each kind, to keep its transaction short.
+STEP_LIMIT = 1000
+# WAITING rows looked at per queue beyond its free slots, to get past busy concurrency keys.
+KEY_LOOKAHEAD = 100
+
+
+def _now() -> datetime:
+    return timezone.now()
+
+
+def _lease() -> timedelta:
+    return timedelta(seconds=ratequeue_settings()["LOOP_LEASE"])
+
+
+def _segment_ceiling(moment: datetime) -> datetime:
+    segment = ratequeue_settings()["SEGMENT"]
+    if segment <= 0:
+        return moment
+    stamp = math.ceil(moment.timestamp() / segment) * segment
+    return datetime.fromtimestamp(stamp, tz=moment.tzinfo)
+
+
+def _enqueue_task(func: str, *args: Any) -> None:
+    """Hand a task to django-q2: inside our transaction with the ORM broker (so it exists
+    exactly when our rows do), after commit with other brokers."""
+    from django_q.conf import Conf
+    from django_q.tasks import async_task
+
+    options: dict[str, Any] = {"save": False}
+    if func == RUNNER_TASK:
+        # Jobs enforce their own timeouts; a batch must not be cut short by django-q2's.
+        options["timeout"] = -1
+    if Conf.ORM:
+        async_task(func, *args, q_options=options)
+    else:
+        transaction.on_commit(lambda: async_task(func, *args, q_options=options))
+
+
+def ensure_loop_state() -> tuple[int, str, datetime | None, datetime | None]:
+    """(generation, state, next_wake_at, lease_expires_at), creating the singleton if needed."""
+    row = (
+        LoopState.objects.filter(pk=LoopState.SINGLETON)
+        .values_list("generation", "state", "next_wake_at", "lease_expires_at")
+        .first()
+    )
+    if row is None:
+        LoopState.objects.bulk_create([LoopState(pk=LoopState.SINGLETON)], ignore_conflicts=True)
+        return 0, LoopStatus.IDLE, None, None
+    return row
+
+
+def _start_pass(generation: int, seen: str, **conditions: Any) -> bool:
+    """Move the loop from ``seen`` to running and enqueue a pass, if nobody else did first."""
+    now = _now()
+    with transaction.atomic():
+        won = LoopState.objects.filter(
+            pk=LoopState.SINGLETON, generation=generation, state=seen, **conditions
+        ).update(state=LoopStatus.RUNNING, lease_expires_at=now + _lease(), updated_at=now)
+        if won:
+            _enqueue_task(LOOP_TASK, generation)
+    return bool(won)
+
+
+def wake_loop(due_at: datetime | None = None) -> None:
+    """Kick the loop if it rests. ``due_at`` is when new work can start (enqueue); None
+    means work that frees or changes slots (completion, cancel)."""
+    generation, state, next_wake_at, _lease_end = ensure_loop_state()
+    if state == LoopStatus.RUNNING:
+        return
+    if due_at is not None and state == LoopStatus.SATURATED:
+        return
+    if (
+        due_at is not None
+        and state == LoopStatus.SCHEDULED
+        and next_wake_at is not None
+        and due_at >= next_wake_at
+    ):
+        return
+    _start_pass(generation, state)
+
+
+def watch_loop() -> None:
+    """The watchdog's check: restart a loop whose lease lapsed, wake one whose time came."""
+    generation, state, next_wake_at, lease_end = ensure_loop_state()
+    now = _now()
+    if state == LoopStatus.RUNNING:
+        if lease_end is None or lease_end < now:
+            logger.warning("Main loop lease lapsed (generation %s); restarting it", generation)
+            _start_pass(generation, state, lease_expires_at=lease_end)
+    elif state != LoopStatus.IDLE and next_wake_at is not None and next_wake_at <= now:
+        _start_pass(generation, state)
+
+
+def main_loop(generation: int) -> None:
+    """One pass of the main loop (a django-q2 task); exits at once if it lost the race."""
+    now = _now()
+    mine = generation + 1
+    won = LoopState.objects.filter(pk=LoopState.SINGLETON, generation=generation).update(
+        generation=mine,
+        state=LoopStatus.RUNNING,
+        lease_expires_at=now + _lease(),
+        updated_at=now,
+    )
+    if won:
+        Loop(mine).run()
+
+
+@dataclass(frozen=True)
+class QueueLimits:
+    """The limits of one queue as configured in settings (None: not configured)."""
+
+    max_concurrency: int | None
+    key_concurrency: int
+
+    @classmethod
+    def of(cls, name: str) -> QueueLimits:
+        settings = ratequeue_settings()
+        config = settings["QUEUES"].get(name)
+        if config is None:
+            limit = settings["MAX_CONCURRENCY"] if name == "default" else None
+            return cls(max_concurrency=limit, key_concurrency=1)
+        limit = 0 if config.get("paused") else config.get("max_concurrency", 1)
+        return cls(max_concurrency=limit, key_concurrency=config.get("key_concurrency", 1))
+
+    def limit_for(self, job_max_concurrency: int | None) -> int:
+        if self.max_concurrency is not None:
+            return self.max_concurrency
+        return 1 if job_max_concurrency is None else job_max_concurrency
+
+
+class Loop:
+    """The work of one pass, in steps; ``generation`` is the one this pass owns."""
+
+    def __init__(self, generation: int) -> None:
+        self.generation = generation
+        self.settings = ratequeue_settings()
+        self._last_recovery = 0.0
+
+    def run(self) -> None:
+        deadline = time.monotonic() + self.settings["LOOP_LEASE"] / 2
+        quiet_steps = 0
+        while True:
+            did_work = self.step()
+            if did_work is None:
+                return
+            quiet_steps = 0 if did_work else quiet_steps + 1
+            if quiet_steps >= 2:
+                return
+            if time.monotonic() > deadline:
+                self.hand_over()
+                return
+
+    def hand_over(self) -> None:
+        """Continue in a fresh django-q2 task (which bumps the generation)."""
+        now = _now()
+        with transaction.atomic():
+            if LoopState.objects.filter(pk=LoopState.SINGLETON, generation=self.generation).update(
+                state=LoopStatus.RUNNING, lease_expires_at=now + _lease(), updated_at=now
+            ):
+                _enqueue_task(LOOP_TASK, self.generation)
+
+    def step(self) -> bool | None:
+        """One transaction of loop work; None if this pass lost its generation."""
+        now = _now()
+        with transaction.atomic():
+            if not LoopState.objects.filter(
+                pk=LoopState.SINGLETON, generation=self.generation
+            ).update(lease_expires_at=now + _lease(), updated_at=now):
+                return None
+            did_work = self.recover(now)
+            active = list(Attempt.objects.filter(active=True))
+            ended = [a for a in active if a.ended_at is not None]
+            did_work |= self.finish(ended, now)
+            running = [a for a in active if a.ended_at is None]
+            did_work |= self.apply_cancels(now)
+            did_work |= self.promote_due(now)
+            started, waiting_left = self.start_ready(running, now)
+            did_work |= started
+            state: str = LoopStatus.RUNNING
+            wake: datetime | None = None
+            if not did_work:
+                state, wake = self.resting_state(running, waiting_left, now)
+            LoopState.objects.filter(pk=LoopState.SINGLETON).update(state=state, next_wake_at=wake)
+        if not did_work:
+            from .retention import prune_in_background
+
+            prune_in_background()
+        return did_work
+
+    # -- completions ---------------------------------------------------------------------
+
+    def finish(self, ended: list[Attempt], now: datetime) -> bool:
+        """Apply the outcome of attempts that ended to their jobs."""
+        if not ended:
+            return False
+        ended = ended[:STEP_LIMIT]
+        jobs = Job.objects.in_bulk([a.job_id for a in ended])
+        changed: list[Job] = []
+        finals: list[Job] = []
+        released: list[int] = []
+        for attempt in ended:
+            job = jobs.get(attempt.job_id)
+            if job is None or job.status != Status.RUNNING:
+                continue
+            if attempt.started_at is None:
+                # Taken by a worker that died before starting it: not a try, put it back.
+                released.append(attempt.pk)
+                job.status = Status.WAITING
+                job.attempts -= 1
+            elif attempt.outcome == Outcome.SUCCEEDED:
+                job.status = Status.CANCELED if job.cancel_requested else Status.COMPLETE
+                job.result = attempt.result
+                job.error = job.traceback = ""
+            else:
+                job.error, job.traceback = attempt.error, attempt.traceback
+                policy = Retry(**job.retry)
+                if job.cancel_requested:
+                    job.status = Status.CANCELED
+                elif attempt.outcome == Outcome.NON_RETRYABLE or job.attempts > policy.retry_count:
+                    job.status = Status.FAILED
+                else:
+                    job.status = Status.RETRYING
+                    job.start_at = now + timedelta(seconds=policy.delay(job.attempts))
+            if job.status in (Status.COMPLETE, Status.FAILED, Status.CANCELED):
+                job.finished_at = now
+                finals.append(job)
+            changed.append(job)
+        Attempt.objects.filter(pk__in=[a.pk for a in ended]).update(active=False)
+        if released:
+            Attempt.objects.filter(pk__in=released).delete()
+        Job.objects.bulk_update(
+            changed,
+            ["status", "attempts", "result", "error", "traceback", "start_at", "finished_at"],
+        )
+        create_callbacks(finals, now)
+        return True
+
+    # -- recovery ------------------------------------------------------------------------
+
+    def recover(self, now: datetime) -> bool:
+        """End attempts whose worker died or that overran their timeout."""
+        interval = self.settings["WATCHDOG_INTERVAL"]
+        if time.monotonic() - self._last_recovery < interval:
+            return False
+        self._last_recovery = time.monotonic()
+        candidates = list(
+            Attempt.objects.filter(active=True, ended_at=None)
+            .exclude(worker="")
+            .only("job", "worker", "started_at", "timeout")
+        )
+        if not candidates:
+            return False
+        dead_after = timedelta(seconds=self.settings["WORKER_DEAD_AFTER"])
+        alive = set(
+            WorkerHeartbeat.objects.filter(seen_at__gte=now - dead_after).values_list(
+                "id", flat=True
+            )
+        )
+        recovered = False
+        for attempt in candidates:
+            if attempt.worker not in alive:
+                outcome, error = Outcome.WORKER_LOST, "The worker running this attempt died."
+            elif (
+                attempt.started_at is not None
+                and attempt.timeout is not None
+                and attempt.started_at + timedelta(seconds=attempt.timeout) + dead_after < now
+            ):
+                outcome = Outcome.TIMED_OUT
+                error = f"The attempt overran its timeout of {attempt.timeout:g} seconds."
+            else:
+                continue
+            # Only if nothing moved since we looked: the runner's claim and report use the
+            # same conditions, so exactly one side wins.
+            if Attempt.objects.filter(
+                pk=attempt.pk, ended_at=None, started_at=attempt.started_at, worker=attempt.worker
+            ).update(ended_at=now, outcome=outcome, error=error):
+                recovered = True
+                logger.warning(
+                    "Recovered attempt %s of job %s: %s", attempt.pk, attempt.job_id, outcome
+                )
+        return recovered
+
+    # -- cancellation --------------------------------------------------------------------
+
+    def apply_cancels(self, now: datetime) -> bool:
+        requests = list(CancelRequest.objects.order_by("pk")[:100])
+        if not requests:
+            return False
+        done: list[int] = []
+        budget = STEP_LIMIT
+        for request in requests:
+            scope = Q(created_at__lte=request.created_at)
+            if request.job_id:
+                scope = Q(pk=request.job_id)
+            elif request.queue:
+                scope &= Q(queue=request.queue)
+            pending = list(
+                Job.objects.filter(scope, status__in=[Status.WAITING, *DEFERRED_STATUSES]).only(
+                    "on_complete", "context", "result"
+                )[:budget]
+            )
+            for job in pending:
+                job.status, job.finished_at = Status.CANCELED, now
+            Job.objects.filter(pk__in=[j.pk for j in pending]).update(
+                status=Status.CANCELED, finished_at=now
+            )
+            create_callbacks(pending, now)
+            Job.objects.filter(scope, status=Status.RUNNING, cancel_requested=False).update(
+                cancel_requested=True
+            )
+            budget -= len(pending)
+            if budget <= 0:
+                break
+            done.append(request.pk)
+        CancelRequest.objects.filter(pk__in=done).delete()
+        return True
+
+    # -- scheduled starts and retries ----------------------------------------------------
+
+    def promote_due(self, now: datetime) -> bool:
+        due = list(
+            Job.objects.filter(status__in=DEFERRED_STATUSES, start_at__lte=now).values_list(
+                "pk", flat=True
+            )[:STEP_LIMIT]
+        )
+        if due:
+            Job.objects.filter(pk__in=due, status__in=DEFERRED_STATUSES).update(
+                status=Status.WAITING
+            )
+        return bool(due)
+
+    # -- dispatch ------------------------------------------------------------------------
+
+    def start_ready(self, running: list[Attempt], now: datetime) -> tuple[bool, bool]:
+        """Start what the limits allow; returns (started any, WAITING jobs remain)."""
+        queues = waiting_queues()
+        if not queues:
+            return False, False
+        env_free = self.settings["MAX_CONCURRENCY"] - len(running)
+        if env_free <= 0:
+            return False, True
+        per_queue = Counter(a.queue for a in running)
+        per_key = Counter((a.queue, a.concurrency_key) for a in running if a.concurrency_key)
+        candidates: list[Job] = []
+        for name in queues:
+            candidates.extend(self.queue_candidates(name, per_queue, per_key, env_free))
+        candidates.sort(key=lambda job: (-job.priority, job.created_at))
+        chosen = candidates[:env_free]
+        if not chosen:
+            return False, True
+        attempts = Attempt.objects.bulk_create(
+            [
+                Attempt(
+                    job_id=job.pk,
+                    number=job.attempts + 1,
+                    queue=job.queue,
+                    concurrency_key=job.concurrency_key,
+                    timeout=job.timeout,
+                    dispatched_at=now,
+                )
+                for job in chosen
+            ]
+        )
+        Job.objects.filter(pk__in=[job.pk for job in chosen]).update(
+            status=Status.RUNNING, attempts=F("attempts") + 1
+        )
+        for batch in self.batches([a.pk for a in attempts], now):
+            _enqueue_task(RUNNER_TASK, batch)
+        return True, len(candidates) > len(chosen) or len(chosen) == env_free
+
+    def queue_candidates(
+        self,
+        name: str,
+        per_queue: Counter[str],
+        per_key: Counter[tuple[str, str]],
+        env_free: int,
+    ) -> list[Job]:
+        limits = QueueLimits.of(name)
+        if limits.max_concurrency == 0:
+            return []
+        ceiling = limits.max_concurrency or self.settings["MAX_QUEUE_CONCURRENCY"]
+        room = min(ceiling - per_queue[name], env_free)
+        if room <= 0:
+            return []
+        rows = (
+            Job.objects.filter(status=Status.WAITING, queue=name)
+            .order_by("-priority", "created_at")
+            .only(
+                "queue",
+                "priority",
+                "created_at",
+                "concurrency_key",
+                "max_concurrency",
+                "timeout",
+                "attempts",
+            )[: room + KEY_LOOKAHEAD]
+        )
+        chosen: list[Job] = []
+        for job in rows:
+            if per_queue[name] >= limits.limit_for(job.max_concurrency):
+                continue
+            key = (name, job.concurrency_key)
+            if job.concurrency_key and per_key[key] >= limits.key_concurrency:
+                continue
+            chosen.append(job)
+            per_queue[name] += 1
+            if job.concurrency_key:
+                per_key[key] += 1
+            if len(chosen) >= room:
+                break
+        return chosen
+
+    def batches(self, attempt_ids: list[int], now: datetime) -> Iterable[list[int]]:
+        """Deal the attempts round-robin into one batch per live worker (priority order is
+        kept within each), at most DISPATCH_BATCH_SIZE each."""
+        dead_after = timedelta(seconds=self.settings["WORKER_DEAD_AFTER"])
+        workers = WorkerHeartbeat.objects.filter(seen_at__gte=now - dead_after).count()
+        size = self.settings["DISPATCH_BATCH_SIZE"]
+        count = min(len(attempt_ids), max(workers, 1, math.ceil(len(attempt_ids) / size)))
+        return [attempt_ids[i::count] for i in range(count)]
+
+    # -- resting -------------------------------------------------------------------------
+
+    def resting_state(
+        self, running: list[Attempt], waiting_left: bool, now: datetime
+    ) -> tuple[str, datetime | None]:
+        wakes = [
+            start
+            for status in DEFERRED_STATUSES
+            for start in Job.objects.filter(status=status)
+            .order_by("start_at")
+            .values_list("start_at", flat=True)[:1]
+        ]
+        if running:
+            # Look again for dead workers and overruns even if no completion arrives.
+            wakes.append(now + timedelta(seconds=self.settings["WORKER_DEAD_AFTER"]))
+        wake = _segment_ceiling(min(wakes)) if wakes else None
+        if waiting_left and len(running) >= self.settings["MAX_CONCURRENCY"]:
+            return LoopStatus.SATURATED, wake
+        if wake is not None or waiting_left:
+            return LoopStatus.SCHEDULED, wake
+        return LoopStatus.IDLE, None
+
+
+def create_callbacks(finished: list[Job], now: datetime) -> None:
+    """Create the on_complete job of each finished job that asked for one."""
+    callbacks = []
+    retry = Retry.coerce(None).to_json()
+    for job in finished:
+        if not job.on_complete:
+            continue
+        outcome = {
+            "job_id": job.pk,
+            "status": str(job.status),
+            "result": job.result if job.status == Status.COMPLETE else None,
+            "error": job.error if job.status == Status.FAILED else None,
+            "context": job.context,
+        }
+        callbacks.append(
+            Job(
+                id=uuid.uuid4().hex,
+                func=job.on_complete,
+                args=[outcome],
+                kwargs={},
+                queue="default",
+                status=Status.WAITING,
+                start_at=now,
+                created_at=now,
+                retry=retry,
+            )
+        )
+    if callbacks:
+        Job.objects.bulk_create(callbacks)
+
+
+def waiting_queues() -> list[str]:
+    """The queues that have WAITING jobs, found by skipping through the dispatch index
+    (one index probe per queue, however many jobs wait)."""
+    table = connection.ops.quote_name(Job._meta.db_table)
+    sql = (
+        f"WITH RECURSIVE q(name) AS ("
+        f" SELECT MIN(queue) FROM {table} WHERE status = %s"
+        f" UNION ALL"
+        f" SELECT (SELECT MIN(queue) FROM {table} WHERE status = %s AND queue > q.name)"
+        f" FROM q WHERE q.name IS NOT NULL"
+        f") SELECT name FROM q WHERE name IS NOT NULL LIMIT 1000"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [Status.WAITING.value, Status.WAITING.value])
+        return [row[0] for row in cursor.fetchall()]

@@ -1,0 +1,169 @@
+"""The queue's tables.
+
+Who writes what (see :mod:`django_ratequeue.queue.loop` for the full story):
+
+- producers INSERT :class:`Job` rows (``enqueue``) and :class:`CancelRequest` rows (``cancel``);
+- the runner claims and ends the :class:`Attempt` rows the loop handed it (conditional UPDATEs);
+- only the main loop moves a job between statuses, creates attempts and finalises them;
+- :class:`LoopState` is the loop's singleton, :class:`WorkerHeartbeat` one row per worker process.
+"""
+
+from __future__ import annotations
+
+from django.db import models
+
+
+class Status(models.TextChoices):
+    """Where a job is in its life. The last three are final."""
+
+    SCHEDULED = "scheduled", "Scheduled"
+    WAITING = "waiting", "Waiting"
+    RUNNING = "running", "Running"
+    RETRYING = "retrying", "Retrying"
+    FAILED = "failed", "Failed"
+    COMPLETE = "complete", "Complete"
+    CANCELED = "canceled", "Canceled"
+
+
+FINAL_STATUSES = frozenset({Status.FAILED, Status.COMPLETE, Status.CANCELED})
+# Statuses whose job waits for its start_at before it becomes WAITING.
+DEFERRED_STATUSES = (Status.SCHEDULED, Status.RETRYING)
+
+
+class Job(models.Model):
+    """One unit of work, from enqueue to its final status; kept for RETENTION afterwards."""
+
+    id = models.CharField(primary_key=True, max_length=200)
+    func = models.CharField("function", max_length=300)
+    args = models.JSONField(default=list, blank=True)
+    kwargs = models.JSONField(default=dict, blank=True)
+    queue = models.CharField(max_length=200, default="default")
+    # The max_concurrency given at enqueue for a queue not configured in settings.
+    max_concurrency = models.PositiveIntegerField(null=True, blank=True)
+    concurrency_key = models.CharField(max_length=255, blank=True, default="")
+    priority = models.IntegerField(default=0)
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.WAITING)
+    # When the job may start: the schedule, or the next retry while RETRYING.
+    start_at = models.DateTimeField()
+    created_at = models.DateTimeField()
+    attempts = models.PositiveIntegerField(default=0)
+    retry = models.JSONField(help_text="The Retry policy's fields.")
+    timeout = models.FloatField(null=True, blank=True, help_text="Seconds per attempt.")
+    on_complete = models.CharField(max_length=300, blank=True, default="")
+    context = models.JSONField(null=True, blank=True)
+    owner = models.CharField(max_length=255, blank=True, default="")
+    cost = models.PositiveIntegerField(default=1)
+    cancel_requested = models.BooleanField(default=False)
+    result = models.JSONField(null=True, blank=True)
+    error = models.TextField(blank=True, default="")
+    traceback = models.TextField(blank=True, default="")
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        verbose_name = "job"
+        indexes = [
+            # The dispatch read: next jobs of queue Q by priority, then arrival.
+            models.Index(
+                fields=["status", "queue", "-priority", "created_at"], name="ratequeue_job_ready"
+            ),
+            # Scheduled starts and retries that have come due.
+            models.Index(fields=["status", "start_at"], name="ratequeue_job_due"),
+            # Retention.
+            models.Index(fields=["finished_at"], name="ratequeue_job_finished"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.func} [{self.id}]"
+
+
+class Outcome(models.TextChoices):
+    SUCCEEDED = "succeeded", "Succeeded"
+    FAILED = "failed", "Failed"
+    NON_RETRYABLE = "non_retryable", "Failed, not retryable"
+    TIMED_OUT = "timed_out", "Timed out"
+    WORKER_LOST = "worker_lost", "Worker lost"
+
+
+class Attempt(models.Model):
+    """One try at a job: created by the loop, claimed and ended by a runner.
+
+    ``active`` stays true until the loop has taken the attempt's outcome into account, so
+    the active attempts are exactly the ones that hold a concurrency slot.
+    """
+
+    job = models.ForeignKey(Job, on_delete=models.DO_NOTHING, related_name="attempt_set")
+    number = models.PositiveIntegerField()
+    queue = models.CharField(max_length=200)
+    concurrency_key = models.CharField(max_length=255, blank=True, default="")
+    timeout = models.FloatField(null=True, blank=True)
+    active = models.BooleanField(default=True)
+    dispatched_at = models.DateTimeField()
+    worker = models.CharField(max_length=64, blank=True, default="")
+    started_at = models.DateTimeField(null=True, blank=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+    outcome = models.CharField(max_length=16, choices=Outcome.choices, blank=True, default="")
+    result = models.JSONField(null=True, blank=True)
+    error = models.TextField(blank=True, default="")
+    traceback = models.TextField(blank=True, default="")
+
+    class Meta:
+        verbose_name = "attempt"
+        indexes = [models.Index(fields=["active"], name="ratequeue_attempt_active")]
+
+    def __str__(self) -> str:
+        return f"attempt {self.number} of {self.job_id}"
+
+
+class CancelRequest(models.Model):
+    """A producer's request to cancel one job, a queue's jobs (``queue``), or all (neither)."""
+
+    job_id = models.CharField(max_length=200, blank=True, default="")
+    queue = models.CharField(max_length=200, blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        verbose_name = "cancel request"
+
+    def __str__(self) -> str:
+        return f"cancel {self.job_id or self.queue or 'all jobs'}"
+
+
+class LoopStatus(models.TextChoices):
+    IDLE = "idle", "Idle"
+    RUNNING = "running", "Running"
+    SCHEDULED = "scheduled", "Scheduled"
+    SATURATED = "saturated", "Saturated"
+
+
+class LoopState(models.Model):
+    """The main loop's singleton row (pk 1); its ``generation`` admits one loop at a time."""
+
+    SINGLETON = 1
+
+    id = models.PositiveSmallIntegerField(primary_key=True, default=SINGLETON)
+    generation = models.BigIntegerField(default=0)
+    state = models.CharField(max_length=10, choices=LoopStatus.choices, default=LoopStatus.IDLE)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    next_wake_at = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        verbose_name = "loop state"
+
+    def __str__(self) -> str:
+        return f"loop {self.state} (generation {self.generation})"
+
+
+class WorkerHeartbeat(models.Model):
+    """Proof of life of one django-q2 worker process, refreshed by its watchdog thread."""
+
+    id = models.CharField(primary_key=True, max_length=64)
+    pid = models.PositiveIntegerField()
+    host = models.CharField(max_length=255)
+    seen_at = models.DateTimeField()
+
+    class Meta:
+        verbose_name = "worker heartbeat"
+
+    def __str__(self) -> str:
+        return f"{self.host}:{self.pid}"

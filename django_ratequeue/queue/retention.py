@@ -1,0 +1,56 @@
+"""Retention: finished jobs are kept RETENTION seconds for ``result()`` and the admin.
+
+The loop prunes a small batch now and then when it has nothing else to do;
+``manage.py ratequeue_prune`` prunes everything that is due.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+
+from django.db import transaction
+from django.utils import timezone
+
+from ..conf import ratequeue_settings
+from .models import Attempt, Job, WorkerHeartbeat
+
+BACKGROUND_EVERY = 60.0
+BACKGROUND_BATCH = 500
+_next_background_prune = 0.0
+
+
+def prune_batch(limit: int) -> int:
+    """Delete up to ``limit`` jobs finished more than RETENTION ago; return how many."""
+    cutoff = timezone.now() - timedelta(seconds=ratequeue_settings()["RETENTION"])
+    with transaction.atomic():
+        ids = list(Job.objects.filter(finished_at__lt=cutoff).values_list("pk", flat=True)[:limit])
+        if ids:
+            Attempt.objects.filter(job_id__in=ids).delete()
+            Job.objects.filter(pk__in=ids).delete()
+    return len(ids)
+
+
+def prune_heartbeats() -> int:
+    """Forget worker processes not seen for a day."""
+    cutoff = timezone.now() - timedelta(days=1)
+    return WorkerHeartbeat.objects.filter(seen_at__lt=cutoff).delete()[0]
+
+
+def prune(batch_size: int = 1000) -> int:
+    """Prune every job that is due, in batches; return how many were deleted."""
+    total = 0
+    while count := prune_batch(batch_size):
+        total += count
+    prune_heartbeats()
+    return total
+
+
+def prune_in_background() -> None:
+    """One small batch, at most once a minute per process: called by the resting loop."""
+    global _next_background_prune
+    if time.monotonic() < _next_background_prune:
+        return
+    _next_background_prune = time.monotonic() + BACKGROUND_EVERY
+    prune_batch(BACKGROUND_BATCH)
+    prune_heartbeats()

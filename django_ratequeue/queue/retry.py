@@ -1,0 +1,91 @@
+"""Retry policies: how many more attempts a failed job gets, and how long it waits for each."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import asdict, dataclass, fields
+from datetime import timedelta
+from typing import Any
+
+from ..conf import ratequeue_settings
+
+
+def _seconds(name: str, value: Any) -> float:
+    if isinstance(value, timedelta):
+        value = value.total_seconds()
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(
+            f"Retry {name} must be a number of seconds or a timedelta, not {value!r}."
+        )
+    if value < 0:
+        raise ValueError(f"Retry {name} must not be negative, got {value!r}.")
+    return float(value)
+
+
+@dataclass(frozen=True)
+class Retry:
+    """Exponential back-off: attempt ``n`` (1-based) failed → wait
+    ``min(initial_interval * backoff_factor ** (n - 1), max_interval)`` seconds, scaled by a
+    random factor in [0.8, 1.2] when ``randomize_interval`` so that failing jobs spread out.
+    """
+
+    retry_count: int = 6
+    initial_interval: float = 1.0
+    max_interval: float = 3600.0
+    backoff_factor: float = 2.0
+    randomize_interval: bool = True
+
+    def __post_init__(self) -> None:
+        count = self.retry_count
+        if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+            raise ValueError(f"retry_count must be a non-negative integer, not {count!r}.")
+        object.__setattr__(
+            self, "initial_interval", _seconds("initial_interval", self.initial_interval)
+        )
+        object.__setattr__(self, "max_interval", _seconds("max_interval", self.max_interval))
+        factor = self.backoff_factor
+        if isinstance(factor, bool) or not isinstance(factor, int | float) or factor < 1:
+            raise ValueError(f"backoff_factor must be a number >= 1, not {factor!r}.")
+        object.__setattr__(self, "backoff_factor", float(factor))
+        if not isinstance(self.randomize_interval, bool):
+            raise ValueError(
+                f"randomize_interval must be True or False, not {self.randomize_interval!r}."
+            )
+
+    def delay(self, failed_attempts: int) -> float:
+        """Seconds to wait before the attempt that follows ``failed_attempts`` failures."""
+        exponent = max(failed_attempts - 1, 0)
+        try:
+            base = self.initial_interval * self.backoff_factor**exponent
+        except OverflowError:
+            base = self.max_interval
+        base = min(base, self.max_interval)
+        return base * random.uniform(0.8, 1.2) if self.randomize_interval else base
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def coerce(cls, value: Any) -> Retry:
+        """Build a policy from the ``retries`` option: None (the default), an int, a dict or a
+        Retry."""
+        if value is None:
+            value = ratequeue_settings()["DEFAULT_RETRIES"]
+        if isinstance(value, Retry):
+            return value
+        if isinstance(value, dict):
+            known = {f.name for f in fields(cls)}
+            unknown = sorted(set(value) - known)
+            if unknown:
+                raise ValueError(
+                    f"Unknown retries option(s) {', '.join(unknown)}; "
+                    f"known: {', '.join(sorted(known))}."
+                )
+            return cls(**value)
+        if isinstance(value, int) and not isinstance(value, bool):
+            if value < 0:
+                raise ValueError(f"retries must not be negative, got {value}.")
+            return cls(retry_count=value)
+        raise ValueError(
+            f"retries must be an int, a dict of Retry fields or a Retry, not {value!r}."
+        )

@@ -1,0 +1,95 @@
+"""Job functions the queue tests enqueue; workers import them from here."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from django_ratequeue import NonRetryableError, job
+
+
+def add(a: int, b: int) -> int:
+    return a + b
+
+
+def echo(*args: Any, **kwargs: Any) -> dict[str, Any]:
+    return {"args": list(args), "kwargs": kwargs}
+
+
+@job(queue="decorated", retries=2, timeout=30)
+def decorated(x: int) -> int:
+    return x * 2
+
+
+def sleep(seconds: float) -> str:
+    time.sleep(seconds)
+    return "slept"
+
+
+def fail(message: str = "boom") -> None:
+    raise ValueError(message)
+
+
+def fail_hard(message: str = "no point retrying") -> None:
+    raise NonRetryableError(message)
+
+
+def append_line(path: str, text: str) -> None:
+    """Append one line (O_APPEND keeps concurrent writers' lines whole)."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, f"{text}\n".encode())
+    finally:
+        os.close(fd)
+
+
+def record(path: str, label: str) -> str:
+    append_line(path, f"{label} {time.time():.6f} {os.getpid()}")
+    return label
+
+
+def fail_then_record(path: str, label: str) -> None:
+    """Record the attempt's time and fail, so that the test can read the back-off."""
+    record(path, label)
+    raise RuntimeError(f"attempt of {label} failed")
+
+
+def block_until_file(path: str, marker: str, limit: float = 30) -> str:
+    """Record that it started (with its pid), then wait until ``marker`` exists."""
+    record(path, "started")
+    deadline = time.monotonic() + limit
+    while not Path(marker).exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return "released"
+
+
+def observed(counter: str, groups: list[str], seconds: float) -> None:
+    """Count this job as running in each group while it sleeps; keep the peak per group."""
+    _adjust(counter, groups, +1)
+    try:
+        time.sleep(seconds)
+    finally:
+        _adjust(counter, groups, -1)
+
+
+def _adjust(counter: str, groups: list[str], delta: int) -> None:
+    with open(counter, "a+") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        handle.seek(0)
+        state = json.loads(handle.read() or '{"now": {}, "peak": {}}')
+        for group in groups:
+            state["now"][group] = state["now"].get(group, 0) + delta
+            state["peak"][group] = max(state["peak"].get(group, 0), state["now"][group])
+        handle.seek(0)
+        handle.truncate()
+        handle.write(json.dumps(state))
+        fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def callback(outcome: dict[str, Any]) -> None:
+    """An on_complete target: writes the outcome it received to the path in its context."""
+    append_line(outcome["context"]["path"], json.dumps(outcome, sort_keys=True))

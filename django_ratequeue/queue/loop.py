@@ -202,8 +202,9 @@ def watch_loop() -> None:
         _start_pass(generation, state)
 
 
-def main_loop(generation: int) -> None:
-    """One pass of the main loop (a django-q2 task); exits at once if it lost the race."""
+def main_loop(generation: int) -> bool:
+    """One pass of the main loop (a django-q2 task). Returns False at once if another pass
+    already took over from ``generation``."""
     now = _now()
     mine = generation + 1
     won = LoopState.objects.filter(pk=LoopState.SINGLETON, generation=generation).update(
@@ -214,6 +215,7 @@ def main_loop(generation: int) -> None:
     )
     if won:
         Loop(mine).run()
+    return bool(won)
 
 
 @dataclass(frozen=True)

@@ -93,3 +93,8 @@ def _adjust(counter: str, groups: list[str], delta: int) -> None:
 def callback(outcome: dict[str, Any]) -> None:
     """An on_complete target: writes the outcome it received to the path in its context."""
     append_line(outcome["context"]["path"], json.dumps(outcome, sort_keys=True))
+
+
+def sleep_and_record(path: str, label: str, seconds: float) -> str:
+    time.sleep(seconds)
+    return record(path, label)

@@ -1,0 +1,142 @@
+"""Failures of the machinery itself: killed workers, a killed loop, racing loops, limits
+under load, and a thousand jobs with none lost and none run twice."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+from collections import Counter
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from django.db import connection
+from django.utils import timezone
+
+from django_ratequeue import Status, enqueue, enqueue_many
+from django_ratequeue.models import Attempt, Job, LoopState
+from django_ratequeue.queue.loop import ensure_loop_state, main_loop
+from django_ratequeue.queue.models import LoopStatus
+from tests.queue import jobs
+from tests.queue.conftest import wait_for
+
+pytestmark = pytest.mark.cluster
+
+
+def lines(path: Path) -> list[str]:
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def test_killed_worker_attempt_is_recovered_and_retried(cluster, tmp_path: Path) -> None:
+    cluster(workers=2)
+    started, release = tmp_path / "started.log", tmp_path / "release"
+    handle = enqueue(jobs.block_until_file, str(started), str(release), retries=2)
+    first = wait_for(lambda: lines(started), message="the job to start")
+    os.kill(int(first[0].split()[2]), signal.SIGKILL)
+    release.touch()
+    assert handle.result(timeout=30) == "released"
+    assert [a.outcome for a in handle.attempts()] == ["worker_lost", "succeeded"]
+    pids = [line.split()[2] for line in lines(started)]
+    assert len(pids) == 2 and pids[0] != pids[1]
+
+
+def test_lapsed_loop_lease_is_noticed_and_the_loop_restarted(cluster) -> None:
+    cluster()
+    enqueue(jobs.add, 1, 1).result(timeout=30)
+    # As if the process running a pass died: state says running, lease already over.
+    generation = ensure_loop_state()[0]
+    LoopState.objects.filter(pk=1).update(
+        state=LoopStatus.RUNNING, lease_expires_at=timezone.now() - timedelta(seconds=1)
+    )
+    handle = enqueue(jobs.add, 2, 2)  # sees "running": does not kick
+    assert handle.result(timeout=30) == 4
+    assert ensure_loop_state()[0] > generation
+
+
+def test_killed_cluster_leaves_nothing_behind(cluster, tmp_path: Path) -> None:
+    log = tmp_path / "runs.log"
+    first = cluster(workers=2, MAX_CONCURRENCY=4)
+    handles = enqueue_many(jobs.sleep_and_record, [[str(log), f"j{i}", 0.05] for i in range(40)])
+    wait_for(lambda: len(lines(log)) >= 5, message="some jobs to run")
+    first.kill()  # workers, and the loop's pass among them
+    cluster(workers=2, MAX_CONCURRENCY=4)
+    wait_for(
+        lambda: Job.objects.filter(status=Status.COMPLETE).count() == 40,
+        timeout=90,
+        message="every job to complete after the restart",
+    )
+    runs = Counter(line.split()[0] for line in lines(log))
+    assert set(runs) == {f"j{i}" for i in range(40)}
+    # A job runs again only if its attempt was cut short by the kill.
+    lost = {
+        args[1]
+        for args in Attempt.objects.filter(outcome="worker_lost").values_list(
+            "job__args", flat=True
+        )
+    }
+    assert {label for label, count in runs.items() if count > 1} <= lost
+    assert len(handles) == 40
+
+
+def test_two_loops_racing_on_one_generation_exactly_one_proceeds(transactional_db) -> None:
+    enqueue(jobs.add, 1, 2)
+    generation = ensure_loop_state()[0]
+    barrier = threading.Barrier(2)
+    outcomes: list[bool] = []
+
+    def contender() -> None:
+        try:
+            barrier.wait()
+            outcomes.append(main_loop(generation))
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=contender) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert sorted(outcomes) == [False, True]
+    assert ensure_loop_state()[0] == generation + 1
+    assert Attempt.objects.count() == 1  # the job was started once, by the winner
+
+
+def test_concurrency_limits_hold_under_load(cluster, tmp_path: Path) -> None:
+    cluster(
+        workers=4,
+        MAX_CONCURRENCY=3,
+        QUEUES={"narrow": {"max_concurrency": 1}, "keyed": {"max_concurrency": 3}},
+    )
+    counter = str(tmp_path / "counter.json")
+    handles = enqueue_many(jobs.observed, [[counter, ["all"], 0.05]] * 12)
+    handles += enqueue_many(
+        jobs.observed, [[counter, ["all", "narrow"], 0.05]] * 6, queue="narrow"
+    )
+    for key in ("k1", "k2"):
+        handles += enqueue_many(
+            jobs.observed,
+            [[counter, ["all", "keyed", key], 0.05]] * 4,
+            queue="keyed",
+            concurrency_key=key,
+        )
+    for handle in handles:
+        handle.result(timeout=60)
+    peak = json.loads(Path(counter).read_text())["peak"]
+    assert peak["all"] <= 3 and peak["narrow"] == 1 and peak["k1"] == peak["k2"] == 1
+    assert peak["all"] >= 2 and peak["keyed"] >= 1
+
+
+def test_a_thousand_jobs_none_lost_none_run_twice(cluster, tmp_path: Path) -> None:
+    cluster(workers=2, MAX_CONCURRENCY=50)
+    log = tmp_path / "runs.log"
+    enqueue_many(jobs.record, [[str(log), f"j{i}"] for i in range(1000)])
+    wait_for(
+        lambda: Job.objects.filter(status=Status.COMPLETE).count() == 1000,
+        timeout=120,
+        message="1,000 jobs to complete",
+    )
+    runs = Counter(line.split()[0] for line in lines(log))
+    assert len(runs) == 1000 and set(runs.values()) == {1}
+    assert set(Job.objects.values_list("attempts", flat=True)) == {1}

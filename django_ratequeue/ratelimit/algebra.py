@@ -118,18 +118,19 @@ def decide(
     configuration; ``check_count`` must have accepted ``count``.
     """
     current = project(config, state, now, phase)
-    remaining = current.value - count
-    floor = (
-        0.0 if not reserve else -(math.inf if config.max_reserved is None else config.max_reserved)
-    )
-    if remaining < floor:
-        needed = count + floor  # tokens that must be available at the retry
+    # What may be borrowed; compared as ``value + allowance`` like ``largest_count`` so
+    # that a count ``check_count`` accepts is always admitted by a full limit.
+    allowance = 0.0
+    if reserve:
+        allowance = math.inf if config.max_reserved is None else config.max_reserved
+    if current.value + allowance < count:
         retry_at = _earliest(
-            lambda t: project(config, current, t, phase).value >= needed,
+            lambda t: project(config, current, t, phase).value + allowance >= count,
             now,
-            _estimate(config, current, needed),
+            _estimate(config, current, count - allowance),
         )
         return Decision(False, None, retry_at, current.value)
+    remaining = current.value - count
     new_state = State(
         remaining, max(current.ts, now) if isinstance(config, TokenBucket) else current.ts
     )

@@ -1,0 +1,80 @@
+"""Eight OS processes race for one key on PostgreSQL: exactly the limit is admitted."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import pytest
+from django.db import connection
+
+from django_ratequeue import get_rate_limit_value
+from django_ratequeue.ratelimit.models import RateLimitState
+
+ROOT = Path(__file__).resolve().parents[2]
+PROCESSES = 8
+
+pytestmark = [pytest.mark.postgres_only, pytest.mark.django_db(transaction=True)]
+
+
+def database_url_for_contenders() -> str:
+    db = connection.settings_dict
+    auth = quote(db["USER"] or "") + (f":{quote(db['PASSWORD'])}" if db["PASSWORD"] else "")
+    host = f"{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}"
+    return f"postgres://{auth}@{host}/{db['NAME']}"
+
+
+def race(name: str, config: dict[str, Any], attempts: int) -> list[int]:
+    """Start the contenders, release them together, and return what each admitted."""
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "tests.settings",
+        "DATABASE_URL": database_url_for_contenders(),
+    }
+    command = [sys.executable, "-m", "tests.ratelimit.hammer", name, json.dumps(config)]
+    contenders = [
+        subprocess.Popen(
+            [*command, str(attempts)],
+            cwd=ROOT,
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(PROCESSES)
+    ]
+    try:
+        for contender in contenders:
+            assert contender.stdout is not None and contender.stdout.readline() == "ready\n"
+        for contender in contenders:  # the start barrier: everyone is connected
+            assert contender.stdin is not None
+            contender.stdin.write("go\n")
+            contender.stdin.flush()
+        results = [int(contender.communicate(timeout=120)[0]) for contender in contenders]
+    finally:
+        for contender in contenders:
+            contender.kill()
+    assert all(contender.returncode == 0 for contender in contenders)
+    return results
+
+
+def test_one_hot_key_admits_exactly_the_limit() -> None:
+    # A day-long period: refill during the race stays far below one token.
+    config = {"kind": "token bucket", "rate": 100, "period": 86400}
+    admitted = race("hot", config, attempts=40)
+    assert sum(admitted) == 100
+    assert sum(1 for n in admitted if n) > 1  # they really raced
+    assert RateLimitState.objects.get(name="hot").value == pytest.approx(0, abs=0.05)
+
+
+def test_one_hot_key_with_shards_admits_exactly_the_total_capacity() -> None:
+    config = {"kind": "fixed window", "rate": 200, "period": 86400, "shards": 8}
+    admitted = race("hot-sharded", config, attempts=80)
+    assert sum(admitted) == 200
+    assert RateLimitState.objects.filter(name="hot-sharded").count() == 8
+    assert get_rate_limit_value("hot-sharded", config=config) == 0

@@ -84,14 +84,16 @@ import uuid
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.db import connection, transaction
 from django.db.models import F, Q
 from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 
 from ..conf import ratequeue_settings
+from .bulk import update_rows
 from .models import (
     DEFERRED_STATUSES,
     Attempt,
@@ -111,6 +113,17 @@ LOOP_TASK = "django_ratequeue.queue.loop.main_loop"
 RUNNER_TASK = "django_ratequeue.queue.runner.run_batch"
 # Rows one step handles at most of each kind, to keep its transaction short.
 STEP_LIMIT = 1000
+# What finishing an attempt writes to its job, and what it reads to decide.
+JOB_OUTCOME_FIELDS = [
+    "status",
+    "attempts",
+    "result",
+    "error",
+    "traceback",
+    "start_at",
+    "finished_at",
+]
+FINISH_FIELDS = [*JOB_OUTCOME_FIELDS, "retry", "cancel_requested", "on_complete", "context"]
 # WAITING rows looked at per queue beyond its free slots, to get past busy concurrency keys.
 KEY_LOOKAHEAD = 100
 
@@ -148,16 +161,32 @@ def _enqueue_task(func: str, *args: Any) -> None:
 
 
 def ensure_loop_state() -> tuple[int, str, datetime | None, datetime | None]:
-    """(generation, state, next_wake_at, lease_expires_at), creating the singleton if needed."""
-    row = (
-        LoopState.objects.filter(pk=LoopState.SINGLETON)
-        .values_list("generation", "state", "next_wake_at", "lease_expires_at")
-        .first()
-    )
+    """(generation, state, next_wake_at, lease_expires_at), creating the singleton if needed.
+
+    Every producer makes this read after commit, so it is plain SQL: a point read by
+    primary key, without the ORM's per-query overhead.
+    """
+    table = connection.ops.quote_name(LoopState._meta.db_table)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT generation, state, next_wake_at, lease_expires_at FROM {table} WHERE id = %s",
+            [LoopState.SINGLETON],
+        )
+        row = cursor.fetchone()
     if row is None:
         LoopState.objects.bulk_create([LoopState(pk=LoopState.SINGLETON)], ignore_conflicts=True)
         return 0, LoopStatus.IDLE, None, None
-    return row
+    generation, state, next_wake_at, lease_end = row
+    return generation, state, _aware(next_wake_at), _aware(lease_end)
+
+
+def _aware(value: datetime | str | None) -> datetime | None:
+    """A raw datetime column as an aware datetime (SQLite returns naive UTC text)."""
+    if isinstance(value, str):
+        value = parse_datetime(value)
+    if value is not None and timezone.is_naive(value):
+        value = value.replace(tzinfo=UTC)
+    return value
 
 
 def _start_pass(generation: int, seen: str, **conditions: Any) -> bool:
@@ -281,9 +310,12 @@ class Loop:
             ).update(lease_expires_at=now + _lease(), updated_at=now):
                 return None
             did_work = self.recover(now)
-            active = list(Attempt.objects.filter(active=True))
-            ended = [a for a in active if a.ended_at is not None]
-            did_work |= self.finish(ended, now)
+            active = list(
+                Attempt.objects.filter(active=True).only(
+                    "job", "queue", "concurrency_key", "ended_at"
+                )
+            )
+            did_work |= self.finish([a.pk for a in active if a.ended_at is not None], now)
             running = [a for a in active if a.ended_at is None]
             did_work |= self.apply_cancels(now)
             did_work |= self.promote_due(now)
@@ -302,12 +334,12 @@ class Loop:
 
     # -- completions ---------------------------------------------------------------------
 
-    def finish(self, ended: list[Attempt], now: datetime) -> bool:
+    def finish(self, ended_ids: list[int], now: datetime) -> bool:
         """Apply the outcome of attempts that ended to their jobs."""
-        if not ended:
+        if not ended_ids:
             return False
-        ended = ended[:STEP_LIMIT]
-        jobs = Job.objects.in_bulk([a.job_id for a in ended])
+        ended = list(Attempt.objects.filter(pk__in=ended_ids[:STEP_LIMIT]))
+        jobs = Job.objects.only(*FINISH_FIELDS).in_bulk([a.job_id for a in ended])
         changed: list[Job] = []
         finals: list[Job] = []
         released: list[int] = []
@@ -341,10 +373,7 @@ class Loop:
         Attempt.objects.filter(pk__in=[a.pk for a in ended]).update(active=False)
         if released:
             Attempt.objects.filter(pk__in=released).delete()
-        Job.objects.bulk_update(
-            changed,
-            ["status", "attempts", "result", "error", "traceback", "start_at", "finished_at"],
-        )
+        update_rows(Job, changed, JOB_OUTCOME_FIELDS)
         create_callbacks(finals, now)
         return True
 

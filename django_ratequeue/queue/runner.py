@@ -22,6 +22,7 @@ from django.utils import timezone
 
 from ..conf import ratequeue_settings
 from ..exceptions import NonRetryableError
+from .bulk import update_rows
 from .enqueue import import_function
 from .loop import wake_loop
 from .models import Attempt, Job, Outcome
@@ -62,75 +63,104 @@ def run_batch(attempt_ids: list[int]) -> None:
     Attempt.objects.filter(pk__in=attempt_ids, worker="", started_at=None, ended_at=None).update(
         worker=me
     )
-    reporter = Reporter()
-    for attempt_id in attempt_ids:
-        run_attempt(attempt_id, me, reporter)
+    runner = Runner(me)
+    todo = list(attempt_ids)
+    while todo:
+        todo = runner.run_chunk(todo)
     for _ in range(ratequeue_settings()["DISPATCH_BATCH_SIZE"]):
-        spare = (
+        spare = list(
             Attempt.objects.filter(active=True, started_at=None, ended_at=None)
             .order_by("pk")
-            .values_list("pk", flat=True)
-            .first()
+            .values_list("pk", flat=True)[: runner.chunk]
         )
-        if spare is None:
+        if not spare:
             break
-        run_attempt(spare, beat(), reporter)
-    reporter.flush()
+        runner.run_chunk(spare)
+    runner.wake()
 
 
-class Reporter:
-    """Wakes the loop about completions: after a slow job at once, after quick ones at most
-    every SEGMENT seconds, and at the end of the batch."""
+class Runner:
+    """Claims, runs and reports attempts in chunks.
 
-    def __init__(self) -> None:
-        self.pending = False
-        self.last = time.monotonic()
+    A chunk is claimed with one conditional UPDATE and reported with one statement. It
+    starts at one attempt and doubles (up to ``MAX_CHUNK``) while jobs finish quickly, so
+    no-op jobs cost a fraction of a query each while a slow job never holds others back.
+    """
 
-    def ended(self) -> None:
-        self.pending = True
-        if time.monotonic() - self.last >= ratequeue_settings()["SEGMENT"]:
-            self.flush()
+    MAX_CHUNK = 32
+    QUICK = 0.005
 
-    def flush(self) -> None:
-        if self.pending:
+    def __init__(self, worker: str) -> None:
+        self.worker = worker
+        self.chunk = 1
+        self.unreported_since: float | None = None
+
+    def run_chunk(self, todo: list[int]) -> list[int]:
+        """Run the first ``chunk`` attempts of ``todo``; return the rest."""
+        taken, rest = todo[: self.chunk], todo[self.chunk :]
+        claimed = self.claim(taken)
+        began = time.monotonic()
+        for attempt in claimed:
+            run_attempt(attempt)
+        quick = time.monotonic() - began < self.QUICK * max(len(claimed), 1)
+        self.chunk = min(self.chunk * 2, self.MAX_CHUNK) if quick else 1
+        update_rows(
+            Attempt,
+            claimed,
+            ["ended_at", "outcome", "result", "error", "traceback"],
+            # A recovered (superseded) attempt already ended: its late report is ignored.
+            condition="t.ended_at IS NULL",
+        )
+        if claimed:
+            self.unreported_since = self.unreported_since or time.monotonic()
+            if time.monotonic() - self.unreported_since >= ratequeue_settings()["SEGMENT"]:
+                self.wake()
+        return rest
+
+    def claim(self, attempt_ids: list[int]) -> list[Attempt]:
+        """Take the attempts nobody started yet; an attempt that already ran, or was
+        recovered, is skipped, so a task django-q2 delivers twice runs nothing twice."""
+        if not attempt_ids:
+            return []
+        stamp = timezone.now()
+        Attempt.objects.filter(pk__in=attempt_ids, started_at=None, ended_at=None).update(
+            worker=self.worker, started_at=stamp
+        )
+        return list(
+            Attempt.objects.filter(pk__in=attempt_ids, worker=self.worker, started_at=stamp)
+            .select_related("job")
+            .only("timeout", "started_at", "job__func", "job__args", "job__kwargs")
+            .order_by("pk")
+        )
+
+    def wake(self) -> None:
+        """Tell the loop that slots came free."""
+        if self.unreported_since is not None:
             wake_loop()
-            self.pending = False
-        self.last = time.monotonic()
+            self.unreported_since = None
 
 
-def run_attempt(attempt_id: int, me: str, reporter: Reporter) -> None:
-    claimed = Attempt.objects.filter(pk=attempt_id, started_at=None, ended_at=None).update(
-        worker=me, started_at=timezone.now()
-    )
-    if not claimed:
-        return
-    attempt = (
-        Attempt.objects.select_related("job")
-        .only("timeout", "job__func", "job__args", "job__kwargs")
-        .get(pk=attempt_id)
-    )
+def run_attempt(attempt: Attempt) -> None:
+    """Run one claimed attempt and record its outcome on it (written by the caller)."""
     job: Job = attempt.job
-    result: Any = None
-    error = trace = ""
-    outcome = Outcome.SUCCEEDED
+    attempt.result, attempt.error, attempt.traceback = None, "", ""
+    attempt.outcome = Outcome.SUCCEEDED
     try:
         func = import_function(job.func)
         with time_limit(attempt.timeout):
             result = func(*job.args, **job.kwargs)
         json.dumps(result, allow_nan=False)
+        attempt.result = result
     except AttemptTimedOut as exc:
-        outcome, error, trace = Outcome.TIMED_OUT, str(exc), tb.format_exc()
+        attempt.outcome, attempt.error = Outcome.TIMED_OUT, str(exc)
+        attempt.traceback = tb.format_exc()
     except NonRetryableError as exc:
-        outcome, error, trace = Outcome.NON_RETRYABLE, _describe(exc), tb.format_exc()
+        attempt.outcome, attempt.error = Outcome.NON_RETRYABLE, _describe(exc)
+        attempt.traceback = tb.format_exc()
     except Exception as exc:
-        outcome, error, trace = Outcome.FAILED, _describe(exc), tb.format_exc()
-    if outcome != Outcome.SUCCEEDED:
-        result = None
-    # A recovered (superseded) attempt already has ended_at: this late report is ignored.
-    Attempt.objects.filter(pk=attempt_id, ended_at=None).update(
-        ended_at=timezone.now(), outcome=outcome, result=result, error=error, traceback=trace
-    )
-    reporter.ended()
+        attempt.outcome, attempt.error = Outcome.FAILED, _describe(exc)
+        attempt.traceback = tb.format_exc()
+    attempt.ended_at = timezone.now()
 
 
 def _describe(exc: BaseException) -> str:

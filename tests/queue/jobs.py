@@ -77,17 +77,18 @@ def observed(counter: str, groups: list[str], seconds: float) -> None:
 
 
 def _adjust(counter: str, groups: list[str], delta: int) -> None:
-    with open(counter, "a+") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        handle.seek(0)
-        state = json.loads(handle.read() or '{"now": {}, "peak": {}}')
+    fd = os.open(counter, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # released when fd is closed, after the write
+        state = json.loads(os.read(fd, 1 << 16) or b'{"now": {}, "peak": {}}')
         for group in groups:
             state["now"][group] = state["now"].get(group, 0) + delta
             state["peak"][group] = max(state["peak"].get(group, 0), state["now"][group])
-        handle.seek(0)
-        handle.truncate()
-        handle.write(json.dumps(state))
-        fcntl.flock(handle, fcntl.LOCK_UN)
+        os.lseek(fd, 0, os.SEEK_SET)
+        os.ftruncate(fd, 0)
+        os.write(fd, json.dumps(state).encode())
+    finally:
+        os.close(fd)
 
 
 def callback(outcome: dict[str, Any]) -> None:

@@ -49,10 +49,10 @@ class Decision:
 
 def check_count(config: RateLimitConfig, count: float, *, reserve: bool) -> None:
     """Raise ``ValueError`` unless ``count`` is a positive number that could ever fit
-    into one shard of ``config``."""
+    into any shard of ``config``."""
     if isinstance(count, bool) or not isinstance(count, int | float) or not count > 0:
         raise ValueError(f"count must be a positive number, got {count!r}.")
-    share = config.per_shard()
+    share = config.smallest_share()
     largest = share.largest_count(reserve=reserve)
     if count > largest:
         shards = f" per shard ({config.shard_count} shards)" if config.shard_count > 1 else ""

@@ -177,46 +177,69 @@ def get_rate_limit_value(
     return _value(name, get_rate_limit_config(name, config), key)
 
 
+@dataclass(frozen=True, slots=True)
+class _Request:
+    """One call resolved: which rows, how many tokens, and how to decide on them."""
+
+    name: str
+    key: str
+    limit: RateLimitConfig
+    count: float
+    reserve: bool
+
+    @classmethod
+    def of(
+        cls, name: str, limit: RateLimitConfig, key: str | None, count: float, reserve: bool
+    ) -> _Request:
+        check_count(limit, count, reserve=reserve)
+        return cls(name, _row_key(key), limit, count, reserve)
+
+    @property
+    def phase(self) -> float:
+        return _phase(self.name, self.key)
+
+    def decide(self, shard: int, state: State | None, now: float) -> Decision:
+        return decide(
+            self.limit.per_shard(shard),
+            state,
+            now,
+            self.count,
+            reserve=self.reserve,
+            phase=self.phase,
+        )
+
+
 def _consume(
     name: str, limit: RateLimitConfig, key: str | None, count: float, reserve: bool, throws: bool
 ) -> RateLimitResult:
-    row_key = _row_key(key)
-    per_shard = limit.per_shard()
-    check_count(limit, count, reserve=reserve)
-    phase = _phase(name, row_key)
+    request = _Request.of(name, limit, key, count, reserve)
     connection = storage.connection_for_write()
+    # Only a transaction of our own may skip waiting for the WAL flush (see storage).
+    own_transaction = not connection.in_atomic_block
     # No savepoint: a refusal writes nothing, and any error aborts the caller's block anyway.
     with transaction.atomic(using=connection.alias, savepoint=False):
         if limit.shard_count == 1:
-            decision = _take(connection, name, row_key, 0, per_shard, count, reserve, phase)
+            decision = _take(connection, request, 0, own_transaction)
         else:
-            decision = _take_from_shards(
-                connection, name, row_key, limit.shard_count, per_shard, count, reserve, phase
-            )
+            decision = _take_from_shards(connection, request, own_transaction)
     return _result(name, key, decision, throws)
 
 
 def _take(
-    connection: BaseDatabaseWrapper,
-    name: str,
-    key: str,
-    shard: int,
-    config: RateLimitConfig,
-    count: float,
-    reserve: bool,
-    phase: float,
+    connection: BaseDatabaseWrapper, request: _Request, shard: int, own_transaction: bool
 ) -> Decision:
     """Lock one row (creating it if needed), decide, and write the new state if admitted."""
+    name, key = request.name, request.key
     while True:
-        locked = storage.lock_row(connection, name, key, shard)
+        locked = storage.lock_row(connection, name, key, shard, relaxed_commit=own_transaction)
         now = time.time()
         if locked is not None:
             row_id, state = locked
-            decision = decide(config, state, now, count, reserve=reserve, phase=phase)
+            decision = request.decide(shard, state, now)
             if decision.state is not None and decision.state != state:
                 storage.update_row(connection, row_id, decision.state)
             return decision
-        decision = decide(config, None, now, count, reserve=reserve, phase=phase)
+        decision = request.decide(shard, None, now)
         if decision.state is None or storage.insert_row(
             connection, name, key, shard, decision.state
         ):
@@ -225,43 +248,35 @@ def _take(
 
 
 def _take_from_shards(
-    connection: BaseDatabaseWrapper,
-    name: str,
-    key: str,
-    shards: int,
-    config: RateLimitConfig,
-    count: float,
-    reserve: bool,
-    phase: float,
+    connection: BaseDatabaseWrapper, request: _Request, own_transaction: bool
 ) -> Decision:
     """Power of two choices: read two random shards, lock the one with more room."""
+    shards = request.limit.shard_count
     pair = two_choices(shards, random.randrange(shards), random.randrange(shards - 1))
-    states = storage.read_rows(connection, name, key, pair)
+    states = storage.read_rows(connection, request.name, request.key, pair)
     now = time.time()
-    predicted = {
-        shard: decide(config, states.get(shard), now, count, reserve=reserve, phase=phase)
-        for shard in pair
-    }
+    predicted = {shard: request.decide(shard, states.get(shard), now) for shard in pair}
     first = better_shard(*predicted.items())
-    decision = _take(connection, name, key, first, config, count, reserve, phase)
+    decision = _take(connection, request, first, own_transaction)
     other = pair[1] if first == pair[0] else pair[0]
     if decision.ok or not predicted[other].ok:
         return decision
-    return _take(connection, name, key, other, config, count, reserve, phase)
+    return _take(connection, request, other, own_transaction)
 
 
 def _check(
     name: str, limit: RateLimitConfig, key: str | None, count: float, reserve: bool, throws: bool
 ) -> RateLimitResult:
-    row_key = _row_key(key)
-    per_shard = limit.per_shard()
-    check_count(limit, count, reserve=reserve)
-    phase = _phase(name, row_key)
-    connection = storage.connection_for_write()
-    states = storage.read_rows(connection, name, row_key, None if limit.shard_count > 1 else (0,))
+    request = _Request.of(name, limit, key, count, reserve)
+    states = storage.read_rows(
+        storage.connection_for_write(),
+        request.name,
+        request.key,
+        None if limit.shard_count > 1 else (0,),
+    )
     now = time.time()
     decisions = [
-        (shard, decide(per_shard, states.get(shard), now, count, reserve=reserve, phase=phase))
+        (shard, request.decide(shard, states.get(shard), now))
         for shard in range(limit.shard_count)
     ]
     best = dict(decisions)[_best_shard(decisions)]
@@ -279,12 +294,11 @@ def _best_shard(decisions: list[tuple[int, Decision]]) -> int:
 
 def _value(name: str, limit: RateLimitConfig, key: str | None) -> float:
     row_key = _row_key(key)
-    per_shard = limit.per_shard()
     states = storage.read_rows(storage.connection_for_write(), name, row_key)
     now = time.time()
     phase = _phase(name, row_key)
     return sum(
-        project(per_shard, states.get(shard), now, phase).value
+        project(limit.per_shard(shard), states.get(shard), now, phase).value
         for shard in range(limit.shard_count)
     )
 
@@ -323,14 +337,16 @@ def project_row_value(
     row: RateLimitState, config: RateLimitConfig | None = None, now: float | None = None
 ) -> float | None:
     """The tokens ``row`` holds now (its share, for a shard); ``None`` if its name is no
-    longer configured and no ``config`` is given."""
+    longer configured (and no ``config`` is given) or has fewer shards now."""
     if config is None:
         config = configured_rate_limits().get(row.name)
         if config is None:
             return None
+    if row.shard >= config.shard_count:
+        return None
     state = State(row.value, row.ts)
     when = time.time() if now is None else now
-    return project(config.per_shard(), state, when, _phase(row.name, row.key)).value
+    return project(config.per_shard(row.shard), state, when, _phase(row.name, row.key)).value
 
 
 # --- a fixed set of limits -------------------------------------------------------------

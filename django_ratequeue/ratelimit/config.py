@@ -4,8 +4,7 @@ A configuration is an immutable value. ``period`` (and a fixed window's ``start`
 given as a :class:`~datetime.timedelta` or as seconds; the algebra reads the normalised
 ``period_seconds``. ``capacity`` defaults to ``rate``; ``max_reserved=None`` means
 reservations are unbounded. With ``shards=N`` the limit is kept in N rows, each holding
-``rate``, ``capacity`` and ``max_reserved`` divided by N (:meth:`per_shard`); choose a
-capacity divisible by the number of shards if the total must be admitted to the unit.
+a share of ``rate``, ``capacity`` and ``max_reserved`` (:meth:`per_shard`).
 """
 
 from __future__ import annotations
@@ -15,6 +14,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import lru_cache
 from numbers import Real
 from typing import Any, ClassVar, Self
 
@@ -78,18 +78,13 @@ class _LimitFields:
     def shard_count(self) -> int:
         return int(getattr(self, "shards", 1))
 
-    def per_shard(self) -> Self:
-        """The configuration each of the ``shards`` rows enforces: an equal share."""
-        n = self.shard_count
-        if n == 1:
-            return self
-        share: dict[str, Any] = {
-            "rate": self.rate / n,
-            "capacity": self.max_tokens / n,
-            "max_reserved": None if self.max_reserved is None else self.max_reserved / n,
-            "shards": 1,
-        }
-        return dataclasses.replace(self, **share)
+    def per_shard(self, shard: int = 0) -> Self:
+        """The configuration row ``shard`` of the ``shards`` rows enforces: its share."""
+        return _shares(self)[shard]
+
+    def smallest_share(self) -> Self:
+        """The share of the shard with the least capacity: what every shard can admit."""
+        return min(_shares(self), key=lambda share: share.max_tokens)
 
     def largest_count(self, *, reserve: bool) -> float:
         """The largest ``count`` that can ever be admitted (``inf`` if any will do)."""
@@ -157,6 +152,41 @@ class FixedWindow(_LimitFields):
 
 
 RateLimitConfig = TokenBucket | FixedWindow
+
+
+def _share_fields(config: _LimitFields, capacity: float, fraction: float) -> dict[str, Any]:
+    reserved = None if config.max_reserved is None else config.max_reserved * fraction
+    return {
+        "rate": config.rate * fraction,
+        "capacity": float(capacity),
+        "max_reserved": reserved,
+        "shards": 1,
+    }
+
+
+@lru_cache(maxsize=1024)
+def _shares(config: _LimitFields) -> tuple[Any, ...]:
+    """Split ``config`` over its shards in proportion to capacity.
+
+    A whole-number capacity is split into whole numbers that add up to it (100 over 8
+    shards: 12, 13, 12, 13, ...), so that the shards together admit exactly the capacity;
+    ``rate`` and ``max_reserved`` follow each shard's share.
+    """
+    n = config.shard_count
+    if n == 1:
+        return (config,)
+    total = config.max_tokens
+    shares: list[float]
+    if total.is_integer():
+        shares = [math.floor(total * (i + 1) / n) - math.floor(total * i / n) for i in range(n)]
+    else:
+        shares = [total / n] * n
+    fractions = [share / total if total else 1 / n for share in shares]
+    return tuple(
+        dataclasses.replace(config, **_share_fields(config, share, fraction))
+        for share, fraction in zip(shares, fractions, strict=True)
+    )
+
 
 KINDS: dict[str, type[TokenBucket] | type[FixedWindow]] = {
     TokenBucket.kind: TokenBucket,

@@ -176,6 +176,17 @@ def test_shards_admit_exactly_the_total_capacity() -> None:
     assert check_rate_limit("hot", config=limit) == RateLimitResult(True, value=40.0)
 
 
+def test_shards_split_a_whole_capacity_into_whole_shares() -> None:
+    limit = FixedWindow(rate=100, period=timedelta(days=1), shards=8, max_reserved=8)
+    shares = [limit.per_shard(shard) for shard in range(8)]
+    assert sorted({share.max_tokens for share in shares}) == [12, 13]
+    assert sum(share.max_tokens for share in shares) == 100
+    assert sum(share.rate for share in shares) == pytest.approx(100)
+    assert sum(share.max_reserved or 0 for share in shares) == pytest.approx(8)
+    admitted = sum(rate_limit("hot", config=limit).ok for _ in range(150))
+    assert admitted == 100
+
+
 def test_limits_consumed_in_one_atomic_block_roll_back_together() -> None:
     with pytest.raises(RateLimited), transaction.atomic():
         assert rate_limit("per-user", key="ann", count=3, config=HOURLY).ok

@@ -73,8 +73,9 @@ def test_one_hot_key_admits_exactly_the_limit() -> None:
 
 
 def test_one_hot_key_with_shards_admits_exactly_the_total_capacity() -> None:
-    config = {"kind": "fixed window", "rate": 200, "period": 86400, "shards": 8}
-    admitted = race("hot-sharded", config, attempts=80)
-    assert sum(admitted) == 200
+    # 100 over 8 shards: shares of 12 and 13 that add up to the limit.
+    config = {"kind": "fixed window", "rate": 100, "period": 86400, "shards": 8}
+    admitted = race("hot-sharded", config, attempts=60)
+    assert sum(admitted) == 100
     assert RateLimitState.objects.filter(name="hot-sharded").count() == 8
     assert get_rate_limit_value("hot-sharded", config=config) == 0

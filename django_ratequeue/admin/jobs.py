@@ -1,0 +1,259 @@
+"""The admin for jobs: what is queued, running, retrying and failed, and why.
+
+Jobs are never edited by hand: only the main loop moves a job between statuses. The page
+offers what the public API offers: cancel (a cancel request the loop applies) and retry,
+which enqueues a copy of a failed or canceled job under a new id. A final job stays final
+so that its handle, its ``on_complete`` call and its attempts keep telling the truth.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
+from django.db.models import QuerySet
+from django.http import HttpRequest, HttpResponse
+from django.template.loader import render_to_string
+from django.template.response import TemplateResponse
+from django.urls import URLPattern, path, reverse
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
+
+from ..queue.enqueue import enqueue
+from ..queue.handles import AttemptInfo, Handle
+from ..queue.models import FINAL_STATUSES, Job, Outcome, Status
+from ..queue.retry import Retry
+from ..queue.stats import queue_overview
+
+RETRYABLE_STATUSES = (Status.FAILED, Status.CANCELED)
+
+
+class ConcurrencyKeyFilter(admin.SimpleListFilter):
+    """Filter by one concurrency key, reached by clicking a key in the list.
+
+    Keys are often per user, so listing every distinct key in the sidebar would not scale;
+    the sidebar only shows the key chosen.
+    """
+
+    title = "concurrency key"
+    parameter_name = "concurrency_key"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        chosen = self.value()
+        return [(chosen, chosen)] if chosen else []
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Job]) -> QuerySet[Job]:
+        chosen = self.value()
+        return queryset if chosen is None else queryset.filter(concurrency_key=chosen)
+
+
+def _json_block(value: Any) -> SafeString:
+    return format_html("<pre>{}</pre>", json.dumps(value, indent=2, sort_keys=True))
+
+
+def _seconds(attempt: AttemptInfo) -> str:
+    if attempt.started_at is None or attempt.ended_at is None:
+        return ""
+    return f"{(attempt.ended_at - attempt.started_at).total_seconds():.3f} s"
+
+
+def _outcome(attempt: AttemptInfo) -> str:
+    if attempt.outcome:
+        return str(Outcome(attempt.outcome).label)
+    return "running" if attempt.started_at else "dispatched"
+
+
+def enqueue_copy(job: Job) -> Handle:
+    """Enqueue the call ``job`` made, with its options, as a new job (new id, starts now)."""
+    queue: Any = job.queue
+    if job.max_concurrency is not None:
+        queue = {"name": job.queue, "max_concurrency": job.max_concurrency}
+    return enqueue(
+        job.func,
+        args=job.args,
+        kwargs=job.kwargs,
+        queue=queue,
+        concurrency_key=job.concurrency_key,
+        priority=job.priority,
+        retries=Retry(**job.retry),
+        timeout=job.timeout,
+        on_complete=job.on_complete or None,
+        context=job.context,
+        owner=job.owner or None,
+        cost=job.cost,
+    )
+
+
+@admin.register(Job)
+class JobAdmin(admin.ModelAdmin):
+    list_display = [
+        "id",
+        "func",
+        "queue",
+        "key",
+        "status",
+        "attempts",
+        "priority",
+        "created_at",
+        "start_at",
+        "finished_at",
+    ]
+    list_filter = ["status", "queue", ConcurrencyKeyFilter]
+    search_fields = ["id", "func"]
+    ordering = ["-created_at"]
+    show_full_result_count = False
+    change_list_template = "admin/django_ratequeue/job/change_list.html"
+    actions = ["cancel_selected", "retry_selected"]
+    fieldsets = [
+        (None, {"fields": ["id", "func", "status", "queue", "concurrency_key", "owner"]}),
+        ("Call", {"fields": ["call_args", "call_kwargs", "priority", "cost", "timeout"]}),
+        ("When", {"fields": ["created_at", "start_at", "finished_at"]}),
+        ("Retries", {"fields": ["attempts", "retry_policy", "cancel_requested"]}),
+        ("Outcome", {"fields": ["result_value", "error", "formatted_traceback"]}),
+        ("Completion callback", {"fields": ["on_complete", "callback_context"]}),
+        ("Attempts", {"fields": ["attempt_timeline"]}),
+    ]
+    readonly_fields = [
+        "call_args",
+        "call_kwargs",
+        "retry_policy",
+        "result_value",
+        "formatted_traceback",
+        "callback_context",
+        "attempt_timeline",
+    ]
+
+    @admin.display(description="concurrency key", ordering="concurrency_key")
+    def key(self, job: Job) -> str:
+        if not job.concurrency_key:
+            return ""
+        url = reverse("admin:django_ratequeue_job_changelist")
+        return format_html(
+            '<a href="{}?concurrency_key={}">{}</a>',
+            url,
+            job.concurrency_key,
+            job.concurrency_key,
+        )
+
+    @admin.display(description="args")
+    def call_args(self, job: Job) -> SafeString:
+        return _json_block(job.args)
+
+    @admin.display(description="kwargs")
+    def call_kwargs(self, job: Job) -> SafeString:
+        return _json_block(job.kwargs)
+
+    @admin.display(description="retry policy")
+    def retry_policy(self, job: Job) -> SafeString:
+        return _json_block(job.retry)
+
+    @admin.display(description="result")
+    def result_value(self, job: Job) -> SafeString | str:
+        return _json_block(job.result) if job.status == Status.COMPLETE else "-"
+
+    @admin.display(description="context")
+    def callback_context(self, job: Job) -> SafeString:
+        return _json_block(job.context)
+
+    @admin.display(description="traceback")
+    def formatted_traceback(self, job: Job) -> SafeString | str:
+        return format_html("<pre>{}</pre>", job.traceback) if job.traceback else "-"
+
+    @admin.display(description="timeline")
+    def attempt_timeline(self, job: Job) -> SafeString:
+        rows = [
+            {"attempt": a, "duration": _seconds(a), "outcome": _outcome(a)}
+            for a in Handle(job.id).attempts()
+        ]
+        return SafeString(
+            render_to_string("admin/django_ratequeue/job/attempts.html", {"rows": rows})
+        )
+
+    # -- actions -------------------------------------------------------------------------
+
+    @admin.action(description="Cancel the selected jobs", permissions=["cancel"])
+    def cancel_selected(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
+        ids = list(queryset.exclude(status__in=FINAL_STATUSES).values_list("id", flat=True))
+        for job_id in ids:
+            Handle(job_id).cancel()
+        message = f"Asked to cancel {len(ids)} job(s)"
+        skipped = queryset.count() - len(ids)
+        if skipped:
+            message += f"; {skipped} already finished job(s) left as they are"
+        self.message_user(
+            request,
+            message + ". Waiting jobs are canceled at once, running ones when their attempt ends.",
+            messages.SUCCESS,
+        )
+
+    @admin.action(
+        description="Retry the selected failed or canceled jobs (as new jobs)",
+        permissions=["retry"],
+    )
+    def retry_selected(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
+        copies: list[str] = []
+        for job in queryset.filter(status__in=RETRYABLE_STATUSES).order_by("created_at"):
+            try:
+                copies.append(f"{job.id} → {enqueue_copy(job).id}")
+            except ValueError as exc:
+                self.message_user(request, f"Could not retry {job.id}: {exc}", messages.ERROR)
+        skipped = queryset.exclude(status__in=RETRYABLE_STATUSES).count()
+        if copies:
+            self.message_user(
+                request,
+                f"Enqueued {len(copies)} new job(s): {', '.join(copies)}.",
+                messages.SUCCESS,
+            )
+        if skipped:
+            self.message_user(
+                request,
+                f"{skipped} selected job(s) are not failed or canceled and were not retried.",
+                messages.WARNING,
+            )
+
+    def has_cancel_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm("django_ratequeue.change_job")
+
+    def has_retry_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm("django_ratequeue.add_job")
+
+    # -- read-only -----------------------------------------------------------------------
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False  # finished jobs are pruned after RETENTION; the rest are canceled
+
+    # -- the queue overview --------------------------------------------------------------
+
+    def get_urls(self) -> list[URLPattern]:
+        overview = path(
+            "overview/",
+            self.admin_site.admin_view(self.overview_view),
+            name="django_ratequeue_job_overview",
+        )
+        return [overview, *super().get_urls()]
+
+    def overview_view(self, request: HttpRequest) -> HttpResponse:
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        context = {
+            **self.admin_site.each_context(request),
+            "title": "Queue overview",
+            "opts": self.opts,
+            "overview": queue_overview(),
+            "statuses": Status.choices,
+        }
+        return TemplateResponse(request, "admin/django_ratequeue/job/overview.html", context)
+
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        context = {"overview": queue_overview(), "statuses": Status.choices}
+        return super().changelist_view(request, {**context, **(extra_context or {})})

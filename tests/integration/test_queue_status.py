@@ -1,0 +1,89 @@
+"""``manage.py ratequeue_status``: jobs per queue and status, the loop and its workers."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from io import StringIO
+
+import pytest
+from django.core.management import call_command
+
+from django_ratequeue import enqueue
+from tests.queue import jobs
+from tests.queue.conftest import cluster, wait_for  # noqa: F401 (the cluster fixture)
+
+
+def status(*args: str) -> str:
+    out = StringIO()
+    call_command("ratequeue_status", *args, stdout=out)
+    return out.getvalue()
+
+
+@pytest.mark.django_db
+def test_table_counts_jobs_per_queue_and_status() -> None:
+    enqueue(jobs.add, 1, 2)
+    enqueue(jobs.add, 1, 2, run_after=timedelta(hours=1))
+    for _ in range(3):
+        enqueue(jobs.echo, queue="emails")
+    enqueue(jobs.echo, queue={"name": "reports", "max_concurrency": 3})
+
+    lines = status().splitlines()
+
+    assert lines[0].split() == [
+        "QUEUE", "LIMIT", "SCHEDULED", "WAITING", "RUNNING", "RETRYING", "FAILED", "COMPLETE",
+        "CANCELED",
+    ]  # fmt: skip
+    rows = {line.split()[0]: line for line in lines[1:5]}
+    assert rows["default"].split() == ["default", "8", "(MAX_CONCURRENCY)", "1", "1"] + ["0"] * 5
+    assert rows["emails"].split() == ["emails", "2", "0", "3"] + ["0"] * 5
+    assert (
+        rows["reports"].split() == ["reports", "3", "(set", "at", "enqueue)", "0", "1"] + ["0"] * 5
+    )
+    assert rows["(all)"].split() == ["(all)", "1", "5"] + ["0"] * 5
+    # Counts are right-aligned under their headers.
+    assert {len(line) for line in lines[:5]} == {len(lines[0])}
+    assert "Main loop: idle, generation 0" in lines
+    assert "Live workers: none (is manage.py qcluster running?)" in lines
+
+
+@pytest.mark.django_db
+def test_json_for_machines() -> None:
+    enqueue(jobs.echo, queue="emails")
+
+    data = json.loads(status("--json"))
+
+    emails = next(q for q in data["queues"] if q["name"] == "emails")
+    assert emails == {
+        "name": "emails",
+        "limit": 2,
+        "limit_note": "",
+        "counts": {
+            "scheduled": 0,
+            "waiting": 1,
+            "running": 0,
+            "retrying": 0,
+            "failed": 0,
+            "complete": 0,
+            "canceled": 0,
+        },
+    }
+    assert data["totals"]["waiting"] == 1
+    assert data["loop"]["state"] == "idle"
+    assert data["workers"] == []
+
+
+def test_shows_the_running_loop_and_live_workers(cluster) -> None:  # noqa: F811
+    cluster(workers=2)
+    assert enqueue(jobs.add, 2, 2).result(timeout=30) == 4
+
+    data = json.loads(status("--json"))
+    text = status()
+
+    assert data["totals"]["complete"] == 1
+    assert data["loop"]["generation"] >= 1
+    assert len(data["workers"]) == 2
+    assert f"Main loop: {data['loop']['state']}, generation " in text
+    assert "Live workers: 2" in text
+    for worker in data["workers"]:
+        assert f"pid {worker['pid']}" in text

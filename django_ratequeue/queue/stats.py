@@ -86,6 +86,7 @@ class QueueOverview:
                     "name": q.name,
                     "limit": q.limit,
                     "limit_note": q.limit_note,
+                    "limit_label": q.limit_label,
                     "counts": q.counts,
                 }
                 for q in self.queues

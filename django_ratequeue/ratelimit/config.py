@@ -168,16 +168,17 @@ def _share_fields(config: _LimitFields, capacity: float, fraction: float) -> dic
 def _shares(config: _LimitFields) -> tuple[Any, ...]:
     """Split ``config`` over its shards in proportion to capacity.
 
-    A whole-number capacity is split into whole numbers that add up to it (100 over 8
-    shards: 12, 13, 12, 13, ...), so that the shards together admit exactly the capacity;
-    ``rate`` and ``max_reserved`` follow each shard's share.
+    A whole-number capacity of at least one per shard is split into whole numbers that add
+    up to it (100 over 8 shards: 12, 13, 12, 13, ...), so that the shards together admit
+    exactly the capacity; otherwise the shares are equal. ``rate`` and ``max_reserved``
+    follow each shard's share.
     """
     n = config.shard_count
     if n == 1:
         return (config,)
     total = config.max_tokens
     shares: list[float]
-    if total.is_integer():
+    if total.is_integer() and total >= n:
         shares = [math.floor(total * (i + 1) / n) - math.floor(total * i / n) for i in range(n)]
     else:
         shares = [total / n] * n

@@ -295,6 +295,23 @@ def test_fixed_window_state_moves_to_the_window_start() -> None:
     assert project(config, State(-4, 23), 60, 0) == State(8, 53)
 
 
+@given(
+    capacity=st.integers(0, 1000) | st.floats(0.1, 1000),
+    rate=st.floats(0.1, 1000),
+    shards=st.integers(1, 64),
+)
+def test_shard_shares_add_up_to_the_whole(capacity: float, rate: float, shards: int) -> None:
+    config = TokenBucket(rate, 60, capacity=capacity, max_reserved=10, shards=shards)
+    parts = [config.per_shard(shard) for shard in range(shards)]
+    assert sum(part.max_tokens for part in parts) == pytest.approx(capacity)
+    assert sum(part.rate for part in parts) == pytest.approx(rate)
+    assert sum(part.max_reserved or 0 for part in parts) == pytest.approx(10)
+    if float(capacity).is_integer() and capacity >= shards:
+        assert all(part.max_tokens.is_integer() for part in parts)
+        assert max(p.max_tokens for p in parts) - min(p.max_tokens for p in parts) <= 1
+    assert config.smallest_share().max_tokens == min(part.max_tokens for part in parts)
+
+
 @given(shards=st.integers(2, 64), data=st.data())
 def test_two_choices_are_distinct_shards(shards: int, data: st.DataObject) -> None:
     first = data.draw(st.integers(0, shards - 1))

@@ -11,9 +11,9 @@ from typing import Any
 from urllib.parse import quote
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 
-from django_ratequeue import get_rate_limit_value
+from django_ratequeue import get_rate_limit_value, rate_limit
 from django_ratequeue.ratelimit.models import RateLimitState
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -61,6 +61,21 @@ def race(name: str, config: dict[str, Any], attempts: int) -> list[int]:
             contender.kill()
     assert all(contender.returncode == 0 for contender in contenders)
     return results
+
+
+def synchronous_commit() -> str:
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW synchronous_commit")
+        return str(cursor.fetchone()[0])
+
+
+def test_only_a_decision_in_its_own_transaction_skips_the_flush_wait() -> None:
+    config = {"kind": "token bucket", "rate": 10, "period": 60}
+    assert rate_limit("own", config=config).ok
+    assert synchronous_commit() == "on"  # SET LOCAL ended with the decision's commit
+    with transaction.atomic():
+        assert rate_limit("inside", config=config).ok
+        assert synchronous_commit() == "on"  # the caller's writes stay fully durable
 
 
 def test_one_hot_key_admits_exactly_the_limit() -> None:

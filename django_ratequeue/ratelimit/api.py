@@ -4,8 +4,11 @@ A limit's configuration comes from ``config=`` at the call or from
 ``settings.RATEQUEUE["RATE_LIMITS"][name]``. A consume runs in a transaction that locks the
 limit's row, so that concurrent consumers are serialised and never over-admit; when it is
 refused nothing is written, and inside an outer ``transaction.atomic()`` it commits or
-rolls back with everything else. Times come from the Python clock (``time.time()``), so
-the hosts sharing a database should keep their clocks in sync.
+rolls back with everything else. A sharded limit (``shards=N``) reads two random shards
+and locks only the one with more room, so one hot key spreads over N rows.
+
+Times come from the Python clock (``time.time()``), so the hosts sharing a database should
+keep their clocks in sync; a clock behind the stored time simply adds no tokens.
 """
 
 from __future__ import annotations
@@ -54,7 +57,8 @@ class RateLimitResult:
     ``ok`` says whether the request is (or would be) admitted. ``retry_at`` and
     ``retry_after`` (seconds from now) say, when refused, when the same request could
     succeed; when admitted by a reservation, when the reserved work may run. ``value`` is
-    the tokens available before this request (summed over shards for a check).
+    the tokens available before this request: of the shard used by a sharded consume,
+    summed over all shards by a check.
     """
 
     ok: bool

@@ -18,8 +18,8 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from importlib import metadata
 
+from bench.common import machine_lines, prepare_database, version
 from bench.contenders import CONTENDERS, LIMITS_STRATEGIES, Decider, build_decider
 from bench.pool import MeasurementFailed, Pool, Tally, Task
 
@@ -181,26 +181,6 @@ def table(bench: Bench, plan: Sequence[Scenario], columns: Sequence[str]) -> str
     return "\n".join(lines)
 
 
-def prepare_database() -> str:
-    """Create the benchmark database if missing, migrate it, and name its server version."""
-    from django.core.management import call_command
-    from django.db import OperationalError, connection
-
-    if connection.vendor == "postgresql":
-        try:
-            connection.ensure_connection()
-        except OperationalError:
-            with connection._nodb_cursor() as cursor:
-                name = connection.ops.quote_name(connection.settings_dict["NAME"])
-                cursor.execute(f"CREATE DATABASE {name}")
-    call_command("migrate", verbosity=0)
-    with connection.cursor() as cursor:
-        if connection.vendor == "postgresql":
-            cursor.execute("SHOW server_version")
-            return f"PostgreSQL {cursor.fetchone()[0].split()[0]}"
-        return f"{connection.vendor} {connection.Database.sqlite_version}"
-
-
 def statements_per_decision(contender: str, shards: int = 1) -> str:
     """The SQL statements one admit and one deny send, as Django logs them."""
     generous = build_decider(contender, f"queries-{time.time()}", GENEROUS_LIMIT, shards)
@@ -229,25 +209,8 @@ def logged(decide: Decider, answer: bool) -> list[str]:
     raise RuntimeError(f"no decision answered {answer} in 100 tries")
 
 
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as cpuinfo:
-            for line in cpuinfo:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.machine()
-
-
 def environment(database: str) -> list[str]:
     from django.conf import settings
-
-    def version(package: str) -> str:
-        try:
-            return metadata.version(package)
-        except metadata.PackageNotFoundError:
-            return "not installed"
 
     try:
         import redis
@@ -255,12 +218,10 @@ def environment(database: str) -> list[str]:
         redis_version = redis.Redis.from_url(settings.REDIS_URL).info()["redis_version"]
     except Exception as error:
         redis_version = f"unavailable ({error})"
-    load = ", ".join(f"{value:.2f}" for value in os.getloadavg())
+    *machine, database_line = machine_lines(database)
     return [
-        f"date: {datetime.now(UTC):%Y-%m-%d %H:%M} UTC",
-        f"machine: {os.cpu_count()} cores ({cpu_model()}), {platform.system()}, "
-        f"load average {load}",
-        f"database: {database}; Redis {redis_version} at {settings.REDIS_URL}",
+        *machine,
+        f"{database_line}; Redis {redis_version} at {settings.REDIS_URL}",
         f"Python {platform.python_version()}, Django {version('django')}, "
         f"DRF {version('djangorestframework')}, django-ratelimit {version('django-ratelimit')}, "
         f"limits {version('limits')}, psycopg {version('psycopg')}, redis-py {version('redis')}",

@@ -13,3 +13,13 @@ class NaiveCounter(models.Model):
 
     def __str__(self) -> str:
         return f"{self.key}: {self.count} in window {self.window}"
+
+
+class JobStart(models.Model):
+    """When a latency-probe job started (``time.time()`` in the worker), by sequence number."""
+
+    seq = models.IntegerField(unique=True)
+    started = models.FloatField()
+
+    def __str__(self) -> str:
+        return f"job {self.seq} started at {self.started}"

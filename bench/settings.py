@@ -1,14 +1,20 @@
 """Benchmark settings: the example project's, on PostgreSQL, with a Redis cache for the peers.
 
+The queue benchmark's peers are configured here too: django-q2 (``Q_CLUSTER``, ORM broker,
+two workers) and django-tasks-db (``TASKS``). ``BENCH_WITHOUT_RATEQUEUE=1`` leaves our app
+out, for a django-q2 cluster that runs nothing of ours.
+
 ``DATABASE_URL`` picks the database (default ``postgres://root@127.0.0.1:5432/ratequeue_bench``,
 created and migrated by the benchmark); ``BENCH_REDIS_URL`` the Redis database that DRF's
 throttle, django-ratelimit and ``limits`` share.
 """
 
 import os
+from importlib.util import find_spec
 
+from django_ratequeue.conf import DEFAULTS as RATEQUEUE_DEFAULTS
 from example_project.settings import *  # noqa: F403
-from example_project.settings import INSTALLED_APPS, database_from_url
+from example_project.settings import INSTALLED_APPS, Q_CLUSTER, RATEQUEUE, database_from_url
 
 DATABASES = {
     "default": database_from_url(
@@ -21,8 +27,25 @@ CACHES = {
     "default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}
 }
 
-# The benchmark serves no pages: no admin to discover at start-up.
+# The benchmark serves no pages: no admin to discover at start-up, no URLs to check.
 INSTALLED_APPS = [app for app in INSTALLED_APPS if app != "django.contrib.admin"] + ["bench"]
+ROOT_URLCONF = "bench.urls"
+if os.environ.get("BENCH_WITHOUT_RATEQUEUE") == "1":
+    INSTALLED_APPS = [app for app in INSTALLED_APPS if app != "django_ratequeue"]
+# django-tasks-db; before Django 6 on the django-tasks backport, which is an app itself.
+INSTALLED_APPS += (
+    ["django_tasks_db"] if find_spec("django.tasks") else ["django_tasks", "django_tasks_db"]
+)
+TASKS = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend"}}
+
+Q_CLUSTER = {**Q_CLUSTER, "workers": 2}
+# Ours at the library's default concurrency unless the queue benchmark asks for another.
+RATEQUEUE = {
+    **RATEQUEUE,
+    "MAX_CONCURRENCY": int(
+        os.environ.get("BENCH_MAX_CONCURRENCY", RATEQUEUE_DEFAULTS["MAX_CONCURRENCY"])
+    ),
+}
 
 # With DEBUG on, Django records every query: a cost no production process pays.
 DEBUG = False

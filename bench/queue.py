@@ -1,0 +1,669 @@
+"""Job queue throughput and latency: django-ratequeue against django-q2 and django-tasks-db.
+
+    .venv/bin/python -m bench.queue             # full run, a few minutes (1,000,000 backlog)
+    .venv/bin/python -m bench.queue --quick     # smoke run
+
+Enqueues are timed in this process. Workers are real processes started with
+``manage.py qcluster`` (ours, django-q2) or ``manage.py db_worker`` (django-tasks-db), in
+their own process groups, killed after each scenario; the tables are emptied in between.
+End-to-end throughput counts from the first finished job to the last, so the workers'
+start-up is left out (it is printed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bench.common import machine_lines, prepare_database, version
+
+ROOT = Path(__file__).resolve().parents[1]
+OURS, DJANGO_Q2, TASKS_DB = "ours", "django-q2", "django-tasks-db"
+LABELS = {
+    OURS: "ours (django-ratequeue)",
+    DJANGO_Q2: "django-q2 alone (ORM broker)",
+    TASKS_DB: "django-tasks-db",
+}
+NOOP = "bench.jobs.noop"
+WORKERS = 2
+
+
+# -- worker processes -------------------------------------------------------------------
+
+
+class Workers:
+    """Worker processes, each in its own process group, killed (the whole group) on exit."""
+
+    def __init__(self, commands: Sequence[Sequence[str]], env: dict[str, str]) -> None:
+        self.log = Path(tempfile.mkstemp(prefix="bench-queue-", suffix=".log")[1])
+        self.started_at = time.monotonic()
+        self.processes: list[subprocess.Popen[bytes]] = []
+        with self.log.open("ab") as out:
+            for command in commands:
+                self.processes.append(
+                    subprocess.Popen(
+                        [sys.executable, "manage.py", *command],
+                        cwd=ROOT,
+                        env={**os.environ, "DJANGO_SETTINGS_MODULE": "bench.settings", **env},
+                        stdout=out,
+                        stderr=subprocess.STDOUT,
+                        start_new_session=True,
+                    )
+                )
+
+    def check_alive(self) -> None:
+        for process in self.processes:
+            if process.poll() is not None:
+                tail = self.log.read_text(errors="replace")[-2000:]
+                raise RuntimeError(f"worker exited with {process.returncode}:\n{tail}")
+
+    def kill(self) -> None:
+        for process in self.processes:
+            if process.poll() is None:
+                with suppress(ProcessLookupError):
+                    os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=10)
+        self.log.unlink(missing_ok=True)
+
+
+@contextmanager
+def workers(contender: str, max_concurrency: int | None = None) -> Iterator[Workers]:
+    """Two workers: ``qcluster`` (ours, django-q2 without our app) or two ``db_worker``."""
+    if contender == TASKS_DB:
+        commands = [["db_worker", "--verbosity", "0"] for _ in range(WORKERS)]
+        env = {"BENCH_WITHOUT_RATEQUEUE": "1"}
+    else:
+        commands = [["qcluster"]]
+        env = {"BENCH_WITHOUT_RATEQUEUE": "1"} if contender == DJANGO_Q2 else {}
+    if max_concurrency is not None:
+        env["BENCH_MAX_CONCURRENCY"] = str(max_concurrency)
+    running = Workers(commands, env)
+    try:
+        yield running
+    finally:
+        running.kill()
+
+
+def _terminate(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt  # so that every ``finally`` kills its workers
+
+
+# -- tables ------------------------------------------------------------------------------
+
+
+def empty_tables() -> None:
+    """Empty every table a scenario writes: ours, django-q2's, django-tasks-db's, the probes."""
+    from django.db import connection
+    from django_q.models import OrmQ, Task
+    from django_tasks_db.models import DBTaskResult
+
+    from bench.models import JobStart
+    from django_ratequeue.queue.models import (
+        Attempt,
+        CancelRequest,
+        Job,
+        LoopState,
+        WorkerHeartbeat,
+    )
+
+    models = [Attempt, Job, CancelRequest, LoopState, WorkerHeartbeat]
+    models += [OrmQ, Task, DBTaskResult, JobStart]
+    tables = ", ".join(connection.ops.quote_name(m._meta.db_table) for m in models)
+    with connection.cursor() as cursor:
+        cursor.execute(f"TRUNCATE {tables}")
+
+
+def done_counter(contender: str, **job_filter: Any) -> Callable[[], int]:
+    """How many jobs finished so far, as each contender records it."""
+    if contender == OURS:
+        from django_ratequeue.queue.models import Job, Status
+
+        return Job.objects.filter(status=Status.COMPLETE, **job_filter).count
+    if contender == DJANGO_Q2:
+        from django_q.models import OrmQ
+
+        # A task leaves the ORM broker's table when its worker acknowledges it.
+        total = OrmQ.objects.count()
+        return lambda: total - OrmQ.objects.count()
+    from django_tasks_db.models import DBTaskResult
+
+    return DBTaskResult.objects.filter(status="SUCCESSFUL").count
+
+
+# -- measurements ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Rate:
+    jobs: int
+    seconds: float
+    note: str = ""
+
+    @property
+    def per_second(self) -> float:
+        return self.jobs / self.seconds
+
+    def __str__(self) -> str:
+        return f"{self.per_second:,.0f}/s"
+
+
+@dataclass(frozen=True)
+class Latency:
+    samples: list[float]
+
+    def percentile(self, p: float) -> float:
+        ordered = sorted(self.samples)
+        return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
+
+    def __str__(self) -> str:
+        return f"p50 {self.percentile(50) * 1000:.0f} ms, p99 {self.percentile(99) * 1000:.0f} ms"
+
+
+Result = Rate | Latency | str  # a string: not applicable, or the error that stopped it
+
+
+def enqueue_one(contender: str) -> Callable[[], object]:
+    if contender == OURS:
+        from bench.jobs import noop
+        from django_ratequeue import enqueue
+
+        return lambda: enqueue(noop)
+    if contender == DJANGO_Q2:
+        from django_q.tasks import async_task
+
+        return lambda: async_task(NOOP)
+    from bench.tasks import noop_task
+
+    return noop_task.enqueue
+
+
+def single_enqueues(contender: str, count: int) -> Rate:
+    empty_tables()
+    submit = enqueue_one(contender)
+    for _ in range(20):
+        submit()  # warm-up: connections, imports, the loop's state row
+    began = time.perf_counter()
+    for _ in range(count):
+        submit()
+    return Rate(count, time.perf_counter() - began)
+
+
+def bulk_enqueue(count: int) -> Rate:
+    from bench.jobs import noop
+    from django_ratequeue import enqueue_many
+
+    empty_tables()
+    enqueue_many(noop, [[]] * 100)  # warm-up
+    began = time.perf_counter()
+    enqueue_many(noop, [[]] * count)
+    return Rate(count, time.perf_counter() - began)
+
+
+def fill(contender: str, count: int) -> None:
+    """Put ``count`` no-op jobs on the queue, in bulk where the contender can."""
+    if contender == OURS:
+        from bench.jobs import noop
+        from django_ratequeue import enqueue_many
+
+        enqueue_many(noop, [[]] * count)
+        return
+    submit = enqueue_one(contender)
+    for _ in range(count):
+        submit()
+
+
+def run_until_done(
+    contender: str,
+    count: int,
+    timeout: float,
+    max_concurrency: int | None = None,
+    **job_filter: Any,
+) -> tuple[Rate, float]:
+    """Start the workers and time the jobs from the first finished one to the last.
+
+    Returns the rate and the workers' start-up (start to the first finished job)."""
+    done = done_counter(contender, **job_filter)
+    with workers(contender, max_concurrency) as running:
+        deadline = time.monotonic() + timeout
+        first: tuple[float, int] | None = None
+        while (finished := done()) < count:
+            now = time.monotonic()
+            if finished and first is None:
+                first = (now, finished)
+            if now > deadline:
+                raise RuntimeError(f"timed out: {finished} of {count} jobs done in {timeout:g} s")
+            running.check_alive()
+            time.sleep(0.01)
+        end = time.monotonic()
+        if first is None:  # everything finished between two looks
+            first = (running.started_at, 0)
+        startup = first[0] - running.started_at
+    return Rate(count - first[1], end - first[0]), startup
+
+
+def end_to_end(contender: str, count: int, max_concurrency: int | None = None) -> Rate:
+    empty_tables()
+    fill(contender, count)
+    rate, startup = run_until_done(contender, count, 60 + count / 20, max_concurrency)
+    print(f"  {contender}: workers' start-up to the first finished job {startup:.1f} s")
+    if contender == OURS:
+        print(f"  {timeline()}")
+    return rate
+
+
+def timeline() -> str:
+    """Where a job's time went in the run that just ended, from our own timestamps: waiting
+    for the runner after dispatch, running, and waiting for the loop to finish it; and how
+    many jobs each loop step dispatched and finished."""
+    from django.db import connection
+
+    from django_ratequeue.queue.models import Attempt, Job, LoopState
+
+    attempt = connection.ops.quote_name(Attempt._meta.db_table)
+    job = connection.ops.quote_name(Job._meta.db_table)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""
+            SELECT
+                percentile_cont(0.5) WITHIN GROUP (ORDER BY a.started_at - a.dispatched_at),
+                percentile_cont(0.5) WITHIN GROUP (ORDER BY a.ended_at - a.started_at),
+                percentile_cont(0.5) WITHIN GROUP (ORDER BY j.finished_at - a.ended_at),
+                count(*), count(DISTINCT a.dispatched_at), count(DISTINCT j.finished_at)
+            FROM {attempt} a JOIN {job} j ON j.id = a.job_id
+            WHERE j.finished_at IS NOT NULL AND a.ended_at IS NOT NULL
+            """
+        )
+        to_start, running, to_finish, jobs, dispatches, finishes = cursor.fetchone()
+    passes = LoopState.objects.values_list("generation", flat=True).first() or 0
+
+    def ms(interval: Any) -> str:
+        return f"{interval.total_seconds() * 1000:.1f} ms" if interval is not None else "?"
+
+    return (
+        f"per job (medians): dispatch→start {ms(to_start)}, run {ms(running)}, "
+        f"end→finished by the loop {ms(to_finish)}; {jobs} jobs in {dispatches} dispatching "
+        f"and {finishes} finishing steps ({jobs / max(dispatches, 1):.1f} and "
+        f"{jobs / max(finishes, 1):.1f} per step), {passes} loop passes"
+    )
+
+
+def latency(contender: str, samples: int) -> Latency:
+    """Sequential enqueues of a job that records its start, with the workers running."""
+    from django.db import connection
+
+    from bench.models import JobStart
+
+    empty_tables()
+    if contender == OURS:
+        from bench.jobs import record_start
+        from django_ratequeue import enqueue
+
+        def submit(seq: int) -> object:
+            return enqueue(record_start, seq)
+    else:
+        from django_q.tasks import async_task
+
+        def submit(seq: int) -> object:
+            return async_task("bench.jobs.record_start", seq)
+
+    table = connection.ops.quote_name(JobStart._meta.db_table)
+
+    def started(seq: int, timeout: float = 30) -> float:
+        deadline = time.monotonic() + timeout
+        with connection.cursor() as cursor:
+            while True:
+                cursor.execute(f"SELECT started FROM {table} WHERE seq = %s", [seq])
+                row = cursor.fetchone()
+                if row:
+                    return float(row[0])
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"job {seq} did not start within {timeout:g} s")
+                time.sleep(0.002)
+
+    measured: list[float] = []
+    with workers(contender) as running:
+        for seq in range(-5, 0):  # warm-up: workers up, imports and connections made
+            submit(seq)
+            started(seq, timeout=60)
+        for seq in range(samples):
+            running.check_alive()
+            enqueued = time.time()
+            submit(seq)
+            measured.append(started(seq) - enqueued)
+            time.sleep(0.01)  # the slot is free again: the previous job has finished
+    return Latency(measured)
+
+
+def insert_backlog(count: int) -> float:
+    """Insert ``count`` WAITING no-op jobs of priority -1 with one INSERT ... SELECT; seconds."""
+    from django.db import connection
+
+    from django_ratequeue.queue.models import Job, Status
+    from django_ratequeue.queue.retry import Retry
+
+    table = connection.ops.quote_name(Job._meta.db_table)
+    began = time.perf_counter()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""
+            INSERT INTO {table} (id, func, args, kwargs, queue, concurrency_key, priority,
+                status, start_at, created_at, attempts, retry, on_complete, owner, cost,
+                cancel_requested, error, traceback)
+            SELECT 'backlog-' || i, %s, '[]', '{{}}', 'default', '', -1,
+                %s, now(), now() + i * interval '1 microsecond', 0, %s, '', '', 1,
+                false, '', ''
+            FROM generate_series(1, %s) AS i
+            """,
+            [NOOP, Status.WAITING.value, json.dumps(Retry.coerce(None).to_json()), count],
+        )
+        cursor.execute(f"ANALYZE {table}")
+    return time.perf_counter() - began
+
+
+def backlog_dispatch(count: int, backlog: int, max_concurrency: int) -> Rate:
+    """End to end for ``count`` jobs while ``backlog`` lower-priority jobs wait in the same
+    queue: every dispatch reads the queue's head past a million rows."""
+    from bench.jobs import noop
+    from django_ratequeue import enqueue_many
+
+    empty_tables()
+    seconds = insert_backlog(backlog)
+    print(f"  inserted {backlog:,} waiting jobs in {seconds:.1f} s (with ANALYZE)")
+    enqueue_many(noop, [[]] * count)
+    rate, startup = run_until_done(OURS, count, 60 + count / 20, max_concurrency, priority=0)
+    print(f"  ours with backlog: workers' start-up to the first finished job {startup:.1f} s")
+    print(f"  {timeline()}")
+    return rate
+
+
+# -- where our time goes -------------------------------------------------------------------
+
+
+def statements(action: Callable[[], object]) -> tuple[list[str], float]:
+    """The SQL statements ``action`` sends (their first two words) and its duration."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    with CaptureQueriesContext(connection) as queries:
+        began = time.perf_counter()
+        action()
+        elapsed = time.perf_counter() - began
+    return [" ".join(query["sql"].split()[:2]) for query in queries], elapsed
+
+
+def summary(found: list[str], jobs: int, elapsed: float) -> str:
+    kinds = ", ".join(f"{n} {kind}" for kind, n in Counter(found).most_common())
+    return (
+        f"{len(found)} statements for {jobs} job(s) ({len(found) / jobs:.2f}/job), "
+        f"{elapsed * 1000:.1f} ms: {kinds}"
+    )
+
+
+def profile(max_concurrency: int) -> list[str]:
+    """Statements per enqueue, per dispatched job and per completion, run in this process:
+    one loop step that dispatches a full set of slots, the runner's batch, the step that
+    finishes them."""
+    from django.conf import settings
+    from django.db.models import F
+    from django.test import override_settings
+
+    from bench.jobs import noop
+    from django_ratequeue import enqueue, enqueue_many
+    from django_ratequeue.queue.loop import Loop, ensure_loop_state
+    from django_ratequeue.queue.models import Attempt, LoopState
+    from django_ratequeue.queue.runner import run_batch
+
+    empty_tables()
+    lines = []
+    enqueue(noop)  # the first enqueue kicks the idle loop; later ones only read its state
+    found, elapsed = statements(lambda: enqueue(noop))
+    lines.append(f"enqueue: {summary(found, 1, elapsed)}")
+    found, elapsed = statements(lambda: enqueue_many(noop, [[]] * 1000))
+    lines.append(f"enqueue_many(1000): {summary(found, 1000, elapsed)}")
+
+    empty_tables()
+    slots = max_concurrency
+    enqueue_many(noop, [[]] * slots)
+    generation = ensure_loop_state()[0] + 1
+    LoopState.objects.update(generation=F("generation") + 1)
+    with override_settings(RATEQUEUE={**settings.RATEQUEUE, "MAX_CONCURRENCY": slots}):
+        loop = Loop(generation)
+        found, elapsed = statements(loop.step)
+        lines.append(f"loop step dispatching {slots}: {summary(found, slots, elapsed)}")
+        attempt_ids = list(Attempt.objects.values_list("pk", flat=True))
+        found, elapsed = statements(lambda: run_batch(attempt_ids))
+        lines.append(f"runner, one batch of {slots}: {summary(found, slots, elapsed)}")
+        found, elapsed = statements(loop.step)
+        lines.append(f"loop step finishing {slots}: {summary(found, slots, elapsed)}")
+    empty_tables()
+    return lines
+
+
+# -- the report --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Row:
+    label: str
+    target: str
+    met: Callable[[Result], bool] | None
+    results: dict[str, Result]
+    anchors: str = ""
+
+
+def rate_target(minimum: int) -> tuple[str, Callable[[Result], bool]]:
+    return f"≥ {minimum:,}/s", lambda r: isinstance(r, Rate) and r.per_second >= minimum
+
+
+def cell(result: Result, ours: Result) -> str:
+    text = str(result)
+    if isinstance(result, Rate) and isinstance(ours, Rate) and result is not ours:
+        text += f" (ours {ours.per_second / result.per_second:.1f}x)"
+    if isinstance(result, Latency) and isinstance(ours, Latency) and result is not ours:
+        text += f" (ours {ours.percentile(50) / result.percentile(50):.2f}x at p50)"
+    return text
+
+
+def table(rows: Sequence[Row]) -> str:
+    columns = [OURS, DJANGO_Q2, TASKS_DB]
+    header = ["scenario", "target", *(LABELS[c] for c in columns), "anchors (quiet machine)"]
+    lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
+    for row in rows:
+        ours = row.results.get(OURS, "—")
+        target = row.target
+        if row.met is not None:
+            target += ": " + ("met" if row.met(ours) else "MISSED")
+        cells = [cell(row.results.get(column, "—"), ours) for column in columns]
+        lines.append("| " + " | ".join([row.label, target, *cells, row.anchors or "—"]) + " |")
+    return "\n".join(lines)
+
+
+def attempt(what: str, measure: Callable[[], Result]) -> Result:
+    """Run one measurement; a failure is reported and recorded, the run goes on."""
+    print(f"- {what} ...", flush=True)
+    try:
+        result = measure()
+    except KeyboardInterrupt:
+        raise
+    except Exception as error:
+        print(f"  failed: {error}", file=sys.stderr)
+        return f"error: {str(error).splitlines()[0][:60]}"
+    print(f"  {result}", flush=True)
+    return result
+
+
+def parse_arguments(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.queue",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--enqueues", type=int, default=3000, help="single enqueues timed")
+    parser.add_argument("--bulk", type=int, default=20000, help="jobs in the bulk enqueue")
+    parser.add_argument(
+        "--jobs", type=int, default=3000, help="no-op jobs end to end (peers: at most 1,000)"
+    )
+    parser.add_argument("--samples", type=int, default=200, help="latency samples")
+    parser.add_argument(
+        "--backlog", type=int, default=1_000_000, help="jobs waiting in the backlog run"
+    )
+    parser.add_argument(
+        "--max-concurrency",
+        type=int,
+        default=100,
+        help="ours' MAX_CONCURRENCY in the tuned end-to-end and backlog runs",
+    )
+    parser.add_argument("--quick", action="store_true", help="smoke run with small counts")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.enqueues, args.bulk, args.jobs, args.samples = 300, 2000, 500, 30
+        args.backlog = min(args.backlog, 20_000)
+    if min(args.enqueues, args.bulk, args.jobs, args.samples, args.backlog) < 1:
+        parser.error("every count must be positive")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = parse_arguments(argv)
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "bench.settings")
+    signal.signal(signal.SIGTERM, _terminate)
+    import django
+
+    django.setup()
+    from django.conf import settings
+
+    database = prepare_database()
+    command = " ".join(["python -m bench.queue", *(sys.argv[1:] if argv is None else argv)])
+    print(
+        "\n".join(
+            [
+                *machine_lines(database),
+                f"Python {platform.python_version()}, Django {version('django')}, "
+                f"django-q2 {version('django-q2')}, django-tasks-db {version('django-tasks-db')}"
+                f" (django-tasks {version('django-tasks')}), psycopg {version('psycopg')}",
+                f"Q_CLUSTER: {settings.Q_CLUSTER}",
+                f"ours: MAX_CONCURRENCY {settings.RATEQUEUE['MAX_CONCURRENCY']} (default), "
+                f"{args.max_concurrency} (tuned runs); "
+                f"{WORKERS} workers each",
+                f"command: {command}",
+            ]
+        ),
+        flush=True,
+    )
+    started = time.monotonic()
+    try:
+        print("\nWhere our time goes (in this process, statements as Django sends them):")
+        for line in profile(args.max_concurrency):
+            print(f"  {line}")
+        print()
+        rows = measure_all(args)
+    finally:
+        empty_tables()
+    print()
+    print(table(rows))
+    print()
+    print(
+        "(nx) = ours ÷ that peer (for latency: ours' p50 ÷ the peer's, lower is better). "
+        "End to end counts from the first finished job to the last. "
+        f"Run took {time.monotonic() - started:.0f} s."
+    )
+
+
+def measure_all(args: argparse.Namespace) -> list[Row]:
+    peer_jobs = min(args.jobs, 1000)
+    tuned = args.max_concurrency
+    rows = [
+        Row(
+            f"enqueue one at a time ({args.enqueues:,})",
+            *rate_target(2000),
+            {
+                c: attempt(f"enqueue, {c}", lambda c=c: single_enqueues(c, args.enqueues))
+                for c in (OURS, DJANGO_Q2, TASKS_DB)
+            },
+            "django-q2 746/s, django-tasks-db 202/s",
+        ),
+        Row(
+            f"bulk enqueue ({args.bulk:,} in one call)",
+            *rate_target(20000),
+            {
+                OURS: attempt("bulk enqueue, ours", lambda: bulk_enqueue(args.bulk)),
+                DJANGO_Q2: "no bulk API",
+                TASKS_DB: "no bulk API",
+            },
+        ),
+        Row(
+            f"no-op jobs end to end, {WORKERS} workers, ours at its default MAX_CONCURRENCY "
+            f"(ours {args.jobs:,}, peers {peer_jobs:,})",
+            *rate_target(1000),
+            {
+                OURS: attempt("end to end, ours", lambda: end_to_end(OURS, args.jobs)),
+                **{
+                    c: attempt(f"end to end, {c}", lambda c=c: end_to_end(c, peer_jobs))
+                    for c in (DJANGO_Q2, TASKS_DB)
+                },
+            },
+            "django-q2 alone 246/s, django-tasks-db 55/s",
+        ),
+    ]
+    empty = attempt(
+        f"end to end, ours, MAX_CONCURRENCY={tuned}",
+        lambda: end_to_end(OURS, args.jobs, tuned),
+    )
+    rows.append(
+        Row(
+            f"no-op jobs end to end, ours at MAX_CONCURRENCY={tuned} ({args.jobs:,})",
+            *rate_target(1000),
+            {OURS: empty},
+        )
+    )
+    latencies = {
+        c: attempt(f"latency, {c}", lambda c=c: latency(c, args.samples))
+        for c in (OURS, DJANGO_Q2)
+    }
+    rows.append(
+        Row(
+            f"enqueue→start latency, free slot ({args.samples} sequential)",
+            "p50 ≤ 50 ms, p99 ≤ 250 ms",
+            lambda r: (
+                isinstance(r, Latency) and r.percentile(50) <= 0.050 and r.percentile(99) <= 0.250
+            ),
+            {**latencies, TASKS_DB: "not measured"},
+            "Convex workpool p50 220-290 ms",
+        )
+    )
+    backlog = attempt(
+        f"{args.jobs:,} jobs end to end with {args.backlog:,} waiting, MAX_CONCURRENCY={tuned}",
+        lambda: backlog_dispatch(args.jobs, args.backlog, tuned),
+    )
+    cost = (
+        empty.per_second / backlog.per_second
+        if isinstance(backlog, Rate) and isinstance(empty, Rate)
+        else None
+    )
+    rows.append(
+        Row(
+            f"no-op jobs end to end with {args.backlog:,} waiting, ours at "
+            f"MAX_CONCURRENCY={tuned} ({args.jobs:,})",
+            "per-job cost ≤ 1.2x the empty queue's",
+            lambda r: cost is not None and cost <= 1.2,
+            {OURS: backlog if cost is None else f"{backlog}: {cost:.2f}x the per-job cost"},
+        )
+    )
+    return rows
+
+
+if __name__ == "__main__":
+    main()

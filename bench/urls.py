@@ -1,0 +1,3 @@
+"""The benchmark serves no pages."""
+
+urlpatterns: list[object] = []

@@ -22,7 +22,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from ..conf import ratequeue_settings
-from ..exceptions import DuplicateJobId
+from ..exceptions import DuplicateJobId, EnqueueRateLimited
 from .handles import Handle, owner_label
 from .loop import wake_loop
 from .models import Job, Status
@@ -238,6 +238,27 @@ class JobOptions:
         return self.values.get("on_duplicate_id", "error") == "ignore"
 
 
+ENQUEUE_LIMIT_NAME = "ratequeue:enqueue"
+
+
+def check_enqueue_rate(count: int) -> None:
+    """Draw ``count`` from ENQUEUE_RATE_LIMIT (a leaky bucket), or raise
+    :class:`EnqueueRateLimited` before anything is written. Off when the setting is None.
+
+    It is drawn in the caller's transaction, so a rolled-back enqueue gives its tokens back.
+    """
+    config = ratequeue_settings()["ENQUEUE_RATE_LIMIT"]
+    if config is None:
+        return
+    from ..ratelimit.api import rate_limit
+
+    if isinstance(config, Mapping):
+        config = {"kind": "token bucket", **config}
+    decision = rate_limit(ENQUEUE_LIMIT_NAME, count=count, config=config)
+    if not decision.ok:
+        raise EnqueueRateLimited(ENQUEUE_LIMIT_NAME, None, decision.retry_at)
+
+
 def _declared_parameters(func: Callable[..., Any]) -> frozenset[str]:
     try:
         parameters = inspect.signature(func).parameters.values()
@@ -344,11 +365,12 @@ def _enqueue_one(
 ) -> Handle:
     path = function_path(func)
     job_row = options.build(path, args, kwargs)
-    if options.values.get("id") is None:
+    if options.values.get("id") is None and ratequeue_settings()["ENQUEUE_RATE_LIMIT"] is None:
         job_row.save(force_insert=True)
     else:
         try:
             with transaction.atomic():
+                check_enqueue_rate(1)
                 job_row.save(force_insert=True)
         except IntegrityError:
             if not options.ignore_duplicates:
@@ -388,6 +410,7 @@ def enqueue_many(
     if not rows:
         return []
     with transaction.atomic():
+        check_enqueue_rate(len(rows))
         if base_id is not None and not merged.ignore_duplicates:
             taken = Job.objects.filter(id__in=[r.id for r in rows]).values_list("id", flat=True)
             first = next(iter(taken), None)

@@ -252,17 +252,20 @@ class QueueLimits:
     """The limits of one queue as configured in settings (None: not configured)."""
 
     max_concurrency: int | None
-    key_concurrency: int
+    key_concurrency: int = 1
+    rate_limit: str | None = None
 
     @classmethod
     def of(cls, name: str) -> QueueLimits:
         settings = ratequeue_settings()
         config = settings["QUEUES"].get(name)
         if config is None:
-            limit = settings["MAX_CONCURRENCY"] if name == "default" else None
-            return cls(max_concurrency=limit, key_concurrency=1)
-        limit = 0 if config.get("paused") else config.get("max_concurrency", 1)
-        return cls(max_concurrency=limit, key_concurrency=config.get("key_concurrency", 1))
+            return cls(max_concurrency=settings["MAX_CONCURRENCY"] if name == "default" else None)
+        return cls(
+            max_concurrency=0 if config.get("paused") else config.get("max_concurrency", 1),
+            key_concurrency=config.get("key_concurrency", 1),
+            rate_limit=config.get("rate_limit"),
+        )
 
     def limit_for(self, job_max_concurrency: int | None) -> int:
         if self.max_concurrency is not None:
@@ -277,6 +280,8 @@ class Loop:
         self.generation = generation
         self.settings = ratequeue_settings()
         self._last_recovery = 0.0
+        # Queues whose rate limit refused a start, and when to try again.
+        self.rate_limited_until: dict[str, datetime] = {}
         self.inline_batch: list[int] = []
 
     def run(self) -> None:
@@ -533,6 +538,8 @@ class Loop:
         limits = QueueLimits.of(name)
         if limits.max_concurrency == 0:
             return []
+        if name in self.rate_limited_until and self.rate_limited_until[name] > _now():
+            return []
         ceiling = limits.max_concurrency or self.settings["MAX_QUEUE_CONCURRENCY"]
         room = min(ceiling - per_queue[name], env_free)
         if room <= 0:
@@ -548,6 +555,7 @@ class Loop:
                 "max_concurrency",
                 "timeout",
                 "attempts",
+                "cost",
             )[: room + KEY_LOOKAHEAD]
         )
         chosen: list[Job] = []
@@ -557,6 +565,8 @@ class Loop:
             key = (name, job.concurrency_key)
             if job.concurrency_key and per_key[key] >= limits.key_concurrency:
                 continue
+            if limits.rate_limit and not self.draw_tokens(name, limits.rate_limit, job.cost):
+                break
             chosen.append(job)
             per_queue[name] += 1
             if job.concurrency_key:
@@ -564,6 +574,18 @@ class Loop:
             if len(chosen) >= room:
                 break
         return chosen
+
+    def draw_tokens(self, queue: str, limit_name: str, cost: int) -> bool:
+        """Take a job's ``cost`` from its queue's rate limit, in this step's transaction
+        (so tokens of a step that rolls back are not spent); remember a refusal."""
+        from ..ratelimit.api import rate_limit
+
+        if cost == 0:
+            return True
+        decision = rate_limit(limit_name, count=cost)
+        if not decision.ok:
+            self.rate_limited_until[queue] = decision.retry_at or _now() + timedelta(seconds=1)
+        return decision.ok
 
     def batches(self, attempt_ids: list[int], now: datetime) -> Iterable[list[int]]:
         """Deal the attempts round-robin into one batch per live worker (priority order is
@@ -586,6 +608,7 @@ class Loop:
             .order_by("start_at")
             .values_list("start_at", flat=True)[:1]
         ]
+        wakes.extend(self.rate_limited_until.values())
         if running:
             # Look again for dead workers and overruns even if no completion arrives.
             wakes.append(now + timedelta(seconds=self.settings["WORKER_DEAD_AFTER"]))

@@ -168,3 +168,19 @@ def test_timeout_fails_the_attempt(cluster) -> None:
         slow.result(timeout=30)
     assert slow.attempts()[0].outcome == "timed_out"
     assert Job.objects.get(pk=slow.id).status == Status.FAILED
+
+
+def test_queue_rate_limit_spaces_starts(cluster, tmp_path: Path) -> None:
+    cluster(
+        RATE_LIMITS={"api": {"kind": "fixed window", "rate": 2, "period": 1}},
+        QUEUES={"api": {"max_concurrency": 5, "rate_limit": "api"}},
+    )
+    log = tmp_path / "calls.log"
+    handles = enqueue_many(jobs.record, [[str(log), f"c{i}"] for i in range(4)], queue="api")
+    free = enqueue(jobs.record, str(log), "free", cost=0, queue="api")
+    for handle in [*handles, free]:
+        handle.result(timeout=30)
+    starts = sorted(a.started_at for h in handles for a in h.attempts())
+    # Two fit in a one-second window; the other two wait for the next window.
+    assert (starts[2] - starts[0]).total_seconds() > 0.2
+    assert len({s.replace(microsecond=0) for s in starts}) >= 2

@@ -1,0 +1,58 @@
+"""Queue settings checks, the enqueue rate limit, and retention."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from io import StringIO
+
+import pytest
+from django.core import checks
+from django.core.management import call_command
+from django.test import override_settings
+from django.utils import timezone
+
+from django_ratequeue import EnqueueRateLimited, enqueue, enqueue_many
+from django_ratequeue.models import Attempt, Job
+from tests.queue import jobs
+
+
+def check_ids(**settings: object) -> list[str]:
+    with override_settings(RATEQUEUE=settings):
+        return sorted(e.id for e in checks.run_checks() if e.id.startswith("django_ratequeue.E2"))
+
+
+def test_queue_settings_are_checked() -> None:
+    assert check_ids(QUEUES={"emails": {"max_concurrency": 2, "key_concurrency": 2}}) == []
+    assert check_ids(QUEUES={"emails": {"max_concurrency": 101}}) == ["django_ratequeue.E213"]
+    assert check_ids(QUEUES={"emails": {"concurrency": 2}}) == ["django_ratequeue.E212"]
+    assert check_ids(QUEUES={"x": {"rate_limit": "nope"}}) == ["django_ratequeue.E215"]
+    assert check_ids(MAX_CONCURRENCY=0) == ["django_ratequeue.E201"]
+    assert check_ids(WORKER_DEAD_AFTER=1, HEARTBEAT_INTERVAL=2) == ["django_ratequeue.E203"]
+    assert check_ids(DEFAULT_RETRIES=-1) == ["django_ratequeue.E206"]
+
+
+@pytest.mark.django_db
+def test_enqueue_rate_limit_refuses_and_writes_nothing() -> None:
+    with override_settings(RATEQUEUE={"ENQUEUE_RATE_LIMIT": {"rate": 2, "period": 60}}):
+        enqueue(jobs.add, 1, 2)
+        with pytest.raises(EnqueueRateLimited):
+            enqueue_many(jobs.add, [[1, 2], [3, 4]])
+        enqueue(jobs.add, 1, 2)
+        with pytest.raises(EnqueueRateLimited) as refused:
+            enqueue(jobs.add, 1, 2)
+        assert refused.value.retry_at is not None
+    assert Job.objects.count() == 2
+
+
+@pytest.mark.django_db
+def test_prune_deletes_finished_jobs_past_retention() -> None:
+    old, recent, waiting = (enqueue(jobs.add, 1, 2) for _ in range(3))
+    long_ago = timezone.now() - timedelta(days=30)
+    Job.objects.filter(pk=old.id).update(status="complete", finished_at=long_ago)
+    Job.objects.filter(pk=recent.id).update(status="complete", finished_at=timezone.now())
+    Attempt.objects.create(job_id=old.id, number=1, queue="default", dispatched_at=long_ago)
+    out = StringIO()
+    call_command("ratequeue_prune", stdout=out)
+    assert "Pruned 1 finished job." in out.getvalue()
+    assert set(Job.objects.values_list("pk", flat=True)) == {recent.id, waiting.id}
+    assert not Attempt.objects.exists()

@@ -18,7 +18,8 @@ DEFAULTS: dict[str, Any] = {
     "MAX_CONCURRENCY": 10,
     # Upper bound for any queue's max_concurrency.
     "MAX_QUEUE_CONCURRENCY": 100,
-    # name -> {"max_concurrency": int, "rate_limit": str | None, "paused": bool}
+    # name -> {"max_concurrency": int, "key_concurrency": int (jobs per concurrency_key,
+    # default 1), "rate_limit": a RATE_LIMITS name (each start draws the job's cost), "paused"}
     "QUEUES": {},
     # name -> rate-limit config dict ({"kind": "token bucket", "rate": 10, "period": 60})
     "RATE_LIMITS": {},
@@ -31,7 +32,8 @@ DEFAULTS: dict[str, Any] = {
     "ENQUEUE_RATE_LIMIT": None,
     # How long finished jobs are kept for result() and the admin, in seconds.
     "RETENTION": 7 * 24 * 3600,
-    # Main loop timing, in seconds.
+    # Main loop timing, in seconds. SEGMENT: the loop's time slice (wake-ups are rounded up
+    # to it; runners report completions at most this often).
     "SEGMENT": 0.1,
     "LOOP_LEASE": 10.0,
     "WATCHDOG_INTERVAL": 0.5,

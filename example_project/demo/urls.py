@@ -1,6 +1,6 @@
 from django.urls import path
 
-from . import ratelimit_views, views
+from . import queue_views, ratelimit_views, views
 
 app_name = "demo"
 
@@ -11,4 +11,8 @@ urlpatterns = [
     path("ratelimits/messages/", ratelimit_views.messages, name="ratelimit_messages"),
     path("ratelimits/weather/", ratelimit_views.weather, name="ratelimit_weather"),
     path("api/greeting/", ratelimit_views.GreetingAPI.as_view(), name="ratelimit_api"),
+    path("queue/", queue_views.queue_page, name="queue"),
+    path("queue/enqueue/", queue_views.enqueue_burst, name="queue_enqueue"),
+    path("queue/state.json", queue_views.queue_state, name="queue_state"),
+    path("queue/jobs/<str:job_id>/cancel/", queue_views.cancel_job, name="queue_cancel"),
 ]

@@ -58,6 +58,7 @@ def test_json_for_machines() -> None:
         "name": "emails",
         "limit": 2,
         "limit_note": "",
+        "limit_label": "2",
         "counts": {
             "scheduled": 0,
             "waiting": 1,

@@ -1,0 +1,99 @@
+"""The queue demo: buttons that enqueue bursts of jobs, and a live table of what they do.
+
+The page polls ``queue/state.json`` (the per-queue counts, the loop, the latest demo jobs)
+and redraws itself; the jobs run on the django-q2 cluster that ``scripts/demo.sh`` starts.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from django.contrib import messages
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_GET, require_POST
+
+from django_ratequeue import Handle, get_handle
+from django_ratequeue.models import Job
+from django_ratequeue.queue.stats import queue_overview
+
+from . import jobs
+
+RECENT_JOBS = 40
+
+
+def _flaky_burst() -> list[Handle]:
+    ids = [f"flaky-{uuid.uuid4().hex[:8]}" for _ in range(3)]
+    return [jobs.flaky.using(id=job_id).enqueue(job_id) for job_id in ids]
+
+
+@dataclass(frozen=True)
+class Burst:
+    label: str
+    enqueue: Callable[[], list[Handle]]
+
+
+BURSTS = {
+    "fast": Burst("10 fast jobs (0.2 s each)", lambda: jobs.fast.enqueue_many(range(1, 11))),
+    "slow": Burst("3 slow jobs (4 s each)", lambda: jobs.slow.enqueue_many([4, 4, 4])),
+    "flaky": Burst("3 jobs that fail twice, then succeed", _flaky_burst),
+    "broken": Burst(
+        "2 jobs that always fail", lambda: jobs.broken.enqueue_many(["invoice 7", "invoice 8"])
+    ),
+    "emails": Burst(
+        '6 e-mails (1 s each, queue "emails": 2 at a time)',
+        lambda: jobs.send_email.enqueue_many([f"user{n}@example.com" for n in range(1, 7)]),
+    ),
+}
+
+
+def queue_page(request: HttpRequest) -> HttpResponse:
+    return render(request, "demo/queue.html", {"bursts": BURSTS})
+
+
+@require_POST
+def enqueue_burst(request: HttpRequest) -> HttpResponse:
+    burst = BURSTS.get(request.POST.get("kind", ""))
+    if burst is None:
+        messages.error(request, f"Pick one of: {', '.join(BURSTS)}.")
+        return redirect("demo:queue")
+    handles = burst.enqueue()
+    messages.success(request, f"Enqueued {burst.label}: {len(handles)} job(s).")
+    return redirect("demo:queue")
+
+
+def _job_json(job: Job) -> dict[str, Any]:
+    return {
+        "id": job.id,
+        "function": job.func.rpartition(".")[2],
+        "args": job.args,
+        "queue": job.queue,
+        "status": job.status,
+        "attempts": job.attempts,
+        "created_at": job.created_at.isoformat(),
+        "finished_at": job.finished_at.isoformat() if job.finished_at else None,
+        "result": job.result,
+        "error": job.error,
+    }
+
+
+@require_GET
+def queue_state(request: HttpRequest) -> JsonResponse:
+    """Counts per queue, the loop, and the latest demo jobs, newest first."""
+    recent = Job.objects.filter(func__startswith=f"{jobs.__name__}.").order_by("-created_at")[
+        :RECENT_JOBS
+    ]
+    return JsonResponse({**queue_overview().as_json(), "jobs": [_job_json(j) for j in recent]})
+
+
+@require_POST
+def cancel_job(request: HttpRequest, job_id: str) -> JsonResponse:
+    try:
+        handle = get_handle(job_id)
+    except Job.DoesNotExist:
+        raise Http404(f"No job {job_id}") from None
+    handle.cancel()
+    return JsonResponse({"id": job_id, "cancel_requested": True})

@@ -94,15 +94,6 @@ class _LimitFields:
             return math.inf
         return self.max_tokens + self.max_reserved
 
-    def as_dict(self) -> dict[str, Any]:
-        """The settings form of this configuration (the inverse of :func:`parse_config`)."""
-        data: dict[str, Any] = {"kind": self.kind}
-        for field in dataclasses.fields(self):
-            value = getattr(self, field.name)
-            if value is not None and not (field.name == "shards" and value == 1):
-                data[field.name] = value
-        return data
-
 
 @dataclass(frozen=True)
 class TokenBucket(_LimitFields):

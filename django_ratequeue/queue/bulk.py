@@ -7,11 +7,12 @@ use ``UPDATE ... FROM (VALUES ...)`` instead (PostgreSQL, and SQLite 3.33+).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any
 
 from django.db import connection
-from django.db.models import Field, Model
+from django.db.models import Field, JSONField, Model
 
 CHUNK = 200
 
@@ -61,3 +62,23 @@ def update_rows(
             cursor.execute(sql, params)
             changed += cursor.rowcount
     return changed
+
+
+def insert_rows(model: type[Model], objects: Sequence[Model]) -> None:
+    """INSERT many new rows: with COPY on PostgreSQL (several times faster than a multi-row
+    INSERT for tens of thousands of jobs), with ``bulk_create`` elsewhere."""
+    if connection.vendor != "postgresql":
+        model._default_manager.bulk_create(objects, batch_size=1000)
+        return
+    fields = list(model._meta.concrete_fields)
+    as_json = [isinstance(field, JSONField) for field in fields]
+    quote = connection.ops.quote_name
+    columns = ", ".join(quote(str(field.column)) for field in fields)
+    sql = f"COPY {quote(model._meta.db_table)} ({columns}) FROM STDIN"
+    with connection.cursor() as cursor, cursor.cursor.copy(sql) as copy:
+        for obj in objects:
+            row = []
+            for field, is_json in zip(fields, as_json, strict=True):
+                value = getattr(obj, field.attname)
+                row.append(json.dumps(value) if is_json and value is not None else value)
+            copy.write_row(row)

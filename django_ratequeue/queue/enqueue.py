@@ -23,6 +23,7 @@ from django.utils import timezone
 
 from ..conf import ratequeue_settings
 from ..exceptions import DuplicateJobId, EnqueueRateLimited
+from .bulk import insert_rows
 from .handles import Handle, owner_label
 from .loop import wake_loop
 from .models import Job, Status
@@ -46,6 +47,10 @@ OPTION_NAMES = frozenset(
     }
 )
 DEFAULT_QUEUE = "default"
+# The fields enqueue_many copies from its first job to the others.
+JOB_FIELDS = [
+    f for f in Job._meta.concrete_fields if f.name not in ("id", "args", "kwargs", "created_at")
+]
 
 
 def function_path(func: Callable[..., Any] | str, what: str = "job function") -> str:
@@ -399,25 +404,38 @@ def enqueue_many(
     path, _target_func, defaults = _target(func)
     merged = defaults.merge(options)
     base_id = merged.values.get("id")
+    template = merged.build(path, [], {})
     rows = []
     for index, item in enumerate(params):
-        item_options = merged if base_id is None else merged.merge({"id": f"{base_id}-{index}"})
         args, kwargs = _item_call(item)
-        row = item_options.build(path, args, kwargs)
-        # Keep the items' order as their arrival order.
-        row.created_at += timedelta(microseconds=index)
-        rows.append(row)
+        check_json(f"arguments (item {index})", args)
+        check_json(f"keyword arguments (item {index})", kwargs)
+        rows.append(
+            Job(
+                **{field.attname: getattr(template, field.attname) for field in JOB_FIELDS},
+                id=uuid.uuid4().hex if base_id is None else f"{base_id}-{index}",
+                args=args,
+                kwargs=kwargs,
+                # Keep the items' order as their arrival order.
+                created_at=template.created_at + timedelta(microseconds=index),
+            )
+        )
     if not rows:
         return []
     with transaction.atomic():
         check_enqueue_rate(len(rows))
-        if base_id is not None and not merged.ignore_duplicates:
-            taken = Job.objects.filter(id__in=[r.id for r in rows]).values_list("id", flat=True)
-            first = next(iter(taken), None)
-            if first is not None:
-                raise DuplicateJobId(first)
-        Job.objects.bulk_create(rows, batch_size=1000, ignore_conflicts=base_id is not None)
-    transaction.on_commit(partial(wake_loop, min(r.start_at for r in rows)), robust=True)
+        if base_id is None:
+            insert_rows(Job, rows)
+        else:
+            if not merged.ignore_duplicates:
+                taken = Job.objects.filter(id__in=[r.id for r in rows]).values_list(
+                    "id", flat=True
+                )
+                first = next(iter(taken), None)
+                if first is not None:
+                    raise DuplicateJobId(first)
+            Job.objects.bulk_create(rows, batch_size=1000, ignore_conflicts=True)
+    transaction.on_commit(partial(wake_loop, template.start_at), robust=True)
     return [Handle(r.id, owner=r.owner) for r in rows]
 
 

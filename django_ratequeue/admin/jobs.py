@@ -9,6 +9,7 @@ so that its handle, its ``on_complete`` call and its attempts keep telling the t
 from __future__ import annotations
 
 import json
+from datetime import datetime
 from typing import Any
 
 from django.contrib import admin, messages
@@ -18,6 +19,7 @@ from django.http import HttpRequest, HttpResponse
 from django.template.loader import render_to_string
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
+from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
@@ -51,6 +53,13 @@ class ConcurrencyKeyFilter(admin.SimpleListFilter):
 
 def _json_block(value: Any) -> SafeString:
     return format_html("<pre>{}</pre>", json.dumps(value, indent=2, sort_keys=True))
+
+
+def _clock(moment: datetime | None) -> str:
+    """Local time of day to the millisecond: attempts are often less than a second apart."""
+    if moment is None:
+        return "-"
+    return timezone.localtime(moment).strftime("%H:%M:%S.%f")[:-3]
 
 
 def _seconds(attempt: AttemptInfo) -> str:
@@ -108,12 +117,12 @@ class JobAdmin(admin.ModelAdmin):
     actions = ["cancel_selected", "retry_selected"]
     fieldsets = [
         (None, {"fields": ["id", "func", "status", "queue", "concurrency_key", "owner"]}),
+        ("Outcome", {"fields": ["result_value", "error", "formatted_traceback"]}),
+        ("Attempts", {"fields": ["attempt_timeline"]}),
         ("Call", {"fields": ["call_args", "call_kwargs", "priority", "cost", "timeout"]}),
         ("When", {"fields": ["created_at", "start_at", "finished_at"]}),
         ("Retries", {"fields": ["attempts", "retry_policy", "cancel_requested"]}),
-        ("Outcome", {"fields": ["result_value", "error", "formatted_traceback"]}),
         ("Completion callback", {"fields": ["on_complete", "callback_context"]}),
-        ("Attempts", {"fields": ["attempt_timeline"]}),
     ]
     readonly_fields = [
         "call_args",
@@ -164,7 +173,14 @@ class JobAdmin(admin.ModelAdmin):
     @admin.display(description="timeline")
     def attempt_timeline(self, job: Job) -> SafeString:
         rows = [
-            {"attempt": a, "duration": _seconds(a), "outcome": _outcome(a)}
+            {
+                "attempt": a,
+                "dispatched": _clock(a.dispatched_at),
+                "started": _clock(a.started_at),
+                "ended": _clock(a.ended_at),
+                "duration": _seconds(a),
+                "outcome": _outcome(a),
+            }
             for a in Handle(job.id).attempts()
         ]
         return SafeString(

@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from django.contrib.auth.models import Permission, User
 from django.test import Client
 
 from django_ratequeue import Retry, Status, enqueue, get_handle
@@ -78,6 +79,20 @@ def test_jobs_cannot_be_added_edited_or_deleted_by_hand(admin_client: Client) ->
     assert admin_client.get(f"{CHANGELIST}add/").status_code == 403
     assert admin_client.get(f"{CHANGELIST}{handle.id}/delete/").status_code == 403
     assert "delete_selected" not in admin_client.get(CHANGELIST).content.decode()
+
+
+@pytest.mark.django_db
+def test_viewers_see_jobs_but_cannot_cancel_or_retry(client: Client) -> None:
+    viewer = User.objects.create_user("viewer", is_staff=True)
+    viewer.user_permissions.add(Permission.objects.get(codename="view_job"))
+    client.force_login(viewer)
+    handle = enqueue(jobs.add, 1, 2)
+
+    page = client.get(CHANGELIST).content.decode()
+
+    assert handle.id in page
+    assert "cancel_selected" not in page and "retry_selected" not in page
+    assert client.get(OVERVIEW).status_code == 200
 
 
 @pytest.mark.django_db

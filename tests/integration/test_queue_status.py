@@ -88,3 +88,21 @@ def test_shows_the_running_loop_and_live_workers(cluster) -> None:  # noqa: F811
     assert "Live workers: 2" in text
     for worker in data["workers"]:
         assert f"pid {worker['pid']}" in text
+
+
+@pytest.mark.django_db
+def test_limits_say_where_they_come_from(settings) -> None:
+    settings.RATEQUEUE = {
+        **settings.RATEQUEUE,
+        "QUEUES": {"emails": {"max_concurrency": 2}, "exports": {"paused": True}},
+    }
+    enqueue(jobs.echo, queue="adhoc")
+
+    limits = {line.split()[0]: line.split()[1:-7] for line in status().splitlines()[1:5]}
+
+    assert limits == {
+        "adhoc": ["1", "(not", "configured)"],
+        "default": ["8", "(MAX_CONCURRENCY)"],
+        "emails": ["2"],
+        "exports": ["paused"],
+    }

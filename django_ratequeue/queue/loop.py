@@ -67,10 +67,17 @@ Invariants
 - Limits: a job starts only while fewer than ``MAX_CONCURRENCY`` attempts are active, fewer
   than its queue's limit in its queue, and fewer than the queue's ``key_concurrency`` (default
   1) with its ``concurrency_key``. Candidates are taken by priority, then arrival.
-- Dispatch: the started attempts are handed to django-q2 in batches (one task per live
-  worker, at most ``DISPATCH_BATCH_SIZE`` attempts each) carrying attempt ids only; with the
-  ORM broker the tasks are written in the loop's own transaction, so they exist exactly when
-  the attempts do.
+- Dispatch: the started attempts are dealt round-robin into batches (one per live worker,
+  at most ``DISPATCH_BATCH_SIZE`` attempts each) carrying attempt ids only. The pass keeps
+  the first batch and runs it itself once it rests (its worker is free then: one broker
+  round trip less from enqueue to start); the others become django-q2 tasks, written in the
+  loop's own transaction with the ORM broker so that they exist exactly when the attempts
+  do. A runner claims attempts in chunks that grow while jobs are quick (one conditional
+  UPDATE per chunk, one ``UPDATE ... FROM VALUES`` for the outcomes), and when its batch is
+  done it takes over attempts not started yet, so a slow job does not hold up its batch.
+  A redelivered task finds its attempts claimed and runs nothing twice.
+- Rate limits: a queue with ``rate_limit`` draws each job's ``cost`` from that limit in the
+  step's transaction before starting it; a refusal parks the queue until ``retry_at``.
 - ``SEGMENT``: the loop's time slice. Resting wake-ups are rounded up to a segment boundary
   so that work falling due close together is handled by one pass.
 """
@@ -150,10 +157,9 @@ def _enqueue_task(func: str, *args: Any) -> None:
     from django_q.conf import Conf
     from django_q.tasks import async_task
 
-    options: dict[str, Any] = {"save": False}
-    if func == RUNNER_TASK:
-        # Jobs enforce their own timeouts; a batch must not be cut short by django-q2's.
-        options["timeout"] = -1
+    # No django-q2 timeout: jobs enforce their own, a pass bounds itself (and may run a batch
+    # inline), and a stuck task is superseded through the lease and the claims anyway.
+    options: dict[str, Any] = {"save": False, "timeout": -1}
     if Conf.ORM:
         async_task(func, *args, q_options=options)
     else:

@@ -108,24 +108,25 @@ class QueueOverview:
 
 
 def _limit(name: str, set_at_enqueue: int | None) -> tuple[int, str]:
+    """The queue's limit as the loop applies it (see ``QueueLimits``), and where it is from."""
     limits = QueueLimits.of(name)
-    if name in ratequeue_settings()["QUEUES"]:
-        return limits.max_concurrency or 0, "paused" if limits.max_concurrency == 0 else ""
+    if limits.max_concurrency == 0:
+        return 0, "paused"
     if limits.max_concurrency is not None:
-        return limits.max_concurrency, "MAX_CONCURRENCY"
-    if set_at_enqueue is not None:
-        return set_at_enqueue, "set at enqueue"
-    return limits.limit_for(None), "not configured"
+        configured = name in ratequeue_settings()["QUEUES"]
+        return limits.max_concurrency, "" if configured else "MAX_CONCURRENCY"
+    note = "not configured" if set_at_enqueue is None else "set at enqueue"
+    return limits.limit_for(set_at_enqueue), note
 
 
 def queue_overview() -> QueueOverview:
     """Every configured queue and every queue that has jobs, with the loop and its workers."""
     settings = ratequeue_settings()
-    counts: dict[str, dict[str, int]] = {}
-    set_at_enqueue: dict[str, int | None] = {}
-    for name in [DEFAULT_QUEUE, *settings["QUEUES"]]:
-        counts[name] = dict.fromkeys(Status.values, 0)
-        set_at_enqueue[name] = None
+    counts = {
+        name: dict.fromkeys(Status.values, 0) for name in [DEFAULT_QUEUE, *settings["QUEUES"]]
+    }
+    # Unconfigured queues take the max_concurrency their jobs were enqueued with.
+    set_at_enqueue: dict[str, int] = {}
     rows = (
         Job.objects.values_list("queue", "status")
         .annotate(jobs=Count("pk"), max_concurrency=Max("max_concurrency"))
@@ -133,9 +134,8 @@ def queue_overview() -> QueueOverview:
     )
     for queue, status, jobs, max_concurrency in rows:
         counts.setdefault(queue, dict.fromkeys(Status.values, 0))[status] = jobs
-        known = set_at_enqueue.get(queue)
-        if max_concurrency is not None and (known is None or max_concurrency > known):
-            set_at_enqueue[queue] = max_concurrency
+        if max_concurrency is not None:
+            set_at_enqueue[queue] = max(max_concurrency, set_at_enqueue.get(queue, 0))
     queues = [
         QueueCounts(name, *_limit(name, set_at_enqueue.get(name)), counts[name])
         for name in sorted(counts)

@@ -19,6 +19,7 @@ from django_ratequeue import Status, enqueue, enqueue_many
 from django_ratequeue.models import Attempt, Job, LoopState
 from django_ratequeue.queue.loop import ensure_loop_state, main_loop
 from django_ratequeue.queue.models import LoopStatus
+from django_ratequeue.queue.runner import run_batch
 from tests.queue import jobs
 from tests.queue.conftest import wait_for
 
@@ -140,3 +141,16 @@ def test_a_thousand_jobs_none_lost_none_run_twice(cluster, tmp_path: Path) -> No
     runs = Counter(line.split()[0] for line in lines(log))
     assert len(runs) == 1000 and set(runs.values()) == {1}
     assert set(Job.objects.values_list("attempts", flat=True)) == {1}
+
+
+@pytest.mark.django_db
+def test_a_redelivered_batch_runs_nothing_twice(tmp_path: Path) -> None:
+    log = tmp_path / "runs.log"
+    handle = enqueue(jobs.record, str(log), "once")
+    main_loop(ensure_loop_state()[0])  # starts the job and, resting, runs its batch inline
+    (attempt,) = Attempt.objects.filter(job_id=handle.id)
+    run_batch([attempt.pk])  # django-q2 delivering the same task again after `retry`
+    run_batch([attempt.pk])
+    main_loop(ensure_loop_state()[0])  # takes the outcome into account
+    assert lines(log)[0].startswith("once") and len(lines(log)) == 1
+    assert handle.status() == Status.COMPLETE

@@ -4,8 +4,9 @@ A limit's configuration comes from ``config=`` at the call or from
 ``settings.RATEQUEUE["RATE_LIMITS"][name]``. A consume runs in a transaction that locks the
 limit's row, so that concurrent consumers are serialised and never over-admit; when it is
 refused nothing is written, and inside an outer ``transaction.atomic()`` it commits or
-rolls back with everything else. A sharded limit (``shards=N``) reads two random shards
-and locks only the one with more room, so one hot key spreads over N rows.
+rolls back with everything else. On PostgreSQL a consume is one statement (:mod:`.sql`);
+elsewhere it decides in Python inside ``atomic()``. A sharded limit (``shards=N``) tries
+two random shards and takes the one with more room, so one hot key spreads over N rows.
 
 Times come from the Python clock (``time.time()``), so the hosts sharing a database should
 keep their clocks in sync; a clock behind the stored time simply adds no tokens.
@@ -30,7 +31,7 @@ from django.dispatch import receiver
 
 from ..conf import ratequeue_settings
 from ..exceptions import RateLimited
-from . import storage
+from . import sql, storage
 from .algebra import (
     Decision,
     State,
@@ -218,24 +219,64 @@ def _consume(
 ) -> RateLimitResult:
     request = _Request.of(name, limit, key, count, reserve)
     connection = storage.connection_for_write()
-    # Only a transaction of our own may skip waiting for the WAL flush (see storage).
-    own_transaction = not connection.in_atomic_block
-    # No savepoint: a refusal writes nothing, and any error aborts the caller's block anyway.
-    with transaction.atomic(using=connection.alias, savepoint=False):
-        if limit.shard_count == 1:
-            decision = _take(connection, request, 0, own_transaction)
-        else:
-            decision = _take_from_shards(connection, request, own_transaction)
+    if connection.vendor == "postgresql":
+        decision = _take_in_one_statement(connection, request)
+    else:
+        # No savepoint: a refusal writes nothing, and any error aborts the caller's block.
+        with transaction.atomic(using=connection.alias, savepoint=False):
+            if limit.shard_count == 1:
+                decision = _take(connection, request, 0)
+            else:
+                decision = _take_from_shards(connection, request)
     return _result(name, key, decision, throws)
 
 
-def _take(
-    connection: BaseDatabaseWrapper, request: _Request, shard: int, own_transaction: bool
-) -> Decision:
+def _take_in_one_statement(connection: BaseDatabaseWrapper, request: _Request) -> Decision:
+    """PostgreSQL: one statement locks, decides and writes (see :mod:`.sql`).
+
+    A sharded limit offers two random shards and takes the better one it can lock without
+    waiting; if the other consumers hold the one it needs, it waits for it. Missing rows
+    (every shard's) are created full and the statement runs again.
+    """
+    shards = request.limit.shard_count
+    pair = two_choices(shards, random.randrange(shards), random.randrange(max(shards - 1, 1)))
+    candidates: tuple[int, ...] = pair[:1] if shards == 1 else pair
+    # Only a statement that is its own transaction may skip waiting for the WAL flush.
+    async_commit = ratequeue_settings()["RATE_LIMIT_ASYNC_COMMIT"] and connection.get_autocommit()
+    while True:
+        now = time.time()
+        blocking = len(candidates) == 1
+        taken = sql.take(
+            connection,
+            request.limit,
+            request.name,
+            request.key,
+            candidates,
+            request.count,
+            now,
+            reserve=request.reserve,
+            skip_locked=not blocking,
+            async_commit=async_commit,
+        )
+        if taken is not None and (taken.applied or taken.locked == len(candidates)):
+            decision = request.decide(taken.shard, taken.state, now)
+            assert decision.ok == taken.applied, "the SQL and the algebra disagree"
+            return decision
+        if taken is None and blocking:
+            fresh = {
+                shard: project(request.limit.per_shard(shard), None, now, request.phase)
+                for shard in range(shards)
+            }
+            storage.insert_rows(connection, request.name, request.key, fresh)
+        else:  # a candidate was held by another consumer: wait for one not yet seen
+            candidates = tuple(s for s in candidates if taken is None or s != taken.shard)[:1]
+
+
+def _take(connection: BaseDatabaseWrapper, request: _Request, shard: int) -> Decision:
     """Lock one row (creating it if needed), decide, and write the new state if admitted."""
     name, key = request.name, request.key
     while True:
-        locked = storage.lock_row(connection, name, key, shard, relaxed_commit=own_transaction)
+        locked = storage.lock_row(connection, name, key, shard)
         now = time.time()
         if locked is not None:
             row_id, state = locked
@@ -244,16 +285,14 @@ def _take(
                 storage.update_row(connection, row_id, decision.state)
             return decision
         decision = request.decide(shard, None, now)
-        if decision.state is None or storage.insert_row(
-            connection, name, key, shard, decision.state
+        if decision.state is None or storage.insert_rows(
+            connection, name, key, {shard: decision.state}
         ):
             return decision
         # Another transaction created the row first: lock it and decide again.
 
 
-def _take_from_shards(
-    connection: BaseDatabaseWrapper, request: _Request, own_transaction: bool
-) -> Decision:
+def _take_from_shards(connection: BaseDatabaseWrapper, request: _Request) -> Decision:
     """Power of two choices: read two random shards, lock the one with more room."""
     shards = request.limit.shard_count
     pair = two_choices(shards, random.randrange(shards), random.randrange(shards - 1))
@@ -261,11 +300,11 @@ def _take_from_shards(
     now = time.time()
     predicted = {shard: request.decide(shard, states.get(shard), now) for shard in pair}
     first = better_shard(*predicted.items())
-    decision = _take(connection, request, first, own_transaction)
+    decision = _take(connection, request, first)
     other = pair[1] if first == pair[0] else pair[0]
     if decision.ok or not predicted[other].ok:
         return decision
-    return _take(connection, request, other, own_transaction)
+    return _take(connection, request, other)
 
 
 def _check(

@@ -1,4 +1,5 @@
-"""System checks for ``RATEQUEUE["RATE_LIMITS"]`` (ids ``django_ratequeue.E1xx``).
+"""System checks for ``RATEQUEUE["RATE_LIMITS"]`` and ``RATE_LIMIT_ASYNC_COMMIT`` (ids
+``django_ratequeue.E1xx``).
 
 A bad limit would otherwise only fail at the first request that uses it.
 """
@@ -54,3 +55,19 @@ def check_rate_limits(
                 )
             )
     return errors
+
+
+@register()
+def check_async_commit(
+    app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
+) -> list[CheckMessage]:
+    value = ratequeue_settings()["RATE_LIMIT_ASYNC_COMMIT"]
+    if isinstance(value, bool):
+        return []
+    return [
+        Error(
+            f'RATEQUEUE["RATE_LIMIT_ASYNC_COMMIT"] must be True or False, got {value!r}.',
+            hint="True commits standalone decisions without waiting for the WAL flush.",
+            id="django_ratequeue.E104",
+        )
+    ]

@@ -1,14 +1,15 @@
 """Reading, locking and writing the rows of :class:`RateLimitState` with few round trips.
 
-The hot path of a consume is one ``SELECT ... FOR UPDATE`` and one ``UPDATE`` by primary
-key (or one ``INSERT`` for a new row), in raw SQL because the ORM's per-query overhead is
-a large share of a decision. Callers hold a transaction; on SQLite the write lock is taken
-at ``BEGIN`` (``transaction_mode="IMMEDIATE"``), where ``FOR UPDATE`` is not needed.
+Off PostgreSQL (which consumes in one statement, see :mod:`.sql`) the hot path of a
+consume is one ``SELECT ... FOR UPDATE`` and one ``UPDATE`` by primary key (or one
+``INSERT`` for a new row), in raw SQL because the ORM's per-query overhead is a large share
+of a decision. Callers hold a transaction; on SQLite the write lock is taken at ``BEGIN``
+(``transaction_mode="IMMEDIATE"``), where ``FOR UPDATE`` is not needed.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from django.db import connections, router
 from django.db.backends.base.base import BaseDatabaseWrapper
@@ -33,21 +34,14 @@ def _sql(connection: BaseDatabaseWrapper, statement: str) -> str:
     q = connection.ops.quote_name
     t, key = q(RateLimitState._meta.db_table), q("key")
     lock = " FOR UPDATE" if connection.features.has_select_for_update else ""
-    relax = ""
-    if connection.vendor == "postgresql":
-        # SET LOCAL synchronous_commit = off, without a round trip of its own.
-        relax = ", set_config('synchronous_commit', 'off', true)"
     where = f"name = %s AND {key} = %s"
     _STATEMENTS[connection.alias] = {
         "lock": f"SELECT id, value, ts FROM {t} WHERE {where} AND shard = %s{lock}",
-        "lock_relaxed": f"SELECT id, value, ts{relax} FROM {t} WHERE {where} AND shard = %s{lock}",
         "read_all": f"SELECT shard, value, ts FROM {t} WHERE {where}",
         "read_one": f"SELECT shard, value, ts FROM {t} WHERE {where} AND shard = %s",
         "read_two": f"SELECT shard, value, ts FROM {t} WHERE {where} AND shard IN (%s, %s)",
-        "insert": (
-            f"INSERT INTO {t} (name, {key}, shard, value, ts) VALUES (%s, %s, %s, %s, %s) "
-            f"ON CONFLICT (name, {key}, shard) DO NOTHING"
-        ),
+        "insert": f"INSERT INTO {t} (name, {key}, shard, value, ts) VALUES ",
+        "on_conflict": f" ON CONFLICT (name, {key}, shard) DO NOTHING",
         "update": f"UPDATE {t} SET value = %s, ts = %s WHERE id = %s",
         "delete": f"DELETE FROM {t} WHERE {where}",
     }
@@ -55,30 +49,30 @@ def _sql(connection: BaseDatabaseWrapper, statement: str) -> str:
 
 
 def lock_row(
-    connection: BaseDatabaseWrapper, name: str, key: str, shard: int, *, relaxed_commit: bool
+    connection: BaseDatabaseWrapper, name: str, key: str, shard: int
 ) -> tuple[int, State] | None:
-    """Lock the row and return its id and state, or ``None`` if there is no row yet.
-
-    ``relaxed_commit`` (only for a transaction that holds nothing but this decision) lets
-    PostgreSQL commit without waiting for the WAL flush, the largest cost of a decision.
-    Rate-limit state is soft: a database crash can then forget the consumes of its last
-    fraction of a second, never corrupt a row, and nothing else is made less durable.
-    """
-    statement = "lock_relaxed" if relaxed_commit else "lock"
+    """Lock the row and return its id and state, or ``None`` if there is no row yet."""
     with connection.cursor() as cursor:
-        cursor.execute(_sql(connection, statement), [name, key, shard])
+        cursor.execute(_sql(connection, "lock"), [name, key, shard])
         row = cursor.fetchone()
     return None if row is None else (row[0], State(row[1], row[2]))
 
 
-def insert_row(
-    connection: BaseDatabaseWrapper, name: str, key: str, shard: int, state: State
-) -> bool:
-    """Create the row; ``False`` if another transaction created it first (it then waits
-    for that transaction on PostgreSQL, so that the caller can lock the row)."""
+def insert_rows(
+    connection: BaseDatabaseWrapper, name: str, key: str, states: Mapping[int, State]
+) -> int:
+    """Create the rows of the given shards; returns how many did not exist yet (for one
+    created by another transaction, PostgreSQL waits for it, so the caller can lock it)."""
+    values = ", ".join(["(%s, %s, %s, %s, %s)"] * len(states))
+    params = [
+        part
+        for shard, state in states.items()
+        for part in (name, key, shard, state.value, state.ts)
+    ]
+    statement = _sql(connection, "insert") + values + _sql(connection, "on_conflict")
     with connection.cursor() as cursor:
-        cursor.execute(_sql(connection, "insert"), [name, key, shard, state.value, state.ts])
-        return cursor.rowcount == 1
+        cursor.execute(statement, params)
+        return cursor.rowcount
 
 
 def update_row(connection: BaseDatabaseWrapper, row_id: int, state: State) -> None:

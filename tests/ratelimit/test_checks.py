@@ -8,7 +8,7 @@ import pytest
 from django.core.checks import run_checks
 from django.test import override_settings
 
-from django_ratequeue.ratelimit.checks import check_rate_limits
+from django_ratequeue.ratelimit.checks import check_async_commit, check_rate_limits
 
 
 def errors_for(limits: Any) -> list[tuple[str, str]]:
@@ -60,3 +60,13 @@ def test_each_bad_limit_is_reported_by_name(config: Any, message: str) -> None:
     assert error_id == "django_ratequeue.E103"
     assert text.startswith("RATEQUEUE[\"RATE_LIMITS\"]['bad'] is invalid: ")
     assert message in text
+
+
+@pytest.mark.parametrize("value", [True, False])
+def test_async_commit_is_a_boolean(value: bool) -> None:
+    with override_settings(RATEQUEUE={"RATE_LIMIT_ASYNC_COMMIT": value}):
+        assert check_async_commit() == []
+    with override_settings(RATEQUEUE={"RATE_LIMIT_ASYNC_COMMIT": "yes"}):
+        [error] = check_async_commit()
+    assert error.id == "django_ratequeue.E104"
+    assert "must be True or False, got 'yes'" in error.msg

@@ -1,0 +1,149 @@
+"""The one-statement consume of PostgreSQL decides exactly as the Python algebra does.
+
+Random stored states, configurations, clocks and counts (arbitrary floats, not just exact
+ones): the statement must admit exactly when :func:`decide` admits, store exactly the
+state it returns, and among two shards take one that admits with the most tokens.
+"""
+
+from __future__ import annotations
+
+import pytest
+from django.db import connection
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from django_ratequeue.ratelimit import sql, storage
+from django_ratequeue.ratelimit.algebra import State, check_count, decide
+from django_ratequeue.ratelimit.config import FixedWindow, RateLimitConfig, TokenBucket
+
+pytestmark = [pytest.mark.postgres_only, pytest.mark.django_db]
+
+EPOCH = 1_763_700_000.0
+NAME, KEY = "sql-vs-algebra", "k"
+
+positive = st.floats(1e-3, 1e4)
+limit_fields = {
+    "rate": positive | st.integers(1, 1000),
+    "period": st.floats(1e-2, 1e5) | st.sampled_from([1, 60, 3600]),
+    "capacity": st.none() | st.floats(0, 1e4) | st.integers(0, 1000),
+    "max_reserved": st.none() | st.floats(0, 1e3) | st.integers(0, 100),
+    "shards": st.integers(1, 4),
+}
+configs = st.builds(TokenBucket, **limit_fields) | st.builds(FixedWindow, **limit_fields)
+states = st.builds(
+    State,
+    value=st.floats(-1e3, 1e4) | st.integers(-10, 10).map(float),
+    ts=st.floats(-1e5, 1e5).map(lambda offset: EPOCH + offset),
+)
+clocks = st.floats(-1e5, 1e5).map(lambda offset: EPOCH + offset)
+counts = st.floats(1e-3, 1e3) | st.integers(1, 20)
+hypothesis_settings = settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+
+
+def store(found: dict[int, State]) -> None:
+    storage.delete_rows(connection, NAME, KEY)
+    storage.insert_rows(connection, NAME, KEY, found)
+
+
+def stored() -> dict[int, State]:
+    return storage.read_rows(connection, NAME, KEY)
+
+
+def fits(config: RateLimitConfig, count: float, reserve: bool) -> bool:
+    try:
+        check_count(config, count, reserve=reserve)
+    except ValueError:
+        return False
+    return True
+
+
+@hypothesis_settings
+@given(config=configs, state=states, now=clocks, count=counts, reserve=st.booleans())
+def test_one_shard_decides_and_stores_what_the_algebra_does(
+    config: RateLimitConfig, state: State, now: float, count: float, reserve: bool
+) -> None:
+    assume(fits(config, count, reserve))
+    shard = config.shard_count - 1
+    store({shard: state})
+    taken = sql.take(
+        connection,
+        config,
+        NAME,
+        KEY,
+        (shard,),
+        count,
+        now,
+        reserve=reserve,
+        skip_locked=False,
+        async_commit=False,
+    )
+    expected = decide(config.per_shard(shard), state, now, count, reserve=reserve)
+    assert taken == sql.Taken(shard, state, expected.ok, 1)
+    assert stored() == {shard: expected.state if expected.ok else state}
+
+
+@hypothesis_settings
+@given(
+    config=configs.filter(lambda config: config.shard_count > 1),
+    first=states,
+    second=states,
+    now=clocks,
+    count=counts,
+    reserve=st.booleans(),
+)
+def test_two_shards_take_the_one_that_admits_with_most_tokens(
+    config: RateLimitConfig,
+    first: State,
+    second: State,
+    now: float,
+    count: float,
+    reserve: bool,
+) -> None:
+    assume(fits(config, count, reserve))
+    before = {0: first, 1: second}
+    store(before)
+    taken = sql.take(
+        connection,
+        config,
+        NAME,
+        KEY,
+        (0, 1),
+        count,
+        now,
+        reserve=reserve,
+        skip_locked=True,
+        async_commit=False,
+    )
+    assert taken is not None and taken.locked == 2
+    expected = {
+        shard: decide(config.per_shard(shard), state, now, count, reserve=reserve)
+        for shard, state in before.items()
+    }
+    chosen = expected[taken.shard]
+    assert taken.state == before[taken.shard]
+    assert taken.applied == chosen.ok == any(d.ok for d in expected.values())
+    if chosen.ok:
+        assert chosen.value == max(d.value for d in expected.values() if d.ok)
+        assert stored() == {**before, taken.shard: chosen.state}
+    else:
+        assert stored() == before
+
+
+def test_missing_rows_are_not_invented() -> None:
+    config = TokenBucket(10, 60)
+    taken = sql.take(
+        connection,
+        config,
+        NAME,
+        KEY,
+        (0,),
+        1,
+        EPOCH,
+        reserve=False,
+        skip_locked=False,
+        async_commit=False,
+    )
+    assert taken is None
+    assert stored() == {}

@@ -15,7 +15,7 @@ from django.http import HttpRequest
 
 from ..ratelimit.api import project_row_value, reset_rate_limit
 from ..ratelimit.models import RateLimitState
-from ..ratelimit_status import config_for, describe
+from ..ratelimit.status import config_for, describe
 
 
 @admin.register(RateLimitState)

@@ -169,10 +169,17 @@ def check_rate_limit(
     return _check(name, get_rate_limit_config(name, config), key, count, reserve, throws)
 
 
-def reset_rate_limit(name: str, *, key: str | None = None) -> None:
-    """Forget the state of ``name`` for ``key`` (every shard): the limit is full again."""
+def reset_rate_limit(name: str, *, key: str | None = None, all_keys: bool = False) -> None:
+    """Forget the state of ``name`` for ``key`` (every shard), or for every key with
+    ``all_keys=True``: the limit is full again."""
     _check_name(name)
-    storage.delete_rows(storage.connection_for_write(), name, _row_key(key))
+    connection = storage.connection_for_write()
+    if not all_keys:
+        storage.delete_rows(connection, name, _row_key(key))
+    elif key is not None:
+        raise ValueError("Pass either key= or all_keys=True to reset_rate_limit(), not both.")
+    else:
+        storage.delete_all_rows(connection, name)
 
 
 def get_rate_limit_value(
@@ -336,14 +343,7 @@ def _best_shard(decisions: list[tuple[int, Decision]]) -> int:
 
 
 def _value(name: str, limit: RateLimitConfig, key: str | None) -> float:
-    row_key = _row_key(key)
-    states = storage.read_rows(storage.connection_for_write(), name, row_key)
-    now = time.time()
-    phase = _phase(name, row_key)
-    return sum(
-        project(limit.per_shard(shard), states.get(shard), now, phase).value
-        for shard in range(limit.shard_count)
-    )
+    return sum(state.value for state in shard_states(name, limit, key, time.time()).values())
 
 
 def _result(name: str, key: str | None, decision: Decision, throws: bool) -> RateLimitResult:
@@ -374,6 +374,20 @@ def jittered_retry_at(retry_at: datetime, period: float | timedelta) -> datetime
     all at once (pass the limit's ``period``)."""
     seconds = period.total_seconds() if isinstance(period, timedelta) else float(period)
     return _aware(with_jitter(retry_at.timestamp(), seconds, random.random()))
+
+
+def shard_states(
+    name: str, limit: RateLimitConfig, key: str | None, now: float
+) -> dict[int, State]:
+    """Every shard's state projected to ``now`` (a missing row is a full share), read with
+    one plain ``SELECT``: what :func:`get_rate_limit_value` adds up."""
+    row_key = _row_key(key)
+    states = storage.read_rows(storage.connection_for_write(), name, row_key)
+    phase = _phase(name, row_key)
+    return {
+        shard: project(limit.per_shard(shard), states.get(shard), now, phase)
+        for shard in range(limit.shard_count)
+    }
 
 
 def project_row_value(
@@ -442,9 +456,11 @@ class RateLimits:
     ) -> RateLimitResult:
         return _check(name, self._config(name), key, count, reserve, throws)
 
-    def reset_rate_limit(self, name: str, *, key: str | None = None) -> None:
+    def reset_rate_limit(
+        self, name: str, *, key: str | None = None, all_keys: bool = False
+    ) -> None:
         self._config(name)
-        reset_rate_limit(name, key=key)
+        reset_rate_limit(name, key=key, all_keys=all_keys)
 
     def get_rate_limit_value(self, name: str, *, key: str | None = None) -> float:
         return _value(name, self._config(name), key)

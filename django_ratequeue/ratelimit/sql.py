@@ -10,11 +10,13 @@ states). The statement returns the state it found; Python derives ``retry_at`` a
 
 With several candidate shards the statement locks those no one else holds (``SKIP
 LOCKED``) and takes the one that admits with the most tokens: the power of two choices
-without waiting behind another consumer.
+without waiting behind another consumer. A session prepares the statement on the server
+from its second use: planning it costs more than running it.
 """
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -57,6 +59,9 @@ def take(
     for a statement that is its own transaction.
     """
     bounded = not reserve or config.max_reserved is not None
+    shape = _Shape(
+        isinstance(config, FixedWindow), len(candidates), bounded, skip_locked, async_commit
+    )
     params: dict[str, Any] = {"name": name, "key": key, "count": count, "now": now}
     params["period"] = config.period_seconds
     for i, shard in enumerate(candidates):
@@ -65,11 +70,8 @@ def take(
         params[f"rate{i}"] = share.rate
         params[f"capacity{i}"] = share.max_tokens
         params[f"allowance{i}"] = share.max_reserved if reserve and bounded else 0.0
-    statement = _statement(
-        isinstance(config, FixedWindow), len(candidates), bounded, skip_locked, async_commit
-    )
     with connection.cursor() as cursor:
-        cursor.execute(statement, params)
+        cursor.execute(_statement_for(connection, shape), params)
         row = cursor.fetchone()
     if row is None:
         return None
@@ -77,10 +79,76 @@ def take(
     return Taken(shard, State(value, ts), applied, locked)
 
 
-def _projection(window: bool) -> tuple[str, str, str]:
+@dataclass(frozen=True, slots=True)
+class _Shape:
+    """What the statement's text depends on."""
+
+    window: bool
+    candidates: int
+    bounded: bool
+    skip_locked: bool
+    async_commit: bool
+
+    @property
+    def parameters(self) -> list[tuple[str, str]]:
+        """The statement's parameters and their types, in the order ``$1, $2, ...``."""
+        shares = [
+            (f"{field}{i}", "smallint" if field == "shard" else "float8")
+            for i in range(self.candidates)
+            for field in ("shard", "rate", "capacity", "allowance")
+        ]
+        common = [("name", "text"), ("key", "text"), ("count", "float8"), ("now", "float8")]
+        return [*common, ("period", "float8"), *shares]
+
+    @property
+    def prepared_name(self) -> str:
+        flags = (self.window, self.bounded, self.skip_locked, self.async_commit)
+        return f"ratequeue_take_{self.candidates}_{''.join(str(int(f)) for f in flags)}"
+
+
+# Per database session: the shapes used once (False) and those prepared (True).
+_sessions: weakref.WeakKeyDictionary[Any, dict[_Shape, bool]] = weakref.WeakKeyDictionary()
+
+
+def _statement_for(connection: BaseDatabaseWrapper, shape: _Shape) -> str:
+    """The statement to run: a server-side prepared one from its second use in a session.
+
+    Planning this statement costs the server more than running it, and Django's psycopg
+    backend binds parameters on the client, which prepares nothing; so the statement is
+    prepared with SQL ``PREPARE`` once a session has used it twice (sessions that live for
+    one request never pay for it). Not when the database is marked for a transaction
+    pooler (``DISABLE_SERVER_SIDE_CURSORS``), whose sessions are not ours, nor with
+    ``server_side_binding``, where psycopg prepares statements itself.
+    """
+    settings = connection.settings_dict
+    if settings.get("DISABLE_SERVER_SIDE_CURSORS") or settings["OPTIONS"].get(
+        "server_side_binding"
+    ):
+        return _statement(shape, prepared=False)
+    used = _sessions.setdefault(connection.connection, {})
+    if shape not in used:
+        used[shape] = False
+        return _statement(shape, prepared=False)
+    if not used[shape]:
+        types = ", ".join(kind for _, kind in shape.parameters)
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"PREPARE {shape.prepared_name} ({types}) AS {_statement(shape, prepared=True)}"
+            )
+        used[shape] = True
+    return _execute(shape)
+
+
+@lru_cache(maxsize=128)
+def _execute(shape: _Shape) -> str:
+    arguments = ", ".join(f"%({name})s" for name, _ in shape.parameters)
+    return f"EXECUTE {shape.prepared_name} ({arguments})"
+
+
+def _projection(p: dict[str, str], window: bool) -> tuple[str, str, str]:
     """``(tokens now, new ts, FROM clause)`` over the locked row ``old``: the SQL of
     :func:`.algebra.project` and of the ``ts`` that :func:`.algebra.decide` stores."""
-    now, period = "%(now)s::float8", "%(period)s::float8"
+    now, period = p["now"], p["period"]
     if window:
         windows = f"CASE WHEN {now} > old.ts THEN FLOOR(({now} - old.ts) / {period}) ELSE 0 END"
         return (
@@ -98,27 +166,30 @@ def _projection(window: bool) -> tuple[str, str, str]:
     )
 
 
-@lru_cache(maxsize=64)
-def _statement(
-    window: bool, candidates: int, bounded: bool, skip_locked: bool, async_commit: bool
-) -> str:
+@lru_cache(maxsize=128)
+def _statement(shape: _Shape, *, prepared: bool) -> str:
+    """The statement's text, with ``$n`` placeholders for ``PREPARE`` or typed
+    ``%(name)s`` ones for the driver."""
+    p = {
+        name: f"${i}" if prepared else f"%({name})s::{kind}"
+        for i, (name, kind) in enumerate(shape.parameters, start=1)
+    }
     table = f'"{RateLimitState._meta.db_table}"'
     shares = ", ".join(
-        f"(%(shard{i})s::smallint, %(rate{i})s::float8, %(capacity{i})s::float8, "
-        f"%(allowance{i})s::float8)"
-        for i in range(candidates)
+        f"({p[f'shard{i}']}, {p[f'rate{i}']}, {p[f'capacity{i}']}, {p[f'allowance{i}']})"
+        for i in range(shape.candidates)
     )
-    available, since, source = _projection(window)
+    available, since, source = _projection(p, shape.window)
     # decide(): refused when ``value + allowance < count``; unbounded reservations always fit.
-    admits = "available + allowance >= %(count)s::float8" if bounded else "true"
-    skip = " SKIP LOCKED" if skip_locked else ""
-    relax = ", set_config('synchronous_commit', 'off', true)" if async_commit else ""
+    admits = f"available + allowance >= {p['count']}" if shape.bounded else "true"
+    skip = " SKIP LOCKED" if shape.skip_locked else ""
+    relax = ", set_config('synchronous_commit', 'off', true)" if shape.async_commit else ""
     return f"""
 WITH share (shard, rate, capacity, allowance) AS (VALUES {shares}),
 old AS (
     SELECT r.id, r.shard, r.value, r.ts, share.rate, share.capacity, share.allowance
     FROM {table} r JOIN share ON share.shard = r.shard
-    WHERE r.name = %(name)s AND r."key" = %(key)s
+    WHERE r.name = {p["name"]} AND r."key" = {p["key"]}
     FOR UPDATE OF r{skip}
 ),
 projected AS (
@@ -131,7 +202,7 @@ chosen AS (
     ORDER BY admits DESC, available DESC LIMIT 1
 ),
 taken AS (
-    UPDATE {table} r SET value = chosen.available - %(count)s::float8, ts = chosen.since
+    UPDATE {table} r SET value = chosen.available - {p["count"]}, ts = chosen.since
     FROM chosen WHERE r.id = chosen.id AND chosen.admits
     RETURNING r.id
 )

@@ -44,6 +44,7 @@ def _sql(connection: BaseDatabaseWrapper, statement: str) -> str:
         "on_conflict": f" ON CONFLICT (name, {key}, shard) DO NOTHING",
         "update": f"UPDATE {t} SET value = %s, ts = %s WHERE id = %s",
         "delete": f"DELETE FROM {t} WHERE {where}",
+        "delete_all": f"DELETE FROM {t} WHERE name = %s",
     }
     return _STATEMENTS[connection.alias][statement]
 
@@ -97,4 +98,10 @@ def read_rows(
 def delete_rows(connection: BaseDatabaseWrapper, name: str, key: str) -> int:
     with connection.cursor() as cursor:
         cursor.execute(_sql(connection, "delete"), [name, key])
+        return cursor.rowcount
+
+
+def delete_all_rows(connection: BaseDatabaseWrapper, name: str) -> int:
+    with connection.cursor() as cursor:
+        cursor.execute(_sql(connection, "delete_all"), [name])
         return cursor.rowcount

@@ -121,6 +121,19 @@ def test_reset_restores_the_whole_limit_for_one_key() -> None:
     assert get_rate_limit_value("login", key="bob", config=HOURLY) == pytest.approx(0, abs=0.01)
 
 
+def test_reset_of_all_keys_restores_every_key_of_that_limit_only() -> None:
+    for key in ("ann", "bob"):
+        rate_limit("login", key=key, count=3, config=HOURLY)
+    rate_limit("signup", key="ann", count=3, config=HOURLY)
+    reset_rate_limit("login", all_keys=True)
+    assert get_rate_limit_value("login", key="ann", config=HOURLY) == 3
+    assert get_rate_limit_value("login", key="bob", config=HOURLY) == 3
+    assert get_rate_limit_value("signup", key="ann", config=HOURLY) < 1
+    with pytest.raises(ValueError, match="either key= or all_keys=True"):
+        reset_rate_limit("signup", key="ann", all_keys=True)
+    assert get_rate_limit_value("signup", key="ann", config=HOURLY) < 1
+
+
 def test_throws_raises_rate_limited_with_name_key_and_retry_time() -> None:
     rate_limit("login", key="ann", count=3, config=HOURLY)
     with pytest.raises(RateLimited) as raised:

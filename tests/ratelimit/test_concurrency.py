@@ -12,6 +12,7 @@ from urllib.parse import quote
 
 import pytest
 from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
 
 from django_ratequeue import get_rate_limit_value, rate_limit
 from django_ratequeue.ratelimit.models import RateLimitState
@@ -76,6 +77,17 @@ def test_only_a_decision_in_its_own_transaction_skips_the_flush_wait() -> None:
     with transaction.atomic():
         assert rate_limit("inside", config=config).ok
         assert synchronous_commit() == "on"  # the caller's writes stay fully durable
+
+
+def test_a_decision_outside_a_transaction_is_one_statement() -> None:
+    config = {"kind": "token bucket", "rate": 10, "period": 60, "shards": 2}
+    for _ in range(3):  # creates the rows, then prepares the statement
+        rate_limit("steady", config=config)
+    with CaptureQueriesContext(connection) as queries:
+        assert rate_limit("steady", config=config).ok
+        assert rate_limit("steady", count=10, reserve=True, config=config).ok
+        assert not rate_limit("steady", count=5, config=config).ok
+    assert len(queries) == 3
 
 
 def test_one_hot_key_admits_exactly_the_limit() -> None:

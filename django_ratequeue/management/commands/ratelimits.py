@@ -7,13 +7,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
-from django.db import transaction
 from django.db.models import Count
 
 from ...ratelimit.api import configured_rate_limits, project_row_value, reset_rate_limit
 from ...ratelimit.config import RateLimitConfig
 from ...ratelimit.models import RateLimitState
-from ...ratelimit_status import config_for, describe
+from ...ratelimit.status import config_for, describe
 
 
 class Command(BaseCommand):
@@ -93,8 +92,7 @@ class Command(BaseCommand):
             answer = input(f"Reset all {keys} stored key(s) of {name!r}? Type 'yes' to continue: ")
             if answer != "yes":
                 raise CommandError("Reset cancelled.")
-        with transaction.atomic():
-            rows.delete()  # a reset is the deletion of a key's rows
+        reset_rate_limit(name, all_keys=True)
         self.stdout.write(f"Reset {keys} key(s) of {name!r}.")
 
     def known_config(self, name: str) -> RateLimitConfig | None:

@@ -12,10 +12,9 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from .ratelimit.algebra import State, project
-from .ratelimit.api import configured_rate_limits, project_row_value
-from .ratelimit.config import FixedWindow, RateLimitConfig, parse_config
-from .ratelimit.models import RateLimitState
+from .algebra import State
+from .api import configured_rate_limits, shard_states
+from .config import FixedWindow, RateLimitConfig, parse_config
 
 _PERIOD_NAMES = {1: "second", 60: "minute", 3600: "hour", 86400: "day", 604800: "week"}
 
@@ -41,20 +40,15 @@ def describe(config: RateLimitConfig | None) -> str:
     return text
 
 
-def seconds_until_full(
-    config: RateLimitConfig, row: RateLimitState, now: float | None = None
-) -> float:
-    """How long until ``row`` (one shard) is back at its capacity."""
-    now = time.time() if now is None else now
-    shard = config.per_shard()
-    current = project(shard, State(row.value, row.ts), now, 0.0)
-    missing = shard.max_tokens - current.value
+def _seconds_until_full(share: RateLimitConfig, current: State, now: float) -> float:
+    """How long until a shard holding ``current`` (projected to ``now``) is full again."""
+    missing = share.max_tokens - current.value
     if missing <= 0:
         return 0.0
-    if isinstance(shard, FixedWindow):
-        windows = math.ceil(missing / shard.rate)
-        return current.ts + windows * shard.period_seconds - now
-    return missing * shard.period_seconds / shard.rate
+    if isinstance(share, FixedWindow):
+        windows = math.ceil(missing / share.rate)
+        return current.ts + windows * share.period_seconds - now
+    return missing * share.period_seconds / share.rate
 
 
 def quota_headers(name: str, *, key: str | None, config: Any = None) -> Mapping[str, str]:
@@ -68,13 +62,11 @@ def quota_headers(name: str, *, key: str | None, config: Any = None) -> Mapping[
     if limit is None:
         return {}
     now = time.time()
-    rows = {row.shard: row for row in RateLimitState.objects.filter(name=name, key=key or "")}
-    shard_capacity = limit.per_shard().max_tokens
-    remaining = sum(
-        (project_row_value(rows[shard], limit, now) or 0.0) if shard in rows else shard_capacity
-        for shard in range(limit.shard_count)
+    states = shard_states(name, limit, key, now)
+    remaining = sum(state.value for state in states.values())
+    reset = max(
+        _seconds_until_full(limit.per_shard(shard), state, now) for shard, state in states.items()
     )
-    reset = max((seconds_until_full(limit, row, now) for row in rows.values()), default=0.0)
     policy = f"{limit.rate:g};w={limit.period_seconds:g}"
     if limit.max_tokens != limit.rate:
         policy += f";burst={limit.max_tokens:g}"

@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from functools import partial, update_wrapper
+from functools import cache, partial, update_wrapper
 from importlib import import_module
 from typing import Any
 
@@ -264,6 +264,7 @@ def check_enqueue_rate(count: int) -> None:
         raise EnqueueRateLimited(ENQUEUE_LIMIT_NAME, None, decision.retry_at)
 
 
+@cache
 def _declared_parameters(func: Callable[..., Any]) -> frozenset[str]:
     try:
         parameters = inspect.signature(func).parameters.values()

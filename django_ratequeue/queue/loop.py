@@ -369,9 +369,9 @@ class Loop:
             if job is None or job.status != Status.RUNNING:
                 continue
             if attempt.started_at is None:
-                # Taken by a worker that died before starting it: not a try, put it back.
+                # Never started (canceled, or its worker died first): not a try.
                 released.append(attempt.pk)
-                job.status = Status.WAITING
+                job.status = Status.CANCELED if job.cancel_requested else Status.WAITING
                 job.attempts -= 1
             elif attempt.outcome == Outcome.SUCCEEDED:
                 job.status = Status.CANCELED if job.cancel_requested else Status.COMPLETE
@@ -468,9 +468,13 @@ class Loop:
                 status=Status.CANCELED, finished_at=now
             )
             create_callbacks(pending, now)
-            Job.objects.filter(scope, status=Status.RUNNING, cancel_requested=False).update(
-                cancel_requested=True
-            )
+            running = Job.objects.filter(scope, status=Status.RUNNING, cancel_requested=False)
+            # An attempt not started yet never will be: end it now (a runner's claim needs
+            # started_at still empty, so exactly one side wins).
+            Attempt.objects.filter(
+                job__in=running, active=True, started_at=None, ended_at=None
+            ).update(ended_at=now, error="Canceled before it started.")
+            running.update(cancel_requested=True)
             budget -= len(pending)
             if budget <= 0:
                 break

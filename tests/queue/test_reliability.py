@@ -17,7 +17,7 @@ from django.utils import timezone
 
 from django_ratequeue import Status, enqueue, enqueue_many
 from django_ratequeue.models import Attempt, Job, LoopState
-from django_ratequeue.queue.loop import ensure_loop_state, main_loop
+from django_ratequeue.queue.loop import Loop, ensure_loop_state, main_loop
 from django_ratequeue.queue.models import LoopStatus
 from django_ratequeue.queue.runner import run_batch
 from tests.queue import jobs
@@ -154,3 +154,18 @@ def test_a_redelivered_batch_runs_nothing_twice(tmp_path: Path) -> None:
     main_loop(ensure_loop_state()[0])  # takes the outcome into account
     assert lines(log)[0].startswith("once") and len(lines(log)) == 1
     assert handle.status() == Status.COMPLETE
+
+
+@pytest.mark.django_db
+def test_a_job_canceled_after_dispatch_but_before_start_never_runs(tmp_path: Path) -> None:
+    log = tmp_path / "runs.log"
+    handle = enqueue(jobs.record, str(log), "never")
+    loop = Loop(ensure_loop_state()[0])
+    loop.step()  # dispatches the job; its batch is not run yet
+    assert handle.status() == Status.RUNNING
+    handle.cancel()
+    loop.step()  # applies the cancel: the attempt that never started is ended
+    loop.step()  # and its job finished
+    run_batch(loop.inline_batch)  # the batch arrives late
+    assert handle.status() == Status.CANCELED and not lines(log)
+    assert handle.attempts() == []

@@ -31,7 +31,7 @@ def lines(path: Path) -> list[str]:
 
 
 def test_killed_worker_attempt_is_recovered_and_retried(cluster, tmp_path: Path) -> None:
-    cluster(workers=2)
+    cluster(workers=2, WORKER_DEAD_AFTER=1.5)
     started, release = tmp_path / "started.log", tmp_path / "release"
     handle = enqueue(jobs.block_until_file, str(started), str(release), retries=2)
     first = wait_for(lambda: lines(started), message="the job to start")
@@ -58,11 +58,11 @@ def test_lapsed_loop_lease_is_noticed_and_the_loop_restarted(cluster) -> None:
 
 def test_killed_cluster_leaves_nothing_behind(cluster, tmp_path: Path) -> None:
     log = tmp_path / "runs.log"
-    first = cluster(workers=2, MAX_CONCURRENCY=4)
+    first = cluster(workers=2, MAX_CONCURRENCY=4, WORKER_DEAD_AFTER=1.5)
     handles = enqueue_many(jobs.sleep_and_record, [[str(log), f"j{i}", 0.05] for i in range(40)])
     wait_for(lambda: len(lines(log)) >= 5, message="some jobs to run")
     first.kill()  # workers, and the loop's pass among them
-    cluster(workers=2, MAX_CONCURRENCY=4)
+    cluster(workers=2, MAX_CONCURRENCY=4, WORKER_DEAD_AFTER=1.5)
     wait_for(
         lambda: Job.objects.filter(status=Status.COMPLETE).count() == 40,
         timeout=90,

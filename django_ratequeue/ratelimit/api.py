@@ -241,18 +241,18 @@ def _consume(
 def _take_in_one_statement(connection: BaseDatabaseWrapper, request: _Request) -> Decision:
     """PostgreSQL: one statement locks, decides and writes (see :mod:`.sql`).
 
-    A sharded limit offers two random shards and takes the better one it can lock without
-    waiting; if the other consumers hold the one it needs, it waits for it. Missing rows
-    (every shard's) are created full and the statement runs again.
+    A sharded limit offers two random shards and locks the better one no one else holds;
+    if the other one would admit while the locked one does not, or both are held, it waits
+    for one. Missing rows (every shard's) are created full and the statement runs again.
     """
     shards = request.limit.shard_count
-    pair = two_choices(shards, random.randrange(shards), random.randrange(max(shards - 1, 1)))
-    candidates: tuple[int, ...] = pair[:1] if shards == 1 else pair
+    candidates: tuple[int, ...] = (0,)
+    if shards > 1:
+        candidates = two_choices(shards, random.randrange(shards), random.randrange(shards - 1))
     # Only a statement that is its own transaction may skip waiting for the WAL flush.
     async_commit = ratequeue_settings()["RATE_LIMIT_ASYNC_COMMIT"] and connection.get_autocommit()
     while True:
         now = time.time()
-        blocking = len(candidates) == 1
         taken = sql.take(
             connection,
             request.limit,
@@ -262,20 +262,19 @@ def _take_in_one_statement(connection: BaseDatabaseWrapper, request: _Request) -
             request.count,
             now,
             reserve=request.reserve,
-            skip_locked=not blocking,
             async_commit=async_commit,
         )
-        if taken is not None and (taken.applied or taken.locked == len(candidates)):
+        if taken is not None and (taken.applied or not taken.other_admits):
             decision = request.decide(taken.shard, taken.state, now)
             assert decision.ok == taken.applied, "the SQL and the algebra disagree"
             return decision
-        if taken is None and blocking:
+        if taken is None and len(candidates) == 1:
             fresh = {
                 shard: project(request.limit.per_shard(shard), None, now, request.phase)
                 for shard in range(shards)
             }
             storage.insert_rows(connection, request.name, request.key, fresh)
-        else:  # a candidate was held by another consumer: wait for one not yet seen
+        else:  # held by other consumers (or missing): wait for one, the other if it admits
             candidates = tuple(s for s in candidates if taken is None or s != taken.shard)[:1]
 
 

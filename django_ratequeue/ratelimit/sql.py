@@ -8,9 +8,9 @@ when :func:`.algebra.decide` would (``tests/ratelimit/test_sql.py`` checks both 
 states). The statement returns the state it found; Python derives ``retry_at`` and
 ``value`` from it with the algebra, which stays the reference.
 
-With several candidate shards the statement locks those no one else holds (``SKIP
-LOCKED``) and takes the one that admits with the most tokens: the power of two choices
-without waiting behind another consumer. A session prepares the statement on the server
+With two candidate shards the statement locks only the better one (admits, then most
+tokens) that no one else holds (``SKIP LOCKED``): the power of two choices without
+waiting behind another consumer. A session prepares the statement on the server
 from its second use: planning it costs more than running it.
 """
 
@@ -30,13 +30,14 @@ from .models import RateLimitState
 
 @dataclass(frozen=True, slots=True)
 class Taken:
-    """What the statement did: the ``shard`` it chose, that shard's stored ``state`` before
-    the consume, whether the consume was ``applied``, and how many candidates it ``locked``."""
+    """What the statement did: the ``shard`` it locked, that shard's stored ``state``
+    before the consume, whether the consume was ``applied``, and whether the other
+    candidate, as last committed, would have admitted it (``other_admits``)."""
 
     shard: int
     state: State
     applied: bool
-    locked: int
+    other_admits: bool
 
 
 def take(
@@ -49,19 +50,18 @@ def take(
     now: float,
     *,
     reserve: bool,
-    skip_locked: bool,
     async_commit: bool,
 ) -> Taken | None:
-    """Consume ``count`` from the best of the ``candidates`` shards in one statement.
+    """Consume ``count`` from one shard, or from the better of two ``candidates``.
 
-    ``None`` when no candidate row could be locked: missing, or (with ``skip_locked``) held
-    by other consumers. ``async_commit`` adds ``SET LOCAL synchronous_commit = off``: only
-    for a statement that is its own transaction.
+    One candidate is waited for if another transaction holds it; of two, only one is
+    locked: the better as last committed that no one else holds (``SKIP LOCKED``).
+    ``None`` when no candidate could be locked: missing, or both held by others.
+    ``async_commit`` adds ``SET LOCAL synchronous_commit = off``: only for a statement
+    that is its own transaction.
     """
     bounded = not reserve or config.max_reserved is not None
-    shape = _Shape(
-        isinstance(config, FixedWindow), len(candidates), bounded, skip_locked, async_commit
-    )
+    shape = _Shape(isinstance(config, FixedWindow), len(candidates), bounded, async_commit)
     params: dict[str, Any] = {"name": name, "key": key, "count": count, "now": now}
     params["period"] = config.period_seconds
     for i, shard in enumerate(candidates):
@@ -75,8 +75,8 @@ def take(
         row = cursor.fetchone()
     if row is None:
         return None
-    shard, value, ts, applied, locked = row[:5]
-    return Taken(shard, State(value, ts), applied, locked)
+    shard, value, ts, applied, other_admits = row[:5]
+    return Taken(shard, State(value, ts), applied, other_admits)
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,7 +86,6 @@ class _Shape:
     window: bool
     candidates: int
     bounded: bool
-    skip_locked: bool
     async_commit: bool
 
     @property
@@ -102,7 +101,7 @@ class _Shape:
 
     @property
     def prepared_name(self) -> str:
-        flags = (self.window, self.bounded, self.skip_locked, self.async_commit)
+        flags = (self.window, self.bounded, self.async_commit)
         return f"ratequeue_take_{self.candidates}_{''.join(str(int(f)) for f in flags)}"
 
 
@@ -145,24 +144,32 @@ def _execute(shape: _Shape) -> str:
     return f"EXECUTE {shape.prepared_name} ({arguments})"
 
 
-def _projection(p: dict[str, str], window: bool) -> tuple[str, str, str]:
-    """``(tokens now, new ts, FROM clause)`` over the locked row ``old``: the SQL of
-    :func:`.algebra.project` and of the ``ts`` that :func:`.algebra.decide` stores."""
-    now, period = p["now"], p["period"]
+def _projection(p: dict[str, str], window: bool, bounded: bool, source: str) -> str:
+    """A ``SELECT`` of the rows of ``source`` with their tokens now (``available``), the
+    ``ts`` to store (``since``) and whether they admit ``count`` (``admits``): the SQL of
+    :func:`.algebra.project` and :func:`.algebra.decide`, same operations, same order."""
+    now, period, count = p["now"], p["period"], p["count"]
+    value, ts, rate, capacity = (f"{source}.{c}" for c in ("value", "ts", "rate", "capacity"))
     if window:
-        windows = f"CASE WHEN {now} > old.ts THEN FLOOR(({now} - old.ts) / {period}) ELSE 0 END"
-        return (
-            "CASE WHEN w.windows > 0 THEN LEAST(old.value + old.rate * w.windows, old.capacity)"
-            " ELSE old.value END",
-            f"CASE WHEN w.windows > 0 THEN old.ts + w.windows * {period} ELSE old.ts END",
-            f"old CROSS JOIN LATERAL (SELECT {windows} AS windows) w",
+        windows = f"CASE WHEN {now} > {ts} THEN FLOOR(({now} - {ts}) / {period}) ELSE 0 END"
+        available = (
+            f"CASE WHEN w.windows > 0 THEN LEAST({value} + {rate} * w.windows, {capacity})"
+            f" ELSE {value} END"
         )
-    accrued = f"({now} - old.ts) * old.rate / {period}"
+        since = f"CASE WHEN w.windows > 0 THEN {ts} + w.windows * {period} ELSE {ts} END"
+        rows = f"{source} CROSS JOIN LATERAL (SELECT {windows} AS windows) w"
+    else:
+        accrued = f"({now} - {ts}) * {rate} / {period}"
+        available = (
+            f"CASE WHEN {now} > {ts} THEN LEAST({value} + {accrued}, {capacity}) ELSE {value} END"
+        )
+        since = f"GREATEST({ts}, {now})"
+        rows = source
+    # decide(): refused when ``value + allowance < count``; unbounded reservations always fit.
+    admits = f"{available} + {source}.allowance >= {count}" if bounded else "true"
     return (
-        f"CASE WHEN {now} > old.ts THEN LEAST(old.value + {accrued}, old.capacity)"
-        " ELSE old.value END",
-        f"GREATEST(old.ts, {now})",
-        "old",
+        f"SELECT {source}.*, {available} AS available, {since} AS since, {admits} AS admits "
+        f"FROM {rows}"
     )
 
 
@@ -179,33 +186,37 @@ def _statement(shape: _Shape, *, prepared: bool) -> str:
         f"({p[f'shard{i}']}, {p[f'rate{i}']}, {p[f'capacity{i}']}, {p[f'allowance{i}']})"
         for i in range(shape.candidates)
     )
-    available, since, source = _projection(p, shape.window)
-    # decide(): refused when ``value + allowance < count``; unbounded reservations always fit.
-    admits = f"available + allowance >= {p['count']}" if shape.bounded else "true"
-    skip = " SKIP LOCKED" if shape.skip_locked else ""
+    wanted = ", ".join(p[f"shard{i}"] for i in range(shape.candidates))
+    stored = f"""
+    SELECT r.id, r.shard, r.value, r.ts, share.rate, share.capacity, share.allowance
+    FROM {table} r JOIN share ON share.shard = r.shard
+    WHERE r.name = {p["name"]} AND r."key" = {p["key"]} AND r.shard IN ({wanted})"""
+    if shape.candidates == 1:
+        locked = f"old AS ({stored}\n    FOR UPDATE OF r\n)"
+        other_admits = "false"
+    else:
+        # Lock only the better candidate that no one else holds; ``old`` is its newest
+        # version, from which ``chosen`` decides again.
+        locked = f"""stored AS ({stored}
+),
+seen AS ({_projection(p, shape.window, shape.bounded, "stored")}),
+old AS (
+    SELECT r.id, r.shard, r.value, r.ts, seen.rate, seen.capacity, seen.allowance
+    FROM {table} r JOIN seen ON seen.id = r.id
+    ORDER BY seen.admits DESC, seen.available DESC
+    LIMIT 1
+    FOR UPDATE OF r SKIP LOCKED
+)"""
+        other_admits = "EXISTS (SELECT FROM seen WHERE seen.shard <> chosen.shard AND seen.admits)"
     relax = ", set_config('synchronous_commit', 'off', true)" if shape.async_commit else ""
     return f"""
 WITH share (shard, rate, capacity, allowance) AS (VALUES {shares}),
-old AS (
-    SELECT r.id, r.shard, r.value, r.ts, share.rate, share.capacity, share.allowance
-    FROM {table} r JOIN share ON share.shard = r.shard
-    WHERE r.name = {p["name"]} AND r."key" = {p["key"]}
-    FOR UPDATE OF r{skip}
-),
-projected AS (
-    SELECT old.id, old.shard, old.value, old.ts, old.allowance,
-        {available} AS available, {since} AS since
-    FROM {source}
-),
-chosen AS (
-    SELECT projected.*, {admits} AS admits FROM projected
-    ORDER BY admits DESC, available DESC LIMIT 1
-),
+{locked},
+chosen AS ({_projection(p, shape.window, shape.bounded, "old")}),
 taken AS (
     UPDATE {table} r SET value = chosen.available - {p["count"]}, ts = chosen.since
     FROM chosen WHERE r.id = chosen.id AND chosen.admits
     RETURNING r.id
 )
-SELECT chosen.shard, chosen.value, chosen.ts, EXISTS (SELECT FROM taken),
-    (SELECT count(*) FROM old){relax}
+SELECT chosen.shard, chosen.value, chosen.ts, EXISTS (SELECT FROM taken), {other_admits}{relax}
 FROM chosen"""

@@ -76,11 +76,10 @@ def test_one_shard_decides_and_stores_what_the_algebra_does(
         count,
         now,
         reserve=reserve,
-        skip_locked=False,
         async_commit=False,
     )
     expected = decide(config.per_shard(shard), state, now, count, reserve=reserve)
-    assert taken == sql.Taken(shard, state, expected.ok, 1)
+    assert taken == sql.Taken(shard, state, expected.ok, other_admits=False)
     assert stored() == {shard: expected.state if expected.ok else state}
 
 
@@ -113,16 +112,16 @@ def test_two_shards_take_the_one_that_admits_with_most_tokens(
         count,
         now,
         reserve=reserve,
-        skip_locked=True,
         async_commit=False,
     )
-    assert taken is not None and taken.locked == 2
+    assert taken is not None
     expected = {
         shard: decide(config.per_shard(shard), state, now, count, reserve=reserve)
         for shard, state in before.items()
     }
     chosen = expected[taken.shard]
     assert taken.state == before[taken.shard]
+    assert taken.other_admits == expected[1 - taken.shard].ok
     assert taken.applied == chosen.ok == any(d.ok for d in expected.values())
     if chosen.ok:
         assert chosen.value == max(d.value for d in expected.values() if d.ok)
@@ -142,7 +141,6 @@ def test_missing_rows_are_not_invented() -> None:
         1,
         EPOCH,
         reserve=False,
-        skip_locked=False,
         async_commit=False,
     )
     assert taken is None

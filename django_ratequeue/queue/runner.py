@@ -93,7 +93,8 @@ class Runner:
     def __init__(self, worker: str) -> None:
         self.worker = worker
         self.chunk = 1
-        self.unreported_since: float | None = None
+        self.unreported = False
+        self.last_wake = time.monotonic()
 
     def run_chunk(self, todo: list[int]) -> list[int]:
         """Run the first ``chunk`` attempts of ``todo``; return the rest."""
@@ -111,10 +112,10 @@ class Runner:
             # A recovered (superseded) attempt already ended: its late report is ignored.
             condition="t.ended_at IS NULL",
         )
-        if claimed:
-            self.unreported_since = self.unreported_since or time.monotonic()
-            if time.monotonic() - self.unreported_since >= ratequeue_settings()["SEGMENT"]:
-                self.wake()
+        self.unreported = self.unreported or bool(claimed)
+        # After a slow job at once; after quick ones at most every SEGMENT seconds.
+        if time.monotonic() - self.last_wake >= ratequeue_settings()["SEGMENT"]:
+            self.wake()
         return rest
 
     def claim(self, attempt_ids: list[int]) -> list[Attempt]:
@@ -135,9 +136,10 @@ class Runner:
 
     def wake(self) -> None:
         """Tell the loop that slots came free."""
-        if self.unreported_since is not None:
+        if self.unreported:
             wake_loop()
-            self.unreported_since = None
+            self.unreported = False
+        self.last_wake = time.monotonic()
 
 
 def run_attempt(attempt: Attempt) -> None:

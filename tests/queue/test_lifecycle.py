@@ -157,7 +157,9 @@ def test_scheduled_start_and_priority_order(cluster, tmp_path: Path) -> None:
     release.touch()
     for handle in (blocker, low, normal, high, later):
         handle.result(timeout=30)
-    assert [line.split()[0] for line in lines(log)] == ["high", "normal", "low", "later"]
+    order = [line.split()[0] for line in lines(log)]
+    assert [label for label in order if label != "later"] == ["high", "normal", "low"]
+    # The highest priority of all, but not before its time.
     assert later.attempts()[0].started_at >= due
 
 

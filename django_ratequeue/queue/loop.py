@@ -79,7 +79,18 @@ Invariants
 - Rate limits: a queue with ``rate_limit`` draws each job's ``cost`` from that limit in the
   step's transaction before starting it; a refusal parks the queue until ``retry_at``.
 - ``SEGMENT``: the loop's time slice. Resting wake-ups are rounded up to a segment boundary
-  so that work falling due close together is handled by one pass.
+  so that work falling due close together is handled by one pass, and runners report
+  completions of quick jobs at most once per segment.
+
+Segments and cursors
+--------------------
+The reference design has producers append to future time segments that the loop reads by
+cursor, to avoid write conflicts and scans over deleted rows. Here the database gives the
+same guarantees more directly: producers only INSERT (no conflict with the loop under
+PostgreSQL's MVCC; SQLite serialises writers anyway), and the loop reads the head of indexes
+that contain exactly the unprocessed work (WAITING jobs per queue, due deferred jobs, active
+attempts, pending cancel requests, which are deleted once applied). There is no processed
+prefix to skip, so there is no cursor to keep and no commit-order gap to patch up later.
 """
 
 from __future__ import annotations

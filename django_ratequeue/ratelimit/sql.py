@@ -144,33 +144,30 @@ def _execute(shape: _Shape) -> str:
     return f"EXECUTE {shape.prepared_name} ({arguments})"
 
 
-def _projection(p: dict[str, str], window: bool, bounded: bool, source: str) -> str:
-    """A ``SELECT`` of the rows of ``source`` with their tokens now (``available``), the
-    ``ts`` to store (``since``) and whether they admit ``count`` (``admits``): the SQL of
-    :func:`.algebra.project` and :func:`.algebra.decide`, same operations, same order."""
+def _decision(
+    p: dict[str, str], shape: _Shape, value: str, ts: str, share: dict[str, str]
+) -> tuple[str, str, str]:
+    """SQL for the row ``(value, ts)`` under the shard's ``share`` (rate, capacity,
+    allowance): its tokens now, the ``ts`` to store, and whether it admits ``count``; the
+    operations of :func:`.algebra.project` and :func:`.algebra.decide`, in their order."""
     now, period, count = p["now"], p["period"], p["count"]
-    value, ts, rate, capacity = (f"{source}.{c}" for c in ("value", "ts", "rate", "capacity"))
-    if window:
+    rate, capacity = share["rate"], share["capacity"]
+    if shape.window:
         windows = f"CASE WHEN {now} > {ts} THEN FLOOR(({now} - {ts}) / {period}) ELSE 0 END"
         available = (
-            f"CASE WHEN w.windows > 0 THEN LEAST({value} + {rate} * w.windows, {capacity})"
+            f"CASE WHEN {windows} > 0 THEN LEAST({value} + {rate} * {windows}, {capacity})"
             f" ELSE {value} END"
         )
-        since = f"CASE WHEN w.windows > 0 THEN {ts} + w.windows * {period} ELSE {ts} END"
-        rows = f"{source} CROSS JOIN LATERAL (SELECT {windows} AS windows) w"
+        since = f"CASE WHEN {windows} > 0 THEN {ts} + {windows} * {period} ELSE {ts} END"
     else:
         accrued = f"({now} - {ts}) * {rate} / {period}"
         available = (
             f"CASE WHEN {now} > {ts} THEN LEAST({value} + {accrued}, {capacity}) ELSE {value} END"
         )
         since = f"GREATEST({ts}, {now})"
-        rows = source
     # decide(): refused when ``value + allowance < count``; unbounded reservations always fit.
-    admits = f"{available} + {source}.allowance >= {count}" if bounded else "true"
-    return (
-        f"SELECT {source}.*, {available} AS available, {since} AS since, {admits} AS admits "
-        f"FROM {rows}"
-    )
+    admits = f"{available} + {share['allowance']} >= {count}" if shape.bounded else "true"
+    return available, since, admits
 
 
 @lru_cache(maxsize=128)
@@ -182,37 +179,49 @@ def _statement(shape: _Shape, *, prepared: bool) -> str:
         for i, (name, kind) in enumerate(shape.parameters, start=1)
     }
     table = f'"{RateLimitState._meta.db_table}"'
-    shares = ", ".join(
-        f"({p[f'shard{i}']}, {p[f'rate{i}']}, {p[f'capacity{i}']}, {p[f'allowance{i}']})"
-        for i in range(shape.candidates)
-    )
-    wanted = ", ".join(p[f"shard{i}"] for i in range(shape.candidates))
-    stored = f"""
-    SELECT r.id, r.shard, r.value, r.ts, share.rate, share.capacity, share.allowance
-    FROM {table} r JOIN share ON share.shard = r.shard
-    WHERE r.name = {p["name"]} AND r."key" = {p["key"]} AND r.shard IN ({wanted})"""
+    where = f'r.name = {p["name"]} AND r."key" = {p["key"]}'
+    fields = ("rate", "capacity", "allowance")
     if shape.candidates == 1:
-        locked = f"old AS ({stored}\n    FOR UPDATE OF r\n)"
+        share = {field: p[f"{field}0"] for field in fields}
+        locked = f"""old AS (
+    SELECT r.id, r.shard, r.value, r.ts FROM {table} r
+    WHERE {where} AND r.shard = {p["shard0"]}
+    FOR UPDATE
+)"""
         other_admits = "false"
     else:
-        # Lock only the better candidate that no one else holds; ``old`` is its newest
-        # version, from which ``chosen`` decides again.
-        locked = f"""stored AS ({stored}
-),
-seen AS ({_projection(p, shape.window, shape.bounded, "stored")}),
+        # Lock only the better candidate as last committed that no one else holds; its
+        # newest version (``old``) is decided on again below.
+        shares = ", ".join(
+            "(" + ", ".join(p[f"{field}{i}"] for field in ("shard", *fields)) + ")"
+            for i in range(shape.candidates)
+        )
+        stored = {field: f"share.{field}" for field in fields}
+        available, _, admits = _decision(p, shape, "r.value", "r.ts", stored)
+        order = f"{admits} DESC, " if shape.bounded else ""
+        candidates = f"""FROM {table} r JOIN share ON share.shard = r.shard
+    WHERE {where} AND r.shard IN ({", ".join(p[f"shard{i}"] for i in range(shape.candidates))})"""
+        locked = f"""share (shard, {", ".join(fields)}) AS (VALUES {shares}),
 old AS (
-    SELECT r.id, r.shard, r.value, r.ts, seen.rate, seen.capacity, seen.allowance
-    FROM {table} r JOIN seen ON seen.id = r.id
-    ORDER BY seen.admits DESC, seen.available DESC
+    SELECT r.id, r.shard, r.value, r.ts, share.rate, share.capacity, share.allowance
+    {candidates}
+    ORDER BY {order}{available} DESC
     LIMIT 1
     FOR UPDATE OF r SKIP LOCKED
 )"""
-        other_admits = "EXISTS (SELECT FROM seen WHERE seen.shard <> chosen.shard AND seen.admits)"
+        share = {field: f"old.{field}" for field in fields}
+        other_admits = f"""CASE WHEN chosen.admits THEN false ELSE EXISTS (
+    SELECT {candidates} AND r.shard <> chosen.shard AND {admits}
+) END"""
+    available, since, admits = _decision(p, shape, "old.value", "old.ts", share)
     relax = ", set_config('synchronous_commit', 'off', true)" if shape.async_commit else ""
     return f"""
-WITH share (shard, rate, capacity, allowance) AS (VALUES {shares}),
-{locked},
-chosen AS ({_projection(p, shape.window, shape.bounded, "old")}),
+WITH {locked},
+chosen AS (
+    SELECT old.id, old.shard, old.value, old.ts,
+        {available} AS available, {since} AS since, {admits} AS admits
+    FROM old
+),
 taken AS (
     UPDATE {table} r SET value = chosen.available - {p["count"]}, ts = chosen.since
     FROM chosen WHERE r.id = chosen.id AND chosen.admits

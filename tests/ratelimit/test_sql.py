@@ -7,6 +7,7 @@ state it returns, and among two shards take one that admits with the most tokens
 
 from __future__ import annotations
 
+import psycopg
 import pytest
 from django.db import connection
 from hypothesis import HealthCheck, assume, given, settings
@@ -121,7 +122,7 @@ def test_two_shards_take_the_one_that_admits_with_most_tokens(
     }
     chosen = expected[taken.shard]
     assert taken.state == before[taken.shard]
-    assert taken.other_admits == expected[1 - taken.shard].ok
+    assert not taken.other_admits  # the better shard was free, so it was taken
     assert taken.applied == chosen.ok == any(d.ok for d in expected.values())
     if chosen.ok:
         assert chosen.value == max(d.value for d in expected.values() if d.ok)
@@ -145,3 +146,33 @@ def test_missing_rows_are_not_invented() -> None:
     )
     assert taken is None
     assert stored() == {}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_shard_held_by_another_consumer_is_skipped_and_reported_if_it_would_admit() -> None:
+    config = FixedWindow(rate=4, period=3600, start=0, shards=2)  # 2 tokens per shard
+    store({0: State(2.0, 0.0), 1: State(0.0, 0.0)})
+    now = 1800.0  # within the first window: nothing refills
+    with psycopg.connect(**contender_connection_params(), autocommit=False) as holder:
+        holder.execute(
+            'SELECT 1 FROM "django_ratequeue_ratelimitstate" WHERE name = %s AND shard = 0'
+            " FOR UPDATE",
+            [NAME],
+        )
+        taken = sql.take(
+            connection, config, NAME, KEY, (0, 1), 1, now, reserve=False, async_commit=False
+        )
+        assert taken == sql.Taken(1, State(0.0, 0.0), applied=False, other_admits=True)
+        holder.rollback()
+    assert stored() == {0: State(2.0, 0.0), 1: State(0.0, 0.0)}
+
+
+def contender_connection_params() -> dict[str, object]:
+    db = connection.settings_dict
+    return {
+        "dbname": db["NAME"],
+        "user": db["USER"] or None,
+        "password": db["PASSWORD"] or None,
+        "host": db["HOST"] or "127.0.0.1",
+        "port": db["PORT"] or 5432,
+    }

@@ -249,7 +249,10 @@ def _take_in_one_statement(connection: BaseDatabaseWrapper, request: _Request) -
     candidates: tuple[int, ...] = (0,)
     if shards > 1:
         candidates = two_choices(shards, random.randrange(shards), random.randrange(shards - 1))
-    # Only a statement that is its own transaction may skip waiting for the WAL flush.
+    # RATE_LIMIT_ASYNC_COMMIT: a statement that is its own transaction commits without
+    # waiting for the WAL flush (about twice the decisions per second); a PostgreSQL crash
+    # may then forget the consumes of its last fraction of a second. Rate-limit state is
+    # soft, and a caller's transaction keeps its own durability.
     async_commit = ratequeue_settings()["RATE_LIMIT_ASYNC_COMMIT"] and connection.get_autocommit()
     while True:
         now = time.time()

@@ -31,8 +31,8 @@ from .models import RateLimitState
 @dataclass(frozen=True, slots=True)
 class Taken:
     """What the statement did: the ``shard`` it locked, that shard's stored ``state``
-    before the consume, whether the consume was ``applied``, and whether the other
-    candidate, as last committed, would have admitted it (``other_admits``)."""
+    before the consume, whether the consume was ``applied``, and, when it was not,
+    whether the other candidate as last committed would have admitted it."""
 
     shard: int
     state: State

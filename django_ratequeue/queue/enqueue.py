@@ -28,6 +28,7 @@ from .handles import Handle, owner_label
 from .loop import wake_loop
 from .models import Job, Status
 from .retry import Retry
+from .subtasks import current_job_id
 
 OPTION_NAMES = frozenset(
     {
@@ -236,6 +237,7 @@ class JobOptions:
             context=context,
             owner=owner_label(options.get("owner")),
             cost=cost,
+            parent_id=current_job_id(),
         )
 
     @property

@@ -9,9 +9,13 @@ from typing import Any
 
 from django.db import models, transaction
 
-from ..exceptions import JobCanceled, JobFailed, NotOwner
+from ..exceptions import JobCanceled, JobFailed, NotOwner, RecursiveWaitDeadlock
 from .loop import wake_loop
 from .models import FINAL_STATUSES, Attempt, CancelRequest, Job, Status
+from .subtasks import check_wait, current_attempt, slots_released, workers_exhausted
+
+# How often a job waiting on a subtask checks that some worker can still run it.
+DEADLOCK_CHECK_EVERY = 0.25
 
 
 def owner_label(owner: Any) -> str:
@@ -65,19 +69,44 @@ class Handle:
         """Wait for the job's final status and return its return value.
 
         Raises :class:`JobFailed` (with the last error), :class:`JobCanceled`,
-        ``TimeoutError`` when ``timeout`` seconds pass first, or :class:`NotOwner`.
+        ``TimeoutError`` when ``timeout`` seconds pass first, or :class:`NotOwner`. Called
+        from inside a running job, it gives that job's slots back while it waits (see
+        :mod:`.subtasks`) and raises :class:`RecursiveWaitDeadlock` if the wait could never
+        end.
         """
+        parent = current_attempt.get()
+        if parent is None:
+            return self._wait(timeout)
+        child = self._job("status", "owner", "queue", "max_concurrency")
+        if child.status in FINAL_STATUSES:
+            return self._wait(timeout)
+        check_wait(parent, child)
+        with slots_released(parent, child):
+            return self._wait(timeout, parent=parent)
+
+    def _wait(self, timeout: float | None, parent: Attempt | None = None) -> Any:
         deadline = None if timeout is None else time.monotonic() + timeout
+        next_deadlock_check = time.monotonic() + DEADLOCK_CHECK_EVERY
         pause = 0.005
         while True:
-            job = self._job("status", "owner", "result", "error", "traceback")
+            job = self._job("status", "owner", "result", "error", "traceback", "queue")
             if job.owner and job.owner != self.owner:
                 raise NotOwner(self.id, self.owner)
             if job.status in FINAL_STATUSES:
                 break
-            if deadline is not None and time.monotonic() >= deadline:
+            now = time.monotonic()
+            if deadline is not None and now >= deadline:
                 raise TimeoutError(f"Job {self.id} did not finish within {timeout} seconds")
-            wait = pause if deadline is None else min(pause, deadline - time.monotonic())
+            if parent is not None and now >= next_deadlock_check:
+                next_deadlock_check = now + DEADLOCK_CHECK_EVERY
+                if workers_exhausted(parent, self.id):
+                    raise RecursiveWaitDeadlock(
+                        f"Job {parent.job_id} waits on job {self.id}, but every worker is "
+                        "blocked waiting on a subtask: nobody is left to run it.",
+                        queue=job.queue,
+                        chain=[self.id, parent.job_id],
+                    )
+            wait = pause if deadline is None else min(pause, deadline - now)
             time.sleep(max(wait, 0))
             pause = min(pause * 1.5, 0.5)
         if job.status == Status.FAILED:

@@ -121,6 +121,7 @@ from .models import (
     LoopStatus,
     Outcome,
     Status,
+    Wait,
     WorkerHeartbeat,
 )
 from .retry import Retry
@@ -344,11 +345,12 @@ class Loop:
             did_work = self.recover(now)
             active = list(
                 Attempt.objects.filter(active=True).only(
-                    "job", "queue", "concurrency_key", "ended_at"
+                    "job", "queue", "concurrency_key", "ended_at", "wait", "wait_queue"
                 )
             )
             did_work |= self.finish([a.pk for a in active if a.ended_at is not None], now)
             running = [a for a in active if a.ended_at is None]
+            did_work |= self.grant_resumes(running)
             did_work |= self.apply_cancels(now)
             did_work |= self.promote_due(now)
             started, waiting_left = self.start_ready(running, now)
@@ -507,6 +509,37 @@ class Loop:
             )
         return bool(due)
 
+    # -- subtask waits ------------------------------------------------------------------
+
+    def grant_resumes(self, running: list[Attempt]) -> bool:
+        """Give slots back to attempts that waited on a subtask, before anything new starts."""
+        resuming = [a for a in running if a.wait == Wait.RESUMING]
+        if not resuming:
+            return False
+        own_limits = dict(
+            Job.objects.filter(pk__in=[a.job_id for a in resuming]).values_list(
+                "pk", "max_concurrency"
+            )
+        )
+        environment = sum(map(holds_environment_slot, running))
+        per_queue = Counter(a.queue for a in running if holds_queue_slot(a))
+        granted = []
+        for attempt in resuming:
+            needs_queue_slot = not holds_queue_slot(attempt)
+            limit = QueueLimits.of(attempt.queue).limit_for(own_limits.get(attempt.job_id))
+            if environment >= self.settings["MAX_CONCURRENCY"] or (
+                needs_queue_slot and per_queue[attempt.queue] >= limit
+            ):
+                continue
+            environment += 1
+            per_queue[attempt.queue] += needs_queue_slot
+            attempt.wait, attempt.wait_queue = Wait.NONE, ""
+            granted.append(attempt.pk)
+        Attempt.objects.filter(pk__in=granted, wait=Wait.RESUMING).update(
+            wait=Wait.NONE, wait_queue=""
+        )
+        return bool(granted)
+
     # -- dispatch ------------------------------------------------------------------------
 
     def start_ready(self, running: list[Attempt], now: datetime) -> tuple[bool, bool]:
@@ -514,10 +547,10 @@ class Loop:
         queues = waiting_queues()
         if not queues:
             return False, False
-        env_free = self.settings["MAX_CONCURRENCY"] - len(running)
+        env_free = self.settings["MAX_CONCURRENCY"] - sum(map(holds_environment_slot, running))
         if env_free <= 0:
             return False, True
-        per_queue = Counter(a.queue for a in running)
+        per_queue = Counter(a.queue for a in running if holds_queue_slot(a))
         per_key = Counter((a.queue, a.concurrency_key) for a in running if a.concurrency_key)
         candidates: list[Job] = []
         for name in queues:
@@ -634,11 +667,21 @@ class Loop:
             # Look again for dead workers and overruns even if no completion arrives.
             wakes.append(now + timedelta(seconds=self.settings["WORKER_DEAD_AFTER"]))
         wake = _segment_ceiling(min(wakes)) if wakes else None
-        if waiting_left and len(running) >= self.settings["MAX_CONCURRENCY"]:
+        holding = sum(map(holds_environment_slot, running))
+        if waiting_left and holding >= self.settings["MAX_CONCURRENCY"]:
             return LoopStatus.SATURATED, wake
         if wake is not None or waiting_left:
             return LoopStatus.SCHEDULED, wake
         return LoopStatus.IDLE, None
+
+
+def holds_environment_slot(attempt: Attempt) -> bool:
+    return attempt.wait == Wait.NONE
+
+
+def holds_queue_slot(attempt: Attempt) -> bool:
+    """A waiting attempt keeps its queue slot unless the job it waits on runs in its queue."""
+    return attempt.wait == Wait.NONE or attempt.wait_queue != attempt.queue
 
 
 def create_callbacks(finished: list[Job], now: datetime) -> None:

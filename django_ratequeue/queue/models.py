@@ -54,6 +54,8 @@ class Job(models.Model):
     owner = models.CharField(max_length=255, blank=True, default="")
     cost = models.PositiveIntegerField(default=1)
     cancel_requested = models.BooleanField(default=False)
+    # The job that enqueued this one from inside its own run, if any.
+    parent_id = models.CharField(max_length=200, blank=True, default="")
     result = models.JSONField(null=True, blank=True)
     error = models.TextField(blank=True, default="")
     traceback = models.TextField(blank=True, default="")
@@ -84,6 +86,14 @@ class Outcome(models.TextChoices):
     WORKER_LOST = "worker_lost", "Worker lost"
 
 
+class Wait(models.TextChoices):
+    """An attempt that waits on another job's result gives its slots back meanwhile."""
+
+    NONE = "", "Holding its slots"
+    WAITING = "waiting", "Waiting on a subtask"
+    RESUMING = "resuming", "Asking for its slots back"
+
+
 class Attempt(models.Model):
     """One try at a job: created by the loop, claimed and ended by a runner.
 
@@ -102,6 +112,9 @@ class Attempt(models.Model):
     started_at = models.DateTimeField(null=True, blank=True)
     ended_at = models.DateTimeField(null=True, blank=True)
     outcome = models.CharField(max_length=16, choices=Outcome.choices, blank=True, default="")
+    wait = models.CharField(max_length=8, choices=Wait.choices, blank=True, default=Wait.NONE)
+    # While waiting: the queue of the awaited job (its own queue slot is freed if the same).
+    wait_queue = models.CharField(max_length=200, blank=True, default="")
     result = models.JSONField(null=True, blank=True)
     error = models.TextField(blank=True, default="")
     traceback = models.TextField(blank=True, default="")

@@ -21,11 +21,12 @@ from typing import Any
 from django.utils import timezone
 
 from ..conf import ratequeue_settings
-from ..exceptions import NonRetryableError
+from ..exceptions import NonRetryableError, RecursiveWaitDeadlock
 from .bulk import update_rows
 from .enqueue import import_function
 from .loop import wake_loop
 from .models import Attempt, Job, Outcome
+from .subtasks import current_attempt
 from .watchdog import beat
 
 
@@ -130,7 +131,7 @@ class Runner:
         return list(
             Attempt.objects.filter(pk__in=attempt_ids, worker=self.worker, started_at=stamp)
             .select_related("job")
-            .only("timeout", "started_at", "job__func", "job__args", "job__kwargs")
+            .only("timeout", "started_at", "queue", "job__func", "job__args", "job__kwargs")
             .order_by("pk")
         )
 
@@ -147,6 +148,7 @@ def run_attempt(attempt: Attempt) -> None:
     job: Job = attempt.job
     attempt.result, attempt.error, attempt.traceback = None, "", ""
     attempt.outcome = Outcome.SUCCEEDED
+    token = current_attempt.set(attempt)
     try:
         func = import_function(job.func)
         with time_limit(attempt.timeout):
@@ -156,12 +158,14 @@ def run_attempt(attempt: Attempt) -> None:
     except AttemptTimedOut as exc:
         attempt.outcome, attempt.error = Outcome.TIMED_OUT, str(exc)
         attempt.traceback = tb.format_exc()
-    except NonRetryableError as exc:
+    except (NonRetryableError, RecursiveWaitDeadlock) as exc:
         attempt.outcome, attempt.error = Outcome.NON_RETRYABLE, _describe(exc)
         attempt.traceback = tb.format_exc()
     except Exception as exc:
         attempt.outcome, attempt.error = Outcome.FAILED, _describe(exc)
         attempt.traceback = tb.format_exc()
+    finally:
+        current_attempt.reset(token)
     attempt.ended_at = timezone.now()
 
 

@@ -9,7 +9,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from django_ratequeue import NonRetryableError, job
+from django_ratequeue import NonRetryableError, enqueue, get_handle, job
+from django_ratequeue.queue.subtasks import current_job_id
 
 
 def add(a: int, b: int) -> int:
@@ -99,3 +100,13 @@ def callback(outcome: dict[str, Any]) -> None:
 def sleep_and_record(path: str, label: str, seconds: float) -> str:
     time.sleep(seconds)
     return record(path, label)
+
+
+def spawn_and_wait(x: int, child_queue: Any = None) -> int:
+    """Enqueue add(x, x) as a subtask (in ``child_queue``) and wait for it."""
+    child = enqueue(add, args=[x, x], queue=child_queue) if child_queue else enqueue(add, x, x)
+    return child.result(timeout=60) * 10
+
+
+def wait_on_self() -> None:
+    get_handle(current_job_id()).result(timeout=60)

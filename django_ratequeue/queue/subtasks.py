@@ -1,0 +1,112 @@
+"""Waiting on a subtask from inside a running job.
+
+``handle.result()`` called by a job on another job's handle gives the caller's slots back
+while it waits — its environment slot, and its queue slot when the awaited job runs on the
+same queue — so that the subtask can start even when the limits are full. Afterwards the
+caller asks for its slots back and continues once the loop grants them (before it starts
+anything new), so the limits hold at every moment.
+
+A wait that can never end raises :class:`~django_ratequeue.RecursiveWaitDeadlock`: waiting
+on itself or on a job that (transitively) enqueued it, on a job in a paused queue, or when
+every live worker is itself blocked in such a wait, so that nobody is left to run the
+subtask.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from datetime import timedelta
+
+from django.utils import timezone
+
+from ..conf import ratequeue_settings
+from ..exceptions import RecursiveWaitDeadlock
+from .loop import QueueLimits, wake_loop
+from .models import Attempt, Job, Status, Wait, WorkerHeartbeat
+
+# The attempt the runner is executing in this context, if any.
+current_attempt: ContextVar[Attempt | None] = ContextVar("ratequeue_attempt", default=None)
+
+NOT_STARTED = (Status.SCHEDULED, Status.WAITING, Status.RETRYING)
+
+
+def current_job_id() -> str:
+    attempt = current_attempt.get()
+    return attempt.job_id if attempt is not None else ""
+
+
+def check_wait(parent: Attempt, child: Job) -> None:
+    """Raise RecursiveWaitDeadlock if ``parent`` waiting on ``child`` could never end."""
+    chain = [child.pk]
+    ancestor = parent.job_id
+    while ancestor:
+        chain.append(ancestor)
+        if ancestor == child.pk:
+            raise RecursiveWaitDeadlock(
+                f"Job {parent.job_id} waits on job {child.pk}, which is itself or one of the "
+                "jobs it was enqueued by: that wait could never end.",
+                queue=child.queue,
+                chain=chain,
+            )
+        ancestor = (
+            Job.objects.filter(pk=ancestor).values_list("parent_id", flat=True).first() or ""
+        )
+    limit = QueueLimits.of(child.queue).limit_for(child.max_concurrency)
+    if limit == 0 and child.status in NOT_STARTED:
+        raise RecursiveWaitDeadlock(
+            f"Job {parent.job_id} waits on job {child.pk} in queue {child.queue!r}, which is "
+            "paused: it would never start.",
+            queue=child.queue,
+            chain=[child.pk, parent.job_id],
+        )
+
+
+def workers_exhausted(parent: Attempt, child_id: str) -> bool:
+    """Every live worker is blocked waiting on a subtask and ours has not started."""
+    started = Attempt.objects.filter(job_id=child_id, active=True).exclude(started_at=None)
+    if started.exists():
+        return False
+    dead_after = timedelta(seconds=ratequeue_settings()["WORKER_DEAD_AFTER"])
+    live = set(
+        WorkerHeartbeat.objects.filter(seen_at__gte=timezone.now() - dead_after).values_list(
+            "id", flat=True
+        )
+    )
+    blocked = set(
+        Attempt.objects.filter(active=True, ended_at=None, worker__in=live)
+        .exclude(wait=Wait.NONE)
+        .values_list("worker", flat=True)
+    )
+    return bool(live) and blocked >= live
+
+
+@contextmanager
+def slots_released(parent: Attempt, child: Job) -> Iterator[None]:
+    """Give the parent's slots back for the duration of the block, then take them back."""
+    Attempt.objects.filter(pk=parent.pk).update(wait=Wait.WAITING, wait_queue=child.queue)
+    wake_loop()
+    try:
+        yield
+    except RecursiveWaitDeadlock:
+        # Every worker is blocked, so no loop pass could run to grant the slots back: take
+        # them back directly. Whatever the loop started meanwhile cannot run before one of
+        # these workers is free, so no more jobs run at once than the limits allow.
+        Attempt.objects.filter(pk=parent.pk).update(wait=Wait.NONE, wait_queue="")
+        raise
+    except BaseException:
+        _take_slots_back(parent)
+        raise
+    _take_slots_back(parent)
+
+
+def _take_slots_back(parent: Attempt) -> None:
+    """Ask the loop for the slots back and wait until it grants them."""
+    Attempt.objects.filter(pk=parent.pk).update(wait=Wait.RESUMING)
+    wake_loop()
+    pause = 0.005
+    while Attempt.objects.filter(pk=parent.pk, wait=Wait.RESUMING, active=True).exists():
+        time.sleep(pause)
+        pause = min(pause * 1.5, 0.2)

@@ -76,6 +76,10 @@ Invariants
   UPDATE per chunk, one ``UPDATE ... FROM VALUES`` for the outcomes), and when its batch is
   done it takes over attempts not started yet, so a slow job does not hold up its batch.
   A redelivered task finds its attempts claimed and runs nothing twice.
+- Subtask waits (:mod:`.subtasks`): an attempt waiting on another job's result does not
+  count towards ``MAX_CONCURRENCY``, nor towards its queue when the awaited job is in the
+  same queue; when it asks to resume, the loop gives it its slots back before it starts
+  anything new.
 - Rate limits: a queue with ``rate_limit`` draws each job's ``cost`` from that limit in the
   step's transaction before starting it; a refusal parks the queue until ``retry_at``.
 - ``SEGMENT``: the loop's time slice. Resting wake-ups are rounded up to a segment boundary

@@ -1,0 +1,274 @@
+"""A backend for Django's tasks framework (Django 6.0+): ``@task`` functions run on ratequeue.
+
+``TASKS = {"default": {"BACKEND": "django_ratequeue.backends.RateQueueBackend"}}``. Each
+enqueued task is one ratequeue job of :func:`run_task`, which resolves the task on the
+worker and sends the framework's ``task_started`` and ``task_finished`` around it, so the
+engine needs to know nothing about django.tasks. A task's queue name, priority and
+``run_after`` become the job's queue, priority and ``start_at``; its result is read back
+from the job and its attempts.
+
+On Django 5.2 this module still imports (the rest of the app must keep working), but the
+backend refuses to start and a system check names the TASKS entries that use it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from traceback import format_exception
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, cast
+
+import django
+from django.apps import AppConfig
+from django.conf import settings
+from django.core.checks import CheckMessage, Error, register
+from django.core.exceptions import ImproperlyConfigured
+from django.utils import timezone
+from django.utils.module_loading import import_string
+
+from .exceptions import JobCanceled
+from .queue.enqueue import JobFunction, JobOptions, QueueChoice, function_path
+from .queue.handles import AttemptInfo, Handle
+from .queue.models import Job, Outcome, Status
+from .queue.runner import AttemptTimedOut
+from .queue.subtasks import current_attempt
+
+if TYPE_CHECKING or django.VERSION >= (6, 0):
+    from django.tasks import Task, TaskContext, TaskResult, TaskResultStatus, task_backends
+    from django.tasks.backends.base import BaseTaskBackend
+    from django.tasks.base import TaskError
+    from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
+    from django.tasks.signals import task_enqueued, task_finished, task_started
+    from django.utils.json import normalize_json
+
+    HAS_DJANGO_TASKS = True
+else:
+    HAS_DJANGO_TASKS = False
+
+    class BaseTaskBackend:
+        """Stands in for django.tasks' base class before Django 6.0, refusing to start."""
+
+        def __init__(self, alias: str, params: dict[str, Any]) -> None:
+            raise ImproperlyConfigured(NEEDS_DJANGO_6)
+
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+BACKEND_PATH = f"{__name__}.RateQueueBackend"
+NEEDS_DJANGO_6 = (
+    f"{BACKEND_PATH} needs Django 6.0 or later (django.tasks); this is Django "
+    f"{django.get_version()}. Upgrade Django, or enqueue with django_ratequeue.enqueue()."
+)
+# The backend OPTIONS, passed on as the defaults of every job it enqueues.
+OPTION_NAMES = frozenset({"retries", "timeout"})
+
+
+class WorkerLost(Exception):
+    """The error class reported for an attempt whose worker process died."""
+
+
+class RateQueueBackend(BaseTaskBackend):
+    """Runs ``django.tasks`` tasks as ratequeue jobs on the django-q2 cluster."""
+
+    supports_defer = True
+    # Task.call runs a coroutine function with async_to_sync on the worker.
+    supports_async_task = True
+    supports_get_result = True
+    supports_priority = True
+
+    def __init__(self, alias: str, params: dict[str, Any]) -> None:
+        super().__init__(alias, params)
+        unknown = sorted(set(self.options) - OPTION_NAMES)
+        if unknown:
+            raise ImproperlyConfigured(
+                f"Unknown OPTIONS {', '.join(unknown)} for the task backend {alias!r}; "
+                f"known: {', '.join(sorted(OPTION_NAMES))}."
+            )
+        defaults = JobOptions(dict(self.options))
+        try:
+            defaults.build(function_path(run_task), [], {})
+        except ValueError as exc:
+            raise ImproperlyConfigured(
+                f"Bad OPTIONS for the task backend {alias!r}: {exc}"
+            ) from exc
+        self.job = JobFunction(run_task, defaults)
+
+    def validate_task(self, task: Task[..., Any]) -> None:
+        super().validate_task(task)
+        try:
+            QueueChoice.coerce(task.queue_name)
+        except ValueError as exc:
+            raise InvalidTask(str(exc)) from None
+
+    def enqueue(
+        self, task: Task[_P, _R], args: Sequence[Any], kwargs: dict[str, Any]
+    ) -> TaskResult[_P, _R]:
+        self.validate_task(task)
+        resolve_task(task.module_path, task)
+        handle = self.job.using(
+            queue=task.queue_name, priority=task.priority, start_at=task.run_after
+        ).enqueue(task=task.module_path, args=list(args), kwargs=dict(kwargs), backend=self.alias)
+        result = task_result(Job.objects.get(pk=handle.id), attempts=[], task=task)
+        task_enqueued.send(type(self), task_result=result)
+        return cast("TaskResult[_P, _R]", result)
+
+    def get_result(self, result_id: str) -> TaskResult[..., Any]:
+        try:
+            job = Job.objects.get(pk=result_id, func=function_path(run_task))
+        except Job.DoesNotExist:
+            raise TaskResultDoesNotExist(result_id) from None
+        return task_result(job, Handle(job.id).attempts())
+
+
+def resolve_task(path: str, expected: Task[..., Any] | None = None) -> Task[..., Any]:
+    """The Task a worker finds at ``path``; checked at enqueue so a worker can find it."""
+    try:
+        found = import_string(path)
+    except ImportError:
+        found = None
+    if not isinstance(found, Task) or (expected is not None and found.func is not expected.func):
+        raise InvalidTask(
+            f"{path!r} is not a task a worker can import: define the task with @task at the "
+            "top level of a module, under the name of its function."
+        )
+    return found
+
+
+def result_status(status: str) -> TaskResultStatus:
+    """Our status in the framework's terms: waiting or retrying is READY, canceled FAILED."""
+    if status == Status.RUNNING:
+        return TaskResultStatus.RUNNING
+    if status == Status.COMPLETE:
+        return TaskResultStatus.SUCCESSFUL
+    if status in (Status.FAILED, Status.CANCELED):
+        return TaskResultStatus.FAILED
+    return TaskResultStatus.READY
+
+
+def task_result(
+    job: Job, attempts: list[AttemptInfo], task: Task[..., Any] | None = None
+) -> TaskResult[..., Any]:
+    """The framework's view of a job enqueued by the backend and its attempts; ``task`` is
+    rebuilt from the job unless given."""
+    call = job.kwargs
+    if task is None:
+        task = resolve_task(call["task"]).using(
+            priority=job.priority, queue_name=job.queue, backend=call["backend"]
+        )
+    tries = [a for a in attempts if a.started_at is not None]  # the others never ran
+    errors = [attempt_error(a) for a in tries if a.outcome and a.outcome != Outcome.SUCCEEDED]
+    if job.status == Status.CANCELED:
+        errors.append(TaskError(exception_class_path=class_path(JobCanceled), traceback=""))
+    result = TaskResult(
+        task=task,
+        id=job.id,
+        status=result_status(job.status),
+        enqueued_at=job.created_at,
+        started_at=tries[0].started_at if tries else None,
+        finished_at=job.finished_at,
+        last_attempted_at=tries[-1].started_at if tries else None,
+        args=call["args"],
+        kwargs=call["kwargs"],
+        backend=call["backend"],
+        errors=errors,
+        worker_ids=[a.worker for a in tries],
+    )
+    if job.status == Status.COMPLETE:
+        object.__setattr__(result, "_return_value", job.result)
+    return result
+
+
+def class_path(cls: type[BaseException]) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+# The exception line Python prints after a traceback's frames: "package.module.Name: message".
+EXCEPTION_LINE = re.compile(r"^([A-Za-z_][\w.]*)(?::|$)")
+# The class of an attempt that ended without a traceback, by its outcome.
+OUTCOME_CLASSES: dict[str, type[BaseException]] = {
+    Outcome.TIMED_OUT: AttemptTimedOut,
+    Outcome.WORKER_LOST: WorkerLost,
+}
+
+
+def attempt_error(attempt: AttemptInfo) -> TaskError:
+    """A failed attempt as a TaskError; the class path is read from its traceback's last
+    exception line, which Python prints with the module (``builtins`` left out)."""
+    path = class_path(OUTCOME_CLASSES.get(attempt.outcome, Exception))
+    _, header, tail = attempt.traceback.rpartition("Traceback (most recent call last):\n")
+    if header:
+        line = next((line for line in tail.splitlines() if not line.startswith(" ")), "")
+        match = EXCEPTION_LINE.match(line)
+        if match:
+            name = match[1]
+            path = name if "." in name else f"builtins.{name}"
+    return TaskError(exception_class_path=path, traceback=attempt.traceback or attempt.error)
+
+
+def run_task(task: str, args: list[Any], kwargs: dict[str, Any], backend: str) -> Any:
+    """The job the backend enqueues: run the task ``task`` on a ratequeue worker, sending
+    ``task_started`` before and ``task_finished`` after each attempt.
+
+    A failure is re-raised for the engine to record and retry by the job's policy, so a
+    ``task_finished`` with FAILED may be followed by another ``task_started``.
+    """
+    attempt = current_attempt.get()
+    if attempt is None:
+        raise RuntimeError("run_task runs inside a ratequeue worker's attempt only.")
+    runner = task_backends[backend]
+    if not isinstance(runner, RateQueueBackend):
+        raise ImproperlyConfigured(
+            f"TASKS[{backend!r}] must use {BACKEND_PATH} in the worker's settings too."
+        )
+    function = resolve_task(task)
+    result = runner.get_result(attempt.job_id)
+    sender = type(runner)
+    task_started.send(sender, task_result=result)
+    try:
+        if function.takes_context:
+            value = function.call(TaskContext(task_result=result), *args, **kwargs)
+        else:
+            value = function.call(*args, **kwargs)
+        value = normalize_json(value)
+    except Exception as exc:
+        error = TaskError(
+            exception_class_path=class_path(type(exc)), traceback="".join(format_exception(exc))
+        )
+        _finish(result, TaskResultStatus.FAILED, errors=[*result.errors, error])
+        # Inside the handler, so receivers (Django's own logger) see the exception.
+        task_finished.send(sender, task_result=result)
+        raise
+    _finish(result, TaskResultStatus.SUCCESSFUL, _return_value=value)
+    task_finished.send(sender, task_result=result)
+    return value
+
+
+def _finish(result: TaskResult[..., Any], status: TaskResultStatus, **values: Any) -> None:
+    # TaskResult is frozen: the framework's own backends update it this way too.
+    finished: dict[str, Any] = {"status": status, "finished_at": timezone.now(), **values}
+    for name, value in finished.items():
+        object.__setattr__(result, name, value)
+
+
+@register()
+def check_django_version(
+    app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
+) -> list[CheckMessage]:
+    """Before Django 6.0 nothing reads TASKS, so only this check can say the backend won't
+    run."""
+    if HAS_DJANGO_TASKS:
+        return []
+    tasks: dict[str, dict[str, Any]] = getattr(settings, "TASKS", {})
+    return [
+        Error(
+            f"TASKS[{alias!r}] uses {BACKEND_PATH}, which needs Django 6.0 or later.",
+            hint="Upgrade Django, or enqueue with django_ratequeue.enqueue() instead.",
+            id="django_ratequeue.E201",
+        )
+        for alias, params in tasks.items()
+        if params.get("BACKEND") == BACKEND_PATH
+    ]
+
+
+__all__ = ["RateQueueBackend", "run_task"]

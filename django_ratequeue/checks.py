@@ -12,6 +12,7 @@ from typing import Any
 from django.apps import AppConfig
 from django.core.checks import CheckMessage, Error, register
 
+from . import backends as tasks_backend_checks  # noqa: F401
 from .conf import DEFAULTS, ratequeue_settings
 from .queue import checks as queue_checks  # noqa: F401
 from .ratelimit import checks as ratelimit_checks  # noqa: F401

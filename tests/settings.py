@@ -6,6 +6,8 @@ that qcluster processes share it) and once with it pointing at PostgreSQL.
 
 import os
 
+import django
+
 from example_project.settings import *  # noqa: F403
 from example_project.settings import BASE_DIR, DATABASES
 
@@ -16,3 +18,16 @@ if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
     DATABASES["default"]["TEST"]["NAME"] = os.environ.get(
         "RATEQUEUE_TEST_SQLITE", str(BASE_DIR.parent / ".pytest-ratequeue.sqlite3")
     )
+
+# django.tasks (Django 6.0+) runs on ratequeue, in the tests and in their qcluster workers;
+# a failing task gets one quick retry.
+if django.VERSION >= (6, 0):
+    TASKS = {
+        "default": {
+            "BACKEND": "django_ratequeue.backends.RateQueueBackend",
+            "QUEUES": [],
+            "OPTIONS": {
+                "retries": {"retry_count": 1, "initial_interval": 0.1, "randomize_interval": False}
+            },
+        }
+    }

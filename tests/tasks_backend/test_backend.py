@@ -1,0 +1,286 @@
+"""The django.tasks backend (Django 6.0+): enqueue, results, signals and validation."""
+
+from __future__ import annotations
+
+import json
+import traceback
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("django.tasks")
+
+from django.core.exceptions import ImproperlyConfigured
+from django.tasks import TaskResultStatus, task, task_backends
+from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
+from django.tasks.signals import task_enqueued
+from django.test import override_settings
+from django.utils import timezone
+
+from django_ratequeue import Status, enqueue, get_handle
+from django_ratequeue.backends import BACKEND_PATH, RateQueueBackend, WorkerLost, attempt_error
+from django_ratequeue.models import Job
+from django_ratequeue.queue.handles import AttemptInfo
+from django_ratequeue.queue.runner import AttemptTimedOut
+
+from . import tasks
+from .conftest import wait_for
+
+pytestmark = pytest.mark.django_db
+
+
+def only_job() -> Job:
+    (job,) = Job.objects.all()
+    return job
+
+
+def test_enqueue_honours_queue_priority_and_run_after() -> None:
+    run_after = timezone.now() + timedelta(hours=1)
+    sent: list[Any] = []
+
+    def receive(sender: type, task_result: Any, **kwargs: Any) -> None:
+        sent.append((sender, task_result.id))
+
+    task_enqueued.connect(receive)
+    try:
+        result = tasks.add.using(priority=7, queue_name="emails", run_after=run_after).enqueue(
+            1, b=2
+        )
+    finally:
+        task_enqueued.disconnect(receive)
+
+    job = only_job()
+    assert (job.id, job.queue, job.priority, job.start_at) == (result.id, "emails", 7, run_after)
+    assert job.status == Status.SCHEDULED
+    assert sent == [(RateQueueBackend, result.id)]
+    assert result.status == TaskResultStatus.READY
+    assert (result.args, result.kwargs, result.backend) == ([1], {"b": 2}, "default")
+    assert result.enqueued_at == job.created_at
+    assert result.task.run_after == run_after
+    assert (result.started_at, result.finished_at, result.errors, result.attempts) == (
+        None,
+        None,
+        [],
+        0,
+    )
+
+    again = tasks.add.get_result(result.id)
+    assert (again.status, again.task.queue_name, again.task.priority) == (
+        TaskResultStatus.READY,
+        "emails",
+        7,
+    )
+    assert again.task.func is tasks.add.func
+
+
+def test_defaults_go_to_the_default_queue_now() -> None:
+    before = timezone.now()
+    result = tasks.add.enqueue(1, 2)
+    job = only_job()
+    assert (job.queue, job.priority, job.status) == ("default", 0, Status.WAITING)
+    assert before <= job.start_at <= timezone.now()
+    assert job.kwargs == {
+        "task": "tests.tasks_backend.tasks.add",
+        "args": [1, 2],
+        "kwargs": {},
+        "backend": "default",
+    }
+    assert result.id == job.id
+
+
+def backend_settings(**params: Any) -> dict[str, Any]:
+    return {"default": {"BACKEND": BACKEND_PATH, "QUEUES": [], **params}}
+
+
+def test_options_are_the_jobs_defaults() -> None:
+    with override_settings(TASKS=backend_settings(OPTIONS={"retries": 2, "timeout": 30})):
+        tasks.add.enqueue(1, 2)
+    job = only_job()
+    assert (job.retry["retry_count"], job.timeout) == (2, 30)
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"colour": "red"}, "Unknown OPTIONS colour"),
+        ({"queue": "emails"}, "Unknown OPTIONS queue"),
+        ({"retries": -1}, "retries must not be negative"),
+        ({"timeout": 0}, "timeout must be more than 0"),
+    ],
+)
+def test_bad_options_are_refused(options: dict[str, Any], message: str) -> None:
+    with (
+        override_settings(TASKS=backend_settings(OPTIONS=options)),
+        pytest.raises(ImproperlyConfigured, match=message),
+    ):
+        task_backends["default"]
+
+
+def test_validate_task_refuses_what_cannot_run() -> None:
+    with pytest.raises(InvalidTask, match="between -100 and 100"):
+        tasks.add.using(priority=101)
+    with pytest.raises(InvalidTask, match="module level"):
+        task(lambda: None)
+    with pytest.raises(InvalidTask, match="first argument of 'context'"):
+        task(takes_context=True)(tasks.not_a_task)
+    with pytest.raises(InvalidTask, match="non-empty string of at most 200"):
+        tasks.add.using(queue_name="q" * 201)
+    with (
+        override_settings(TASKS=backend_settings(QUEUES=["default"])),
+        pytest.raises(InvalidTask, match="Queue 'emails' is not valid"),
+    ):
+        tasks.add.using(queue_name="emails")
+    assert not Job.objects.exists()
+
+
+def test_a_task_workers_cannot_import_is_refused_and_nothing_is_written() -> None:
+    with pytest.raises(InvalidTask, match="define the task with @task at the top level"):
+        tasks.renamed.enqueue(1)
+    assert not Job.objects.exists()
+
+
+def test_arguments_must_be_json() -> None:
+    with pytest.raises((ValueError, TypeError), match="JSON"):
+        tasks.add.enqueue(1, object())
+    assert not Job.objects.exists()
+
+
+def test_get_result_of_an_unknown_id() -> None:
+    with pytest.raises(TaskResultDoesNotExist):
+        task_backends["default"].get_result("nope")
+    # A plain ratequeue job is not a task's result.
+    plain = enqueue("tests.queue.jobs.add", 1, 2)
+    with pytest.raises(TaskResultDoesNotExist):
+        task_backends["default"].get_result(plain.id)
+
+
+def failed_attempt(outcome: str, traceback: str, error: str = "") -> AttemptInfo:
+    now = timezone.now()
+    return AttemptInfo(1, now, now, now, outcome, error, traceback, "worker-1")
+
+
+def traceback_of(exc: BaseException) -> str:
+    try:
+        raise exc
+    except BaseException:
+        return traceback.format_exc()
+
+
+@pytest.mark.parametrize(
+    ("exc", "path"),
+    [
+        (KeyError("k"), "builtins.KeyError"),
+        (RuntimeError(), "builtins.RuntimeError"),
+        (ValueError("two\nlines: with a colon"), "builtins.ValueError"),
+        (tasks.TaskBroke("x"), "tests.tasks_backend.tasks.TaskBroke"),
+        (AttemptTimedOut("late"), "django_ratequeue.queue.runner.AttemptTimedOut"),
+    ],
+)
+def test_an_attempts_error_class_is_read_from_its_traceback(exc: BaseException, path: str) -> None:
+    text = traceback_of(exc)
+    error = attempt_error(failed_attempt("failed", text))
+    assert (error.exception_class_path, error.traceback) == (path, text)
+    assert error.exception_class is type(exc)
+
+
+def test_the_last_exception_of_a_chain_is_the_error() -> None:
+    try:
+        try:
+            raise KeyError("first")
+        except KeyError as exc:
+            raise tasks.TaskBroke("second") from exc
+    except tasks.TaskBroke:
+        text = traceback.format_exc()
+    assert "KeyError" in text
+    error = attempt_error(failed_attempt("failed", text))
+    assert error.exception_class is tasks.TaskBroke
+
+
+def test_attempts_without_a_traceback_name_their_outcome() -> None:
+    lost = attempt_error(failed_attempt("worker_lost", "", "The worker died."))
+    assert (lost.exception_class, lost.traceback) == (WorkerLost, "The worker died.")
+    late = attempt_error(failed_attempt("timed_out", "", "Ran past its timeout."))
+    assert late.exception_class is AttemptTimedOut
+
+
+def signal_lines(path: Path, result_id: str) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    return [line for line in lines if line["id"] == result_id]
+
+
+@pytest.mark.cluster
+def test_tasks_run_on_the_cluster(
+    cluster: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    log = tmp_path / "signals.jsonl"
+    monkeypatch.setenv(tasks.SIGNAL_LOG, str(log))
+    cluster(workers=2)
+    soon = timezone.now() + timedelta(seconds=1)
+    added = tasks.add.enqueue(2, 3)
+    deferred = tasks.add.using(run_after=soon).enqueue(4, 5)
+    broke = tasks.break_down.enqueue("no luck")
+    divided = tasks.divide.enqueue(1, 0)
+    introspected = tasks.introspect.enqueue("hello")
+    awaited = tasks.add_later.enqueue(20, 22)
+    later = tasks.add.using(run_after=timezone.now() + timedelta(hours=1)).enqueue(0, 0)
+    get_handle(later.id).cancel()
+
+    everything = [added, deferred, broke, divided, introspected, awaited, later]
+
+    def all_finished() -> bool:
+        for result in everything:
+            result.refresh()
+        return all(result.is_finished for result in everything)
+
+    wait_for(all_finished, timeout=60, message="every task to finish")
+
+    assert added.status == TaskResultStatus.SUCCESSFUL
+    assert added.return_value == 5
+    assert (added.attempts, added.errors) == (1, [])
+    assert added.enqueued_at <= added.started_at <= added.finished_at
+    assert added.last_attempted_at == added.started_at
+    assert tasks.add.get_result(added.id).return_value == 5
+
+    assert deferred.return_value == 9
+    assert deferred.started_at >= soon
+
+    assert introspected.return_value == {"label": "hello", "id": introspected.id, "attempt": 1}
+    assert awaited.return_value == 42
+
+    # One quick retry (tests/settings.py), so two attempts and two errors.
+    assert broke.status == TaskResultStatus.FAILED
+    assert broke.attempts == 2
+    assert [e.exception_class for e in broke.errors] == [tasks.TaskBroke, tasks.TaskBroke]
+    assert "raise TaskBroke(message)" in broke.errors[-1].traceback
+    assert "TaskBroke: no luck" in broke.errors[-1].traceback
+    assert broke.started_at < broke.last_attempted_at <= broke.finished_at
+    with pytest.raises(ValueError, match="Task failed"):
+        broke.return_value  # noqa: B018
+
+    assert [e.exception_class_path for e in divided.errors] == ["builtins.ZeroDivisionError"] * 2
+
+    assert later.status == TaskResultStatus.FAILED
+    assert [e.exception_class_path for e in later.errors] == [
+        "django_ratequeue.exceptions.JobCanceled"
+    ]
+    assert later.attempts == 0
+
+    # The framework's signals, seen by a receiver in the worker processes.
+    assert [(s["signal"], s["status"]) for s in signal_lines(log, added.id)] == [
+        ("enqueued", "READY"),
+        ("started", "RUNNING"),
+        ("finished", "SUCCESSFUL"),
+    ]
+    broke_signals = signal_lines(log, broke.id)
+    assert [(s["signal"], s["status"], s["attempts"]) for s in broke_signals] == [
+        ("enqueued", "READY", 0),
+        ("started", "RUNNING", 1),
+        ("finished", "FAILED", 1),
+        ("started", "RUNNING", 2),
+        ("finished", "FAILED", 2),
+    ]
+    assert broke_signals[-1]["errors"] == ["tests.tasks_backend.tasks.TaskBroke"] * 2

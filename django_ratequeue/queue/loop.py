@@ -136,6 +136,7 @@ LOOP_TASK = "django_ratequeue.queue.loop.main_loop"
 RUNNER_TASK = "django_ratequeue.queue.runner.run_batch"
 # Rows one step handles at most of each kind, to keep its transaction short.
 STEP_LIMIT = 1000
+CANCELS_PER_STEP = 100
 # What finishing an attempt writes to its job, and what it reads to decide.
 JOB_OUTCOME_FIELDS = [
     "status",
@@ -305,6 +306,9 @@ class Loop:
         # Queues whose rate limit refused a start, and when to try again.
         self.rate_limited_until: dict[str, datetime] = {}
         self.inline_batch: list[int] = []
+        # Set by a step: it hit a per-step limit (more_work), or left the loop resting.
+        self.more_work = False
+        self.rested = False
 
     def run(self) -> None:
         self.work()
@@ -322,7 +326,9 @@ class Loop:
             did_work = self.step()
             if did_work is None:
                 return
-            quiet_steps = 0 if did_work else quiet_steps + 1
+            # A step that left the loop resting is followed by exactly one more, which sees
+            # whatever a producer committed while reading "running" (no lost wake-up).
+            quiet_steps = quiet_steps + 1 if self.rested else 0
             if quiet_steps >= 2:
                 return
             if time.monotonic() > deadline:
@@ -346,6 +352,7 @@ class Loop:
                 pk=LoopState.SINGLETON, generation=self.generation
             ).update(lease_expires_at=now + _lease(), updated_at=now):
                 return None
+            self.more_work = False
             did_work = self.recover(now)
             active = list(
                 Attempt.objects.filter(active=True).only(
@@ -358,10 +365,13 @@ class Loop:
             did_work |= self.apply_cancels(now)
             did_work |= self.promote_due(now)
             started, waiting_left = self.start_ready(running, now)
-            did_work |= started
+            did_work |= bool(started)
+            running.extend(started)
+            # Rest as soon as nothing is left to do right now, even after doing some work.
+            self.rested = not (self.more_work or (started and waiting_left))
             state: str = LoopStatus.RUNNING
             wake: datetime | None = None
-            if not did_work:
+            if self.rested:
                 state, wake = self.resting_state(running, waiting_left, now)
             LoopState.objects.filter(pk=LoopState.SINGLETON).update(state=state, next_wake_at=wake)
         if not did_work:
@@ -376,6 +386,7 @@ class Loop:
         """Apply the outcome of attempts that ended to their jobs."""
         if not ended_ids:
             return False
+        self.more_work |= len(ended_ids) > STEP_LIMIT
         ended = list(Attempt.objects.filter(pk__in=ended_ids[:STEP_LIMIT]))
         jobs = Job.objects.only(*FINISH_FIELDS).in_bulk([a.job_id for a in ended])
         changed: list[Job] = []
@@ -463,7 +474,7 @@ class Loop:
     # -- cancellation --------------------------------------------------------------------
 
     def apply_cancels(self, now: datetime) -> bool:
-        requests = list(CancelRequest.objects.order_by("pk")[:100])
+        requests = list(CancelRequest.objects.order_by("pk")[:CANCELS_PER_STEP])
         if not requests:
             return False
         done: list[int] = []
@@ -497,6 +508,7 @@ class Loop:
                 break
             done.append(request.pk)
         CancelRequest.objects.filter(pk__in=done).delete()
+        self.more_work |= len(done) < len(requests) or len(requests) == CANCELS_PER_STEP
         return True
 
     # -- scheduled starts and retries ----------------------------------------------------
@@ -511,6 +523,7 @@ class Loop:
             Job.objects.filter(pk__in=due, status__in=DEFERRED_STATUSES).update(
                 status=Status.WAITING
             )
+        self.more_work |= len(due) == STEP_LIMIT
         return bool(due)
 
     # -- subtask waits ------------------------------------------------------------------
@@ -546,14 +559,14 @@ class Loop:
 
     # -- dispatch ------------------------------------------------------------------------
 
-    def start_ready(self, running: list[Attempt], now: datetime) -> tuple[bool, bool]:
-        """Start what the limits allow; returns (started any, WAITING jobs remain)."""
+    def start_ready(self, running: list[Attempt], now: datetime) -> tuple[list[Attempt], bool]:
+        """Start what the limits allow; returns (the new attempts, WAITING jobs remain)."""
         queues = waiting_queues()
         if not queues:
-            return False, False
+            return [], False
         env_free = self.settings["MAX_CONCURRENCY"] - sum(map(holds_environment_slot, running))
         if env_free <= 0:
-            return False, True
+            return [], True
         per_queue = Counter(a.queue for a in running if holds_queue_slot(a))
         per_key = Counter((a.queue, a.concurrency_key) for a in running if a.concurrency_key)
         candidates: list[Job] = []
@@ -562,7 +575,7 @@ class Loop:
         candidates.sort(key=lambda job: (-job.priority, job.created_at))
         chosen = candidates[:env_free]
         if not chosen:
-            return False, True
+            return [], True
         attempts = Attempt.objects.bulk_create(
             [
                 Attempt(
@@ -584,7 +597,7 @@ class Loop:
                 _enqueue_task(RUNNER_TASK, batch)
             else:
                 self.inline_batch = batch
-        return True, len(candidates) > len(chosen) or len(chosen) == env_free
+        return attempts, len(candidates) > len(chosen) or len(chosen) == env_free
 
     def queue_candidates(
         self,

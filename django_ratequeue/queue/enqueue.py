@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import inspect
 import json
-import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -26,7 +25,7 @@ from ..exceptions import DuplicateJobId, EnqueueRateLimited
 from .bulk import insert_rows
 from .handles import Handle, owner_label
 from .loop import wake_loop
-from .models import Job, Status
+from .models import Job, Status, new_job_id
 from .retry import Retry
 from .subtasks import current_job_id
 
@@ -220,7 +219,7 @@ class JobOptions:
         if options.get("on_duplicate_id", "error") not in ("error", "ignore"):
             raise ValueError("on_duplicate_id must be 'error' or 'ignore'.")
         return Job(
-            id=job_id or uuid.uuid4().hex,
+            id=job_id or new_job_id(),
             func=path,
             args=args,
             kwargs=kwargs,
@@ -416,7 +415,7 @@ def enqueue_many(
         rows.append(
             Job(
                 **{field.attname: getattr(template, field.attname) for field in JOB_FIELDS},
-                id=uuid.uuid4().hex if base_id is None else f"{base_id}-{index}",
+                id=new_job_id() if base_id is None else f"{base_id}-{index}",
                 args=args,
                 kwargs=kwargs,
                 # Keep the items' order as their arrival order.

@@ -102,7 +102,6 @@ from __future__ import annotations
 import logging
 import math
 import time
-import uuid
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -127,6 +126,7 @@ from .models import (
     Status,
     Wait,
     WorkerHeartbeat,
+    new_job_id,
 )
 from .retry import Retry
 
@@ -717,7 +717,7 @@ def create_callbacks(finished: list[Job], now: datetime) -> None:
         }
         callbacks.append(
             Job(
-                id=uuid.uuid4().hex,
+                id=new_job_id(),
                 func=job.on_complete,
                 args=[outcome],
                 kwargs={},

@@ -10,6 +10,9 @@ Who writes what (see :mod:`django_ratequeue.queue.loop` for the full story):
 
 from __future__ import annotations
 
+import secrets
+import time
+
 from django.db import models
 
 
@@ -28,6 +31,12 @@ class Status(models.TextChoices):
 FINAL_STATUSES = frozenset({Status.FAILED, Status.COMPLETE, Status.CANCELED})
 # Statuses whose job waits for its start_at before it becomes WAITING.
 DEFERRED_STATUSES = (Status.SCHEDULED, Status.RETRYING)
+
+
+def new_job_id() -> str:
+    """A random id that sorts by creation time (like a UUIDv7), so that the primary key
+    index grows at its end instead of being written all over."""
+    return f"{time.time_ns() // 1000:013x}{secrets.token_hex(10)}"
 
 
 class Job(models.Model):
@@ -68,10 +77,19 @@ class Job(models.Model):
             models.Index(
                 fields=["status", "queue", "-priority", "created_at"], name="ratequeue_job_ready"
             ),
-            # Scheduled starts and retries that have come due.
-            models.Index(fields=["status", "start_at"], name="ratequeue_job_due"),
+            # Scheduled starts and retries that have come due. Partial, like the next one, so
+            # that enqueueing a WAITING job writes neither.
+            models.Index(
+                fields=["status", "start_at"],
+                name="ratequeue_job_due",
+                condition=models.Q(status__in=DEFERRED_STATUSES),
+            ),
             # Retention.
-            models.Index(fields=["finished_at"], name="ratequeue_job_finished"),
+            models.Index(
+                fields=["finished_at"],
+                name="ratequeue_job_finished",
+                condition=models.Q(finished_at__isnull=False),
+            ),
         ]
 
     def __str__(self) -> str:

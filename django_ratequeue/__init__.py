@@ -40,6 +40,9 @@ _EXPORTS: dict[str, str] = {
     "Handle": ".queue.handles",
     "get_handle": ".queue.handles",
     "cancel_all": ".queue.handles",
+    "pause_queue": ".queue.control",
+    "resume_queue": ".queue.control",
+    "set_queue_concurrency": ".queue.control",
 }
 
 __all__ = sorted(_EXPORTS)

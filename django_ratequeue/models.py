@@ -1,6 +1,13 @@
 """The app's models, defined beside the code that owns them."""
 
-from .queue.models import Attempt, CancelRequest, Job, LoopState, WorkerHeartbeat
+from .queue.models import (
+    Attempt,
+    CancelRequest,
+    Job,
+    LoopState,
+    QueueSetting,
+    WorkerHeartbeat,
+)
 from .ratelimit.models import RateLimitState
 
 __all__ = [
@@ -8,6 +15,7 @@ __all__ = [
     "CancelRequest",
     "Job",
     "LoopState",
+    "QueueSetting",
     "RateLimitState",
     "WorkerHeartbeat",
 ]

@@ -265,6 +265,18 @@ def check_enqueue_rate(count: int) -> None:
         raise EnqueueRateLimited(ENQUEUE_LIMIT_NAME, None, decision.retry_at)
 
 
+def check_reservation_room(queue: str, cost: int) -> None:
+    """Refuse work for a rate-gated queue whose limit has reserved ``max_reserved`` tokens
+    ahead already: :class:`RateLimited` says when it would be admitted. Only a read; the
+    loop reserves the tokens when the job could start."""
+    limit = (ratequeue_settings()["QUEUES"].get(queue) or {}).get("rate_limit")
+    if limit is None or cost == 0:
+        return
+    from ..ratelimit.api import check_rate_limit
+
+    check_rate_limit(limit, count=cost, reserve=True, throws=True)
+
+
 @cache
 def _declared_parameters(func: Callable[..., Any]) -> frozenset[str]:
     try:
@@ -372,6 +384,7 @@ def _enqueue_one(
 ) -> Handle:
     path = function_path(func)
     job_row = options.build(path, args, kwargs)
+    check_reservation_room(job_row.queue, job_row.cost)
     if options.values.get("id") is None and ratequeue_settings()["ENQUEUE_RATE_LIMIT"] is None:
         job_row.save(force_insert=True)
     else:
@@ -424,6 +437,7 @@ def enqueue_many(
         )
     if not rows:
         return []
+    check_reservation_room(template.queue, template.cost * len(rows))
     with transaction.atomic():
         check_enqueue_rate(len(rows))
         if base_id is None:

@@ -66,7 +66,11 @@ Invariants
   lease lapsed (its process died) and wakes a resting loop whose ``next_wake_at`` passed.
 - Limits: a job starts only while fewer than ``MAX_CONCURRENCY`` attempts are active, fewer
   than its queue's limit in its queue, and fewer than the queue's ``key_concurrency`` (default
-  1) with its ``concurrency_key``. Candidates are taken by priority, then arrival.
+  1) with its ``concurrency_key``. Candidates are taken by priority, then in turns over
+  the concurrency keys with work ready (round robin from the key served last, kept in
+  ``LoopState.key_cursors``), then arrival: among jobs of equal priority, a key with a big
+  backlog gets one start per round like any other (:mod:`.keys`). Queue limits changed at
+  runtime (:mod:`.control`) are read at every step.
 - Dispatch: the started attempts are dealt round-robin into batches (one per live worker,
   at most ``DISPATCH_BATCH_SIZE`` attempts each) carrying attempt ids only. The pass keeps
   the first batch and runs it itself once it rests (its worker is free then: one broker
@@ -80,8 +84,12 @@ Invariants
   count towards ``MAX_CONCURRENCY``, nor towards its queue when the awaited job is in the
   same queue; when it asks to resume, the loop gives it its slots back before it starts
   anything new.
-- Rate limits: a queue with ``rate_limit`` draws each job's ``cost`` from that limit in the
-  step's transaction before starting it; a refusal parks the queue until ``retry_at``.
+- Rate limits: a queue with ``rate_limit`` reserves each job's ``cost`` from that limit
+  (``reserve=True``, in the step's transaction) when the job could otherwise start, and
+  starts it at the time the reservation gives, never before; meanwhile the job holds its
+  queue and key slots (``tokens_reserved``, its ``start_at`` is the reserved time). Nothing
+  is refused for lack of tokens and big jobs are not starved by small ones; a refusal
+  (``max_reserved`` reached) parks the queue until ``retry_at``.
 - ``SEGMENT``: the loop's time slice. Resting wake-ups are rounded up to a segment boundary
   so that work falling due close together is handled by one pass, and runners report
   completions of quick jobs at most once per segment.
@@ -115,6 +123,7 @@ from django.utils.dateparse import parse_datetime
 
 from ..conf import ratequeue_settings
 from .bulk import update_rows
+from .keys import keys_in_turn, next_jobs
 from .models import (
     DEFERRED_STATUSES,
     Attempt,
@@ -123,6 +132,7 @@ from .models import (
     LoopState,
     LoopStatus,
     Outcome,
+    QueueSetting,
     Status,
     Wait,
     WorkerHeartbeat,
@@ -272,28 +282,54 @@ def main_loop(generation: int) -> bool:
 
 @dataclass(frozen=True)
 class QueueLimits:
-    """The limits of one queue as configured in settings (None: not configured)."""
+    """The limits of one queue: ``RATEQUEUE["QUEUES"]`` with the runtime overrides of
+    :mod:`.control` on top (None: not configured). ``source`` says where
+    ``max_concurrency`` comes from: "settings", "runtime" or "" (not configured)."""
 
     max_concurrency: int | None
     key_concurrency: int = 1
     rate_limit: str | None = None
+    source: str = ""
 
     @classmethod
-    def of(cls, name: str) -> QueueLimits:
+    def of(cls, name: str, overrides: dict[str, QueueSetting] | None = None) -> QueueLimits:
+        """``overrides``: :func:`queue_overrides` read once by the caller; read here if None."""
         settings = ratequeue_settings()
-        config = settings["QUEUES"].get(name)
-        if config is None:
-            return cls(max_concurrency=settings["MAX_CONCURRENCY"] if name == "default" else None)
+        config = settings["QUEUES"].get(name) or {}
+        if overrides is None:
+            overrides = {s.name: s for s in QueueSetting.objects.filter(name=name)}
+        override = overrides.get(name) or QueueSetting(name=name)
+        limit = override.max_concurrency
+        if limit is None and name in settings["QUEUES"]:
+            limit = config.get("max_concurrency", 1)
+        elif limit is None and name == "default":
+            limit = settings["MAX_CONCURRENCY"]
+        paused = override.paused
+        if paused is None:
+            paused = bool(config.get("paused"))
+        # Where the effective value comes from: the pause if paused, else the limit.
+        changed_at_runtime = override.paused if paused else override.max_concurrency
+        configured = limit is not None or paused
         return cls(
-            max_concurrency=0 if config.get("paused") else config.get("max_concurrency", 1),
+            max_concurrency=0 if paused else limit,
             key_concurrency=config.get("key_concurrency", 1),
             rate_limit=config.get("rate_limit"),
+            source="runtime"
+            if changed_at_runtime is not None
+            else "settings"
+            if configured
+            else "",
         )
 
     def limit_for(self, job_max_concurrency: int | None) -> int:
         if self.max_concurrency is not None:
             return self.max_concurrency
         return 1 if job_max_concurrency is None else job_max_concurrency
+
+
+def queue_overrides() -> dict[str, QueueSetting]:
+    """Every runtime override, by queue name: one query on a table of a few rows."""
+    return {setting.name: setting for setting in QueueSetting.objects.all()}
 
 
 class Loop:
@@ -305,6 +341,8 @@ class Loop:
         self._last_recovery = 0.0
         # Queues whose rate limit refused a start, and when to try again.
         self.rate_limited_until: dict[str, datetime] = {}
+        # When the jobs whose tokens are reserved for later may start (set by start_ready).
+        self.reserved_starts: list[datetime] = []
         self.inline_batch: list[int] = []
         # Set by a step: it hit a per-step limit (more_work), or left the loop resting.
         self.more_work = False
@@ -560,7 +598,13 @@ class Loop:
     # -- dispatch ------------------------------------------------------------------------
 
     def start_ready(self, running: list[Attempt], now: datetime) -> tuple[list[Attempt], bool]:
-        """Start what the limits allow; returns (the new attempts, WAITING jobs remain)."""
+        """Start what the limits allow; returns (the new attempts, WAITING jobs remain).
+
+        Each queue offers its jobs in rounds over its concurrency keys (see
+        :meth:`queue_candidates`); the offers of all queues are taken by priority, then
+        round, so a higher priority goes first and keys of equal priority take turns.
+        """
+        self.reserved_starts = []
         queues = waiting_queues()
         if not queues:
             return [], False
@@ -569,11 +613,19 @@ class Loop:
             return [], True
         per_queue = Counter(a.queue for a in running if holds_queue_slot(a))
         per_key = Counter((a.queue, a.concurrency_key) for a in running if a.concurrency_key)
-        candidates: list[Job] = []
+        overrides = queue_overrides()
+        state = LoopState.objects.filter(pk=LoopState.SINGLETON)
+        cursors: dict[str, str] = state.values_list("key_cursors", flat=True).first() or {}
+        offers: list[tuple[Job, int]] = []
         for name in queues:
-            candidates.extend(self.queue_candidates(name, per_queue, per_key, env_free))
-        candidates.sort(key=lambda job: (-job.priority, job.created_at))
-        chosen = candidates[:env_free]
+            limits = QueueLimits.of(name, overrides)
+            offers.extend(
+                self.queue_candidates(
+                    name, limits, cursors.get(name), per_queue, per_key, env_free, now
+                )
+            )
+        offers.sort(key=lambda offer: (-offer[0].priority, offer[1]))
+        chosen = [job for job, _round in offers[:env_free]]
         if not chosen:
             return [], True
         attempts = Attempt.objects.bulk_create(
@@ -590,73 +642,100 @@ class Loop:
             ]
         )
         Job.objects.filter(pk__in=[job.pk for job in chosen]).update(
-            status=Status.RUNNING, attempts=F("attempts") + 1
+            status=Status.RUNNING, attempts=F("attempts") + 1, tokens_reserved=False
         )
+        turns = {**cursors, **{job.queue: job.concurrency_key for job in chosen}}
+        if turns != cursors:
+            state.update(key_cursors=turns)
         for batch in self.batches([a.pk for a in attempts], now):
             if self.inline_batch:
                 _enqueue_task(RUNNER_TASK, batch)
             else:
                 self.inline_batch = batch
-        return attempts, len(candidates) > len(chosen) or len(chosen) == env_free
+        return attempts, len(offers) > len(chosen) or len(chosen) == env_free or bool(
+            self.reserved_starts
+        )
 
     def queue_candidates(
         self,
         name: str,
+        limits: QueueLimits,
+        cursor: str | None,
         per_queue: Counter[str],
         per_key: Counter[tuple[str, str]],
         env_free: int,
-    ) -> list[Job]:
-        limits = QueueLimits.of(name)
+        now: datetime,
+    ) -> list[tuple[Job, int]]:
+        """The jobs queue ``name`` can start now, each with its round: the keys with work
+        ready are visited in turn from ``cursor`` on, and round n offers each key's n-th
+        next job (by priority, then arrival), so every key gets a start before any key
+        gets two. Jobs without a key share the key ``""``."""
         if limits.max_concurrency == 0:
             return []
-        if name in self.rate_limited_until and self.rate_limited_until[name] > _now():
+        if name in self.rate_limited_until and self.rate_limited_until[name] > now:
             return []
         ceiling = limits.max_concurrency or self.settings["MAX_QUEUE_CONCURRENCY"]
         room = min(ceiling - per_queue[name], env_free)
         if room <= 0:
             return []
-        rows = (
-            Job.objects.filter(status=Status.WAITING, queue=name)
-            .order_by("-priority", "created_at")
-            .only(
-                "queue",
-                "priority",
-                "created_at",
-                "concurrency_key",
-                "max_concurrency",
-                "timeout",
-                "attempts",
-                "cost",
-            )[: room + KEY_LOOKAHEAD]
-        )
-        chosen: list[Job] = []
-        for job in rows:
+        keys = keys_in_turn(name, cursor, room + KEY_LOOKAHEAD)
+        takes = {
+            key: min(room, limits.key_concurrency - per_key[(name, key)] if key else room)
+            for key in keys
+        }
+        turn = {key: position for position, key in enumerate(keys)}
+        jobs = next_jobs(name, takes)
+        jobs.sort(key=lambda job: (turn[job.concurrency_key], -job.priority, job.created_at))
+        taken: Counter[str] = Counter()
+        rounds: dict[str, int] = {}
+        for job in jobs:
+            rounds[job.pk] = taken[job.concurrency_key]
+            taken[job.concurrency_key] += 1
+        jobs.sort(key=lambda job: (-job.priority, rounds[job.pk], turn[job.concurrency_key]))
+        chosen: list[tuple[Job, int]] = []
+        for job in jobs:
+            if per_queue[name] >= ceiling or len(chosen) >= env_free:
+                break
             if per_queue[name] >= limits.limit_for(job.max_concurrency):
                 continue
             key = (name, job.concurrency_key)
             if job.concurrency_key and per_key[key] >= limits.key_concurrency:
                 continue
-            if limits.rate_limit and not self.draw_tokens(name, limits.rate_limit, job.cost):
-                break
-            chosen.append(job)
+            due: bool | None = True
+            if limits.rate_limit:
+                due = self.reserve_tokens(name, limits.rate_limit, job, now)
+                if due is None:
+                    break
+            # A job whose tokens are reserved for later holds its slots until then.
             per_queue[name] += 1
             if job.concurrency_key:
                 per_key[key] += 1
-            if len(chosen) >= room:
-                break
+            if due:
+                chosen.append((job, rounds[job.pk]))
         return chosen
 
-    def draw_tokens(self, queue: str, limit_name: str, cost: int) -> bool:
-        """Take a job's ``cost`` from its queue's rate limit, in this step's transaction
-        (so tokens of a step that rolls back are not spent); remember a refusal."""
+    def reserve_tokens(self, queue: str, limit_name: str, job: Job, now: datetime) -> bool | None:
+        """Reserve a job's ``cost`` from its queue's rate limit once, in this step's
+        transaction; True when the reservation says it may start at the step's ``now``,
+        False when later. A refusal (None: ``max_reserved`` is reached) parks the queue
+        until ``retry_at``."""
         from ..ratelimit.api import rate_limit
 
-        if cost == 0:
+        if job.cost == 0:
             return True
-        decision = rate_limit(limit_name, count=cost)
-        if not decision.ok:
-            self.rate_limited_until[queue] = decision.retry_at or _now() + timedelta(seconds=1)
-        return decision.ok
+        if not job.tokens_reserved:
+            decision = rate_limit(limit_name, count=job.cost, reserve=True)
+            if not decision.ok:
+                self.rate_limited_until[queue] = decision.retry_at or now + timedelta(seconds=1)
+                return None
+            job.tokens_reserved = True
+            if decision.retry_at is not None and decision.retry_at > job.start_at:
+                job.start_at = decision.retry_at
+            Job.objects.filter(pk=job.pk).update(tokens_reserved=True, start_at=job.start_at)
+        if job.start_at > now:
+            self.reserved_starts.append(job.start_at)
+            return False
+        return True
 
     def batches(self, attempt_ids: list[int], now: datetime) -> Iterable[list[int]]:
         """Deal the attempts round-robin into one batch per live worker (priority order is
@@ -680,6 +759,7 @@ class Loop:
             .values_list("start_at", flat=True)[:1]
         ]
         wakes.extend(self.rate_limited_until.values())
+        wakes.extend(self.reserved_starts)
         if running:
             # Look again for dead workers and overruns even if no completion arrives.
             wakes.append(now + timedelta(seconds=self.settings["WORKER_DEAD_AFTER"]))

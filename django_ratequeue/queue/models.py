@@ -62,6 +62,9 @@ class Job(models.Model):
     context = models.JSONField(null=True, blank=True)
     owner = models.CharField(max_length=255, blank=True, default="")
     cost = models.PositiveIntegerField(default=1)
+    # A rate-gated queue's job whose next attempt's tokens are reserved: it starts at its
+    # start_at (the time the reservation gave) without drawing again.
+    tokens_reserved = models.BooleanField(default=False)
     cancel_requested = models.BooleanField(default=False)
     # The job that enqueued this one from inside its own run, if any.
     parent_id = models.CharField(max_length=200, blank=True, default="")
@@ -73,9 +76,11 @@ class Job(models.Model):
     class Meta:
         verbose_name = "job"
         indexes = [
-            # The dispatch read: next jobs of queue Q by priority, then arrival.
+            # The dispatch reads: the concurrency keys of queue Q with work ready (a skip
+            # scan), and the next jobs of each key by priority, then arrival.
             models.Index(
-                fields=["status", "queue", "-priority", "created_at"], name="ratequeue_job_ready"
+                fields=["status", "queue", "concurrency_key", "-priority", "created_at"],
+                name="ratequeue_job_ready_by_key",
             ),
             # Scheduled starts and retries that have come due. Partial, like the next one, so
             # that enqueueing a WAITING job writes neither.
@@ -177,12 +182,32 @@ class LoopState(models.Model):
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     next_wake_at = models.DateTimeField(null=True, blank=True)
     updated_at = models.DateTimeField(null=True, blank=True)
+    # Per queue, the concurrency key that got the last start: the next round begins after it.
+    key_cursors = models.JSONField(default=dict, blank=True)
 
     class Meta:
         verbose_name = "loop state"
 
     def __str__(self) -> str:
         return f"loop {self.state} (generation {self.generation})"
+
+
+class QueueSetting(models.Model):
+    """A queue's limits changed at runtime (admin, ``ratequeue_queue``, ``pause_queue``...):
+    they override ``RATEQUEUE["QUEUES"]`` until removed. Written by people, read by the
+    loop at every step (the table holds one row per queue ever changed)."""
+
+    name = models.CharField(primary_key=True, max_length=200)
+    # None: as configured in settings.
+    paused = models.BooleanField(null=True, blank=True)
+    max_concurrency = models.PositiveIntegerField(null=True, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name = "queue setting"
+
+    def __str__(self) -> str:
+        return self.name
 
 
 class WorkerHeartbeat(models.Model):

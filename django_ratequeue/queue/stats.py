@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from ..conf import ratequeue_settings
 from .enqueue import DEFAULT_QUEUE
-from .loop import QueueLimits
+from .loop import QueueLimits, queue_overrides
 from .models import Job, LoopState, LoopStatus, Status, WorkerHeartbeat
 
 
@@ -24,8 +24,9 @@ from .models import Job, LoopState, LoopStatus, Status, WorkerHeartbeat
 class QueueCounts:
     """One queue's jobs by status and the limit the loop applies to it.
 
-    ``limit_note`` says where an unusual limit comes from: "paused", "MAX_CONCURRENCY" (the
-    default queue when not configured), "set at enqueue" or "not configured" (then 1).
+    ``limit_note`` says where an unusual limit comes from: "paused" (in settings), "paused
+    at runtime", "set at runtime" (see :mod:`.control`), "MAX_CONCURRENCY" (the default
+    queue when not configured), "set at enqueue" or "not configured" (then 1).
     """
 
     name: str
@@ -35,8 +36,8 @@ class QueueCounts:
 
     @property
     def limit_label(self) -> str:
-        if self.limit_note == "paused":
-            return "paused"
+        if self.limit_note.startswith("paused"):
+            return self.limit_note
         return f"{self.limit} ({self.limit_note})" if self.limit_note else str(self.limit)
 
 
@@ -107,12 +108,14 @@ class QueueOverview:
         }
 
 
-def _limit(name: str, set_at_enqueue: int | None) -> tuple[int, str]:
+def _limit(name: str, limits: QueueLimits, set_at_enqueue: int | None) -> tuple[int, str]:
     """The queue's limit as the loop applies it (see ``QueueLimits``), and where it is from."""
-    limits = QueueLimits.of(name)
+    at_runtime = limits.source == "runtime"
     if limits.max_concurrency == 0:
-        return 0, "paused"
+        return 0, "paused at runtime" if at_runtime else "paused"
     if limits.max_concurrency is not None:
+        if at_runtime:
+            return limits.max_concurrency, "set at runtime"
         configured = name in ratequeue_settings()["QUEUES"]
         return limits.max_concurrency, "" if configured else "MAX_CONCURRENCY"
     note = "not configured" if set_at_enqueue is None else "set at enqueue"
@@ -136,8 +139,15 @@ def queue_overview() -> QueueOverview:
         counts.setdefault(queue, dict.fromkeys(Status.values, 0))[status] = jobs
         if max_concurrency is not None:
             set_at_enqueue[queue] = max(max_concurrency, set_at_enqueue.get(queue, 0))
+    overrides = queue_overrides()
+    for name in overrides:
+        counts.setdefault(name, dict.fromkeys(Status.values, 0))
     queues = [
-        QueueCounts(name, *_limit(name, set_at_enqueue.get(name)), counts[name])
+        QueueCounts(
+            name,
+            *_limit(name, QueueLimits.of(name, overrides), set_at_enqueue.get(name)),
+            counts[name],
+        )
         for name in sorted(counts)
     ]
     state = LoopState.objects.filter(pk=LoopState.SINGLETON).first() or LoopState()

@@ -1,0 +1,79 @@
+"""Changing a queue's limits at runtime, without a deploy.
+
+A :class:`~.models.QueueSetting` row overrides the queue's entry in ``RATEQUEUE["QUEUES"]``:
+``paused`` (True/False, or None for the setting) and ``max_concurrency`` (None for the
+setting). The loop reads the table at every step, and a change kicks a resting loop after
+its commit, so it takes effect at once. The admin, ``manage.py ratequeue_queue`` and the
+functions below all go through :func:`change_queue`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import transaction
+
+from ..conf import ratequeue_settings
+from .loop import wake_loop
+from .models import QueueSetting
+
+QUEUE_NAME_MAX_LENGTH = QueueSetting._meta.get_field("name").max_length or 200
+
+
+def check_queue_name(name: Any) -> str:
+    if not isinstance(name, str) or not name or len(name) > QUEUE_NAME_MAX_LENGTH:
+        raise ValueError(
+            f"A queue name must be a non-empty string of at most {QUEUE_NAME_MAX_LENGTH} "
+            f"characters, not {name!r}."
+        )
+    return name
+
+
+def check_queue_concurrency(name: str, limit: Any) -> int:
+    ceiling = ratequeue_settings()["MAX_QUEUE_CONCURRENCY"]
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 0 <= limit <= ceiling:
+        raise ValueError(
+            f"max_concurrency of queue {name!r} must be an integer from 0 (paused) to "
+            f"MAX_QUEUE_CONCURRENCY ({ceiling}), got {limit!r}."
+        )
+    return limit
+
+
+def change_queue(name: str, **changes: Any) -> QueueSetting:
+    """Store ``changes`` (``paused``, ``max_concurrency``) for queue ``name`` and kick the
+    loop once they are committed. A row left with nothing to override is deleted."""
+    check_queue_name(name)
+    unknown = sorted(set(changes) - {"paused", "max_concurrency"})
+    if unknown:
+        raise ValueError(f"Unknown queue setting(s): {', '.join(unknown)}.")
+    if changes.get("max_concurrency") is not None:
+        check_queue_concurrency(name, changes["max_concurrency"])
+    with transaction.atomic():
+        setting, _created = QueueSetting.objects.select_for_update().get_or_create(name=name)
+        for field, value in changes.items():
+            setattr(setting, field, value)
+        if setting.paused is None and setting.max_concurrency is None:
+            setting.delete()
+        else:
+            setting.save()
+        transaction.on_commit(wake_loop, robust=True)
+    return setting
+
+
+def pause_queue(name: str) -> None:
+    """Start nothing more in queue ``name`` (running jobs finish) until :func:`resume_queue`."""
+    change_queue(name, paused=True)
+
+
+def resume_queue(name: str) -> None:
+    """Let queue ``name`` start jobs again, even if ``RATEQUEUE["QUEUES"]`` pauses it."""
+    change_queue(name, paused=False)
+
+
+def set_queue_concurrency(name: str, max_concurrency: int | None) -> None:
+    """Run at most ``max_concurrency`` jobs of queue ``name`` at once (0 to
+    ``MAX_QUEUE_CONCURRENCY``); None goes back to the limit in settings."""
+    change_queue(name, max_concurrency=max_concurrency)
+
+
+__all__ = ["pause_queue", "resume_queue", "set_queue_concurrency"]

@@ -1,0 +1,80 @@
+"""Fair dispatch across concurrency keys: which keys of a queue have work ready, in turn.
+
+The keys with WAITING jobs in a queue are found by skipping through the index
+``(status, queue, concurrency_key, -priority, created_at)``: one index probe per key,
+however many jobs each key holds. The loop keeps, per queue, the key that got the last
+start (``LoopState.key_cursors``); the next round begins after it and wraps around, so a
+key with 10,000 waiting jobs takes one turn like a key with 10.
+"""
+
+from __future__ import annotations
+
+from django.db import connection
+
+from .models import Job, Status
+
+# Fields the loop needs to decide on and start a job.
+CANDIDATE_FIELDS = (
+    "queue",
+    "priority",
+    "created_at",
+    "start_at",
+    "concurrency_key",
+    "max_concurrency",
+    "timeout",
+    "attempts",
+    "cost",
+    "tokens_reserved",
+)
+
+
+def _keys_from(queue: str, first: str, limit: int) -> list[str]:
+    """Up to ``limit`` keys with WAITING jobs in ``queue``, from ``first`` on (included)."""
+    table = connection.ops.quote_name(Job._meta.db_table)
+    where = f"status = '{Status.WAITING.value}' AND queue = %s"
+    sql = (
+        f"WITH RECURSIVE k(key, n) AS ("
+        f" SELECT MIN(concurrency_key), 1 FROM {table} WHERE {where} AND concurrency_key >= %s"
+        f" UNION ALL"
+        f" SELECT (SELECT MIN(concurrency_key) FROM {table} WHERE {where}"
+        f" AND concurrency_key > k.key), k.n + 1"
+        f" FROM k WHERE k.key IS NOT NULL AND k.n < %s"
+        f") SELECT key FROM k WHERE key IS NOT NULL"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [queue, first, queue, limit])
+        return [row[0] for row in cursor.fetchall()]
+
+
+def keys_in_turn(queue: str, cursor: str | None, limit: int) -> list[str]:
+    """Up to ``limit`` keys of ``queue`` with work ready, starting after ``cursor`` (the
+    key served last) and wrapping around; ``""`` is the key of jobs without one."""
+    if cursor is None:
+        return _keys_from(queue, "", limit)
+    after = [k for k in _keys_from(queue, cursor, limit + 1) if k != cursor][:limit]
+    if len(after) < limit:
+        after += [k for k in _keys_from(queue, "", limit - len(after)) if k not in after]
+    return after
+
+
+def next_jobs(queue: str, takes: dict[str, int]) -> list[Job]:
+    """The next ``takes[key]`` WAITING jobs of each key, by priority then arrival: one
+    bounded index range per key, all in one statement, then the rows by primary key."""
+    table = connection.ops.quote_name(Job._meta.db_table)
+    parts: list[str] = []
+    params: list[str | int] = []
+    for position, (key, take) in enumerate(takes.items()):
+        if take <= 0:
+            continue
+        parts.append(
+            f"SELECT id FROM (SELECT id FROM {table} WHERE status = '{Status.WAITING.value}'"
+            f" AND queue = %s AND concurrency_key = %s ORDER BY priority DESC, created_at"
+            f" LIMIT %s) AS key{position}"
+        )
+        params += [queue, key, take]
+    if not parts:
+        return []
+    with connection.cursor() as cursor:
+        cursor.execute(" UNION ALL ".join(parts), params)
+        ids = [row[0] for row in cursor.fetchall()]
+    return list(Job.objects.filter(pk__in=ids).only(*CANDIDATE_FIELDS))

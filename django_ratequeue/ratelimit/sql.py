@@ -11,18 +11,18 @@ states). The statement returns the state it found; Python derives ``retry_at`` a
 With two candidate shards the statement locks only the better one (admits, then most
 tokens) that no one else holds (``SKIP LOCKED``): the power of two choices without
 waiting behind another consumer. A session prepares the statement on the server
-from its second use: planning it costs more than running it.
+from its second use (:mod:`django_ratequeue.db`): planning it costs more than running it.
 """
 
 from __future__ import annotations
 
-import weakref
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
 from django.db.backends.base.base import BaseDatabaseWrapper
 
+from ..db import ServerStatement, sql_to_run
 from .algebra import State
 from .config import FixedWindow, RateLimitConfig
 from .models import RateLimitState
@@ -71,7 +71,7 @@ def take(
         params[f"capacity{i}"] = share.max_tokens
         params[f"allowance{i}"] = share.max_reserved if reserve and bounded else 0.0
     with connection.cursor() as cursor:
-        cursor.execute(_statement_for(connection, shape), params)
+        cursor.execute(sql_to_run(connection, _server_statement(shape)), params)
         row = cursor.fetchone()
     if row is None:
         return None
@@ -105,43 +105,15 @@ class _Shape:
         return f"ratequeue_take_{self.candidates}_{''.join(str(int(f)) for f in flags)}"
 
 
-# Per database session: the shapes used once (False) and those prepared (True).
-_sessions: weakref.WeakKeyDictionary[Any, dict[_Shape, bool]] = weakref.WeakKeyDictionary()
-
-
-def _statement_for(connection: BaseDatabaseWrapper, shape: _Shape) -> str:
-    """The statement to run: a server-side prepared one from its second use in a session.
-
-    Planning this statement costs the server more than running it, and Django's psycopg
-    backend binds parameters on the client, which prepares nothing; so the statement is
-    prepared with SQL ``PREPARE`` once a session has used it twice (sessions that live for
-    one request never pay for it). Not when the database is marked for a transaction
-    pooler (``DISABLE_SERVER_SIDE_CURSORS``), whose sessions are not ours, nor with
-    ``server_side_binding``, where psycopg prepares statements itself.
-    """
-    settings = connection.settings_dict
-    if settings.get("DISABLE_SERVER_SIDE_CURSORS") or settings["OPTIONS"].get(
-        "server_side_binding"
-    ):
-        return _statement(shape, prepared=False)
-    used = _sessions.setdefault(connection.connection, {})
-    if shape not in used:
-        used[shape] = False
-        return _statement(shape, prepared=False)
-    if not used[shape]:
-        types = ", ".join(kind for _, kind in shape.parameters)
-        with connection.cursor() as cursor:
-            cursor.execute(
-                f"PREPARE {shape.prepared_name} ({types}) AS {_statement(shape, prepared=True)}"
-            )
-        used[shape] = True
-    return _execute(shape)
-
-
 @lru_cache(maxsize=128)
-def _execute(shape: _Shape) -> str:
-    arguments = ", ".join(f"%({name})s" for name, _ in shape.parameters)
-    return f"EXECUTE {shape.prepared_name} ({arguments})"
+def _server_statement(shape: _Shape) -> ServerStatement:
+    return ServerStatement(
+        name=shape.prepared_name,
+        text=_statement(shape, prepared=False),
+        prepared_text=_statement(shape, prepared=True),
+        arguments=", ".join(f"%({name})s" for name, _ in shape.parameters),
+        types=", ".join(kind for _, kind in shape.parameters),
+    )
 
 
 def _decision(

@@ -1,0 +1,60 @@
+"""Hot statements that a PostgreSQL session prepares on the server from their second use.
+
+Django's psycopg backend binds parameters on the client, which prepares nothing, so the
+server plans a statement again on every run; for short statements on hot paths (a rate
+limit's consume, an enqueue's INSERT) planning costs as much as running. A session that
+runs a :class:`ServerStatement` twice prepares it with SQL ``PREPARE`` and from then on
+sends ``EXECUTE`` (sessions that live for one request never pay for the ``PREPARE``).
+Not on other databases, nor when the database is marked for a transaction pooler
+(``DISABLE_SERVER_SIDE_CURSORS``), whose sessions are not ours, nor with
+``server_side_binding``, where psycopg prepares statements itself.
+"""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass
+from typing import Any
+
+from django.db.backends.base.base import BaseDatabaseWrapper
+
+
+@dataclass(frozen=True, slots=True)
+class ServerStatement:
+    """One statement, as plain SQL with the driver's placeholders (``text``) and as the
+    body of ``PREPARE name (types) AS ...`` with ``$1, $2, ...`` (``prepared_text``).
+    ``arguments`` are the driver's placeholders for ``EXECUTE``, in ``$n`` order; ``types``
+    may be empty to let the server infer the parameters' types from their use."""
+
+    name: str
+    text: str
+    prepared_text: str
+    arguments: str
+    types: str = ""
+
+
+# Per database session: the statements used once (False) and those prepared (True).
+_sessions: weakref.WeakKeyDictionary[Any, dict[str, bool]] = weakref.WeakKeyDictionary()
+
+
+def sql_to_run(connection: BaseDatabaseWrapper, statement: ServerStatement) -> str:
+    """The SQL to execute for ``statement`` on ``connection``: its plain text, or
+    ``EXECUTE`` of the session's prepared statement (preparing it on its second use)."""
+    settings = connection.settings_dict
+    if (
+        connection.vendor != "postgresql"
+        or settings.get("DISABLE_SERVER_SIDE_CURSORS")
+        or settings["OPTIONS"].get("server_side_binding")
+    ):
+        return statement.text
+    connection.ensure_connection()
+    used = _sessions.setdefault(connection.connection, {})
+    if statement.name not in used:
+        used[statement.name] = False
+        return statement.text
+    if not used[statement.name]:
+        types = f" ({statement.types})" if statement.types else ""
+        with connection.cursor() as cursor:
+            cursor.execute(f"PREPARE {statement.name}{types} AS {statement.prepared_text}")
+        used[statement.name] = True
+    return f"EXECUTE {statement.name} ({statement.arguments})"

@@ -62,8 +62,13 @@ Invariants
   could have read "running".
 - A pass works in steps while there is work, for at most half a lease, then hands over to a
   fresh django-q2 task so that it never reaches django-q2's timeout.
-- The watchdog (a thread in each worker process, see :mod:`.watchdog`) restarts a loop whose
-  lease lapsed (its process died) and wakes a resting loop whose ``next_wake_at`` passed.
+- The watchdog (a thread in each worker process, see :mod:`.watchdog`) wakes a resting loop
+  whose ``next_wake_at`` passed, and runs a pass itself when the loop is running but its
+  lease was not renewed for two watchdog intervals: the pass died, or its django-q2 task
+  waits behind busy workers. So the loop makes progress (cancels, completions, recovery)
+  even while every worker runs a slow job. Such a pass hands all its batches to the broker,
+  since running jobs in the watchdog thread would hold up its heartbeats, and returns after
+  ``HEARTBEAT_INTERVAL``; the stale task finds the generation moved and returns.
 - Limits: a job starts only while fewer than ``MAX_CONCURRENCY`` attempts are active, fewer
   than its queue's limit in its queue, and fewer than the queue's ``key_concurrency`` (default
   1) with its ``concurrency_key``. Candidates are taken by priority, then in turns over
@@ -234,39 +239,44 @@ def _start_pass(generation: int, seen: str, **conditions: Any) -> bool:
     return bool(won)
 
 
-def wake_loop(due_at: datetime | None = None) -> None:
+def wake_loop(due_at: datetime | None = None) -> str:
     """Kick the loop if it rests. ``due_at`` is when new work can start (enqueue); None
-    means work that frees or changes slots (completion, cancel)."""
+    means work that frees or changes slots (completion, cancel). Returns the state seen."""
     generation, state, next_wake_at, _lease_end = ensure_loop_state()
     if state == LoopStatus.RUNNING:
-        return
+        return state
     if due_at is not None and state == LoopStatus.SATURATED:
-        return
+        return state
     if (
         due_at is not None
         and state == LoopStatus.SCHEDULED
         and next_wake_at is not None
         and due_at >= next_wake_at
     ):
-        return
+        return state
     _start_pass(generation, state)
+    return state
 
 
 def watch_loop() -> None:
-    """The watchdog's check: restart a loop whose lease lapsed, wake one whose time came."""
+    """The watchdog's check: run a pass that does not progress (its process died, or its
+    task waits behind busy workers) right here; wake a resting loop whose time came."""
     generation, state, next_wake_at, lease_end = ensure_loop_state()
     now = _now()
     if state == LoopStatus.RUNNING:
-        if lease_end is None or lease_end < now:
-            logger.warning("Main loop lease lapsed (generation %s); restarting it", generation)
-            _start_pass(generation, state, lease_expires_at=lease_end)
+        grace = timedelta(seconds=2 * ratequeue_settings()["WATCHDOG_INTERVAL"])
+        if lease_end is None or lease_end - _lease() < now - grace:
+            if lease_end is None or lease_end < now:
+                logger.warning("Main loop lease lapsed (generation %s); taking over", generation)
+            main_loop(generation, in_watchdog=True)
     elif state != LoopStatus.IDLE and next_wake_at is not None and next_wake_at <= now:
         _start_pass(generation, state)
 
 
-def main_loop(generation: int) -> bool:
-    """One pass of the main loop (a django-q2 task). Returns False at once if another pass
-    already took over from ``generation``."""
+def main_loop(generation: int, in_watchdog: bool = False) -> bool:
+    """One pass of the main loop (a django-q2 task, or the watchdog's when that task does
+    not start). Returns False at once if another pass already took over from
+    ``generation``."""
     now = _now()
     mine = generation + 1
     won = LoopState.objects.filter(pk=LoopState.SINGLETON, generation=generation).update(
@@ -276,7 +286,7 @@ def main_loop(generation: int) -> bool:
         updated_at=now,
     )
     if won:
-        Loop(mine).run()
+        Loop(mine).run(in_watchdog)
     return bool(won)
 
 
@@ -348,8 +358,14 @@ class Loop:
         self.more_work = False
         self.rested = False
 
-    def run(self) -> None:
-        self.work()
+    def run(self, in_watchdog: bool = False) -> None:
+        if in_watchdog:
+            # Short, and no job runs in the watchdog thread: its heartbeats must go on.
+            self.work(self.settings["HEARTBEAT_INTERVAL"])
+            if self.inline_batch:
+                _enqueue_task(RUNNER_TASK, self.inline_batch)
+            return
+        self.work(self.settings["LOOP_LEASE"] / 2)
         if self.inline_batch:
             # This worker is free now: run one batch here rather than through the broker,
             # which saves a broker round trip on the way from enqueue to start.
@@ -357,8 +373,8 @@ class Loop:
 
             run_batch(self.inline_batch)
 
-    def work(self) -> None:
-        deadline = time.monotonic() + self.settings["LOOP_LEASE"] / 2
+    def work(self, seconds: float) -> None:
+        deadline = time.monotonic() + seconds
         quiet_steps = 0
         while True:
             did_work = self.step()

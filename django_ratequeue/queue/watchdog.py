@@ -2,9 +2,12 @@
 
 django-q2 sends ``post_spawn`` in each worker process it starts. There we start a thread that
 every ``WATCHDOG_INTERVAL`` seconds refreshes this process's heartbeat (at most every
-``HEARTBEAT_INTERVAL``) and asks :func:`~.loop.watch_loop` to restart a loop whose lease
-lapsed or wake one whose ``next_wake_at`` passed. The loop treats an attempt whose worker's
-heartbeat is older than ``WORKER_DEAD_AFTER`` as lost.
+``HEARTBEAT_INTERVAL``) and asks :func:`~.loop.watch_loop` to wake a loop whose
+``next_wake_at`` passed or to run a pass that does not progress (its process died, or its
+django-q2 task waits behind busy workers) in this thread. Every ``FORGOTTEN_WORK_CHECKS``
+intervals it also looks for work a resting loop was not told about
+(:func:`wake_forgotten_work`). The loop treats an attempt whose worker's heartbeat is older
+than ``WORKER_DEAD_AFTER`` as lost.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import socket
 import threading
 import time
 import uuid
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import close_old_connections, connection
@@ -23,7 +27,13 @@ from django.utils import timezone
 from django_q.signals import post_spawn
 
 from ..conf import ratequeue_settings
-from .models import WorkerHeartbeat
+from .models import Job, LoopState, LoopStatus, Status, WorkerHeartbeat
+
+# Every how many watchdog intervals to look for work that a resting loop was not told about.
+FORGOTTEN_WORK_CHECKS = 4
+# How far before the loop's last step a job created by a producer's clock may be that the
+# step did not see: clock skew between hosts and a producer's time from stamp to commit.
+STAMP_MARGIN = timedelta(seconds=1)
 
 logger = logging.getLogger("django_ratequeue.queue")
 
@@ -64,12 +74,42 @@ def beat(force: bool = False) -> str:
     return identity
 
 
+def wake_forgotten_work() -> None:
+    """Kick a resting loop that has WAITING jobs it was not told about.
+
+    An enqueue skips its kick when its process saw the loop running a moment ago (see
+    :mod:`.enqueue`); if the pass rested just before the job committed, this finds the job:
+    an idle loop has no WAITING job at all, and a scheduled one none created (by the time
+    ordered ids of the hot path) after its last step, so both reads are short index probes.
+    """
+    from .loop import wake_loop
+
+    row = LoopState.objects.filter(pk=LoopState.SINGLETON).values_list("state", "updated_at")
+    state, last_step = next(iter(row), (LoopStatus.IDLE, None))
+    waiting = Job.objects.filter(status=Status.WAITING)
+    if state == LoopStatus.SCHEDULED and last_step is not None:
+        segment = timedelta(seconds=ratequeue_settings()["SEGMENT"])
+        since = last_step - 2 * segment - STAMP_MARGIN
+        until = timezone.now() + STAMP_MARGIN
+        waiting = waiting.filter(pk__range=(_id_prefix(since), _id_prefix(until)))
+    elif state != LoopStatus.IDLE:
+        return
+    if waiting.exists():
+        wake_loop()
+
+
+def _id_prefix(moment: datetime) -> str:
+    """The smallest job id :func:`~.models.new_job_id` gives at ``moment``."""
+    return f"{int(moment.timestamp() * 1_000_000):013x}"
+
+
 def watch() -> None:
     """The watchdog thread's body."""
     from .loop import wake_loop, watch_loop
 
     interval = ratequeue_settings()["WATCHDOG_INTERVAL"]
     first = True
+    rounds = 0
     while True:
         try:
             close_old_connections()
@@ -79,6 +119,9 @@ def watch() -> None:
                 wake_loop()
                 first = False
             watch_loop()
+            rounds += 1
+            if rounds % FORGOTTEN_WORK_CHECKS == 0:
+                wake_forgotten_work()
         except Exception:
             logger.exception("ratequeue watchdog check failed")
             connection.close()

@@ -35,6 +35,9 @@ DEFAULTS: dict[str, Any] = {
     "DEFAULT_RETRIES": 6,
     # A leaky bucket on enqueues, e.g. {"rate": 200, "period": 1, "capacity": 600}; None is off.
     "ENQUEUE_RATE_LIMIT": None,
+    # Like RATE_LIMIT_ASYNC_COMMIT for an enqueue that is its own transaction: more enqueues
+    # per second, but a PostgreSQL crash may forget jobs whose caller already got a handle.
+    "ENQUEUE_ASYNC_COMMIT": False,
     # How long finished jobs are kept for result() and the admin, in seconds.
     "RETENTION": 7 * 24 * 3600,
     # Main loop timing, in seconds. SEGMENT: the loop's time slice (wake-ups are rounded up

@@ -78,6 +78,14 @@ def check_queue_settings(
                 7,
             )
         )
+    if not isinstance(values["ENQUEUE_ASYNC_COMMIT"], bool):
+        errors.append(
+            _error(
+                'RATEQUEUE["ENQUEUE_ASYNC_COMMIT"] must be True or False.',
+                "True commits a standalone enqueue without waiting for the WAL flush.",
+                8,
+            )
+        )
     return errors
 
 

@@ -29,6 +29,7 @@ def test_queue_settings_are_checked() -> None:
     assert check_ids(MAX_CONCURRENCY=0) == ["django_ratequeue.E201"]
     assert check_ids(WORKER_DEAD_AFTER=1, HEARTBEAT_INTERVAL=2) == ["django_ratequeue.E203"]
     assert check_ids(DEFAULT_RETRIES=-1) == ["django_ratequeue.E206"]
+    assert check_ids(ENQUEUE_ASYNC_COMMIT="yes") == ["django_ratequeue.E208"]
 
 
 @pytest.mark.django_db

@@ -1,18 +1,23 @@
-"""Updating many rows, each with its own values, in one statement.
+"""Writing rows without the ORM's per-object overhead, where the loop and enqueue need it.
 
+Updating many rows, each with its own values, in one statement:
 Django's ``bulk_update`` builds a ``CASE`` per field that grows with the rows squared in
 work for the database; the loop and the runner write a hundred outcomes at a time, so they
-use ``UPDATE ... FROM (VALUES ...)`` instead (PostgreSQL, and SQLite 3.33+).
+use ``UPDATE ... FROM (VALUES ...)`` instead (PostgreSQL, and SQLite 3.33+). Inserting many
+rows with ``COPY``, and one row with a server-side prepared ``INSERT``.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from functools import cache
 from typing import Any
 
 from django.db import connection
 from django.db.models import Field, JSONField, Model
+
+from ..db import ServerStatement, sql_to_run
 
 CHUNK = 200
 
@@ -82,3 +87,35 @@ def insert_rows(model: type[Model], objects: Sequence[Model]) -> None:
                 value = getattr(obj, field.attname)
                 row.append(json.dumps(value) if is_json and value is not None else value)
             copy.write_row(row)
+
+
+def insert_row(obj: Model, async_commit: bool = False) -> None:
+    """INSERT one new row with a plain statement that a PostgreSQL session prepares from its
+    second use: a single enqueue's hot path, where ``save()`` costs more than the INSERT.
+
+    ``async_commit`` (PostgreSQL, outside a transaction only) commits the row without
+    waiting for the WAL flush: ``synchronous_commit`` is read at commit, so the statement
+    turns it off for its own transaction in its ``RETURNING``.
+    """
+    fields = obj._meta.concrete_fields
+    params = [field.get_db_prep_save(getattr(obj, field.attname), connection) for field in fields]
+    relax = async_commit and connection.vendor == "postgresql" and not connection.in_atomic_block
+    with connection.cursor() as cursor:
+        cursor.execute(sql_to_run(connection, _insert_statement(type(obj), relax)), params)
+
+
+@cache
+def _insert_statement(model: type[Model], async_commit: bool) -> ServerStatement:
+    quote = connection.ops.quote_name
+    fields = model._meta.concrete_fields
+    columns = ", ".join(quote(str(field.column)) for field in fields)
+    insert = f"INSERT INTO {quote(model._meta.db_table)} ({columns}) VALUES "
+    placeholders = ", ".join(["%s"] * len(fields))
+    numbered = ", ".join(f"${i}" for i in range(1, len(fields) + 1))
+    relax = " RETURNING set_config('synchronous_commit', 'off', true)" if async_commit else ""
+    return ServerStatement(
+        name=f"ratequeue_insert_{model._meta.db_table}{'_async' if async_commit else ''}",
+        text=f"{insert}({placeholders}){relax}",
+        prepared_text=f"{insert}({numbered}){relax}",
+        arguments=placeholders,
+    )

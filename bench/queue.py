@@ -646,6 +646,9 @@ def parse_arguments(argv: Sequence[str] | None) -> argparse.Namespace:
         "--cycles", type=int, default=9, help="loop steps timed, empty and with the backlog"
     )
     parser.add_argument("--quick", action="store_true", help="smoke run with small counts")
+    parser.add_argument(
+        "--enqueue-only", action="store_true", help="only the one-at-a-time enqueue scenario"
+    )
     args = parser.parse_args(argv)
     if args.quick:
         args.enqueues, args.bulk, args.jobs, args.samples, args.cycles = 300, 2000, 500, 30, 5
@@ -714,6 +717,10 @@ def measure_all(args: argparse.Namespace) -> list[Row]:
             },
             "django-q2 746/s, django-tasks-db 202/s",
         ),
+    ]
+    if args.enqueue_only:
+        return rows
+    rows += [
         Row(
             f"bulk enqueue ({args.bulk:,} in one call)",
             *rate_target(20000),

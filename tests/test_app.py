@@ -2,7 +2,6 @@ import pytest
 from django.core import checks
 from django.test import override_settings
 
-
 # Django 6.1 checks JSONField support on SQLite by querying the database.
 pytestmark = pytest.mark.django_db
 

@@ -264,7 +264,7 @@ def check_django_version(
         Error(
             f"TASKS[{alias!r}] uses {BACKEND_PATH}, which needs Django 6.0 or later.",
             hint="Upgrade Django, or enqueue with django_ratequeue.enqueue() instead.",
-            id="django_ratequeue.E201",
+            id="django_ratequeue.E301",
         )
         for alias, params in tasks.items()
         if params.get("BACKEND") == BACKEND_PATH

@@ -26,7 +26,7 @@ def test_a_system_check_names_the_tasks_entries_that_use_it() -> None:
         errors = check_django_version()
     assert [(e.id, e.msg) for e in errors] == [
         (
-            "django_ratequeue.E201",
+            "django_ratequeue.E301",
             f"TASKS['default'] uses {BACKEND_PATH}, which needs Django 6.0 or later.",
         )
     ]

@@ -19,7 +19,8 @@ DEFAULTS: dict[str, Any] = {
     # Upper bound for any queue's max_concurrency.
     "MAX_QUEUE_CONCURRENCY": 100,
     # name -> {"max_concurrency": int, "key_concurrency": int (jobs per concurrency_key,
-    # default 1), "rate_limit": a RATE_LIMITS name (each start draws the job's cost), "paused"}
+    # default 1), "rate_limit": a RATE_LIMITS name (each job reserves its cost and starts
+    # when the reservation says), "paused"}; runtime changes: see queue/control.py
     "QUEUES": {},
     # name -> rate-limit config dict ({"kind": "token bucket", "rate": 10, "period": 60})
     "RATE_LIMITS": {},

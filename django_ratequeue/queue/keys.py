@@ -59,22 +59,21 @@ def keys_in_turn(queue: str, cursor: str | None, limit: int) -> list[str]:
 
 def next_jobs(queue: str, takes: dict[str, int]) -> list[Job]:
     """The next ``takes[key]`` WAITING jobs of each key, by priority then arrival: one
-    bounded index range per key, all in one statement, then the rows by primary key."""
+    bounded index range per key, all in one statement."""
     table = connection.ops.quote_name(Job._meta.db_table)
+    # Plain fields: their columns are their names.
+    columns = ", ".join(connection.ops.quote_name(name) for name in ("id", *CANDIDATE_FIELDS))
     parts: list[str] = []
     params: list[str | int] = []
     for position, (key, take) in enumerate(takes.items()):
         if take <= 0:
             continue
         parts.append(
-            f"SELECT id FROM (SELECT id FROM {table} WHERE status = '{Status.WAITING.value}'"
-            f" AND queue = %s AND concurrency_key = %s ORDER BY priority DESC, created_at"
-            f" LIMIT %s) AS key{position}"
+            f"SELECT * FROM (SELECT {columns} FROM {table}"
+            f" WHERE status = '{Status.WAITING.value}' AND queue = %s AND concurrency_key = %s"
+            f" ORDER BY priority DESC, created_at LIMIT %s) AS key{position}"
         )
         params += [queue, key, take]
     if not parts:
         return []
-    with connection.cursor() as cursor:
-        cursor.execute(" UNION ALL ".join(parts), params)
-        ids = [row[0] for row in cursor.fetchall()]
-    return list(Job.objects.filter(pk__in=ids).only(*CANDIDATE_FIELDS))
+    return list(Job.objects.raw(" UNION ALL ".join(parts), params))

@@ -127,9 +127,19 @@ RATEQUEUE = {
         "free_trial_signup": {"kind": "token bucket", "rate": 100, "period": 3600},
         "send_message": {"kind": "token bucket", "rate": 10, "period": 60, "capacity": 20},
         "weather_api": {"kind": "fixed window", "rate": 5, "period": 60},
+        # The LLM provider's token budget: the "llm" queue reserves each job's cost here.
+        "llm_tokens": {
+            "kind": "token bucket",
+            "rate": 1200,
+            "period": 60,
+            "capacity": 200,
+            "max_reserved": 2000,
+        },
     },
     "QUEUES": {
         "emails": {"max_concurrency": 2},
+        # Per user (concurrency_key): one call at a time each, four in all, within the budget.
+        "llm": {"max_concurrency": 4, "key_concurrency": 1, "rate_limit": "llm_tokens"},
     },
 }
 

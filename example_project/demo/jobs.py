@@ -43,3 +43,11 @@ def send_email(to: str) -> str:
     """Pretend to talk to a mail server; the "emails" queue runs two at a time."""
     time.sleep(1)
     return f"sent to {to}"
+
+
+@job(queue="llm")
+def summarize(user: str, document: int) -> str:
+    """Pretend to call an LLM: enqueued with ``concurrency_key=user`` and ``cost`` = the
+    tokens it will spend, so users take turns and the token budget is never exceeded."""
+    time.sleep(0.5)
+    return f"summary of document {document} for {user}"

@@ -30,6 +30,20 @@ def _flaky_burst() -> list[Handle]:
     return [jobs.flaky.using(id=job_id).enqueue(job_id) for job_id in ids]
 
 
+def _llm_burst() -> list[Handle]:
+    """A heavy user's 12 summaries, then a light user's 2: they take turns (fairness),
+    and each start waits for its tokens (the queue reserves them)."""
+    heavy = [
+        jobs.summarize.using(concurrency_key="heavy", cost=40).enqueue("heavy", n)
+        for n in range(12)
+    ]
+    light = [
+        jobs.summarize.using(concurrency_key="light", cost=40).enqueue("light", n)
+        for n in range(2)
+    ]
+    return heavy + light
+
+
 @dataclass(frozen=True)
 class Burst:
     label: str
@@ -46,6 +60,9 @@ BURSTS = {
     "emails": Burst(
         '6 e-mails (1 s each, queue "emails": 2 at a time)',
         lambda: jobs.send_email.enqueue_many([f"user{n}@example.com" for n in range(1, 7)]),
+    ),
+    "llm": Burst(
+        '14 LLM calls (queue "llm": per-user turns, 1,200 tokens/min, 40 each)', _llm_burst
     ),
 }
 

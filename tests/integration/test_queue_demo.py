@@ -26,7 +26,7 @@ def test_home_links_the_queue_page_which_offers_every_burst(client: Client) -> N
 
     page = client.get("/queue/").content.decode()
 
-    for kind in ["fast", "slow", "flaky", "broken", "emails"]:
+    for kind in ["fast", "slow", "flaky", "broken", "emails", "llm"]:
         assert f'name="kind" value="{kind}"' in page
     assert "/queue/state.json" in page  # polled by the page's script
 
@@ -48,7 +48,7 @@ def test_a_burst_is_enqueued_and_listed_with_the_counts(client: Client) -> None:
 def test_unknown_burst_is_refused_and_writes_nothing(client: Client) -> None:
     response = client.post("/queue/enqueue/", {"kind": "everything"}, follow=True)
 
-    assert "Pick one of: fast, slow, flaky, broken, emails." in response.content.decode()
+    assert "Pick one of: fast, slow, flaky, broken, emails, llm." in response.content.decode()
     assert not Job.objects.exists()
 
 

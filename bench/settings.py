@@ -9,6 +9,7 @@ created and migrated by the benchmark); ``BENCH_REDIS_URL`` the Redis database t
 throttle, django-ratelimit and ``limits`` share.
 """
 
+import json
 import os
 from importlib.util import find_spec
 
@@ -45,6 +46,8 @@ RATEQUEUE = {
     "MAX_CONCURRENCY": int(
         os.environ.get("BENCH_MAX_CONCURRENCY", RATEQUEUE_DEFAULTS["MAX_CONCURRENCY"])
     ),
+    # More settings as JSON, e.g. the queues and rate limits of the flow-control benchmark.
+    **json.loads(os.environ.get("BENCH_RATEQUEUE", "{}")),
 }
 
 # With DEBUG on, Django records every query: a cost no production process pays.

@@ -1,0 +1,224 @@
+"""Flow control: queue limits, concurrency keys, fairness and a rate-gated queue.
+
+    DATABASE_URL=postgres://root@127.0.0.1:5432/ratequeue_bench_flow \\
+        .venv/bin/python -m bench.flow            # a minute or two
+    .venv/bin/python -m bench.flow --quick        # smoke run
+
+Each scenario empties the tables, enqueues its jobs, starts a real ``qcluster`` (two
+workers) and waits until every job is done. Throughput counts from the first finished job
+to the last. The fairness and rate figures are read from the attempts the loop created:
+their order (fairness) and their dispatch times (tokens spent per window).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from bench.common import machine_lines, prepare_database
+from bench.queue import Rate, Workers, _terminate, empty_tables
+
+RATE, CAPACITY = 200, 50  # the rate-gated queue's token bucket, per second
+SETTINGS: dict[str, Any] = {
+    "MAX_CONCURRENCY": 100,
+    "QUEUES": {
+        "narrow": {"max_concurrency": 4},
+        "tenants": {"max_concurrency": 100},
+        "fair": {"max_concurrency": 4, "key_concurrency": 4},
+        "llm": {"max_concurrency": 20, "rate_limit": "llm"},
+    },
+    "RATE_LIMITS": {
+        "llm": {"kind": "token bucket", "rate": RATE, "period": 1, "capacity": CAPACITY}
+    },
+}
+
+
+def reset() -> None:
+    from django_ratequeue.models import QueueSetting, RateLimitState
+
+    empty_tables()
+    QueueSetting.objects.all().delete()
+    RateLimitState.objects.all().delete()
+
+
+def run(count: int, timeout: float) -> Rate:
+    """Start the workers, wait for ``count`` finished jobs, time first to last."""
+    from django_ratequeue.queue.models import Job, Status
+
+    done = Job.objects.filter(status=Status.COMPLETE).count
+    running = Workers([["qcluster"]], {"BENCH_RATEQUEUE": json.dumps(SETTINGS)})
+    try:
+        deadline = time.monotonic() + timeout
+        first: tuple[float, int] | None = None
+        while (finished := done()) < count:
+            now = time.monotonic()
+            if finished and first is None:
+                first = (now, finished)
+            if now > deadline:
+                raise RuntimeError(f"timed out: {finished} of {count} jobs done")
+            running.check_alive()
+            time.sleep(0.01)
+        end = time.monotonic()
+    finally:
+        running.kill()
+    first = first or (end - 0.001, 0)
+    return Rate(count - first[1], end - first[0])
+
+
+def throughput(queue: str, count: int, keys: int = 0) -> Rate:
+    from bench.jobs import noop
+    from django_ratequeue import enqueue_many
+
+    reset()
+    if keys:
+        for key in range(keys):
+            enqueue_many(noop, [[]] * (count // keys), queue=queue, concurrency_key=f"k{key}")
+        count = count // keys * keys
+    else:
+        enqueue_many(noop, [[]] * count, queue=queue)
+    return run(count, 60 + count / 20)
+
+
+@dataclass(frozen=True)
+class Fairness:
+    big: int
+    small: int
+    worst: int  # starts before the small key's last job started
+
+    def __str__(self) -> str:
+        return (
+            f"the small key's {self.small} jobs (enqueued after the big key's {self.big:,}) "
+            f"all started within the first {self.worst + 1} starts; first come, first served "
+            f"would take {self.big + self.small}"
+        )
+
+
+def fairness(big: int, small: int) -> Fairness:
+    from bench.jobs import noop
+    from django_ratequeue import enqueue_many
+    from django_ratequeue.models import Attempt
+
+    reset()
+    enqueue_many(noop, [[]] * big, queue="fair", concurrency_key="big")
+    handles = enqueue_many(noop, [[]] * small, queue="fair", concurrency_key="small")
+    run(big + small, 60 + big / 20)
+    order = list(Attempt.objects.order_by("pk").values_list("job_id", flat=True))
+    return Fairness(big, small, max(order.index(h.id) for h in handles))
+
+
+def worst_window(times: list[tuple[datetime, int]]) -> int:
+    """The most tokens within any one second of ``times`` (moment, cost)."""
+    times = sorted(times)
+    worst, low, spent = 0, 0, 0
+    for moment, cost in times:
+        spent += cost
+        while (moment - times[low][0]).total_seconds() > 1:
+            spent -= times[low][1]
+            low += 1
+        worst = max(worst, spent)
+    return worst
+
+
+@dataclass(frozen=True)
+class Spending:
+    jobs: int
+    tokens: int
+    seconds: float
+    reserved_window: int  # most tokens reserved for any one second
+    started_window: int  # most tokens of jobs started within any one second
+    lateness: float  # the latest start after its reserved time, in seconds
+
+    def __str__(self) -> str:
+        return (
+            f"{self.tokens:,} tokens in {self.jobs:,} jobs over {self.seconds:.1f} s: "
+            f"{self.tokens / self.seconds:.0f} tokens/s against a rate of {RATE}/s; within any "
+            f"1 s at most {self.reserved_window} reserved and {self.started_window} started "
+            f"(the limit allows {CAPACITY + RATE}: capacity {CAPACITY} + {RATE} x 1 s; starts "
+            f"were late by up to {self.lateness * 1000:.0f} ms)"
+        )
+
+
+def rate_gated(count: int) -> Spending:
+    from bench.jobs import noop
+    from django_ratequeue import enqueue
+    from django_ratequeue.models import Attempt
+
+    reset()
+    costs = [(1, 5, 2, 1, 3, 8)[i % 6] for i in range(count)]
+    for cost in costs:
+        enqueue(noop, queue="llm", cost=cost)
+    run(count, 60 + sum(costs) / RATE * 2)
+    rows = Attempt.objects.values_list(
+        "dispatched_at", "job__created_at", "job__start_at", "job__cost"
+    )
+    # A job whose tokens were there at once took them in the step that started it; a
+    # reserved one keeps its reserved time as start_at.
+    reserved = [
+        (start if start > created else dispatched, cost)
+        for dispatched, created, start, cost in rows
+    ]
+    started = [(dispatched, cost) for dispatched, _created, _start, cost in rows]
+    lateness = max(
+        (
+            (dispatched - start).total_seconds()
+            for dispatched, created, start, _ in rows
+            if start > created
+        ),
+        default=0.0,
+    )
+    seconds = (max(started)[0] - min(started)[0]).total_seconds()
+    return Spending(
+        len(rows), sum(costs), seconds, worst_window(reserved), worst_window(started), lateness
+    )
+
+
+def parse_arguments(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.flow",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--jobs", type=int, default=5000, help="jobs per throughput run")
+    parser.add_argument("--backlog", type=int, default=5000, help="the big key's jobs")
+    parser.add_argument("--gated", type=int, default=1000, help="jobs through the llm queue")
+    parser.add_argument("--quick", action="store_true", help="smoke run with small counts")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.jobs, args.backlog, args.gated = 1000, 1000, 300
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = parse_arguments(argv)
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "bench.settings")
+    os.environ["BENCH_RATEQUEUE"] = json.dumps(SETTINGS)
+    signal.signal(signal.SIGTERM, _terminate)
+    import django
+
+    django.setup()
+    database = prepare_database()
+    command = " ".join(["python -m bench.flow", *(sys.argv[1:] if argv is None else argv)])
+    print("\n".join([*machine_lines(database), f"command: {command}"]), flush=True)
+    measures = [
+        ("queue with max_concurrency=4", lambda: throughput("narrow", args.jobs)),
+        ("100 concurrency keys (queue limit 100)", lambda: throughput("tenants", args.jobs, 100)),
+        ("fairness (queue limit 4, per key 4)", lambda: fairness(args.backlog, 10)),
+        (f"rate-gated queue ({RATE}/s, capacity {CAPACITY})", lambda: rate_gated(args.gated)),
+    ]
+    try:
+        for label, measure in measures:
+            print(f"- {label}: {measure()}", flush=True)
+    finally:
+        reset()
+
+
+if __name__ == "__main__":
+    main()

@@ -119,7 +119,7 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Literal
 
 from django.db import connection, transaction
 from django.db.models import F, Q
@@ -163,8 +163,10 @@ JOB_OUTCOME_FIELDS = [
     "finished_at",
 ]
 FINISH_FIELDS = [*JOB_OUTCOME_FIELDS, "retry", "cancel_requested", "on_complete", "context"]
-# WAITING rows looked at per queue beyond its free slots, to get past busy concurrency keys.
+# Concurrency keys looked at per queue beyond its free slots, to get past busy keys.
 KEY_LOOKAHEAD = 100
+# What a rate-gated queue's reservation says about a job (see Loop.reserve_tokens).
+TokenGate = Literal["now", "later", "parked", "unfit"]
 
 
 def _now() -> datetime:
@@ -717,41 +719,48 @@ class Loop:
             key = (name, job.concurrency_key)
             if job.concurrency_key and per_key[key] >= limits.key_concurrency:
                 continue
-            due: bool | None = True
+            gate: TokenGate = "now"
             if limits.rate_limit:
-                due = self.reserve_tokens(name, limits.rate_limit, job, now)
-                if due is None:
+                gate = self.reserve_tokens(name, limits.rate_limit, job, now)
+                if gate == "parked":
                     break
+                if gate == "unfit":
+                    continue
             # A job whose tokens are reserved for later holds its slots until then.
             per_queue[name] += 1
             if job.concurrency_key:
                 per_key[key] += 1
-            if due:
+            if gate == "now":
                 chosen.append((job, rounds[job.pk]))
         return chosen
 
-    def reserve_tokens(self, queue: str, limit_name: str, job: Job, now: datetime) -> bool | None:
+    def reserve_tokens(self, queue: str, limit_name: str, job: Job, now: datetime) -> TokenGate:
         """Reserve a job's ``cost`` from its queue's rate limit once, in this step's
-        transaction; True when the reservation says it may start at the step's ``now``,
-        False when later. A refusal (None: ``max_reserved`` is reached) parks the queue
-        until ``retry_at``."""
+        transaction; "now" when the reservation says it may start at the step's ``now``,
+        "later" when not yet. A refusal ("parked": ``max_reserved`` is reached) parks the
+        queue until ``retry_at``; a cost the limit can never grant ("unfit": the settings
+        changed since the enqueue, which checks it) fails the job."""
         from ..ratelimit.api import rate_limit
 
         if job.cost == 0:
-            return True
+            return "now"
         if not job.tokens_reserved:
-            decision = rate_limit(limit_name, count=job.cost, reserve=True)
+            try:
+                decision = rate_limit(limit_name, count=job.cost, reserve=True)
+            except ValueError as error:
+                fail_unfit(job, f"Its cost cannot be reserved from {limit_name!r}: {error}", now)
+                return "unfit"
             if not decision.ok:
                 self.rate_limited_until[queue] = decision.retry_at or now + timedelta(seconds=1)
-                return None
+                return "parked"
             job.tokens_reserved = True
             if decision.retry_at is not None and decision.retry_at > job.start_at:
                 job.start_at = decision.retry_at
             Job.objects.filter(pk=job.pk).update(tokens_reserved=True, start_at=job.start_at)
         if job.start_at > now:
             self.reserved_starts.append(job.start_at)
-            return False
-        return True
+            return "later"
+        return "now"
 
     def batches(self, attempt_ids: list[int], now: datetime) -> Iterable[list[int]]:
         """Deal the attempts round-robin into one batch per live worker (priority order is
@@ -786,6 +795,15 @@ class Loop:
         if wake is not None or waiting_left:
             return LoopStatus.SCHEDULED, wake
         return LoopStatus.IDLE, None
+
+
+def fail_unfit(job: Job, error: str, now: datetime) -> None:
+    """Fail a WAITING job that could never start, with its ``on_complete`` call."""
+    job.status, job.error, job.finished_at = Status.FAILED, error, now
+    Job.objects.filter(pk=job.pk, status=Status.WAITING).update(
+        status=Status.FAILED, error=error, finished_at=now
+    )
+    create_callbacks([job], now)
 
 
 def holds_environment_slot(attempt: Attempt) -> bool:

@@ -22,7 +22,7 @@ from django_ratequeue import (
     set_queue_concurrency,
 )
 from django_ratequeue.models import Attempt, Job, QueueSetting
-from django_ratequeue.queue.loop import QueueLimits
+from django_ratequeue.queue.loop import QueueLimits, ensure_loop_state, main_loop
 from django_ratequeue.queue.stats import queue_overview
 from django_ratequeue.ratelimit.api import rate_limit
 from tests.queue import jobs
@@ -112,6 +112,21 @@ def test_reservation_cap_refuses_at_enqueue_and_writes_nothing() -> None:
             enqueue_many(jobs.add, [[1, 2]], queue="gated")
         assert not Job.objects.exists()
         enqueue(jobs.add, 1, 2, queue="gated", cost=0)  # free work is never refused
+
+
+@pytest.mark.django_db
+def test_a_cost_the_limit_can_never_grant_fails_the_job() -> None:
+    handle = enqueue(jobs.add, 1, 2, queue="gated", cost=5)  # not rate-gated yet
+    small = {"kind": "token bucket", "rate": 1, "period": 60, "capacity": 2, "max_reserved": 1}
+    limits = {"small": small}
+    gated = {"RATE_LIMITS": limits, "QUEUES": {"gated": {"rate_limit": "small"}}}
+    with override_settings(RATEQUEUE=gated):
+        with pytest.raises(ValueError, match="can never fit"):
+            enqueue(jobs.add, 1, 2, queue="gated", cost=5)  # refused at enqueue
+        main_loop(ensure_loop_state()[0])  # the loop fails the one enqueued before
+    job = Job.objects.get(pk=handle.id)
+    assert job.status == Status.FAILED
+    assert "cannot be reserved from 'small'" in job.error and "can never fit" in job.error
 
 
 @pytest.mark.cluster

@@ -353,6 +353,8 @@ class Loop:
         self._last_recovery = 0.0
         # Queues whose rate limit refused a start, and when to try again.
         self.rate_limited_until: dict[str, datetime] = {}
+        # Per queue, the concurrency key served last (LoopState.key_cursors, read once).
+        self.key_cursors: dict[str, str] | None = None
         # When the jobs whose tokens are reserved for later may start (set by start_ready).
         self.reserved_starts: list[datetime] = []
         self.inline_batch: list[int] = []
@@ -633,7 +635,9 @@ class Loop:
         per_key = Counter((a.queue, a.concurrency_key) for a in running if a.concurrency_key)
         overrides = queue_overrides()
         state = LoopState.objects.filter(pk=LoopState.SINGLETON)
-        cursors: dict[str, str] = state.values_list("key_cursors", flat=True).first() or {}
+        if self.key_cursors is None:  # once per pass: only one pass runs at a time
+            self.key_cursors = state.values_list("key_cursors", flat=True).first() or {}
+        cursors = self.key_cursors
         offers: list[tuple[Job, int]] = []
         for name in queues:
             limits = QueueLimits.of(name, overrides)
@@ -665,6 +669,7 @@ class Loop:
         turns = {**cursors, **{job.queue: job.concurrency_key for job in chosen}}
         if turns != cursors:
             state.update(key_cursors=turns)
+            self.key_cursors = turns
         for batch in self.batches([a.pk for a in attempts], now):
             if self.inline_batch:
                 _enqueue_task(RUNNER_TASK, batch)

@@ -260,9 +260,13 @@ def wake_loop(due_at: datetime | None = None) -> str:
     return state
 
 
-def watch_loop() -> None:
+def watch_loop() -> datetime | None:
     """The watchdog's check: run a pass that does not progress (its process died, or its
-    task waits behind busy workers) right here; wake a resting loop whose time came."""
+    task waits behind busy workers) right here; wake a resting loop whose time came.
+
+    Returns when a resting loop wants waking next, so that the watchdog can sleep until
+    then rather than a whole interval: scheduled starts and reserved rate-limit times are
+    then met within a broker hand-off, not within a watchdog interval."""
     generation, state, next_wake_at, lease_end = ensure_loop_state()
     now = _now()
     if state == LoopStatus.RUNNING:
@@ -271,8 +275,12 @@ def watch_loop() -> None:
             if lease_end is None or lease_end < now:
                 logger.warning("Main loop lease lapsed (generation %s); taking over", generation)
             main_loop(generation, in_watchdog=True)
-    elif state != LoopStatus.IDLE and next_wake_at is not None and next_wake_at <= now:
-        _start_pass(generation, state)
+    elif state != LoopStatus.IDLE and next_wake_at is not None:
+        if next_wake_at <= now:
+            _start_pass(generation, state)
+        else:
+            return next_wake_at
+    return None
 
 
 def main_loop(generation: int, in_watchdog: bool = False) -> bool:

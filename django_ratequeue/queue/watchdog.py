@@ -118,14 +118,18 @@ def watch() -> None:
                 # A new worker: look once for work left by a previous cluster.
                 wake_loop()
                 first = False
-            watch_loop()
+            next_wake_at = watch_loop()
             rounds += 1
             if rounds % FORGOTTEN_WORK_CHECKS == 0:
                 wake_forgotten_work()
         except Exception:
             logger.exception("ratequeue watchdog check failed")
             connection.close()
-        time.sleep(interval)
+            next_wake_at = None
+        pause = interval
+        if next_wake_at is not None:
+            pause = min(pause, max((next_wake_at - timezone.now()).total_seconds(), 0.001))
+        time.sleep(pause)
 
 
 @receiver(post_spawn)

@@ -495,7 +495,9 @@ def enqueue_many(
         )
     if not rows:
         return []
-    check_reservation_room(template.queue, template.cost * len(rows))
+    # The same read-only check as one enqueue: the loop reserves each job's cost when it
+    # could start, so a batch is refused exactly when its first job would be.
+    check_reservation_room(template.queue, template.cost)
     with transaction.atomic():
         check_enqueue_rate(len(rows))
         if base_id is None:

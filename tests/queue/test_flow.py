@@ -115,6 +115,18 @@ def test_reservation_cap_refuses_at_enqueue_and_writes_nothing() -> None:
 
 
 @pytest.mark.django_db
+def test_a_batch_is_checked_like_single_enqueues() -> None:
+    """Twenty cost-1 jobs fit one by one, so they fit as one batch too (the loop reserves
+    each job's cost when it could start, not the batch's total at enqueue)."""
+    limits = {"small": {"kind": "token bucket", "rate": 5, "period": 60, "max_reserved": 10}}
+    with override_settings(
+        RATEQUEUE={"RATE_LIMITS": limits, "QUEUES": {"gated": {"rate_limit": "small"}}}
+    ):
+        handles = enqueue_many(jobs.add, [[i, i] for i in range(20)], queue="gated")
+    assert len(handles) == Job.objects.filter(queue="gated").count() == 20
+
+
+@pytest.mark.django_db
 def test_a_cost_the_limit_can_never_grant_fails_the_job() -> None:
     handle = enqueue(jobs.add, 1, 2, queue="gated", cost=5)  # not rate-gated yet
     small = {"kind": "token bucket", "rate": 1, "period": 60, "capacity": 2, "max_reserved": 1}

@@ -118,7 +118,7 @@ class RateQueueBackend(BaseTaskBackend):
             job = Job.objects.get(pk=result_id, func=function_path(run_task))
         except Job.DoesNotExist:
             raise TaskResultDoesNotExist(result_id) from None
-        return task_result(job, Handle(job.id).attempts())
+        return task_result(job, Handle(job.id, owner=job.owner).attempts())
 
 
 def resolve_task(path: str, expected: Task[..., Any] | None = None) -> Task[..., Any]:

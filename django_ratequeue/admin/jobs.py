@@ -181,7 +181,7 @@ class JobAdmin(admin.ModelAdmin):
                 "duration": _seconds(a),
                 "outcome": _outcome(a),
             }
-            for a in Handle(job.id).attempts()
+            for a in Handle(job.id, owner=job.owner).attempts()
         ]
         return SafeString(
             render_to_string("admin/django_ratequeue/job/attempts.html", {"rows": rows})
@@ -191,9 +191,9 @@ class JobAdmin(admin.ModelAdmin):
 
     @admin.action(description="Cancel the selected jobs", permissions=["cancel"])
     def cancel_selected(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
-        ids = list(queryset.exclude(status__in=FINAL_STATUSES).values_list("id", flat=True))
-        for job_id in ids:
-            Handle(job_id).cancel()
+        ids = list(queryset.exclude(status__in=FINAL_STATUSES).values_list("id", "owner"))
+        for job_id, owner in ids:  # staff act for every owner
+            Handle(job_id, owner=owner).cancel()
         message = f"Asked to cancel {len(ids)} job(s)"
         skipped = queryset.count() - len(ids)
         if skipped:

@@ -62,6 +62,14 @@ class Handle:
     def _job(self, *fields: str) -> Job:
         return Job.objects.only(*fields).get(pk=self.id)
 
+    def _owned_job(self, *fields: str) -> Job:
+        """The job, if this handle's owner may see it: jobs enqueued with an ``owner``
+        show their result, errors and attempts, and take cancels, from that owner only."""
+        job = self._job("owner", *fields)
+        if job.owner and job.owner != self.owner:
+            raise NotOwner(self.id, self.owner)
+        return job
+
     def status(self) -> Status:
         return Status(self._job("status").status)
 
@@ -89,9 +97,7 @@ class Handle:
         next_deadlock_check = time.monotonic() + DEADLOCK_CHECK_EVERY
         pause = 0.005
         while True:
-            job = self._job("status", "owner", "result", "error", "traceback", "queue")
-            if job.owner and job.owner != self.owner:
-                raise NotOwner(self.id, self.owner)
+            job = self._owned_job("status", "result", "error", "traceback", "queue")
             if job.status in FINAL_STATUSES:
                 break
             now = time.monotonic()
@@ -118,10 +124,12 @@ class Handle:
     def cancel(self) -> None:
         """Ask the loop to cancel the job: at once unless running, else when its attempt
         ends."""
+        self._owned_job()
         CancelRequest.objects.create(job_id=self.id)
         transaction.on_commit(wake_loop, robust=True)
 
     def attempts(self) -> list[AttemptInfo]:
+        self._owned_job()
         rows = Attempt.objects.filter(job_id=self.id).order_by("number")
         return [
             AttemptInfo(

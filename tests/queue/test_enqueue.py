@@ -10,6 +10,7 @@ from django.utils import timezone
 
 from django_ratequeue import (
     DuplicateJobId,
+    NotOwner,
     Retry,
     Status,
     enqueue,
@@ -17,7 +18,7 @@ from django_ratequeue import (
     get_handle,
     job,
 )
-from django_ratequeue.models import Job
+from django_ratequeue.models import CancelRequest, Job
 from tests.queue import jobs
 
 pytestmark = pytest.mark.django_db
@@ -184,3 +185,15 @@ def test_backoff_grows_and_is_capped() -> None:
     jittered = Retry()
     for n in range(1, 8):
         assert jittered.delay(n) < jittered.delay(n + 1)
+
+
+def test_only_the_owner_may_cancel_or_read_attempts() -> None:
+    handle = enqueue(jobs.add, 1, 2, owner="alice")
+    stranger = get_handle(handle.id, owner="mallory")
+    with pytest.raises(NotOwner):
+        stranger.cancel()
+    with pytest.raises(NotOwner):
+        stranger.attempts()
+    assert not CancelRequest.objects.exists()
+    get_handle(handle.id, owner="alice").cancel()
+    assert CancelRequest.objects.filter(job_id=handle.id).count() == 1

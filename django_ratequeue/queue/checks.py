@@ -10,6 +10,7 @@ from django.apps import AppConfig
 from django.core.checks import CheckMessage, Error, register
 
 from ..conf import ratequeue_settings
+from .enqueue import enqueue_rate_config
 from .retry import Retry
 
 QUEUE_OPTIONS = {"max_concurrency", "key_concurrency", "rate_limit", "paused"}
@@ -78,6 +79,17 @@ def check_queue_settings(
                 7,
             )
         )
+    elif enqueue_limit is not None:
+        try:
+            enqueue_rate_config()
+        except ValueError as error:
+            errors.append(
+                _error(
+                    f'RATEQUEUE["ENQUEUE_RATE_LIMIT"]: {error}',
+                    '{"rate": 200, "period": 1, "capacity": 600}',
+                    7,
+                )
+            )
     if not isinstance(values["ENQUEUE_ASYNC_COMMIT"], bool):
         errors.append(
             _error(

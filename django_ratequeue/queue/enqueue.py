@@ -33,6 +33,7 @@ from django.utils import timezone
 
 from ..conf import ratequeue_settings
 from ..exceptions import DuplicateJobId, EnqueueRateLimited
+from ..ratelimit.config import RateLimitConfig, parse_config
 from .bulk import insert_row, insert_rows
 from .handles import Handle, owner_label
 from .loop import wake_loop
@@ -270,19 +271,28 @@ class JobOptions:
 ENQUEUE_LIMIT_NAME = "ratequeue:enqueue"
 
 
+def enqueue_rate_config() -> RateLimitConfig | None:
+    """ENQUEUE_RATE_LIMIT as a rate-limit config (a token bucket unless its dict names
+    another kind); None when it is off. Raises ``ValueError`` when it does not parse."""
+    config = ratequeue_settings()["ENQUEUE_RATE_LIMIT"]
+    if config is None:
+        return None
+    if isinstance(config, Mapping):
+        config = {"kind": "token bucket", **config}
+    return parse_config(config)
+
+
 def check_enqueue_rate(count: int) -> None:
     """Draw ``count`` from ENQUEUE_RATE_LIMIT (a leaky bucket), or raise
     :class:`EnqueueRateLimited` before anything is written. Off when the setting is None.
 
     It is drawn in the caller's transaction, so a rolled-back enqueue gives its tokens back.
     """
-    config = ratequeue_settings()["ENQUEUE_RATE_LIMIT"]
+    config = enqueue_rate_config()
     if config is None:
         return
     from ..ratelimit.api import rate_limit
 
-    if isinstance(config, Mapping):
-        config = {"kind": "token bucket", **config}
     decision = rate_limit(ENQUEUE_LIMIT_NAME, count=count, config=config)
     if not decision.ok:
         raise EnqueueRateLimited(ENQUEUE_LIMIT_NAME, None, decision.retry_at)

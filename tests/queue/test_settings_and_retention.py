@@ -30,6 +30,9 @@ def test_queue_settings_are_checked() -> None:
     assert check_ids(WORKER_DEAD_AFTER=1, HEARTBEAT_INTERVAL=2) == ["django_ratequeue.E203"]
     assert check_ids(DEFAULT_RETRIES=-1) == ["django_ratequeue.E206"]
     assert check_ids(ENQUEUE_ASYNC_COMMIT="yes") == ["django_ratequeue.E208"]
+    assert check_ids(ENQUEUE_RATE_LIMIT={"rate": 200, "period": 1, "capacity": 600}) == []
+    assert check_ids(ENQUEUE_RATE_LIMIT={"rate": 200}) == ["django_ratequeue.E207"]
+    assert check_ids(ENQUEUE_RATE_LIMIT=200) == ["django_ratequeue.E207"]
 
 
 @pytest.mark.django_db

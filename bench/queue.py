@@ -416,10 +416,10 @@ def insert_backlog(count: int) -> float:
             f"""
             INSERT INTO {table} (id, func, args, kwargs, queue, concurrency_key, priority,
                 status, start_at, created_at, attempts, retry, on_complete, owner, cost,
-                cancel_requested, tokens_reserved, error, traceback)
+                cancel_requested, tokens_reserved, parent_id, error, traceback)
             SELECT 'backlog-' || i, %s, '[]', '{{}}', 'default', '', -1,
                 %s, now(), now() + i * interval '1 microsecond', 0, %s, '', '', 1,
-                false, false, '', ''
+                false, false, '', '', ''
             FROM generate_series(1, %s) AS i
             """,
             [NOOP, Status.WAITING.value, json.dumps(Retry.coerce(None).to_json()), count],

@@ -62,6 +62,26 @@ def check_wait(parent: Attempt, child: Job) -> None:
             queue=child.queue,
             chain=[child.pk, parent.job_id],
         )
+    if child.queue == parent.queue and child.status in NOT_STARTED:
+        # A wait on the same queue lends the parent's queue slot to the child, but a queue
+        # lends at most as many slots as its limit: past that, the child could only start
+        # by running more jobs in the queue than it allows.
+        lent = Attempt.objects.filter(
+            active=True,
+            ended_at=None,
+            queue=child.queue,
+            wait=Wait.WAITING,
+            wait_queue=child.queue,
+        ).count()
+        if lent >= limit:
+            raise RecursiveWaitDeadlock(
+                f"Job {parent.job_id} waits on job {child.pk} in its own queue "
+                f"{child.queue!r}, whose {limit} slot(s) are all lent to jobs already waiting "
+                f"on subtasks (chain: {' <- '.join(chain)}): raise the queue's max_concurrency "
+                "or run the subtask on another queue.",
+                queue=child.queue,
+                chain=chain,
+            )
 
 
 def workers_exhausted(parent: Attempt, child_id: str) -> bool:

@@ -108,5 +108,10 @@ def spawn_and_wait(x: int, child_queue: Any = None) -> int:
     return child.result(timeout=60) * 10
 
 
+def spawn_nested(name: str) -> int:
+    """Wait on a subtask in queue ``name`` that itself waits on a subtask in ``name``."""
+    return enqueue(spawn_and_wait, args=[1, name], queue=name).result(timeout=60)
+
+
 def wait_on_self() -> None:
     get_handle(current_job_id()).result(timeout=60)

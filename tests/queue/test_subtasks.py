@@ -33,6 +33,15 @@ def test_impossible_waits_raise_recursive_wait_deadlock(cluster) -> None:
     assert len(on_itself.attempts()) == 1  # not retried: it would deadlock again
 
 
+def test_same_queue_waits_lend_at_most_the_queue_limit(cluster) -> None:
+    # "solo" runs one job at a time: the parent may lend its slot to its child, but the
+    # child cannot lend the same slot again to a grandchild.
+    cluster(workers=3, QUEUES={"solo": {"max_concurrency": 1}})
+    nested = enqueue(jobs.spawn_nested, "solo", queue="solo", retries=0)
+    with pytest.raises(JobFailed, match=r"'solo', whose 1 slot\(s\) are all lent"):
+        nested.result(timeout=60)
+
+
 def test_wait_with_no_worker_left_to_run_the_subtask(cluster) -> None:
     cluster(workers=1)
     parent = enqueue(jobs.spawn_and_wait, 5, retries=0)

@@ -17,14 +17,13 @@ import json
 import os
 import signal
 import sys
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from bench.common import machine_lines, prepare_database
-from bench.queue import Rate, Workers, _terminate, empty_tables
+from bench.queue import Rate, Workers, _terminate, empty_tables, time_jobs
 
 RATE, CAPACITY = 200, 50  # the rate-gated queue's token bucket, per second
 SETTINGS: dict[str, Any] = {
@@ -56,21 +55,10 @@ def run(count: int, timeout: float) -> Rate:
     done = Job.objects.filter(status=Status.COMPLETE).count
     running = Workers([["qcluster"]], {"BENCH_RATEQUEUE": json.dumps(SETTINGS)})
     try:
-        deadline = time.monotonic() + timeout
-        first: tuple[float, int] | None = None
-        while (finished := done()) < count:
-            now = time.monotonic()
-            if finished and first is None:
-                first = (now, finished)
-            if now > deadline:
-                raise RuntimeError(f"timed out: {finished} of {count} jobs done")
-            running.check_alive()
-            time.sleep(0.01)
-        end = time.monotonic()
+        rate, _startup = time_jobs(done, count, running, timeout)
     finally:
         running.kill()
-    first = first or (end - 0.001, 0)
-    return Rate(count - first[1], end - first[0])
+    return rate
 
 
 def throughput(queue: str, count: int, keys: int = 0) -> Rate:

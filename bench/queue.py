@@ -261,21 +261,28 @@ def run_until_done(
     Returns the rate and the workers' start-up (start to the first finished job)."""
     done = done_counter(contender, **job_filter)
     with workers(contender, max_concurrency) as running:
-        deadline = time.monotonic() + timeout
-        first: tuple[float, int] | None = None
-        while (finished := done()) < count:
-            now = time.monotonic()
-            if finished and first is None:
-                first = (now, finished)
-            if now > deadline:
-                raise RuntimeError(f"timed out: {finished} of {count} jobs done in {timeout:g} s")
-            running.check_alive()
-            time.sleep(0.01)
-        end = time.monotonic()
-        if first is None:  # everything finished between two looks
-            first = (running.started_at, 0)
-        startup = first[0] - running.started_at
-    return Rate(count - first[1], end - first[0]), startup
+        return time_jobs(done, count, running, timeout)
+
+
+def time_jobs(
+    done: Callable[[], int], count: int, running: Workers, timeout: float
+) -> tuple[Rate, float]:
+    """Poll ``done()`` until ``count`` jobs are done; the rate from the first finished job
+    to the last, and the workers' start-up (their start to the first finished job)."""
+    deadline = time.monotonic() + timeout
+    first: tuple[float, int] | None = None
+    while (finished := done()) < count:
+        now = time.monotonic()
+        if finished and first is None:
+            first = (now, finished)
+        if now > deadline:
+            raise RuntimeError(f"timed out: {finished} of {count} jobs done in {timeout:g} s")
+        running.check_alive()
+        time.sleep(0.01)
+    end = time.monotonic()
+    if first is None:  # everything finished between two looks
+        first = (running.started_at, 0)
+    return Rate(count - first[1], end - first[0]), first[0] - running.started_at
 
 
 def end_to_end(contender: str, count: int, max_concurrency: int | None = None) -> Rate:

@@ -366,14 +366,16 @@ class Loop:
         # When the jobs whose tokens are reserved for later may start (set by start_ready).
         self.reserved_starts: list[datetime] = []
         self.inline_batch: list[int] = []
-        # Set by a step: it hit a per-step limit (more_work), or left the loop resting.
+        # Set by a step: it hit a per-step limit (more_work), or left the loop resting, and
+        # when the resting loop wants waking.
         self.more_work = False
         self.rested = False
+        self.next_wake: datetime | None = None
 
     def run(self, in_watchdog: bool = False) -> None:
         if in_watchdog:
             # Short, and no job runs in the watchdog thread: its heartbeats must go on.
-            self.work(self.settings["HEARTBEAT_INTERVAL"])
+            self.work(self.settings["HEARTBEAT_INTERVAL"], linger=False)
             if self.inline_batch:
                 _enqueue_task(RUNNER_TASK, self.inline_batch)
             return
@@ -385,7 +387,11 @@ class Loop:
 
             run_batch(self.inline_batch)
 
-    def work(self, seconds: float) -> None:
+    def work(self, seconds: float, linger: bool = True) -> None:
+        """Step while there is work, for at most ``seconds``. With ``linger``, a pass whose
+        loop would rest until sooner than the watchdog's next look waits for that moment
+        itself: scheduled starts, back-offs and reserved rate-limit times are then met on
+        time instead of up to a watchdog interval late (which bunches rate-gated starts)."""
         deadline = time.monotonic() + seconds
         quiet_steps = 0
         while True:
@@ -396,10 +402,24 @@ class Loop:
             # whatever a producer committed while reading "running" (no lost wake-up).
             quiet_steps = quiet_steps + 1 if self.rested else 0
             if quiet_steps >= 2:
-                return
+                pause = self.pause_before_wake() if linger else None
+                if pause is None or time.monotonic() + pause > deadline:
+                    return
+                # Resting, so a producer's kick or the watchdog may start another pass
+                # meanwhile; then this one loses its generation at its next step and stops.
+                time.sleep(pause)
+                quiet_steps = 0
+                continue
             if time.monotonic() > deadline:
                 self.hand_over()
                 return
+
+    def pause_before_wake(self) -> float | None:
+        """Seconds until the resting loop's next wake, if the watchdog would look later."""
+        if self.next_wake is None:
+            return None
+        pause = (self.next_wake - _now()).total_seconds()
+        return max(pause, 0.0) if pause <= self.settings["WATCHDOG_INTERVAL"] else None
 
     def hand_over(self) -> None:
         """Continue in a fresh django-q2 task (which bumps the generation)."""
@@ -439,6 +459,7 @@ class Loop:
             wake: datetime | None = None
             if self.rested:
                 state, wake = self.resting_state(running, waiting_left, now)
+            self.next_wake = wake
             LoopState.objects.filter(pk=LoopState.SINGLETON).update(state=state, next_wake_at=wake)
         if not did_work:
             from .retention import prune_in_background

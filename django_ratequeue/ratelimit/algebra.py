@@ -124,8 +124,10 @@ def decide(
     if reserve:
         allowance = math.inf if config.max_reserved is None else config.max_reserved
     if current.value + allowance < count:
+        # Projected from the stored state, as a retry will be: floats make projecting to
+        # ``now`` and then on to ``t`` differ from projecting to ``t`` in the last bit.
         retry_at = _earliest(
-            lambda t: project(config, current, t, phase).value + allowance >= count,
+            lambda t: project(config, state, t, phase).value + allowance >= count,
             now,
             _estimate(config, current, count - allowance),
         )

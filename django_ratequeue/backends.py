@@ -87,7 +87,7 @@ class RateQueueBackend(BaseTaskBackend):
             )
         defaults = JobOptions(dict(self.options))
         try:
-            defaults.build(function_path(run_task), [], {})
+            defaults.template(function_path(run_task))
         except ValueError as exc:
             raise ImproperlyConfigured(
                 f"Bad OPTIONS for the task backend {alias!r}: {exc}"

@@ -40,11 +40,14 @@ _sessions: weakref.WeakKeyDictionary[Any, dict[str, bool]] = weakref.WeakKeyDict
 def sql_to_run(connection: BaseDatabaseWrapper, statement: ServerStatement) -> str:
     """The SQL to execute for ``statement`` on ``connection``: its plain text, or
     ``EXECUTE`` of the session's prepared statement (preparing it on its second use)."""
+    if connection.vendor != "postgresql":
+        return statement.text
+    prepared = _sessions.get(connection.connection) if connection.connection else None
+    if prepared and prepared.get(statement.name):  # the hot path: checked when prepared
+        return f"EXECUTE {statement.name} ({statement.arguments})"
     settings = connection.settings_dict
-    if (
-        connection.vendor != "postgresql"
-        or settings.get("DISABLE_SERVER_SIDE_CURSORS")
-        or settings["OPTIONS"].get("server_side_binding")
+    if settings.get("DISABLE_SERVER_SIDE_CURSORS") or settings["OPTIONS"].get(
+        "server_side_binding"
     ):
         return statement.text
     connection.ensure_connection()

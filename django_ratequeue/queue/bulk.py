@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from functools import cache
 from typing import Any
 
 from django.db import connection
@@ -89,33 +88,73 @@ def insert_rows(model: type[Model], objects: Sequence[Model]) -> None:
             copy.write_row(row)
 
 
-def insert_row(obj: Model, async_commit: bool = False) -> None:
-    """INSERT one new row with a plain statement that a PostgreSQL session prepares from its
-    second use: a single enqueue's hot path, where ``save()`` costs more than the INSERT.
+class RowInsert:
+    """One-row INSERTs into ``model`` whose columns hold the same values every time but for
+    a few: a single enqueue's hot path, where converting two dozen values per call costs as
+    much as the database's work.
 
-    ``async_commit`` (PostgreSQL, outside a transaction only) commits the row without
-    waiting for the WAL flush: ``synchronous_commit`` is read at commit, so the statement
-    turns it off for its own transaction in its ``RETURNING``.
+    The ``fixed`` values are converted once; on PostgreSQL they are rendered into the
+    statement as literals, exactly as client-side binding would render them per call. Each
+    call passes only the ``varying`` columns' values, converted by the caller. The statement
+    is the session's prepared INSERT (:mod:`..db`) from its second use.
+
+    ``execute(async_commit=True)`` (PostgreSQL, outside a transaction only) commits the row
+    without waiting for the WAL flush: ``synchronous_commit`` is read at commit, so the
+    statement turns it off for its own transaction in its ``RETURNING``.
     """
-    fields = obj._meta.concrete_fields
-    params = [field.get_db_prep_save(getattr(obj, field.attname), connection) for field in fields]
-    relax = async_commit and connection.vendor == "postgresql" and not connection.in_atomic_block
-    with connection.cursor() as cursor:
-        cursor.execute(sql_to_run(connection, _insert_statement(type(obj), relax)), params)
+
+    def __init__(self, model: type[Model], fixed: dict[str, Any], varying: Sequence[str]) -> None:
+        fields = model._meta.concrete_fields
+        missing = {field.attname for field in fields} - set(fixed) - set(varying)
+        if missing:
+            raise ValueError(f"No value for column(s) {', '.join(sorted(missing))}.")
+        literal = None
+        if connection.vendor == "postgresql":
+            from psycopg.sql import Literal
+
+            connection.ensure_connection()
+            literal = Literal
+        # The statement's arguments in column order, and what each call sends: per
+        # placeholder, the index of its value in a call's ``values``, or a fixed value.
+        arguments: list[str] = []
+        self.params: list[tuple[int | None, Any]] = []
+        for field in fields:
+            if field.attname in varying:
+                arguments.append("%s")
+                self.params.append((varying.index(field.attname), None))
+                continue
+            value = field.get_db_prep_save(fixed[field.attname], connection)
+            if literal is not None:
+                arguments.append(literal(value).as_string(connection.connection))
+            else:
+                arguments.append("%s")
+                self.params.append((None, value))
+        self.statements = {
+            relax: _insert_statement(model, ", ".join(arguments), relax and literal is not None)
+            for relax in (False, True)
+        }
+
+    def execute(self, values: Sequence[Any], async_commit: bool = False) -> None:
+        """INSERT the row whose ``varying`` columns hold ``values``, in their order, each as
+        the database takes it (what ``Field.get_db_prep_save`` returns)."""
+        params = [value if index is None else values[index] for index, value in self.params]
+        relax = async_commit and not connection.in_atomic_block
+        with connection.cursor() as cursor:
+            cursor.execute(sql_to_run(connection, self.statements[relax]), params)
 
 
-@cache
-def _insert_statement(model: type[Model], async_commit: bool) -> ServerStatement:
+def _insert_statement(model: type[Model], arguments: str, async_commit: bool) -> ServerStatement:
+    """The INSERT of one row with ``arguments`` for its columns. Every such statement of a
+    model is prepared from the same text with numbered parameters, under one name."""
     quote = connection.ops.quote_name
     fields = model._meta.concrete_fields
     columns = ", ".join(quote(str(field.column)) for field in fields)
-    insert = f"INSERT INTO {quote(model._meta.db_table)} ({columns}) VALUES "
-    placeholders = ", ".join(["%s"] * len(fields))
     numbered = ", ".join(f"${i}" for i in range(1, len(fields) + 1))
     relax = " RETURNING set_config('synchronous_commit', 'off', true)" if async_commit else ""
+    insert = f"INSERT INTO {quote(model._meta.db_table)} ({columns}) VALUES "
     return ServerStatement(
         name=f"ratequeue_insert_{model._meta.db_table}{'_async' if async_commit else ''}",
-        text=f"{insert}({placeholders}){relax}",
+        text=f"{insert}({arguments}){relax}",
         prepared_text=f"{insert}({numbered}){relax}",
-        arguments=placeholders,
+        arguments=arguments,
     )

@@ -5,9 +5,11 @@ job row: the main loop finds WAITING jobs through an index, so enqueue never tou
 the loop owns. Inside a caller's transaction the job commits or rolls back with it; the loop
 is woken after commit.
 
-The single enqueue is a hot path, so what does not change between calls is cached per
-function (its dotted path, that it imports, its signature), the INSERT is a statement the
-session prepares on the server (:func:`.bulk.insert_row`), and the kick after commit skips
+The single enqueue is a hot path, so what does not change between calls is kept per
+function: its dotted path, that it imports, its signature, and its options checked once
+(:class:`JobTemplate`) with the INSERT that writes them (:class:`.bulk.RowInsert`: the
+session prepares it on the server, and a call sends only the columns that differ from job
+to job). The kick after commit skips
 its read of the loop's state when this process saw the loop running less than a ``SEGMENT``
 ago: a running pass sees the new job in its next step. If that pass rested in between, the
 watchdog's check for forgotten work (:func:`.watchdog.wake_forgotten_work`) kicks it: the
@@ -24,17 +26,17 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from functools import cache, lru_cache, partial, update_wrapper
+from functools import cache, cached_property, lru_cache, partial, update_wrapper
 from importlib import import_module
-from typing import Any
+from typing import Any, NamedTuple
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from ..conf import ratequeue_settings
 from ..exceptions import DuplicateJobId, EnqueueRateLimited
 from ..ratelimit.config import RateLimitConfig, parse_config
-from .bulk import insert_row, insert_rows
+from .bulk import RowInsert, insert_rows
 from .handles import Handle, owner_label
 from .loop import wake_loop
 from .models import Job, LoopStatus, Status, new_job_id
@@ -59,10 +61,6 @@ OPTION_NAMES = frozenset(
     }
 )
 DEFAULT_QUEUE = "default"
-# The fields enqueue_many copies from its first job to the others.
-JOB_FIELDS = [
-    f for f in Job._meta.concrete_fields if f.name not in ("id", "args", "kwargs", "created_at")
-]
 
 
 def function_path(func: Callable[..., Any] | str, what: str = "job function") -> str:
@@ -110,9 +108,10 @@ def import_function(path: str, what: str = "job function") -> Callable[..., Any]
     return target
 
 
-def check_json(what: str, value: Any) -> None:
+def check_json(what: str, value: Any) -> str:
+    """``value`` as JSON text, or a ValueError saying what to pass instead."""
     try:
-        json.dumps(value, allow_nan=False)
+        return json.dumps(value, allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise ValueError(
             f"The job's {what} must be JSON-serialisable ({exc}); pass plain data such as "
@@ -182,11 +181,103 @@ class QueueChoice:
         return cls(name=name, max_concurrency=limit)
 
 
+class JobStamp(NamedTuple):
+    """The columns of a new job that neither its options nor its arguments decide."""
+
+    id: str
+    status: Status
+    start_at: datetime
+    created_at: datetime
+    parent_id: str
+
+
+@dataclass(frozen=True)
+class JobTemplate:
+    """What a job's options decide, checked once: a job is a template plus its arguments,
+    an id and the time it was enqueued. ``start_at`` is fixed, ``run_after`` counts from
+    the enqueue."""
+
+    func: str
+    queue: str
+    max_concurrency: int | None
+    concurrency_key: str
+    priority: int
+    start_at: datetime | None
+    run_after: timedelta | None
+    retry: dict[str, Any]
+    timeout: float | None
+    on_complete: str
+    context: Any
+    owner: str
+    cost: int
+    id: str | None
+    ignore_duplicates: bool
+
+    @cached_property
+    def columns(self) -> dict[str, Any]:
+        """The job's columns that every job of this template shares."""
+        return {
+            "func": self.func,
+            "queue": self.queue,
+            "max_concurrency": self.max_concurrency,
+            "concurrency_key": self.concurrency_key,
+            "priority": self.priority,
+            "retry": self.retry,
+            "timeout": self.timeout,
+            "on_complete": self.on_complete,
+            "context": self.context,
+            "owner": self.owner,
+            "cost": self.cost,
+            "attempts": 0,
+            "tokens_reserved": False,
+            "cancel_requested": False,
+            "result": None,
+            "error": "",
+            "traceback": "",
+            "finished_at": None,
+        }
+
+    @cached_property
+    def row_insert(self) -> RowInsert:
+        return RowInsert(Job, self.columns, ("args", "kwargs", *JobStamp._fields))
+
+    def stamp(self, now: datetime, job_id: str | None = None) -> JobStamp:
+        """Id, status and times of a job enqueued ``now``."""
+        start_at = self.start_at or (now + self.run_after if self.run_after else now)
+        status = Status.SCHEDULED if start_at > now else Status.WAITING
+        return JobStamp(job_id or self.id or new_job_id(), status, start_at, now, current_job_id())
+
+    def job(self, args: list[Any], kwargs: dict[str, Any], stamp: JobStamp) -> Job:
+        """An unsaved Job."""
+        return Job(**self.columns, args=args, kwargs=kwargs, **stamp._asdict())
+
+    def insert(self, args: str, kwargs: str, stamp: JobStamp, async_commit: bool) -> None:
+        """INSERT a job whose arguments are given as JSON text, without building a Job."""
+        adapt = connection.ops.adapt_datetimefield_value
+        self.row_insert.execute(
+            (
+                args,
+                kwargs,
+                stamp.id,
+                stamp.status,
+                adapt(stamp.start_at),
+                adapt(stamp.created_at),
+                stamp.parent_id,
+            ),
+            async_commit,
+        )
+
+
 @dataclass(frozen=True)
 class JobOptions:
-    """The enqueue options, validated; ``merge`` applies a call's options over defaults."""
+    """The enqueue options; ``merge`` applies a call's options over defaults, ``template``
+    validates them for one function."""
 
     values: Mapping[str, Any] = field(default_factory=dict)
+    # path -> (the settings it was checked under, its template)
+    _templates: dict[str, tuple[dict[str, Any], JobTemplate]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.values) - OPTION_NAMES)
@@ -197,28 +288,35 @@ class JobOptions:
             )
 
     def merge(self, other: Mapping[str, Any]) -> JobOptions:
-        return JobOptions({**self.values, **other})
+        return JobOptions({**self.values, **other}) if other else self
 
-    def build(self, path: str, args: list[Any], kwargs: dict[str, Any]) -> Job:
-        """An unsaved Job with every option checked; raises ValueError naming what to fix."""
+    def template(self, path: str) -> JobTemplate:
+        """The options checked for the function at ``path``; raises ValueError naming what
+        to fix. Kept while the settings stay the same: a function's own options (``@job``)
+        are checked once, not at every enqueue."""
+        settings = ratequeue_settings()
+        known = self._templates.get(path)
+        if known is not None and known[0] is settings:
+            return known[1]
+        template = self._check(path)
+        self._templates[path] = (settings, template)
+        return template
+
+    def _check(self, path: str) -> JobTemplate:
         options = self.values
-        check_json("arguments", args)
-        check_json("keyword arguments", kwargs)
         queue = QueueChoice.coerce(options.get("queue"))
         key = options.get("concurrency_key") or ""
         if not isinstance(key, str) or len(key) > 255:
             raise ValueError(
                 f"concurrency_key must be a string of at most 255 characters, not {key!r}."
             )
-        now = timezone.now()
         if options.get("start_at") is not None and options.get("run_after") is not None:
             raise ValueError("Give start_at or run_after, not both.")
+        start_at = run_after = None
         if options.get("start_at") is not None:
             start_at = _start_at(options["start_at"])
         elif options.get("run_after") is not None:
-            start_at = now + timedelta(seconds=_seconds("run_after", options["run_after"]))
-        else:
-            start_at = now
+            run_after = timedelta(seconds=_seconds("run_after", options["run_after"]))
         retry = Retry.coerce(options.get("retries"))
         priority = options.get("priority", 0)
         if isinstance(priority, bool) or not isinstance(priority, int):
@@ -240,32 +338,26 @@ class JobOptions:
             raise ValueError(
                 f"id must be a non-empty string of at most 200 characters, not {job_id!r}."
             )
-        if options.get("on_duplicate_id", "error") not in ("error", "ignore"):
+        on_duplicate_id = options.get("on_duplicate_id", "error")
+        if on_duplicate_id not in ("error", "ignore"):
             raise ValueError("on_duplicate_id must be 'error' or 'ignore'.")
-        return Job(
-            id=job_id or new_job_id(),
+        return JobTemplate(
             func=path,
-            args=args,
-            kwargs=kwargs,
             queue=queue.name,
             max_concurrency=queue.max_concurrency,
             concurrency_key=key,
             priority=priority,
-            status=Status.SCHEDULED if start_at > now else Status.WAITING,
             start_at=start_at,
-            created_at=now,
+            run_after=run_after,
             retry=retry.to_json(),
             timeout=timeout,
             on_complete=on_complete_path,
             context=context,
             owner=owner_label(options.get("owner")),
             cost=cost,
-            parent_id=current_job_id(),
+            id=job_id,
+            ignore_duplicates=on_duplicate_id == "ignore",
         )
-
-    @property
-    def ignore_duplicates(self) -> bool:
-        return self.values.get("on_duplicate_id", "error") == "ignore"
 
 
 ENQUEUE_LIMIT_NAME = "ratequeue:enqueue"
@@ -428,43 +520,47 @@ def enqueue(func: Callable[..., Any] | str, *args: Any, **kwargs: Any) -> Handle
 def _enqueue_one(
     func: Callable[..., Any] | str, options: JobOptions, args: list[Any], kwargs: dict[str, Any]
 ) -> Handle:
-    path = function_path(func)
-    job_row = options.build(path, args, kwargs)
-    check_reservation_room(job_row.queue, job_row.cost)
-    if options.values.get("id") is None and ratequeue_settings()["ENQUEUE_RATE_LIMIT"] is None:
-        insert_row(job_row, async_commit=ratequeue_settings()["ENQUEUE_ASYNC_COMMIT"])
+    template = options.template(function_path(func))
+    args_json = check_json("arguments", args)
+    kwargs_json = check_json("keyword arguments", kwargs)
+    check_reservation_room(template.queue, template.cost)
+    settings = ratequeue_settings()
+    stamp = template.stamp(timezone.now())
+    if template.id is None and settings["ENQUEUE_RATE_LIMIT"] is None:
+        template.insert(args_json, kwargs_json, stamp, settings["ENQUEUE_ASYNC_COMMIT"])
     else:
         try:
             with transaction.atomic():
                 check_enqueue_rate(1)
-                job_row.save(force_insert=True)
+                template.job(args, kwargs, stamp).save(force_insert=True)
         except IntegrityError:
-            if not options.ignore_duplicates:
-                raise DuplicateJobId(job_row.id) from None
-            return Handle(job_row.id, owner=job_row.owner)
-    transaction.on_commit(partial(wake_after_enqueue, job_row), robust=True)
-    return Handle(job_row.id, owner=job_row.owner)
+            if not template.ignore_duplicates:
+                raise DuplicateJobId(stamp.id) from None
+    transaction.on_commit(
+        partial(wake_after_enqueue, stamp.start_at, stamp.created_at), robust=True
+    )
+    return Handle(stamp.id, owner=template.owner)
 
 
 # When this process last read the loop's state as running (time.time()).
 _seen_running_at = -math.inf
 
 
-def wake_after_enqueue(job_row: Job) -> None:
+def wake_after_enqueue(start_at: datetime, enqueued_at: datetime) -> None:
     """Kick the loop for a committed job, unless it is due now and this process saw the
-    loop running less than a SEGMENT ago, shortly before the job was created (see the
+    loop running less than a SEGMENT ago, shortly before the job was enqueued (see the
     module docstring for why that is safe, and what it may cost)."""
     global _seen_running_at
     segment = ratequeue_settings()["SEGMENT"]
     seen = _seen_running_at
     if (
-        job_row.status == Status.WAITING
+        start_at <= enqueued_at
         and time.time() - seen <= segment
-        and job_row.created_at.timestamp() >= seen - segment
+        and enqueued_at.timestamp() >= seen - segment
     ):
         return
     before = time.time()
-    if wake_loop(job_row.start_at) == LoopStatus.RUNNING:
+    if wake_loop(start_at) == LoopStatus.RUNNING:
         _seen_running_at = before
 
 
@@ -485,24 +581,17 @@ def enqueue_many(
     anything else the single argument. With ``id="x"`` the jobs get ids ``x-0``, ``x-1``, ...
     """
     path, _target_func, defaults = _target(func)
-    merged = defaults.merge(options)
-    base_id = merged.values.get("id")
-    template = merged.build(path, [], {})
+    template = defaults.merge(options).template(path)
+    now = timezone.now()
     rows = []
     for index, item in enumerate(params):
         args, kwargs = _item_call(item)
         check_json(f"arguments (item {index})", args)
         check_json(f"keyword arguments (item {index})", kwargs)
-        rows.append(
-            Job(
-                **{field.attname: getattr(template, field.attname) for field in JOB_FIELDS},
-                id=new_job_id() if base_id is None else f"{base_id}-{index}",
-                args=args,
-                kwargs=kwargs,
-                # Keep the items' order as their arrival order.
-                created_at=template.created_at + timedelta(microseconds=index),
-            )
-        )
+        # Apart by a microsecond each, so that the items' order is their arrival order.
+        enqueued_at = now + timedelta(microseconds=index)
+        job_id = None if template.id is None else f"{template.id}-{index}"
+        rows.append(template.job(args, kwargs, template.stamp(enqueued_at, job_id)))
     if not rows:
         return []
     # The same read-only check as one enqueue: the loop reserves each job's cost when it
@@ -510,10 +599,10 @@ def enqueue_many(
     check_reservation_room(template.queue, template.cost)
     with transaction.atomic():
         check_enqueue_rate(len(rows))
-        if base_id is None:
+        if template.id is None:
             insert_rows(Job, rows)
         else:
-            if not merged.ignore_duplicates:
+            if not template.ignore_duplicates:
                 taken = Job.objects.filter(id__in=[r.id for r in rows]).values_list(
                     "id", flat=True
                 )
@@ -521,7 +610,7 @@ def enqueue_many(
                 if first is not None:
                     raise DuplicateJobId(first)
             Job.objects.bulk_create(rows, batch_size=1000, ignore_conflicts=True)
-    transaction.on_commit(partial(wake_after_enqueue, template), robust=True)
+    transaction.on_commit(partial(wake_after_enqueue, rows[0].start_at, now), robust=True)
     return [Handle(r.id, owner=r.owner) for r in rows]
 
 

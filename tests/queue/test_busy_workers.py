@@ -55,7 +55,8 @@ def test_cancels_and_starts_go_on_while_every_worker_is_busy(cluster, tmp_path: 
 
 def insert_without_kick(*args: int) -> Handle:
     """A committed WAITING job that nobody told the loop about (as after a skipped kick)."""
-    row = JobOptions().build("tests.queue.jobs.add", list(args), {})
+    template = JobOptions().template("tests.queue.jobs.add")
+    row = template.job(list(args), {}, template.stamp(timezone.now()))
     row.save(force_insert=True)
     return Handle(row.id)
 

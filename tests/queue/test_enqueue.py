@@ -6,6 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.db import transaction
+from django.test import override_settings
 from django.utils import timezone
 
 from django_ratequeue import (
@@ -62,6 +63,49 @@ def test_job_decorator_defaults_and_using() -> None:
     assert (first.queue, first.retry["retry_count"], first.timeout) == ("decorated", 2, 30.0)
     assert (second.queue, second.max_concurrency, second.priority) == ("wide", 7, -1)
     assert jobs.decorated(3) == 6  # still callable in place
+
+
+def test_every_option_reads_back_as_given_on_both_insert_paths() -> None:
+    """A plain enqueue sends its options as literals in a prepared INSERT; one with an id
+    saves a model. Both must store the same row, quotes and backslashes included."""
+    options = {
+        "queue": {"name": "it's \\ odd", "max_concurrency": 3},
+        "concurrency_key": "tenant 'x' \\ ü",
+        "priority": -7,
+        "retries": {"retry_count": 2, "initial_interval": 0.5},
+        "timeout": 2.5,
+        "on_complete": jobs.callback,
+        "context": {"quote": "'\"", "nested": [1, None, 2.5, "ü"]},
+        "owner": "user:1",
+        "cost": 4,
+        "run_after": 60,
+    }
+    plain = enqueue(jobs.echo, "a'b", k="\\", **options)
+    saved = enqueue(jobs.echo, "a'b", k="\\", id="chosen", **options)
+    first, second = (Job.objects.get(pk=handle.id) for handle in (plain, saved))
+    differing = {"id", "created_at", "start_at"}
+    names = [f.attname for f in Job._meta.concrete_fields if f.attname not in differing]
+    assert [getattr(first, n) for n in names] == [getattr(second, n) for n in names]
+    assert (first.queue, first.concurrency_key, first.context) == (
+        "it's \\ odd",
+        "tenant 'x' \\ ü",
+        options["context"],
+    )
+    assert (first.args, first.kwargs, first.status) == (["a'b"], {"k": "\\"}, Status.SCHEDULED)
+    assert first.start_at - first.created_at == timedelta(seconds=60)
+
+
+def test_a_functions_options_are_checked_again_when_the_settings_change() -> None:
+    wide = jobs.decorated.using(queue={"name": "wide", "max_concurrency": 5})
+    wide.enqueue(1)
+    with (
+        override_settings(RATEQUEUE={"MAX_QUEUE_CONCURRENCY": 2}),
+        pytest.raises(ValueError, match="MAX_QUEUE_CONCURRENCY"),
+    ):
+        wide.enqueue(2)
+    with override_settings(RATEQUEUE={"DEFAULT_RETRIES": 1}):
+        enqueue(jobs.add, 1, 2)
+    assert [row.retry["retry_count"] for row in Job.objects.order_by("created_at")] == [2, 1]
 
 
 def test_start_at_makes_a_scheduled_job() -> None:

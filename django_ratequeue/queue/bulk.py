@@ -3,7 +3,8 @@
 Updating many rows, each with its own values, in one statement:
 Django's ``bulk_update`` builds a ``CASE`` per field that grows with the rows squared in
 work for the database; the loop and the runner write a hundred outcomes at a time, so they
-use ``UPDATE ... FROM (VALUES ...)`` instead (PostgreSQL, and SQLite 3.33+). Inserting many
+use ``UPDATE ... FROM unnest(one array per column)`` on PostgreSQL (a statement whose text
+does not grow with the rows) and ``UPDATE ... FROM (VALUES ...)`` on SQLite 3.33+. Inserting many
 rows with ``COPY``, and one row with a server-side prepared ``INSERT``.
 """
 
@@ -33,15 +34,15 @@ def update_rows(
     by_name = {field.name: field for field in meta.concrete_fields}
     assert meta.pk is not None
     columns: list[Field[Any, Any]] = [meta.pk, *(by_name[name] for name in fields)]
-    is_postgres = connection.vendor == "postgresql"
-    names = [f"c{i}" for i in range(len(columns))]
-    if is_postgres:
-        placeholder = "(" + ", ".join(f"%s::{f.db_type(connection)}" for f in columns) + ")"
-        source = "(VALUES {rows}) AS v(" + ", ".join(names) + ")"
+    if connection.vendor == "postgresql":
+        names = [f"c{i}" for i in range(len(columns))]
+        # One array per column: the statement's text is the same for any number of rows.
+        arrays = ", ".join(f"%s::{field.db_type(connection)}[]" for field in columns)
+        source = f"unnest({arrays}) AS v({', '.join(names)})"
+        chunks = [objects]
     else:
-        placeholder = "(" + ", ".join(["%s"] * len(columns)) + ")"
-        source = "(VALUES {rows}) AS v"
         names = [f"column{i + 1}" for i in range(len(columns))]
+        chunks = [objects[start : start + CHUNK] for start in range(0, len(objects), CHUNK)]
     assignments = ", ".join(
         f"{quote(str(field.column))} = v.{name}"
         for field, name in zip(columns[1:], names[1:], strict=True)
@@ -50,18 +51,18 @@ def update_rows(
     if condition:
         where += f" AND {condition}"
     changed = 0
-    for start in range(0, len(objects), CHUNK):
-        chunk = objects[start : start + CHUNK]
-        params: list[Any] = []
-        for obj in chunk:
-            for field in columns:
-                value = getattr(obj, field.attname)
-                params.append(field.get_db_prep_save(value, connection))
-        rows = ", ".join([placeholder] * len(chunk))
-        sql = (
-            f"UPDATE {quote(meta.db_table)} AS t SET {assignments} "
-            f"FROM {source.format(rows=rows)} WHERE {where}"
-        )
+    for chunk in chunks:
+        values = [
+            [field.get_db_prep_save(getattr(obj, field.attname), connection) for obj in chunk]
+            for field in columns
+        ]
+        if connection.vendor == "postgresql":
+            params: list[Any] = values
+        else:
+            params = [value for row in zip(*values, strict=True) for value in row]
+            row = "(" + ", ".join(["%s"] * len(columns)) + ")"
+            source = f"(VALUES {', '.join([row] * len(chunk))}) AS v"
+        sql = f"UPDATE {quote(meta.db_table)} AS t SET {assignments} FROM {source} WHERE {where}"
         with connection.cursor() as cursor:
             cursor.execute(sql, params)
             changed += cursor.rowcount

@@ -100,7 +100,8 @@ def test_two_loops_racing_on_one_generation_exactly_one_proceeds(transactional_d
     for thread in threads:
         thread.join(timeout=60)
     assert sorted(outcomes) == [False, True]
-    assert ensure_loop_state()[0] == generation + 1
+    # The winner took generation + 1 (its batch, run in its thread, may take more passes).
+    assert ensure_loop_state()[0] > generation
     assert Attempt.objects.count() == 1  # the job was started once, by the winner
 
 

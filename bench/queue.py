@@ -257,6 +257,56 @@ def single_enqueues(contender: str, count: int) -> Rate:
     return Rate(count, time.perf_counter() - began)
 
 
+def async_enqueues(args: argparse.Namespace) -> Rate:
+    from django.conf import settings
+    from django.test import override_settings
+
+    with override_settings(RATEQUEUE={**settings.RATEQUEUE, "ENQUEUE_ASYNC_COMMIT": True}):
+        return single_enqueues(OURS, args.enqueues)
+
+
+def _enqueue_in_process(contender: str, count: int, start: Any, done: Any) -> None:
+    """A producer process: set up Django, warm up, wait for the common start, enqueue."""
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "bench.settings")
+    import django
+
+    django.setup()
+    submit = enqueue_one(contender)
+    for _ in range(20):
+        submit()
+    start.wait()
+    for _ in range(count):
+        submit()
+    done.put(time.perf_counter())
+
+
+def concurrent_enqueues(contender: str, processes: int, count: int) -> Rate:
+    """``processes`` producers enqueueing ``count`` jobs each, one call per job, as the
+    processes of a web server would; PostgreSQL then flushes several commits at once."""
+    import multiprocessing
+
+    empty_tables()
+    context = multiprocessing.get_context("spawn")
+    start = context.Barrier(processes + 1)
+    done = context.Queue()
+    producers = [
+        context.Process(target=_enqueue_in_process, args=(contender, count, start, done))
+        for _ in range(processes)
+    ]
+    for producer in producers:
+        producer.start()
+    try:
+        start.wait(timeout=120)
+        began = time.perf_counter()
+        ended = max(done.get(timeout=120) for _ in producers)
+    finally:
+        for producer in producers:
+            producer.join(timeout=10)
+            if producer.is_alive():
+                producer.kill()
+    return Rate(processes * count, ended - began)
+
+
 def bulk_enqueue(count: int) -> Rate:
     from bench.jobs import noop
     from django_ratequeue import enqueue_many
@@ -684,6 +734,9 @@ def parse_arguments(argv: Sequence[str] | None) -> argparse.Namespace:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--enqueues", type=int, default=3000, help="single enqueues timed")
+    parser.add_argument(
+        "--producers", type=int, default=4, help="processes in the concurrent enqueue"
+    )
     parser.add_argument("--bulk", type=int, default=20000, help="jobs in the bulk enqueue")
     parser.add_argument(
         "--jobs", type=int, default=3000, help="no-op jobs end to end (peers: at most 1,000)"
@@ -716,7 +769,7 @@ def parse_arguments(argv: Sequence[str] | None) -> argparse.Namespace:
         args.enqueues, args.bulk, args.jobs, args.samples, args.cycles = 300, 2000, 500, 30, 5
         args.backlog = min(args.backlog, 20_000)
     counts = (args.enqueues, args.bulk, args.jobs, args.samples, args.backlog, args.cycles)
-    if min(*counts, args.repeats) < 1:
+    if min(*counts, args.repeats, args.producers) < 1:
         parser.error("every count must be positive")
     return args
 
@@ -781,6 +834,32 @@ def measure_all(args: argparse.Namespace) -> list[Row]:
             "django-q2 746/s, django-tasks-db 202/s",
         ),
     ]
+    rows.append(
+        Row(
+            f"enqueue one at a time ({args.enqueues:,}), ours with ENQUEUE_ASYNC_COMMIT "
+            "(no wait for the WAL flush)",
+            "—",
+            None,
+            {OURS: attempt("enqueue, ours, asynchronous commit", lambda: async_enqueues(args))},
+        )
+    )
+    rows.append(
+        Row(
+            f"enqueue one at a time from {args.producers} processes "
+            f"({args.producers} x {args.enqueues // args.producers:,})",
+            "—",
+            None,
+            {
+                c: attempt(
+                    f"enqueue from {args.producers} processes, {c}",
+                    lambda c=c: concurrent_enqueues(
+                        c, args.producers, args.enqueues // args.producers
+                    ),
+                )
+                for c in (OURS, DJANGO_Q2, TASKS_DB)
+            },
+        )
+    )
     if args.enqueue_only:
         return rows
     rows += [

@@ -11,10 +11,11 @@ function: its dotted path, that it imports, its signature, and its options check
 session prepares it on the server, and a call sends only the columns that differ from job
 to job). The kick after commit skips
 its read of the loop's state when this process saw the loop running less than a ``SEGMENT``
-ago: a running pass sees the new job in its next step. If that pass rested in between, the
-watchdog's check for forgotten work (:func:`.watchdog.wake_forgotten_work`) kicks it: the
-worst case is ``FORGOTTEN_WORK_CHECKS`` watchdog intervals (2 s by default) of extra latency
-for a job enqueued in that narrow window.
+ago: a running pass sees the new job in its next step, and a pass that rests keeps looking
+for new work for a SEGMENT before it ends (:meth:`.loop.Loop.watch_for_skipped_kicks`).
+Only a pass run by the watchdog does not; a job it misses is found by the watchdog's check
+for forgotten work (:func:`.watchdog.wake_forgotten_work`), at worst
+``FORGOTTEN_WORK_CHECKS`` watchdog intervals (2 s by default) later.
 """
 
 from __future__ import annotations

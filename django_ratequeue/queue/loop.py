@@ -392,6 +392,7 @@ class Loop:
         # when the resting loop wants waking.
         self.more_work = False
         self.rested = False
+        self.rest_state: str = LoopStatus.RUNNING
         self.next_wake: datetime | None = None
 
     def run(self, in_watchdog: bool = False) -> None:
@@ -417,6 +418,7 @@ class Loop:
         time instead of up to a watchdog interval late (which bunches rate-gated starts)."""
         deadline = time.monotonic() + seconds
         quiet_steps = 0
+        rested_at = None
         while True:
             did_work = self.step()
             if did_work is None:
@@ -425,17 +427,43 @@ class Loop:
             # whatever a producer committed while reading "running" (no lost wake-up).
             quiet_steps = quiet_steps + 1 if self.rested else 0
             if quiet_steps >= 2:
+                rested_at = rested_at or time.monotonic()
+                watch = self.watch_for_skipped_kicks(rested_at) if linger else None
+                if watch is not None and time.monotonic() + watch < deadline:
+                    time.sleep(watch)
+                    continue
                 pause = self.pause_before_wake() if linger else None
-                if pause is None or time.monotonic() + pause > deadline:
+                if pause is None:
+                    return
+                if time.monotonic() + pause > deadline:
+                    self.hand_over()  # a fresh task waits for the wake, not the watchdog
                     return
                 # Resting, so a producer's kick or the watchdog may start another pass
                 # meanwhile; then this one loses its generation at its next step and stops.
                 time.sleep(pause)
                 quiet_steps = 0
+                rested_at = None
                 continue
+            if quiet_steps == 0:
+                rested_at = None
             if time.monotonic() > deadline:
                 self.hand_over()
                 return
+
+    def watch_for_skipped_kicks(self, rested_at: float) -> float | None:
+        """How long to sleep before looking for new work again, while a producer that saw
+        this pass running may still commit a job without kicking (it skips its read of
+        the loop's state for a SEGMENT, see :func:`.enqueue.wake_after_enqueue`).
+
+        Only when the loop rests idle: nothing would look again before the watchdog's
+        check for forgotten work. Resting otherwise, the next completion or wake-up does;
+        and a pass with a batch to run runs it first, its completions starting the next
+        pass (:func:`.runner.run_batch`). None once a SEGMENT has passed since the rest."""
+        if self.rest_state != LoopStatus.IDLE or self.inline_batch:
+            return None
+        segment = self.settings["SEGMENT"]
+        left = rested_at + segment - time.monotonic()
+        return min(left, segment / 4) if left > 0 else None
 
     def pause_before_wake(self) -> float | None:
         """Seconds until the resting loop's next wake, if the watchdog would look later."""
@@ -482,7 +510,7 @@ class Loop:
             wake: datetime | None = None
             if self.rested:
                 state, wake = self.resting_state(running, waiting_left, now)
-            self.next_wake = wake
+            self.rest_state, self.next_wake = state, wake
             LoopState.objects.filter(pk=LoopState.SINGLETON).update(state=state, next_wake_at=wake)
         if not did_work:
             from .retention import prune_in_background

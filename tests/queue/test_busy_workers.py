@@ -83,3 +83,12 @@ def test_many_enqueues_in_one_session_then_run(cluster, settings) -> None:
     assert Job.objects.get(pk=handles[-1].id).priority == 1
     cluster()
     assert [h.result(timeout=30) for h in handles] == [0, 2, 4, 6, 8, 10]
+
+
+def test_jobs_enqueued_one_after_another_start_without_the_watchdog(cluster) -> None:
+    """An enqueue skips its read of the loop's state for a SEGMENT after it saw the loop
+    running; a pass that rests idle meanwhile must still find those jobs. With the
+    watchdog this slow, a job it had to find would take seconds."""
+    cluster(WATCHDOG_INTERVAL=3.0, LOOP_LEASE=10.0, SEGMENT=0.1)
+    for i in range(40):
+        assert enqueue(jobs.add, i, i).result(timeout=2) == 2 * i

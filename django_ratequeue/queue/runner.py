@@ -65,9 +65,10 @@ def run_batch(attempt_ids: list[int], until: float | None = None) -> None:
     loop's next pass itself and then that pass's own batch, and so on while the task is
     younger than half a lease (or than ``until``, a ``time.monotonic()``): each turn saves
     two broker round trips, the kick's and the batch's."""
+    global _chunk
     if until is None:
         until = time.monotonic() + ratequeue_settings()["LOOP_LEASE"] / 2
-    runner = Runner(beat())
+    runner = Runner(beat(), _chunk)
     while attempt_ids:
         runner.run_all(attempt_ids)
         attempt_ids = []
@@ -78,22 +79,29 @@ def run_batch(attempt_ids: list[int], until: float | None = None) -> None:
                 loop.work(until - time.monotonic())
                 attempt_ids = loop.inline_batch
     runner.wake()
+    _chunk = runner.chunk
+
+
+# The chunk size this worker process's last batch ended with: the next batch starts there.
+_chunk = 1
 
 
 class Runner:
     """Claims, runs and reports attempts in chunks.
 
     A chunk is claimed with one conditional UPDATE and reported with one statement. It
-    starts at one attempt and doubles (up to ``MAX_CHUNK``) while jobs finish quickly, so
-    no-op jobs cost a fraction of a query each while a slow job never holds others back.
+    doubles (up to ``MAX_CHUNK``) while jobs finish quickly and falls back to one attempt
+    after a slow chunk, so no-op jobs cost a fraction of a query each while a slow job
+    holds others back at most once in a row. A worker's next batch starts with the chunk
+    its last one ended with.
     """
 
     MAX_CHUNK = 32
     QUICK = 0.005
 
-    def __init__(self, worker: str) -> None:
+    def __init__(self, worker: str, chunk: int = 1) -> None:
         self.worker = worker
-        self.chunk = 1
+        self.chunk = chunk
         self.unreported = False
         self.last_wake = time.monotonic()
 

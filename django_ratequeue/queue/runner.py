@@ -3,8 +3,9 @@
 ``run_batch`` receives attempt ids only (never client data). Each attempt is claimed with a
 conditional UPDATE (not started, not ended), so an attempt that already ran or was recovered
 never runs again, even when django-q2 delivers the same task twice. When its own batch is
-done, the runner takes over attempts that were dispatched but not started yet (other
-batches still queued), so one slow job does not hold up the jobs dealt to its batch.
+done, the runner runs the resting loop's next pass itself, and else takes over attempts
+that were dispatched but not started yet (other batches still queued), so one slow job does
+not hold up the jobs dealt to its batch.
 """
 
 from __future__ import annotations
@@ -61,23 +62,21 @@ def time_limit(seconds: float | None) -> Iterator[None]:
 def run_batch(attempt_ids: list[int], until: float | None = None) -> None:
     """The django-q2 task: run the given attempts, then help with undelivered ones.
 
-    When that freed slots and the loop rests, this worker, about to go idle, runs the
-    loop's next pass itself and then that pass's own batch, and so on while the task is
-    younger than half a lease (or than ``until``, a ``time.monotonic()``): each turn saves
-    two broker round trips, the kick's and the batch's."""
+    When its attempts freed slots and the loop rests, this worker, about to go idle, runs
+    the loop's next pass itself before it helps others (the pass deals new work to every
+    worker, so they keep busy meanwhile), then that pass's own batch, and so on while the
+    task is younger than half a lease (or than ``until``, a ``time.monotonic()``): each
+    turn saves two broker round trips, the kick's and the batch's."""
     global _chunk
     if until is None:
         until = time.monotonic() + ratequeue_settings()["LOOP_LEASE"] / 2
     runner = Runner(beat(), _chunk)
     while attempt_ids:
-        runner.run_all(attempt_ids)
-        attempt_ids = []
-        if runner.unreported and time.monotonic() < until:
-            loop = take_resting_pass()
-            if loop is not None:
-                runner.unreported = False  # the pass sees them at its first step
-                loop.work(until - time.monotonic())
-                attempt_ids = loop.inline_batch
+        runner.run(attempt_ids)
+        attempt_ids = runner.next_pass(until)
+        if not attempt_ids:
+            runner.help()
+            attempt_ids = runner.next_pass(until)
     runner.wake()
     _chunk = runner.chunk
 
@@ -105,14 +104,17 @@ class Runner:
         self.unreported = False
         self.last_wake = time.monotonic()
 
-    def run_all(self, attempt_ids: list[int]) -> None:
-        """Run a batch, then attempts dispatched to batches that are still queued."""
+    def run(self, attempt_ids: list[int]) -> None:
+        """Run a batch."""
         Attempt.objects.filter(
             pk__in=attempt_ids, worker="", started_at=None, ended_at=None
         ).update(worker=self.worker)
         todo = list(attempt_ids)
         while todo:
             todo = self.run_chunk(todo)
+
+    def help(self) -> None:
+        """Run attempts dealt to batches that are still queued, or whose worker is busy."""
         for _ in range(ratequeue_settings()["DISPATCH_BATCH_SIZE"]):
             spare = list(
                 Attempt.objects.filter(active=True, started_at=None, ended_at=None)
@@ -122,6 +124,19 @@ class Runner:
             if not spare:
                 break
             self.run_chunk(spare)
+
+    def next_pass(self, until: float) -> list[int]:
+        """If this runner freed slots and the loop rests, run its next pass here; returns
+        that pass's own batch (empty when there is no pass to run, or it started nothing
+        for this worker)."""
+        if not self.unreported or time.monotonic() >= until:
+            return []
+        loop = take_resting_pass()
+        if loop is None:
+            return []
+        self.unreported = False  # the pass sees them at its first step
+        loop.work(until - time.monotonic())
+        return loop.inline_batch
 
     def run_chunk(self, todo: list[int]) -> list[int]:
         """Run the first ``chunk`` attempts of ``todo``; return the rest."""

@@ -192,6 +192,10 @@ class JobStamp(NamedTuple):
     parent_id: str
 
 
+# What differs from job to job of one template, in the order JobTemplate.insert sends it.
+PER_JOB_COLUMNS = ("args", "kwargs", *JobStamp._fields)
+
+
 @dataclass(frozen=True)
 class JobTemplate:
     """What a job's options decide, checked once: a job is a template plus its arguments,
@@ -216,8 +220,9 @@ class JobTemplate:
 
     @cached_property
     def columns(self) -> dict[str, Any]:
-        """The job's columns that every job of this template shares."""
-        return {
+        """The job's columns that every job of this template shares: what the options
+        decide, and the model's defaults for the rest (no attempts yet, no result...)."""
+        decided = {
             "func": self.func,
             "queue": self.queue,
             "max_concurrency": self.max_concurrency,
@@ -229,18 +234,17 @@ class JobTemplate:
             "context": self.context,
             "owner": self.owner,
             "cost": self.cost,
-            "attempts": 0,
-            "tokens_reserved": False,
-            "cancel_requested": False,
-            "result": None,
-            "error": "",
-            "traceback": "",
-            "finished_at": None,
         }
+        defaults = {
+            field.attname: field.get_default()
+            for field in Job._meta.concrete_fields
+            if field.attname not in decided and field.attname not in PER_JOB_COLUMNS
+        }
+        return {**defaults, **decided}
 
     @cached_property
     def row_insert(self) -> RowInsert:
-        return RowInsert(Job, self.columns, ("args", "kwargs", *JobStamp._fields))
+        return RowInsert(Job, self.columns, PER_JOB_COLUMNS)
 
     def stamp(self, now: datetime, job_id: str | None = None) -> JobStamp:
         """Id, status and times of a job enqueued ``now``."""

@@ -60,7 +60,10 @@ class Handle:
         return hash(self.id)
 
     def _job(self, *fields: str) -> Job:
-        return Job.objects.only(*fields).get(pk=self.id)
+        try:
+            return Job.objects.only(*fields).get(pk=self.id)
+        except Job.DoesNotExist:
+            raise Job.DoesNotExist(missing_job(self.id)) from None
 
     def _owned_job(self, *fields: str) -> Job:
         """The job, if this handle's owner may see it: jobs enqueued with an ``owner``
@@ -149,8 +152,15 @@ class Handle:
 def get_handle(id: str, owner: Any = None) -> Handle:
     """Rebuild the handle of an existing job; raises ``Job.DoesNotExist`` if there is none."""
     if not Job.objects.filter(pk=id).exists():
-        raise Job.DoesNotExist(f"There is no job with id {id!r} (it may have been pruned).")
+        raise Job.DoesNotExist(missing_job(id))
     return Handle(id, owner=owner)
+
+
+def missing_job(id: str) -> str:
+    return (
+        f"There is no job with id {id!r}: finished jobs are pruned RETENTION seconds after "
+        "they end."
+    )
 
 
 def cancel_all(queue: str | None = None) -> None:

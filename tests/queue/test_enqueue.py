@@ -214,8 +214,16 @@ def test_bad_input_is_refused_and_writes_nothing(call: object, message: str) -> 
 
 
 def test_get_handle_of_unknown_job() -> None:
-    with pytest.raises(Job.DoesNotExist):
+    with pytest.raises(Job.DoesNotExist, match=r"no job with id 'missing'.*pruned"):
         get_handle("missing")
+
+
+def test_a_handle_whose_job_was_pruned_says_so() -> None:
+    handle = enqueue(jobs.add, 1, 2)
+    Job.objects.filter(pk=handle.id).delete()
+    for read in (handle.status, handle.result, handle.attempts):
+        with pytest.raises(Job.DoesNotExist, match=r"no job with id .*RETENTION"):
+            read()
 
 
 def test_job_decorator_with_and_without_arguments() -> None:

@@ -11,6 +11,7 @@ not hold up the jobs dealt to its batch.
 from __future__ import annotations
 
 import json
+import logging
 import signal
 import threading
 import time
@@ -19,6 +20,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from django.db import InterfaceError, OperationalError, connection
 from django.utils import timezone
 
 from ..conf import ratequeue_settings
@@ -29,6 +31,8 @@ from .loop import take_resting_pass, wake_loop
 from .models import Attempt, Job, Outcome
 from .subtasks import current_attempt
 from .watchdog import beat
+
+logger = logging.getLogger(__name__)
 
 
 class AttemptTimedOut(Exception):
@@ -147,18 +151,38 @@ class Runner:
             run_attempt(attempt)
         quick = time.monotonic() - began < self.QUICK * max(len(claimed), 1)
         self.chunk = min(self.chunk * 2, self.MAX_CHUNK) if quick else 1
-        update_rows(
-            Attempt,
-            claimed,
-            ["ended_at", "outcome", "result", "error", "traceback"],
-            # A recovered (superseded) attempt already ended: its late report is ignored.
-            condition="t.ended_at IS NULL",
-        )
+        self.report(claimed)
         self.unreported = self.unreported or bool(claimed)
         # After a slow job at once; after quick ones at most every SEGMENT seconds.
         if time.monotonic() - self.last_wake >= ratequeue_settings()["SEGMENT"]:
             self.wake()
         return rest
+
+    def report(self, attempts: list[Attempt]) -> None:
+        """Write the outcomes of attempts that ran. Through a database restart it keeps
+        trying on a new connection: the jobs have run, and while this worker lives nobody
+        else would ever end their attempts (recovery waits for dead workers and timeouts).
+        Should the database stay away, django-q2's timeout ends this worker, and recovery
+        then takes the attempts as lost."""
+        pause = 0.05
+        while True:
+            try:
+                update_rows(
+                    Attempt,
+                    attempts,
+                    ["ended_at", "outcome", "result", "error", "traceback"],
+                    # A recovered (superseded) attempt already ended: its late report is
+                    # ignored.
+                    condition="t.ended_at IS NULL",
+                )
+                return
+            except (OperationalError, InterfaceError):
+                if connection.in_atomic_block:
+                    raise
+                logger.warning("Could not report %d attempt(s); retrying", len(attempts))
+                connection.close()
+                time.sleep(pause)
+                pause = min(pause * 2, 2.0)
 
     def claim(self, attempt_ids: list[int]) -> list[Attempt]:
         """Take the attempts nobody started yet; an attempt that already ran, or was

@@ -8,6 +8,7 @@ import os
 import signal
 import threading
 from collections import Counter
+from contextlib import suppress
 from datetime import timedelta
 from pathlib import Path
 
@@ -79,6 +80,48 @@ def test_killed_cluster_leaves_nothing_behind(cluster, tmp_path: Path) -> None:
     }
     assert {label for label, count in runs.items() if count > 1} <= lost
     assert len(handles) == 40
+
+
+def postgres_client_ports(pid: int) -> set[int]:
+    """The local ports of process ``pid``'s TCP connections to the database server."""
+    server_port = int(connection.settings_dict["PORT"] or 5432)
+    sockets = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        with suppress(OSError):
+            target = os.readlink(fd)
+            if target.startswith("socket:["):
+                sockets.add(target[len("socket:[") : -1])
+    ports = set()
+    for table in ("tcp", "tcp6"):
+        for row in Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]:
+            fields = row.split()
+            local, remote, inode = fields[1], fields[2], fields[9]
+            if inode in sockets and int(remote.rsplit(":", 1)[1], 16) == server_port:
+                ports.add(int(local.rsplit(":", 1)[1], 16))
+    return ports
+
+
+@pytest.mark.postgres_only
+def test_a_runner_reports_its_outcome_through_a_lost_connection(cluster, tmp_path: Path) -> None:
+    """As in a database restart, the worker's connections are cut while its job runs: the
+    outcome is still written, on a new connection, and the job does not run again."""
+    cluster(workers=1)
+    started, release = tmp_path / "started", tmp_path / "release"
+    handle = enqueue(jobs.block_until_file, str(started), str(release))
+    (line,) = wait_for(lambda: lines(started), message="the job to start")
+    ports = postgres_client_ports(int(line.split()[2]))
+    assert ports, "the worker talks to PostgreSQL over TCP"
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+            "WHERE client_port = ANY(%s)",
+            [sorted(ports)],
+        )
+        assert cursor.fetchone()[0] >= 1
+    release.touch()
+    assert handle.result(timeout=30) == "released"
+    assert [attempt.outcome for attempt in handle.attempts()] == ["succeeded"]
+    assert len(lines(started)) == 1
 
 
 def test_two_loops_racing_on_one_generation_exactly_one_proceeds(transactional_db) -> None:

@@ -16,9 +16,9 @@ import signal
 import threading
 import time
 import traceback as tb
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 from django.db import InterfaceError, OperationalError, connection
 from django.utils import timezone
@@ -33,6 +33,7 @@ from .subtasks import current_attempt
 from .watchdog import beat
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 class AttemptTimedOut(Exception):
@@ -159,46 +160,39 @@ class Runner:
         return rest
 
     def report(self, attempts: list[Attempt]) -> None:
-        """Write the outcomes of attempts that ran. Through a database restart it keeps
-        trying on a new connection: the jobs have run, and while this worker lives nobody
-        else would ever end their attempts (recovery waits for dead workers and timeouts).
-        Should the database stay away, django-q2's timeout ends this worker, and recovery
-        then takes the attempts as lost."""
-        pause = 0.05
-        while True:
-            try:
-                update_rows(
-                    Attempt,
-                    attempts,
-                    ["ended_at", "outcome", "result", "error", "traceback"],
-                    # A recovered (superseded) attempt already ended: its late report is
-                    # ignored.
-                    condition="t.ended_at IS NULL",
-                )
-                return
-            except (OperationalError, InterfaceError):
-                if connection.in_atomic_block:
-                    raise
-                logger.warning("Could not report %d attempt(s); retrying", len(attempts))
-                connection.close()
-                time.sleep(pause)
-                pause = min(pause * 2, 2.0)
+        """Write the outcomes of attempts that ran (through lost connections, see
+        :func:`through_reconnects`)."""
+        through_reconnects(
+            lambda: update_rows(
+                Attempt,
+                attempts,
+                ["ended_at", "outcome", "result", "error", "traceback"],
+                # A recovered (superseded) attempt already ended: its late report is ignored.
+                condition="t.ended_at IS NULL",
+            )
+        )
 
     def claim(self, attempt_ids: list[int]) -> list[Attempt]:
         """Take the attempts nobody started yet; an attempt that already ran, or was
-        recovered, is skipped, so a task django-q2 delivers twice runs nothing twice."""
+        recovered, is skipped, so a task django-q2 delivers twice runs nothing twice.
+        Claimed attempts are marked with this worker and one timestamp, so that claiming
+        again after a lost connection finds what the first try may have taken."""
         if not attempt_ids:
             return []
         stamp = timezone.now()
-        Attempt.objects.filter(pk__in=attempt_ids, started_at=None, ended_at=None).update(
-            worker=self.worker, started_at=stamp
-        )
-        return list(
-            Attempt.objects.filter(pk__in=attempt_ids, worker=self.worker, started_at=stamp)
-            .select_related("job")
-            .only("timeout", "started_at", "queue", "job__func", "job__args", "job__kwargs")
-            .order_by("pk")
-        )
+
+        def take() -> list[Attempt]:
+            Attempt.objects.filter(pk__in=attempt_ids, started_at=None, ended_at=None).update(
+                worker=self.worker, started_at=stamp
+            )
+            return list(
+                Attempt.objects.filter(pk__in=attempt_ids, worker=self.worker, started_at=stamp)
+                .select_related("job")
+                .only("timeout", "started_at", "queue", "job__func", "job__args", "job__kwargs")
+                .order_by("pk")
+            )
+
+        return through_reconnects(take)
 
     def wake(self) -> None:
         """Tell the loop that slots came free."""
@@ -206,6 +200,25 @@ class Runner:
             wake_loop()
             self.unreported = False
         self.last_wake = time.monotonic()
+
+
+def through_reconnects(action: Callable[[], T]) -> T:
+    """Run ``action``, which may be repeated, until it gets through: after a lost database
+    connection (a restart) on a new one. A claim or a report must not be dropped while
+    this worker lives, since nobody else would end those attempts (recovery waits for dead
+    workers and timeouts). Should the database stay away, django-q2's timeout ends this
+    worker, and recovery then takes its attempts as lost."""
+    pause = 0.05
+    while True:
+        try:
+            return action()
+        except (OperationalError, InterfaceError):
+            if connection.in_atomic_block:
+                raise
+            logger.warning("Lost the database connection; trying again", exc_info=True)
+            connection.close()
+            time.sleep(pause)
+            pause = min(pause * 2, 2.0)
 
 
 def run_attempt(attempt: Attempt) -> None:

@@ -491,6 +491,9 @@ class Loop:
                 return None
             self.more_work = False
             did_work = self.recover(now)
+            # Cancels before completions: a job canceled before the loop took in its
+            # attempt's end ends CANCELED, whichever of the two reached the database first.
+            did_work |= self.apply_cancels(now)
             active = list(
                 Attempt.objects.filter(active=True).only(
                     "job", "queue", "concurrency_key", "ended_at", "wait", "wait_queue"
@@ -499,7 +502,6 @@ class Loop:
             did_work |= self.finish([a.pk for a in active if a.ended_at is not None], now)
             running = [a for a in active if a.ended_at is None]
             did_work |= self.grant_resumes(running)
-            did_work |= self.apply_cancels(now)
             did_work |= self.promote_due(now)
             started, waiting_left = self.start_ready(running, now)
             did_work |= bool(started)

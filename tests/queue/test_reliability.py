@@ -20,7 +20,7 @@ from django_ratequeue import Status, enqueue, enqueue_many
 from django_ratequeue.models import Attempt, Job, LoopState
 from django_ratequeue.queue.loop import Loop, ensure_loop_state, main_loop
 from django_ratequeue.queue.models import LoopStatus
-from django_ratequeue.queue.runner import run_batch
+from django_ratequeue.queue.runner import Runner, run_batch
 from tests.queue import jobs
 from tests.queue.conftest import wait_for
 
@@ -213,3 +213,17 @@ def test_a_job_canceled_after_dispatch_but_before_start_never_runs(tmp_path: Pat
     run_batch(loop.inline_batch)  # the batch arrives late
     assert handle.status() == Status.CANCELED and not lines(log)
     assert handle.attempts() == []
+
+
+@pytest.mark.django_db
+def test_a_cancel_wins_over_an_end_the_loop_has_not_taken_in_yet(tmp_path: Path) -> None:
+    """The attempt ended, then the job was canceled, before the loop's next step: the job
+    ends CANCELED (it ran, but the caller canceled it before its end was taken in)."""
+    log = tmp_path / "runs.log"
+    handle = enqueue(jobs.record, str(log), "ran")
+    loop = Loop(ensure_loop_state()[0])
+    loop.step()  # dispatches the job
+    Runner("a-worker").run(loop.inline_batch)  # runs and reports it, nothing more
+    handle.cancel()
+    loop.step()
+    assert lines(log) and handle.status() == Status.CANCELED

@@ -381,25 +381,17 @@ def timeline() -> str:
     """Where a job's time went in the run that just ended, from our own timestamps: waiting
     for the runner after dispatch, running, and waiting for the loop to finish it; and how
     many jobs each loop step dispatched and finished."""
-    from django.db import connection
+    from django_ratequeue.queue.models import LoopState
 
-    from django_ratequeue.queue.models import Attempt, Job, LoopState
-
-    attempt = connection.ops.quote_name(Attempt._meta.db_table)
-    job = connection.ops.quote_name(Job._meta.db_table)
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"""
-            SELECT
-                percentile_cont(0.5) WITHIN GROUP (ORDER BY a.started_at - a.dispatched_at),
-                percentile_cont(0.5) WITHIN GROUP (ORDER BY a.ended_at - a.started_at),
-                percentile_cont(0.5) WITHIN GROUP (ORDER BY j.finished_at - a.ended_at),
-                count(*), count(DISTINCT a.dispatched_at), count(DISTINCT j.finished_at)
-            FROM {attempt} a JOIN {job} j ON j.id = a.job_id
-            WHERE j.finished_at IS NOT NULL AND a.ended_at IS NOT NULL
-            """
-        )
-        to_start, running, to_finish, jobs, dispatches, finishes = cursor.fetchone()
+    to_start, running, to_finish, jobs, dispatches, finishes = attempts_of_jobs(
+        """
+        percentile_cont(0.5) WITHIN GROUP (ORDER BY a.started_at - a.dispatched_at),
+        percentile_cont(0.5) WITHIN GROUP (ORDER BY a.ended_at - a.started_at),
+        percentile_cont(0.5) WITHIN GROUP (ORDER BY j.finished_at - a.ended_at),
+        count(*), count(DISTINCT a.dispatched_at), count(DISTINCT j.finished_at)
+        """,
+        "j.finished_at IS NOT NULL AND a.ended_at IS NOT NULL",
+    )
     passes = LoopState.objects.values_list("generation", flat=True).first() or 0
 
     return (
@@ -462,6 +454,23 @@ def latency(contender: str, samples: int) -> Latency:
 def latency_breakdown() -> str:
     """Where the latency went, from our timestamps: enqueue to the loop's dispatch (the kick,
     the loop's task through the broker, its step) and dispatch to the runner's claim."""
+    to_dispatch, to_dispatch_99, to_start, to_start_99 = attempts_of_jobs(
+        """
+        percentile_cont(0.5) WITHIN GROUP (ORDER BY a.dispatched_at - j.created_at),
+        percentile_cont(0.99) WITHIN GROUP (ORDER BY a.dispatched_at - j.created_at),
+        percentile_cont(0.5) WITHIN GROUP (ORDER BY a.started_at - a.dispatched_at),
+        percentile_cont(0.99) WITHIN GROUP (ORDER BY a.started_at - a.dispatched_at)
+        """,
+        "a.started_at IS NOT NULL AND (j.args->>0)::int >= 0  -- not the warm-up",
+    )
+    return (
+        f"enqueue→dispatched by the loop p50 {ms(to_dispatch)}, p99 {ms(to_dispatch_99)}; "
+        f"dispatched→claimed by a runner p50 {ms(to_start)}, p99 {ms(to_start_99)}"
+    )
+
+
+def attempts_of_jobs(columns: str, where: str) -> tuple[Any, ...]:
+    """One row of ``columns`` over our attempts joined with their jobs (``a`` and ``j``)."""
     from django.db import connection
 
     from django_ratequeue.queue.models import Attempt, Job
@@ -470,21 +479,9 @@ def latency_breakdown() -> str:
     job = connection.ops.quote_name(Job._meta.db_table)
     with connection.cursor() as cursor:
         cursor.execute(
-            f"""
-            SELECT
-                percentile_cont(0.5) WITHIN GROUP (ORDER BY a.dispatched_at - j.created_at),
-                percentile_cont(0.99) WITHIN GROUP (ORDER BY a.dispatched_at - j.created_at),
-                percentile_cont(0.5) WITHIN GROUP (ORDER BY a.started_at - a.dispatched_at),
-                percentile_cont(0.99) WITHIN GROUP (ORDER BY a.started_at - a.dispatched_at)
-            FROM {attempt} a JOIN {job} j ON j.id = a.job_id
-            WHERE a.started_at IS NOT NULL AND (j.args->>0)::int >= 0  -- not the warm-up
-            """
+            f"SELECT {columns} FROM {attempt} a JOIN {job} j ON j.id = a.job_id WHERE {where}"
         )
-        to_dispatch, to_dispatch_99, to_start, to_start_99 = cursor.fetchone()
-    return (
-        f"enqueue→dispatched by the loop p50 {ms(to_dispatch)}, p99 {ms(to_dispatch_99)}; "
-        f"dispatched→claimed by a runner p50 {ms(to_start)}, p99 {ms(to_start_99)}"
-    )
+        return tuple(cursor.fetchone())
 
 
 def ms(interval: Any) -> str:

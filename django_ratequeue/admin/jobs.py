@@ -71,6 +71,8 @@ def _seconds(attempt: AttemptInfo) -> str:
 def _outcome(attempt: AttemptInfo) -> str:
     if attempt.outcome:
         return str(Outcome(attempt.outcome).label)
+    if attempt.ended_at is not None:
+        return "ended before it started"
     return "running" if attempt.started_at else "dispatched"
 
 

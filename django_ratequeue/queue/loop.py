@@ -536,10 +536,13 @@ class Loop:
             job = jobs.get(attempt.job_id)
             if job is None or job.status != Status.RUNNING:
                 continue
-            if attempt.started_at is None:
-                # Never started (canceled, or its worker died first): not a try.
+            if attempt.started_at is None and job.cancel_requested:
+                # Canceled before it started: it stays in the job's timeline as it ended.
+                job.status = Status.CANCELED
+            elif attempt.started_at is None:
+                # Its worker died before starting it: not a try; the job waits again.
                 released.append(attempt.pk)
-                job.status = Status.CANCELED if job.cancel_requested else Status.WAITING
+                job.status = Status.WAITING
                 job.attempts -= 1
             elif attempt.outcome == Outcome.SUCCEEDED:
                 job.status = Status.CANCELED if job.cancel_requested else Status.COMPLETE

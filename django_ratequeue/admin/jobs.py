@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import json
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
+from django.core.paginator import Paginator
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.loader import render_to_string
@@ -21,10 +22,12 @@ from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils import timezone
 from django.utils.decorators import method_decorator
+from django.utils.functional import cached_property
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 from django.views.decorators.http import require_POST
 
+from ..queue import stats
 from ..queue.enqueue import enqueue
 from ..queue.handles import AttemptInfo, Handle
 from ..queue.models import FINAL_STATUSES, Job, Outcome, Status
@@ -32,6 +35,38 @@ from ..queue.retry import Retry
 from ..queue.stats import COLUMNS, queue_overview
 
 RETRYABLE_STATUSES = (Status.FAILED, Status.CANCELED)
+
+
+class CappedCountPaginator(Paginator):
+    """Counts at most COUNT_LIMIT + 1 jobs: a full ``COUNT(*)`` would read the whole
+    history on every load of the list. The list then says "10000+ jobs"."""
+
+    @cached_property
+    def count(self) -> int:
+        jobs = cast("QuerySet[Job]", self.object_list)
+        return jobs[: stats.COUNT_LIMIT + 1].count()
+
+    @property
+    def capped(self) -> bool:
+        return self.count > stats.COUNT_LIMIT
+
+    @property
+    def limit(self) -> int:
+        return stats.COUNT_LIMIT
+
+
+class QueueFilter(admin.SimpleListFilter):
+    """Filter by queue, listing the queues without a ``SELECT DISTINCT`` over every job."""
+
+    title = "queue"
+    parameter_name = "queue__exact"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [(name, name) for name in stats.queue_names()]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Job]) -> QuerySet[Job]:
+        chosen = self.value()
+        return queryset if chosen is None else queryset.filter(queue=chosen)
 
 
 class ConcurrencyKeyFilter(admin.SimpleListFilter):
@@ -150,10 +185,11 @@ class JobAdmin(admin.ModelAdmin):
         "start_at",
         "finished_at",
     ]
-    list_filter = ["status", "queue", ConcurrencyKeyFilter]
+    list_filter = ["status", QueueFilter, ConcurrencyKeyFilter]
     search_fields = ["id", "func"]
     ordering = ["-created_at"]
     show_full_result_count = False
+    paginator = CappedCountPaginator
     change_list_template = "admin/django_ratequeue/job/change_list.html"
     change_form_template = "admin/django_ratequeue/job/change_form.html"
     actions = ["cancel_selected", "retry_selected"]

@@ -89,6 +89,8 @@ class Job(models.Model):
                 name="ratequeue_job_due",
                 condition=models.Q(status__in=DEFERRED_STATUSES),
             ),
+            # The admin's list, newest first (it orders by -created_at, then -id).
+            models.Index(fields=["created_at", "id"], name="ratequeue_job_created"),
             # Retention.
             models.Index(
                 fields=["finished_at"],

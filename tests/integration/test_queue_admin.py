@@ -7,10 +7,13 @@ from datetime import timedelta
 
 import pytest
 from django.contrib.auth.models import Permission, User
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 
 from django_ratequeue import Retry, Status, enqueue, get_handle
 from django_ratequeue.models import CancelRequest, Job
+from django_ratequeue.queue import stats
 from tests.queue import jobs
 from tests.queue.conftest import cluster, wait_for  # noqa: F401 (the cluster fixture)
 
@@ -224,3 +227,27 @@ def test_viewers_get_no_buttons_and_cannot_post_them(client: Client) -> None:
     assert client.post(f"{CHANGELIST}{waiting.id}/cancel/").status_code == 403
     assert client.post(f"{CHANGELIST}{waiting.id}/retry/").status_code == 403
     assert not CancelRequest.objects.exists()
+
+
+@pytest.mark.django_db
+def test_the_job_list_reads_no_more_than_a_bounded_part_of_the_jobs(
+    admin_client: Client, monkeypatch
+) -> None:
+    """No GROUP BY, DISTINCT or unbounded COUNT over the jobs table on a load of the list,
+    the overview or the demo's state: their cost must not grow with the history kept."""
+    monkeypatch.setattr(stats, "COUNT_LIMIT", 3)
+    for n in range(5):
+        enqueue(jobs.add, n, n, queue=f"queue-{n % 2}")
+
+    for url in [CHANGELIST, OVERVIEW, "/queue/state.json"]:
+        with CaptureQueriesContext(connection) as queries:
+            page = admin_client.get(url).content.decode()
+        on_jobs = [q["sql"] for q in queries if 'FROM "django_ratequeue_job"' in q["sql"]]
+        assert on_jobs, url
+        for sql in on_jobs:
+            assert "GROUP BY" not in sql and "DISTINCT" not in sql, sql
+            assert "COUNT(" not in sql or "LIMIT" in sql, sql
+    page = admin_client.get(CHANGELIST).content.decode()
+    assert "3+ jobs (counted no further)" in page
+    assert 'href="?queue__exact=queue-1"' in page  # the queue filter still lists them
+    assert len(listed(admin_client, queue__exact="queue-1")) == 2

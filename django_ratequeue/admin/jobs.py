@@ -39,7 +39,7 @@ RETRYABLE_STATUSES = (Status.FAILED, Status.CANCELED)
 
 class CappedCountPaginator(Paginator):
     """Counts at most COUNT_LIMIT + 1 jobs: a full ``COUNT(*)`` would read the whole
-    history on every load of the list. The list then says "10000+ jobs"."""
+    history on every load of the list. The list says so under its count."""
 
     @cached_property
     def count(self) -> int:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import inspect
 import json
 import math
+import re
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -109,15 +110,24 @@ def import_function(path: str, what: str = "job function") -> Callable[..., Any]
     return target
 
 
+# A NUL character in JSON text: ``\u0000`` after an even run of backslashes (an odd run
+# would be an escaped backslash followed by the letters "u0000").
+_JSON_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
+NUL_REFUSED = "must not contain NUL characters ('\\x00'): PostgreSQL cannot store them"
+
+
 def check_json(what: str, value: Any) -> str:
     """``value`` as JSON text, or a ValueError saying what to pass instead."""
     try:
-        return json.dumps(value, allow_nan=False)
+        text = json.dumps(value, allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise ValueError(
             f"The job's {what} must be JSON-serialisable ({exc}); pass plain data such as "
             "ids, strings, numbers, lists and dicts."
         ) from None
+    if "\\u0000" in text and _JSON_NUL.search(text):
+        raise ValueError(f"The job's {what} {NUL_REFUSED}.")
+    return text
 
 
 def _seconds(name: str, value: Any, *, allow_zero: bool = True) -> float:
@@ -217,6 +227,12 @@ class JobTemplate:
     cost: int
     id: str | None
     ignore_duplicates: bool
+
+    def __post_init__(self) -> None:
+        """Refuse what no database column could store as given, on every database alike."""
+        for name in ("queue", "concurrency_key", "owner", "id"):
+            if "\x00" in (getattr(self, name) or ""):
+                raise ValueError(f"{name} {NUL_REFUSED}.")
 
     @cached_property
     def columns(self) -> dict[str, Any]:

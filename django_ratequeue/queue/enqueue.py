@@ -555,12 +555,17 @@ def _enqueue_one(
                 check_enqueue_rate(1)
                 template.job(args, kwargs, stamp).save(force_insert=True)
         except IntegrityError:
-            if not template.ignore_duplicates:
+            # "ignore" hands out the existing job's handle: only when the job is the caller's.
+            if not template.ignore_duplicates or not _owned_by(stamp.id, template.owner):
                 raise DuplicateJobId(stamp.id) from None
     transaction.on_commit(
         partial(wake_after_enqueue, stamp.start_at, stamp.created_at), robust=True
     )
     return Handle(stamp.id, owner=template.owner)
+
+
+def _owned_by(job_id: str, owner: str) -> bool:
+    return Job.objects.filter(pk=job_id, owner=owner).exists()
 
 
 # When this process last read the loop's state as running (time.time()).
@@ -623,13 +628,12 @@ def enqueue_many(
         if template.id is None:
             insert_rows(Job, rows)
         else:
-            if not template.ignore_duplicates:
-                taken = Job.objects.filter(id__in=[r.id for r in rows]).values_list(
-                    "id", flat=True
-                )
-                first = next(iter(taken), None)
-                if first is not None:
-                    raise DuplicateJobId(first)
+            taken = Job.objects.filter(id__in=[r.id for r in rows])
+            if template.ignore_duplicates:  # as for one job: only the caller's own is reused
+                taken = taken.exclude(owner=template.owner)
+            first = taken.values_list("id", flat=True).first()
+            if first is not None:
+                raise DuplicateJobId(first)
             Job.objects.bulk_create(rows, batch_size=1000, ignore_conflicts=True)
     transaction.on_commit(partial(wake_after_enqueue, rows[0].start_at, now), robust=True)
     return [Handle(r.id, owner=r.owner) for r in rows]

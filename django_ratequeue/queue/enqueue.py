@@ -125,9 +125,14 @@ def check_json(what: str, value: Any) -> str:
             f"The job's {what} must be JSON-serialisable ({exc}); pass plain data such as "
             "ids, strings, numbers, lists and dicts."
         ) from None
-    if "\\u0000" in text and _JSON_NUL.search(text):
-        raise ValueError(f"The job's {what} {NUL_REFUSED}.")
+    check_no_nul(what, text)
     return text
+
+
+def check_no_nul(what: str, json_text: str) -> None:
+    """A ValueError if the JSON text holds a NUL character (PostgreSQL cannot store one)."""
+    if "\\u0000" in json_text and _JSON_NUL.search(json_text):
+        raise ValueError(f"The job's {what} {NUL_REFUSED}.")
 
 
 def _seconds(name: str, value: Any, *, allow_zero: bool = True) -> float:

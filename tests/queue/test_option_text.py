@@ -15,9 +15,11 @@ from django.db import connection
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from django_ratequeue import Handle, Status, enqueue, enqueue_many
+from django_ratequeue import Handle, JobFailed, Status, enqueue, enqueue_many
 from django_ratequeue.db import _sessions
 from django_ratequeue.models import Job
+from django_ratequeue.queue.loop import Loop, ensure_loop_state
+from django_ratequeue.queue.runner import Runner
 from tests.queue import jobs
 
 pytestmark = pytest.mark.django_db
@@ -135,3 +137,25 @@ def test_an_escaped_backslash_before_u0000_is_not_a_nul() -> None:
     handle = enqueue(jobs.echo, "\\u0000", context={"\\u0000": "\\\\u0000"})
     row = Job.objects.get(pk=handle.id)
     assert (row.args, row.context) == (["\\u0000"], {"\\u0000": "\\\\u0000"})
+
+
+@pytest.mark.parametrize(
+    ("func", "error"),
+    [
+        (jobs.return_nul, "return value must not contain NUL"),
+        (jobs.fail_with_nul, r"ValueError: bad \\x00 value"),
+    ],
+)
+def test_a_nul_in_a_jobs_outcome_fails_that_job_alone(func: Any, error: str) -> None:
+    """PostgreSQL cannot store a NUL: a result holding one fails its job, an error quoting
+    one is stored escaped, and the other outcomes reported with it are written."""
+    bad = enqueue(func, retries=0)
+    innocent = enqueue(jobs.add, 1, 2)
+    loop = Loop(ensure_loop_state()[0])
+    loop.step()  # dispatches both, in one batch
+    Runner("a-worker").run(loop.inline_batch)
+    loop.step()
+    assert innocent.result(timeout=0) == 3
+    with pytest.raises(JobFailed, match=error) as failed:
+        bad.result(timeout=0)
+    assert "\x00" not in failed.value.traceback

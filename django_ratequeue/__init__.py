@@ -21,7 +21,6 @@ _EXPORTS: dict[str, str] = {
     "DuplicateJobId": ".exceptions",
     "NonRetryableError": ".exceptions",
     "RecursiveWaitDeadlock": ".exceptions",
-    "NotOwner": ".exceptions",
     # rate limits
     "TokenBucket": ".ratelimit.config",
     "FixedWindow": ".ratelimit.config",

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
 
 
 class RateLimited(Exception):
@@ -66,11 +65,3 @@ class RecursiveWaitDeadlock(JobError):
         self.queue = queue
         self.chain = chain or []
         super().__init__(message)
-
-
-class NotOwner(JobError, PermissionError):
-    """The caller is not the owner allowed to read this job's result."""
-
-    def __init__(self, job_id: str, owner: Any) -> None:
-        self.job_id = job_id
-        super().__init__(f"Job {job_id} belongs to another owner")

@@ -23,6 +23,7 @@ from __future__ import annotations
 import inspect
 import json
 import math
+import re
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -109,15 +110,29 @@ def import_function(path: str, what: str = "job function") -> Callable[..., Any]
     return target
 
 
+# A NUL character in JSON text: ``\u0000`` after an even run of backslashes (an odd run
+# would be an escaped backslash followed by the letters "u0000").
+_JSON_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
+NUL_REFUSED = "must not contain NUL characters ('\\x00'): PostgreSQL cannot store them"
+
+
 def check_json(what: str, value: Any) -> str:
     """``value`` as JSON text, or a ValueError saying what to pass instead."""
     try:
-        return json.dumps(value, allow_nan=False)
+        text = json.dumps(value, allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise ValueError(
             f"The job's {what} must be JSON-serialisable ({exc}); pass plain data such as "
             "ids, strings, numbers, lists and dicts."
         ) from None
+    check_no_nul(what, text)
+    return text
+
+
+def check_no_nul(what: str, json_text: str) -> None:
+    """A ValueError if the JSON text holds a NUL character (PostgreSQL cannot store one)."""
+    if "\\u0000" in json_text and _JSON_NUL.search(json_text):
+        raise ValueError(f"The job's {what} {NUL_REFUSED}.")
 
 
 def _seconds(name: str, value: Any, *, allow_zero: bool = True) -> float:
@@ -217,6 +232,12 @@ class JobTemplate:
     cost: int
     id: str | None
     ignore_duplicates: bool
+
+    def __post_init__(self) -> None:
+        """Refuse what no database column could store as given, on every database alike."""
+        for name in ("queue", "concurrency_key", "owner", "id"):
+            if "\x00" in (getattr(self, name) or ""):
+                raise ValueError(f"{name} {NUL_REFUSED}.")
 
     @cached_property
     def columns(self) -> dict[str, Any]:
@@ -539,12 +560,17 @@ def _enqueue_one(
                 check_enqueue_rate(1)
                 template.job(args, kwargs, stamp).save(force_insert=True)
         except IntegrityError:
-            if not template.ignore_duplicates:
+            # "ignore" hands out the existing job's handle: only when the job is the caller's.
+            if not template.ignore_duplicates or not _owned_by(stamp.id, template.owner):
                 raise DuplicateJobId(stamp.id) from None
     transaction.on_commit(
         partial(wake_after_enqueue, stamp.start_at, stamp.created_at), robust=True
     )
     return Handle(stamp.id, owner=template.owner)
+
+
+def _owned_by(job_id: str, owner: str) -> bool:
+    return Job.objects.filter(pk=job_id, owner=owner).exists()
 
 
 # When this process last read the loop's state as running (time.time()).
@@ -607,13 +633,12 @@ def enqueue_many(
         if template.id is None:
             insert_rows(Job, rows)
         else:
-            if not template.ignore_duplicates:
-                taken = Job.objects.filter(id__in=[r.id for r in rows]).values_list(
-                    "id", flat=True
-                )
-                first = next(iter(taken), None)
-                if first is not None:
-                    raise DuplicateJobId(first)
+            taken = Job.objects.filter(id__in=[r.id for r in rows])
+            if template.ignore_duplicates:  # as for one job: only the caller's own is reused
+                taken = taken.exclude(owner=template.owner)
+            first = taken.values_list("id", flat=True).first()
+            if first is not None:
+                raise DuplicateJobId(first)
             Job.objects.bulk_create(rows, batch_size=1000, ignore_conflicts=True)
     transaction.on_commit(partial(wake_after_enqueue, rows[0].start_at, now), robust=True)
     return [Handle(r.id, owner=r.owner) for r in rows]

@@ -166,7 +166,14 @@ JOB_OUTCOME_FIELDS = [
     "start_at",
     "finished_at",
 ]
-FINISH_FIELDS = [*JOB_OUTCOME_FIELDS, "retry", "cancel_requested", "on_complete", "context"]
+FINISH_FIELDS = [
+    *JOB_OUTCOME_FIELDS,
+    "retry",
+    "cancel_requested",
+    "on_complete",
+    "context",
+    "owner",
+]
 # Concurrency keys looked at per queue beyond its free slots, to get past busy keys.
 KEY_LOOKAHEAD = 100
 # What a rate-gated queue's reservation says about a job (see Loop.reserve_tokens).
@@ -627,7 +634,7 @@ class Loop:
                 scope &= Q(queue=request.queue)
             pending = list(
                 Job.objects.filter(scope, status__in=[Status.WAITING, *DEFERRED_STATUSES]).only(
-                    "on_complete", "context", "result"
+                    "on_complete", "context", "result", "owner"
                 )[:budget]
             )
             for job in pending:
@@ -903,7 +910,8 @@ def holds_queue_slot(attempt: Attempt) -> bool:
 
 
 def create_callbacks(finished: list[Job], now: datetime) -> None:
-    """Create the on_complete job of each finished job that asked for one."""
+    """Create the on_complete job of each finished job that asked for one, owned by the
+    same owner."""
     callbacks = []
     retry = Retry.coerce(None).to_json()
     for job in finished:
@@ -927,6 +935,7 @@ def create_callbacks(finished: list[Job], now: datetime) -> None:
                 start_at=now,
                 created_at=now,
                 retry=retry,
+                owner=job.owner,  # what it reports is its owner's to read
             )
         )
     if callbacks:

@@ -26,7 +26,7 @@ from django.utils import timezone
 from ..conf import ratequeue_settings
 from ..exceptions import NonRetryableError, RecursiveWaitDeadlock
 from .bulk import update_rows
-from .enqueue import import_function
+from .enqueue import check_no_nul, import_function
 from .loop import take_resting_pass, wake_loop
 from .models import Attempt, Job, Outcome
 from .subtasks import current_attempt
@@ -231,7 +231,7 @@ def run_attempt(attempt: Attempt) -> None:
         func = import_function(job.func)
         with time_limit(attempt.timeout):
             result = func(*job.args, **job.kwargs)
-        json.dumps(result, allow_nan=False)
+        check_no_nul("return value", json.dumps(result, allow_nan=False))
         attempt.result = result
     except AttemptTimedOut as exc:
         attempt.outcome, attempt.error = Outcome.TIMED_OUT, str(exc)
@@ -244,6 +244,9 @@ def run_attempt(attempt: Attempt) -> None:
         attempt.traceback = tb.format_exc()
     finally:
         current_attempt.reset(token)
+    # PostgreSQL text cannot hold a NUL: an error that quotes one keeps it escaped.
+    attempt.error = attempt.error.replace("\x00", "\\x00")
+    attempt.traceback = attempt.traceback.replace("\x00", "\\x00")
     attempt.ended_at = timezone.now()
 
 

@@ -115,3 +115,11 @@ def spawn_nested(name: str) -> int:
 
 def wait_on_self() -> None:
     get_handle(current_job_id()).result(timeout=60)
+
+
+def return_nul() -> str:
+    return "a\x00b"
+
+
+def fail_with_nul() -> None:
+    raise ValueError("bad \x00 value")

@@ -7,7 +7,8 @@ Keys say *who* is limited: ``None`` (one limit for everybody), ``"ip"``, ``"user
 client would share one limit: make the proxy (or a middleware you trust) put the client
 address into ``REMOTE_ADDR``, or pass a callable key that reads the forwarding header your
 proxy sets. ``X-Forwarded-For`` is never read here because clients can forge it. IPv6
-addresses are limited per /64 network, the block one subscriber usually holds.
+addresses are limited per /64 network, the block one subscriber usually holds; IPv4-mapped
+ones (``::ffff:1.2.3.4``) as their IPv4 address.
 
 ``"user"`` limits an authenticated user by primary key. An anonymous request is a
 programming error (``ImproperlyConfigured``): put ``@login_required`` outside
@@ -201,17 +202,37 @@ def too_many_requests(request: HttpRequest, exception: RateLimited) -> HttpRespo
 
 
 def client_ip(request: HttpRequest) -> str | None:
-    """``REMOTE_ADDR``; IPv6 addresses reduced to their /64 network."""
-    address = request.META.get("REMOTE_ADDR")
+    """``REMOTE_ADDR`` as :func:`address_identity` keys it."""
+    return address_identity(request.META.get("REMOTE_ADDR"))
+
+
+def address_identity(address: str | None) -> str | None:
+    """The part of a client address that identifies one client, for a rate-limit key.
+
+    IPv4 as it is, also when written IPv4-mapped (``::ffff:1.2.3.4``, as dual-stack
+    servers report IPv4 clients), so that it is not taken for an IPv6 /64 that every IPv4
+    client would share; other IPv6 addresses per /64 network, the block one subscriber
+    usually holds. Anything else (a unix-socket server's placeholder) is kept as it is,
+    hashed when longer than ``MAX_KEY_LENGTH`` so that it fits the key column.
+    """
     if not address:
         return None
     try:
         ip = ipaddress.ip_address(address)
-    except ValueError:  # e.g. a unix-socket server's placeholder: use it as it is
-        return address
-    if ip.version == 6:
-        return str(ipaddress.ip_network(f"{ip}/64", strict=False))
+    except ValueError:
+        return _short(address)
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            return str(ip.ipv4_mapped)
+        return str(ipaddress.IPv6Network((int(ip), 64), strict=False))
     return str(ip)
+
+
+def _short(value: str) -> str:
+    """``value``, or its SHA-256 when longer than ``MAX_KEY_LENGTH``."""
+    if len(value) <= MAX_KEY_LENGTH:
+        return value
+    return "sha256:" + hashlib.sha256(value.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def ip_key(request: HttpRequest) -> str | None:
@@ -238,10 +259,7 @@ def header_key(header: str) -> KeyFunc:
     """The value of a request header; requests without it share the key ``header:``."""
 
     def key(request: HttpRequest) -> str:
-        value = request.headers.get(header, "")
-        if len(value) > MAX_KEY_LENGTH:
-            value = hashlib.sha256(value.encode()).hexdigest()
-        return f"header:{value}"
+        return f"header:{_short(request.headers.get(header, ''))}"
 
     return key
 

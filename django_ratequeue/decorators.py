@@ -26,7 +26,7 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 import math
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, MutableMapping
 from dataclasses import dataclass
 from functools import wraps
 from inspect import iscoroutinefunction
@@ -35,6 +35,7 @@ from typing import Any, TypeVar
 from asgiref.sync import sync_to_async
 from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest, HttpResponse
+from django.http.response import ResponseHeaders
 from django.utils.decorators import method_decorator
 from django.utils.module_loading import import_string
 
@@ -185,13 +186,24 @@ class ViewRateLimit:
         return view(request, exception) if view else too_many_requests(request, exception)
 
     def with_headers(self, response: HttpResponse, key: str | None) -> HttpResponse:
-        """Add the RateLimit headers, keeping an inner limit's when it has less left."""
-        headers = quota_headers(self.name, key=key, config=self.config)
-        inner = response.headers.get("RateLimit-Remaining")
-        if headers and (inner is None or int(inner) > int(headers["RateLimit-Remaining"])):
-            for header, value in headers.items():
-                response.headers[header] = value
+        add_quota_headers(response.headers, self.name, key=key, config=self.config)
         return response
+
+
+def add_quota_headers(
+    headers: MutableMapping[str, str] | ResponseHeaders,
+    name: str,
+    *,
+    key: str | None,
+    config: Any = None,
+) -> None:
+    """Set the ``RateLimit-*`` headers of the limit ``name`` for ``key`` in ``headers``,
+    unless they already hold another limit's with less left: the tightest one shows."""
+    quota = quota_headers(name, key=key, config=config)
+    other = headers.get("RateLimit-Remaining")
+    if quota and (other is None or int(other) > int(quota["RateLimit-Remaining"])):
+        for header, value in quota.items():
+            headers[header] = value
 
 
 def too_many_requests(request: HttpRequest, exception: RateLimited) -> HttpResponse:

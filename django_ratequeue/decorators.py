@@ -80,9 +80,11 @@ def ratelimit(
     ``count`` tokens are consumed per request, before the view runs, for the ``methods``
     given (all when ``None``). With ``count_if`` the view runs if the limit *could* admit
     the request, and tokens are consumed afterwards only when ``count_if(request,
-    response)`` is true: the failed-logins pattern, paired with ``reset_if`` to forget the
-    failures once a request succeeds. Concurrent requests may each pass that check, so
-    the limit then bounds failures per burst of parallel requests only approximately.
+    response)`` is true, e.g. to count only failures of a view that answers them with an
+    error status; ``reset_if`` forgets them. Concurrent requests may each pass that check,
+    so the limit then bounds failures per burst of parallel requests only approximately.
+    Django's ``LoginView`` answers a failed login with 200: protect it with
+    :func:`django_ratequeue.contrib.logins.protect_login` instead.
 
     A refused request gets ``limited_view(request, exception)``, or the view named by
     ``RATEQUEUE["RATE_LIMITED_VIEW"]``, or a plain-text 429. ``config`` gives the limit
@@ -232,7 +234,7 @@ def address_identity(address: str | None) -> str | None:
     try:
         ip = ipaddress.ip_address(address)
     except ValueError:
-        return _short(address)
+        return hashed_if_long(address)
     if isinstance(ip, ipaddress.IPv6Address):
         if ip.ipv4_mapped is not None:
             return str(ip.ipv4_mapped)
@@ -240,7 +242,7 @@ def address_identity(address: str | None) -> str | None:
     return str(ip)
 
 
-def _short(value: str) -> str:
+def hashed_if_long(value: str) -> str:
     """``value``, or its SHA-256 when longer than ``MAX_KEY_LENGTH``."""
     if len(value) <= MAX_KEY_LENGTH:
         return value
@@ -271,7 +273,7 @@ def header_key(header: str) -> KeyFunc:
     """The value of a request header; requests without it share the key ``header:``."""
 
     def key(request: HttpRequest) -> str:
-        return f"header:{_short(request.headers.get(header, ''))}"
+        return f"header:{hashed_if_long(request.headers.get(header, ''))}"
 
     return key
 

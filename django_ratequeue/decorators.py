@@ -226,13 +226,14 @@ def address_identity(address: str | None) -> str | None:
     IPv4 as it is, also when written IPv4-mapped (``::ffff:1.2.3.4``, as dual-stack
     servers report IPv4 clients), so that it is not taken for an IPv6 /64 that every IPv4
     client would share; other IPv6 addresses per /64 network, the block one subscriber
-    usually holds. Anything else (a unix-socket server's placeholder) is kept as it is,
-    hashed when longer than ``MAX_KEY_LENGTH`` so that it fits the key column.
+    usually holds. A port some proxies append (``1.2.3.4:5678``, ``[2001:db8::1]:443``)
+    is dropped: the client picks it. Anything else (a unix-socket server's placeholder) is
+    kept as it is, hashed when longer than ``MAX_KEY_LENGTH`` so that it fits the key column.
     """
     if not address:
         return None
     try:
-        ip = ipaddress.ip_address(address)
+        ip = ipaddress.ip_address(_without_port(address))
     except ValueError:
         return hashed_if_long(address)
     if isinstance(ip, ipaddress.IPv6Address):
@@ -240,6 +241,15 @@ def address_identity(address: str | None) -> str | None:
             return str(ip.ipv4_mapped)
         return str(ipaddress.IPv6Network((int(ip), 64), strict=False))
     return str(ip)
+
+
+def _without_port(address: str) -> str:
+    host, colon, port = address.rpartition(":")
+    if not colon or not port.isdigit() or not host:
+        return address
+    if host.startswith("[") and host.endswith("]"):
+        return host[1:-1]
+    return host if host.count(":") == 0 else address  # a bare IPv6 address has colons
 
 
 def hashed_if_long(value: str) -> str:

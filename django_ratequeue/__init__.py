@@ -22,6 +22,7 @@ _EXPORTS: dict[str, str] = {
     "NonRetryableError": ".exceptions",
     "RecursiveWaitDeadlock": ".exceptions",
     "NotOwner": ".exceptions",
+    "UnknownJob": ".exceptions",
     # rate limits
     "TokenBucket": ".ratelimit.config",
     "FixedWindow": ".ratelimit.config",

@@ -74,3 +74,8 @@ class NotOwner(JobError, PermissionError):
     def __init__(self, job_id: str, owner: Any) -> None:
         self.job_id = job_id
         super().__init__(f"Job {job_id} belongs to another owner")
+
+
+class UnknownJob(ValueError):
+    """A function or dotted path that is not registered as a job (or a task) was named:
+    only functions decorated with ``@job`` whose module is imported at start-up run."""

@@ -79,7 +79,7 @@ def registered_job(func: Callable[..., Any] | str, what: str = "job function") -
     path = func if isinstance(func, str) else job_path(func, what)
     known = _jobs.get(path)
     if known is None or not (isinstance(func, str) or func is known.func or func is known):
-        raise UnknownJob(f"Unknown {what} {path!r}: only registered jobs run; {FIX}.")
+        raise UnknownJob(f"Unknown {what} {_shown(path)}: only registered jobs run; {FIX}.")
     return known
 
 
@@ -96,8 +96,14 @@ def registered_task(path: str) -> Any:
     try:
         return _tasks[path]
     except (KeyError, TypeError):
-        message = f"Unknown task {path!r}: only registered tasks run; {TASK_FIX}."
+        message = f"Unknown task {_shown(path)}: only registered tasks run; {TASK_FIX}."
         raise UnknownJob(message) from None
+
+
+def _shown(name: Any) -> str:
+    """A name as an error message quotes it: a hostile 10 MB one is cut short."""
+    text = repr(name)
+    return text if len(text) <= 300 else f"{text[:300]}..."
 
 
 def autodiscover() -> None:

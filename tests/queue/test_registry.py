@@ -19,7 +19,7 @@ from django.test import Client, override_settings
 from django_ratequeue import Status, enqueue, enqueue_many, job
 from django_ratequeue.models import Attempt, Job
 from django_ratequeue.queue.models import Outcome
-from django_ratequeue.queue.registry import autodiscover, check_job_modules
+from django_ratequeue.queue.registry import autodiscover, check_job_modules, registered_job
 from django_ratequeue.queue.runner import run_attempt
 from tests.integration.test_queue_admin import run_action
 from tests.queue import jobs
@@ -88,6 +88,18 @@ def test_the_error_is_an_unknown_job_a_value_error() -> None:
 
 
 @pytest.mark.django_db
+@pytest.mark.parametrize("name", ["x" * 10_000_000, "%s", "a.b\n\x00", "", ".", "a..b"])
+def test_hostile_names_are_refused_briefly(name: str) -> None:
+    with pytest.raises(ValueError, match="Unknown job function") as refused:
+        enqueue(name)
+    assert len(str(refused.value)) < 600
+    with pytest.raises(ValueError, match="Unknown on_complete callback") as refused:
+        enqueue(jobs.add, 1, 2, on_complete=name)
+    assert len(str(refused.value)) < 600
+    assert not Job.objects.exists()
+
+
+@pytest.mark.django_db
 def test_registered_jobs_are_enqueued_by_function_or_dotted_path() -> None:
     by_path = enqueue("tests.queue.jobs.add", 1, 2, on_complete="tests.queue.jobs.callback")
     by_function = enqueue(jobs.add, 1, 2, on_complete=jobs.callback)
@@ -117,6 +129,7 @@ def test_job_registers_at_decoration_and_refuses_what_a_worker_could_not_find() 
     again = job(queue="elsewhere")(jobs.add)
     assert again.options.values == {"queue": "elsewhere"}
     assert again.func is jobs.add.func
+    assert registered_job("tests.queue.jobs.add") is jobs.add
 
 
 def test_start_up_registers_installed_apps_jobs_and_job_modules() -> None:

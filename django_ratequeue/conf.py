@@ -32,6 +32,9 @@ DEFAULTS: dict[str, Any] = {
     # Dotted path of a view (request, RateLimited) -> HttpResponse for @ratelimit refusals;
     # None answers with a plain-text 429.
     "RATE_LIMITED_VIEW": None,
+    # Modules imported at start-up (in web processes and qcluster workers alike) for the
+    # jobs they register, besides each installed app's jobs.py: only registered jobs run.
+    "JOB_MODULES": [],
     # Retries of a job that sets none: an int, or a dict of Retry fields.
     "DEFAULT_RETRIES": 6,
     # A leaky bucket on enqueues, e.g. {"rate": 200, "period": 1, "capacity": 600}; None is off.

@@ -65,3 +65,8 @@ class RecursiveWaitDeadlock(JobError):
         self.queue = queue
         self.chain = chain or []
         super().__init__(message)
+
+
+class UnknownJob(ValueError):
+    """A function or dotted path that is not registered as a job (or a task) was named:
+    only functions decorated with ``@job`` whose module is imported at start-up run."""

@@ -6,7 +6,7 @@ the loop owns. Inside a caller's transaction the job commits or rolls back with 
 is woken after commit.
 
 The single enqueue is a hot path, so what does not change between calls is kept per
-function: its dotted path, that it imports, its signature, and its options checked once
+function: its registered dotted path, its signature, and its options checked once
 (:class:`JobTemplate`) with the INSERT that writes them (:class:`.bulk.RowInsert`: the
 session prepares it on the server, and a call sends only the columns that differ from job
 to job). The kick after commit skips
@@ -28,8 +28,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from functools import cache, cached_property, lru_cache, partial, update_wrapper
-from importlib import import_module
+from functools import cache, cached_property, partial, update_wrapper
 from typing import Any, NamedTuple
 
 from django.db import IntegrityError, connection, transaction
@@ -42,6 +41,7 @@ from .bulk import RowInsert, insert_rows
 from .handles import Handle, owner_label
 from .loop import wake_loop
 from .models import Job, LoopStatus, Status, new_job_id
+from .registry import job_path, register_job, registered_job
 from .retry import Retry
 from .subtasks import current_job_id
 
@@ -66,48 +66,11 @@ DEFAULT_QUEUE = "default"
 
 
 def function_path(func: Callable[..., Any] | str, what: str = "job function") -> str:
-    """The dotted path of a module-level function, checked to import back to a callable."""
-    try:
-        return _known_function_path(func, what)
-    except TypeError:  # unhashable: not cached
-        return _function_path(func, what)
-
-
-@lru_cache(maxsize=1024)
-def _known_function_path(func: Callable[..., Any] | str, what: str) -> str:
-    return _function_path(func, what)
-
-
-def _function_path(func: Callable[..., Any] | str, what: str) -> str:
+    """The dotted path of the registered job that ``func`` (a function or its path) names;
+    :class:`UnknownJob` otherwise. Nothing is imported (see :mod:`.registry`)."""
     if isinstance(func, JobFunction):
         func = func.func
-    if isinstance(func, str):
-        path = func
-    elif callable(func) and hasattr(func, "__module__") and hasattr(func, "__qualname__"):
-        if "<" in func.__qualname__ or "." in func.__qualname__:
-            raise ValueError(
-                f"The {what} {func.__qualname__!r} is not a module-level function; "
-                "define it at the top level of a module so that workers can import it."
-            )
-        path = f"{func.__module__}.{func.__qualname__}"
-    else:
-        raise ValueError(f"The {what} must be a function or a dotted path, not {func!r}.")
-    import_function(path, what)
-    return path
-
-
-def import_function(path: str, what: str = "job function") -> Callable[..., Any]:
-    module_name, _, name = path.rpartition(".")
-    try:
-        target = getattr(import_module(module_name), name) if module_name else None
-    except (ImportError, AttributeError, ValueError):
-        target = None
-    if not callable(target):
-        raise ValueError(
-            f"Unknown {what} {path!r}: give a module-level function or its dotted path "
-            "('package.module.function')."
-        )
-    return target
+    return registered_job(func, what).path
 
 
 # A NUL character in JSON text: ``\u0000`` after an even run of backslashes (an odd run
@@ -471,6 +434,7 @@ class JobFunction:
     def __init__(self, func: Callable[..., Any], options: JobOptions) -> None:
         self.func = func
         self.options = options
+        self.path = job_path(func)
         update_wrapper(self, func)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -483,7 +447,7 @@ class JobFunction:
         return JobFunction(self.func, self.options.merge(options))
 
     def enqueue(self, *args: Any, **kwargs: Any) -> Handle:
-        return _enqueue_one(self.func, self.options, list(args), kwargs)
+        return _enqueue_one(function_path(self.func), self.options, list(args), kwargs)
 
     def enqueue_many(self, params: Iterable[Any], **options: Any) -> list[Handle]:
         return enqueue_many(self, params, **options)
@@ -498,9 +462,12 @@ def job(
     timeout: Any = None,
     **options: Any,
 ) -> Any:
-    """Decorate a module-level function so it can be enqueued with default options.
+    """Register a module-level function as a job, so that it can be enqueued (itself or
+    its dotted path) with default options, and workers run it.
 
-    ``@job`` and ``@job(queue="emails", retries=3, timeout=30, ...)`` both work.
+    ``@job`` and ``@job(queue="emails", retries=3, timeout=30, ...)`` both work; so does
+    ``job(func)`` for a function whose module must not import ratequeue. Decorating a job
+    again gives a copy with more options; the registered job keeps its own.
     """
     defaults = {
         k: v
@@ -510,43 +477,33 @@ def job(
     job_options = JobOptions(defaults)
 
     def decorate(f: Callable[..., Any]) -> JobFunction:
-        return JobFunction(f, job_options)
+        if isinstance(f, JobFunction):
+            register_job(f)
+            return f.using(**defaults)
+        return register_job(JobFunction(f, job_options))
 
     return decorate(func) if func is not None else decorate
 
 
 def _target(func: Callable[..., Any] | str) -> tuple[str, Callable[..., Any], JobOptions]:
-    """The path, the plain function and the default options of what is enqueued."""
-    try:
-        return _known_target(func)
-    except TypeError:  # unhashable: not cached
-        return _find_target(func)
-
-
-@lru_cache(maxsize=1024)
-def _known_target(func: Callable[..., Any] | str) -> tuple[str, Callable[..., Any], JobOptions]:
-    return _find_target(func)
-
-
-def _find_target(func: Callable[..., Any] | str) -> tuple[str, Callable[..., Any], JobOptions]:
-    path = function_path(func)
-    target = func if not isinstance(func, str) else import_function(path)
-    if isinstance(target, JobFunction):
-        return path, target.func, target.options
-    return path, target, JobOptions()
+    """The path, the plain function and the default options of the registered job that
+    ``func`` names (a ``@job`` copy's own options when given one)."""
+    registered = registered_job(func.func if isinstance(func, JobFunction) else func)
+    options = func.options if isinstance(func, JobFunction) else registered.options
+    return registered.path, registered.func, options
 
 
 def enqueue(func: Callable[..., Any] | str, *args: Any, **kwargs: Any) -> Handle:
     """Enqueue ``func(*args, **kwargs)``; see :func:`_split_call` for where options go."""
-    _path, target, defaults = _target(func)
+    path, target, defaults = _target(func)
     call_args, call_kwargs, options = _split_call(target, args, dict(kwargs))
-    return _enqueue_one(func, defaults.merge(options), call_args, call_kwargs)
+    return _enqueue_one(path, defaults.merge(options), call_args, call_kwargs)
 
 
 def _enqueue_one(
-    func: Callable[..., Any] | str, options: JobOptions, args: list[Any], kwargs: dict[str, Any]
+    path: str, options: JobOptions, args: list[Any], kwargs: dict[str, Any]
 ) -> Handle:
-    template = options.template(function_path(func))
+    template = options.template(path)
     args_json = check_json("arguments", args)
     kwargs_json = check_json("keyword arguments", kwargs)
     check_reservation_room(template.queue, template.cost)

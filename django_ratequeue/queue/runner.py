@@ -24,11 +24,12 @@ from django.db import InterfaceError, OperationalError, connection
 from django.utils import timezone
 
 from ..conf import ratequeue_settings
-from ..exceptions import NonRetryableError, RecursiveWaitDeadlock
+from ..exceptions import NonRetryableError, RecursiveWaitDeadlock, UnknownJob
 from .bulk import update_rows
-from .enqueue import check_no_nul, import_function
+from .enqueue import check_no_nul
 from .loop import take_resting_pass, wake_loop
 from .models import Attempt, Job, Outcome
+from .registry import registered_job
 from .subtasks import current_attempt
 from .watchdog import beat
 
@@ -222,13 +223,17 @@ def through_reconnects(action: Callable[[], T]) -> T:
 
 
 def run_attempt(attempt: Attempt) -> None:
-    """Run one claimed attempt and record its outcome on it (written by the caller)."""
+    """Run one claimed attempt and record its outcome on it (written by the caller).
+
+    The job's function is looked up among the registered jobs, never imported: a row whose
+    function is not one (changed in the database, or from a deploy that registers other
+    jobs) fails at once, without retries, with an error that says how to register it."""
     job: Job = attempt.job
     attempt.result, attempt.error, attempt.traceback = None, "", ""
     attempt.outcome = Outcome.SUCCEEDED
     token = current_attempt.set(attempt)
     try:
-        func = import_function(job.func)
+        func = registered_job(job.func).func
         with time_limit(attempt.timeout):
             result = func(*job.args, **job.kwargs)
         check_no_nul("return value", json.dumps(result, allow_nan=False))
@@ -236,7 +241,7 @@ def run_attempt(attempt: Attempt) -> None:
     except AttemptTimedOut as exc:
         attempt.outcome, attempt.error = Outcome.TIMED_OUT, str(exc)
         attempt.traceback = tb.format_exc()
-    except (NonRetryableError, RecursiveWaitDeadlock) as exc:
+    except (NonRetryableError, RecursiveWaitDeadlock, UnknownJob) as exc:
         attempt.outcome, attempt.error = Outcome.NON_RETRYABLE, _describe(exc)
         attempt.traceback = tb.format_exc()
     except Exception as exc:

@@ -25,6 +25,7 @@ from django.utils import timezone
 
 from ..conf import ratequeue_settings
 from ..exceptions import NonRetryableError, RecursiveWaitDeadlock
+from .bounds import clip
 from .bulk import update_rows
 from .enqueue import import_function
 from .loop import take_resting_pass, wake_loop
@@ -229,9 +230,14 @@ def run_attempt(attempt: Attempt) -> None:
     token = current_attempt.set(attempt)
     try:
         func = import_function(job.func)
+        if not isinstance(job.args, list) or not isinstance(job.kwargs, dict):
+            raise NonRetryableError(
+                "The job's row holds malformed arguments: args must be a JSON list and "
+                "kwargs a JSON object."
+            )
         with time_limit(attempt.timeout):
             result = func(*job.args, **job.kwargs)
-        json.dumps(result, allow_nan=False)
+        check_result_size(result)
         attempt.result = result
     except AttemptTimedOut as exc:
         attempt.outcome, attempt.error = Outcome.TIMED_OUT, str(exc)
@@ -244,7 +250,22 @@ def run_attempt(attempt: Attempt) -> None:
         attempt.traceback = tb.format_exc()
     finally:
         current_attempt.reset(token)
+    limit = ratequeue_settings()["MAX_ERROR_BYTES"]
+    attempt.error, attempt.traceback = clip(attempt.error, limit), clip(attempt.traceback, limit)
     attempt.ended_at = timezone.now()
+
+
+def check_result_size(result: Any) -> None:
+    """Refuse a result that is not JSON, or bigger than MAX_RESULT_BYTES: the attempt fails
+    rather than store it (and hand it to every reader and callback)."""
+    size = len(json.dumps(result, allow_nan=False))
+    limit = ratequeue_settings()["MAX_RESULT_BYTES"]
+    if size > limit:
+        raise ValueError(
+            f"The job's result is {size} bytes of JSON; the most is "
+            f'RATEQUEUE["MAX_RESULT_BYTES"] ({limit}). Store big output elsewhere (a file, '
+            "a row) and return a reference to it."
+        )
 
 
 def _describe(exc: BaseException) -> str:

@@ -30,20 +30,29 @@ MAX_SHARDS = 1024
 MAX_START = 253402300799.0
 
 
+def _float(value: Any) -> float:
+    """``value`` as a float; an int too big for one is infinite (and so refused)."""
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf
+
+
 def _seconds(value: float | timedelta, field: str) -> float:
     if isinstance(value, timedelta):
         return value.total_seconds()
     if isinstance(value, bool) or not isinstance(value, Real):
         raise ValueError(f"{field} must be a number of seconds or a timedelta, got {value!r}.")
-    return float(value)
+    return _float(value)
 
 
 def _number(value: Any, field: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, Real) or not math.isfinite(value):
+    number = math.nan if isinstance(value, bool) or not isinstance(value, Real) else _float(value)
+    if not math.isfinite(number):
         raise ValueError(f"{field} must be a finite number, got {value!r}.")
-    if value > MAX_TOKENS:
+    if number > MAX_TOKENS:
         raise ValueError(f"{field} must be at most {MAX_TOKENS:g}, got {value!r}.")
-    return float(value)
+    return number
 
 
 @dataclass(frozen=True)

@@ -74,6 +74,9 @@ def test_hostile_counts_are_refused_and_write_nothing(
         ({"max_reserved": INF}, "max_reserved must be a finite number"),
         ({"max_reserved": 1e308}, "max_reserved must be at most"),
         ({"shards": 10**9}, "shards must be an integer from 1 to 1024"),
+        pytest.param({"rate": 10**400}, "rate must be a finite number", id="rate=10**400"),
+        pytest.param({"period": 10**400}, "period must be from", id="period=10**400"),
+        pytest.param({"capacity": -(10**400)}, "capacity must be a finite", id="capacity"),
     ],
 )
 @pytest.mark.parametrize("kind", [TokenBucket, FixedWindow])
@@ -85,7 +88,7 @@ def test_hostile_configs_are_refused(kind: Any, fields: dict[str, Any], message:
         parse_config({"kind": kind.kind, **values})
 
 
-@pytest.mark.parametrize("start", [INF, NAN, 1e308, -1e308])
+@pytest.mark.parametrize("start", [INF, NAN, 1e308, -1e308, 10**400])
 def test_a_fixed_window_starts_at_a_finite_time(start: float) -> None:
     with pytest.raises(ValueError, match=r"FixedWindow\.start must be"):
         FixedWindow(rate=10, period=60, start=start)

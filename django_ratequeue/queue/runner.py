@@ -25,7 +25,7 @@ from django.utils import timezone
 
 from ..conf import ratequeue_settings
 from ..exceptions import NonRetryableError, RecursiveWaitDeadlock
-from .bounds import clip
+from .bounds import MAX_TIMEOUT, clip
 from .bulk import update_rows
 from .enqueue import import_function
 from .loop import take_resting_pass, wake_loop
@@ -44,10 +44,12 @@ class AttemptTimedOut(Exception):
 @contextmanager
 def time_limit(seconds: float | None) -> Iterator[None]:
     """Interrupt the job with :class:`AttemptTimedOut` after ``seconds`` (SIGALRM, main
-    thread only; the loop's recovery covers the rest). django-q2's own alarm is restored."""
-    if not seconds or threading.current_thread() is not threading.main_thread():
+    thread only; the loop's recovery covers the rest). django-q2's own alarm is restored.
+    A timeout beyond MAX_TIMEOUT (a row changed behind the app's back) counts as that."""
+    if not seconds or not seconds > 0 or threading.current_thread() is not threading.main_thread():
         yield
         return
+    seconds = min(seconds, MAX_TIMEOUT.total_seconds())
 
     def interrupt(signum: int, frame: Any) -> None:
         raise AttemptTimedOut(f"The attempt ran past its timeout of {seconds:g} seconds.")

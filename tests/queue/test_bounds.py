@@ -241,6 +241,18 @@ def test_a_timeout_written_behind_our_back_does_not_stop_recovery(tmp_path: Path
 
 
 @pytest.mark.django_db
+@pytest.mark.parametrize("timeout", [3e11, NAN])
+def test_a_timeout_written_behind_our_back_does_not_break_the_run(
+    tmp_path: Path, timeout: float
+) -> None:
+    handle = enqueue(jobs.add, 1, 2, timeout=30, retries=0)
+    Job.objects.filter(pk=handle.id).update(timeout=timeout)
+    innocent_completes(tmp_path / "runs.log")
+    drive(lambda: handle.status() == Status.COMPLETE)
+    assert handle.result() == 3
+
+
+@pytest.mark.django_db
 def test_a_function_removed_while_its_job_waits(tmp_path: Path) -> None:
     handle = enqueue(jobs.add, 1, 2, retries=0)
     Job.objects.filter(pk=handle.id).update(func="tests.queue.jobs.removed_since")

@@ -50,12 +50,11 @@ def integer(name: str, value: Any, low: int, high: int) -> int:
 
 def later(moment: datetime, delay: float) -> datetime:
     """``moment`` plus ``delay`` seconds, clamped to :data:`LATEST` (and never before
-    ``moment``): whatever a row holds, the loop's arithmetic on it never raises."""
-    if math.isnan(delay) or delay <= 0:
+    ``moment``): whatever a row holds, the loop's arithmetic on it never raises. A NaN
+    delay (a timeout of NaN written into a row) is taken as forever."""
+    if moment >= LATEST or delay <= 0:
         return moment
-    if moment >= LATEST:
-        return moment
-    if delay >= (LATEST - moment).total_seconds():
+    if math.isnan(delay) or delay >= (LATEST - moment).total_seconds():
         return LATEST
     return moment + timedelta(seconds=delay)
 

@@ -93,7 +93,8 @@ def test_times_computed_from_a_row_are_clamped_not_overflowed() -> None:
     now = timezone.now()
     assert later(now, INF) == LATEST
     assert later(now, 1e308) == LATEST
-    assert later(now, NAN) == now
+    assert later(now, NAN) == LATEST
+    assert later(now, -INF) == now
     assert later(datetime(9999, 12, 31, 23, 59, tzinfo=UTC), 60).year == 9999
     assert later(now, 60) == now + timedelta(seconds=60)
 
@@ -127,6 +128,7 @@ def test_arguments_and_context_over_the_cap_are_refused(settings: Any) -> None:
     assert Job.objects.count() == 1
 
 
+@pytest.mark.django_db  # Django 6's checks read the database
 def test_the_caps_are_checked_at_start_up() -> None:
     for name in ("MAX_ARGUMENTS_BYTES", "MAX_RESULT_BYTES", "MAX_ERROR_BYTES"):
         assert check_ids(**{name: 0}) == ["django_ratequeue.E201"], name
@@ -229,12 +231,15 @@ def test_arguments_of_the_wrong_shape_do_not_run_the_function(tmp_path: Path) ->
 
 
 @pytest.mark.django_db
-def test_a_timeout_written_behind_our_back_does_not_stop_recovery(tmp_path: Path) -> None:
+@pytest.mark.parametrize("timeout", [3e11, INF, NAN])
+def test_a_timeout_written_behind_our_back_does_not_stop_recovery(
+    tmp_path: Path, timeout: float
+) -> None:
     handle = enqueue(jobs.add, 1, 2, timeout=30)
     Loop(ensure_loop_state()[0]).step()  # dispatches it; its batch is never run
     WorkerHeartbeat.objects.create(id="w", pid=1, host="h", seen_at=timezone.now())
     Attempt.objects.filter(job_id=handle.id).update(
-        worker="w", started_at=timezone.now() - timedelta(seconds=60), timeout=3e11
+        worker="w", started_at=timezone.now() - timedelta(seconds=60), timeout=timeout
     )
     innocent_completes(tmp_path / "runs.log")  # each pass looks for overruns first
     assert handle.status() == Status.RUNNING  # within its (huge) timeout

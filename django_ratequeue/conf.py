@@ -53,6 +53,12 @@ DEFAULTS: dict[str, Any] = {
     "WORKER_DEAD_AFTER": 10.0,
     # Jobs one django-q2 task carries at most.
     "DISPATCH_BATCH_SIZE": 50,
+    # Caps on what a job's row holds, in bytes: the JSON of its arguments and context
+    # together (bigger: ValueError at enqueue), of its result (bigger: the attempt fails),
+    # and the text of an error message or a traceback (each cut to this size).
+    "MAX_ARGUMENTS_BYTES": 1024 * 1024,
+    "MAX_RESULT_BYTES": 1024 * 1024,
+    "MAX_ERROR_BYTES": 64 * 1024,
 }
 
 

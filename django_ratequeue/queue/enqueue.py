@@ -27,7 +27,7 @@ import re
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from functools import cache, cached_property, partial, update_wrapper
 from typing import Any, NamedTuple
 
@@ -37,6 +37,7 @@ from django.utils import timezone
 from ..conf import ratequeue_settings
 from ..exceptions import DuplicateJobId, EnqueueRateLimited
 from ..ratelimit.config import RateLimitConfig, parse_config
+from .bounds import MAX_DELAY, MAX_INT, MAX_TIMEOUT, MIN_INT, integer, seconds
 from .bulk import RowInsert, insert_rows
 from .handles import Handle, owner_label
 from .loop import wake_loop
@@ -63,6 +64,7 @@ OPTION_NAMES = frozenset(
     }
 )
 DEFAULT_QUEUE = "default"
+OWNER_MAX_LENGTH = Job._meta.get_field("owner").max_length or 255
 
 
 def function_path(func: Callable[..., Any] | str, what: str = "job function") -> str:
@@ -98,17 +100,6 @@ def check_no_nul(what: str, json_text: str) -> None:
         raise ValueError(f"The job's {what} {NUL_REFUSED}.")
 
 
-def _seconds(name: str, value: Any, *, allow_zero: bool = True) -> float:
-    if isinstance(value, timedelta):
-        value = value.total_seconds()
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ValueError(f"{name} must be a number of seconds or a timedelta, not {value!r}.")
-    if value < 0 or (value == 0 and not allow_zero):
-        bound = "0 or more" if allow_zero else "more than 0"
-        raise ValueError(f"{name} must be {bound} seconds, got {value!r}.")
-    return float(value)
-
-
 def _start_at(value: Any) -> datetime:
     if isinstance(value, str):
         try:
@@ -120,8 +111,17 @@ def _start_at(value: Any) -> datetime:
             ) from None
     if not isinstance(value, datetime):
         raise ValueError(f"start_at must be a datetime or an ISO-8601 string, not {value!r}.")
-    if timezone.is_naive(value):
-        value = timezone.make_aware(value)
+    try:
+        if timezone.is_naive(value):
+            value = timezone.make_aware(value)
+        ahead = value.astimezone(UTC) - timezone.now()
+    except (OverflowError, ValueError):  # at the very ends of the datetime range
+        raise ValueError(f"start_at {value!r} is out of range.") from None
+    if ahead > MAX_DELAY:
+        raise ValueError(
+            f"start_at {value.isoformat()} is too far ahead: a job may be scheduled at most "
+            f"{MAX_DELAY.days} days ahead."
+        )
     return value
 
 
@@ -195,6 +195,20 @@ class JobTemplate:
     cost: int
     id: str | None
     ignore_duplicates: bool
+    # The length of the context's JSON, which counts towards MAX_ARGUMENTS_BYTES.
+    context_size: int
+
+    def check_size(self, args: str, kwargs: str, what: str = "") -> None:
+        """Refuse arguments (JSON text) that with the context exceed MAX_ARGUMENTS_BYTES:
+        rows that big would slow every read of the queue's tables."""
+        limit = ratequeue_settings()["MAX_ARGUMENTS_BYTES"]
+        size = len(args) + len(kwargs) + self.context_size
+        if size > limit:
+            raise ValueError(
+                f"The job's arguments{what} and context are {size} bytes of JSON; the most "
+                f'is RATEQUEUE["MAX_ARGUMENTS_BYTES"] ({limit}). Pass a reference instead, '
+                "such as the id of a row or the name of a file."
+            )
 
     def __post_init__(self) -> None:
         """Refuse what no database column could store as given, on every database alike."""
@@ -305,23 +319,25 @@ class JobOptions:
         if options.get("start_at") is not None:
             start_at = _start_at(options["start_at"])
         elif options.get("run_after") is not None:
-            run_after = timedelta(seconds=_seconds("run_after", options["run_after"]))
+            run_after = timedelta(seconds=seconds("run_after", options["run_after"], MAX_DELAY))
         retry = Retry.coerce(options.get("retries"))
-        priority = options.get("priority", 0)
-        if isinstance(priority, bool) or not isinstance(priority, int):
-            raise ValueError(f"priority must be an integer, not {priority!r}.")
+        priority = integer("priority", options.get("priority", 0), MIN_INT, MAX_INT)
         timeout = options.get("timeout")
         if timeout is not None:
-            timeout = _seconds("timeout", timeout, allow_zero=False)
+            timeout = seconds("timeout", timeout, MAX_TIMEOUT, allow_zero=False)
         on_complete = options.get("on_complete")
         on_complete_path = (
             "" if on_complete is None else function_path(on_complete, "on_complete callback")
         )
         context = options.get("context")
-        check_json("context", context)
-        cost = options.get("cost", 1)
-        if isinstance(cost, bool) or not isinstance(cost, int) or cost < 0:
-            raise ValueError(f"cost must be a non-negative integer, not {cost!r}.")
+        context_size = len(check_json("context", context))
+        cost = integer("cost", options.get("cost", 1), 0, MAX_INT)
+        owner = owner_label(options.get("owner"))
+        if len(owner) > OWNER_MAX_LENGTH:
+            raise ValueError(
+                f"owner must be at most {OWNER_MAX_LENGTH} characters, got {len(owner)}; "
+                "pass a shorter identity, such as a user or its primary key."
+            )
         job_id = options.get("id")
         if job_id is not None and (not isinstance(job_id, str) or not job_id or len(job_id) > 200):
             raise ValueError(
@@ -342,10 +358,11 @@ class JobOptions:
             timeout=timeout,
             on_complete=on_complete_path,
             context=context,
-            owner=owner_label(options.get("owner")),
+            owner=owner,
             cost=cost,
             id=job_id,
             ignore_duplicates=on_duplicate_id == "ignore",
+            context_size=context_size,
         )
 
 
@@ -506,6 +523,7 @@ def _enqueue_one(
     template = options.template(path)
     args_json = check_json("arguments", args)
     kwargs_json = check_json("keyword arguments", kwargs)
+    template.check_size(args_json, kwargs_json)
     check_reservation_room(template.queue, template.cost)
     settings = ratequeue_settings()
     stamp = template.stamp(timezone.now())
@@ -574,8 +592,11 @@ def enqueue_many(
     rows = []
     for index, item in enumerate(params):
         args, kwargs = _item_call(item)
-        check_json(f"arguments (item {index})", args)
-        check_json(f"keyword arguments (item {index})", kwargs)
+        template.check_size(
+            check_json(f"arguments (item {index})", args),
+            check_json(f"keyword arguments (item {index})", kwargs),
+            f" (item {index})",
+        )
         # Apart by a microsecond each, so that the items' order is their arrival order.
         enqueued_at = now + timedelta(microseconds=index)
         job_id = None if template.id is None else f"{template.id}-{index}"

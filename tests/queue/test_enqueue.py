@@ -182,7 +182,7 @@ def local_function() -> None:
         (lambda: enqueue(jobs.add, args=[1, 2], context={1, 2}), "context must be JSON"),
         (lambda: enqueue(jobs.add, args=[1, 2], start_at="next tuesday"), "ISO-8601"),
         (lambda: enqueue(jobs.add, args=[1, 2], start_at=5), "start_at must be"),
-        (lambda: enqueue(jobs.add, args=[1, 2], retries=-1), "retries must not be negative"),
+        (lambda: enqueue(jobs.add, args=[1, 2], retries=-1), "retries must be an integer from 0"),
         (lambda: enqueue(jobs.add, args=[1, 2], retries={"tries": 3}), "Unknown retries"),
         (lambda: enqueue(jobs.add, args=[1, 2], retries="many"), "retries must be"),
         (lambda: enqueue(jobs.add, args=[1, 2], timeout=-1), "timeout must be more than 0"),

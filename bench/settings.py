@@ -46,6 +46,8 @@ RATEQUEUE = {
     "MAX_CONCURRENCY": int(
         os.environ.get("BENCH_MAX_CONCURRENCY", RATEQUEUE_DEFAULTS["MAX_CONCURRENCY"])
     ),
+    # bench.jobs is left free of our app for django-q2 alone; this module registers them.
+    "JOB_MODULES": ["bench.ratequeue_jobs"],
     # More settings as JSON, e.g. the queues and rate limits of the flow-control benchmark.
     **json.loads(os.environ.get("BENCH_RATEQUEUE", "{}")),
 }

@@ -21,7 +21,7 @@ _EXPORTS: dict[str, str] = {
     "DuplicateJobId": ".exceptions",
     "NonRetryableError": ".exceptions",
     "RecursiveWaitDeadlock": ".exceptions",
-    "NotOwner": ".exceptions",
+    "UnknownJob": ".exceptions",
     # rate limits
     "TokenBucket": ".ratelimit.config",
     "FixedWindow": ".ratelimit.config",

@@ -1,9 +1,12 @@
 """A backend for Django's tasks framework (Django 6.0+): ``@task`` functions run on ratequeue.
 
 ``TASKS = {"default": {"BACKEND": "django_ratequeue.backends.RateQueueBackend"}}``. Each
-enqueued task is one ratequeue job of :func:`run_task`, which resolves the task on the
+enqueued task is one ratequeue job of :func:`run_task`, which finds the task on the
 worker and sends the framework's ``task_started`` and ``task_finished`` around it, so the
-engine needs to know nothing about django.tasks. A task's queue name, priority and
+engine needs to know nothing about django.tasks. A task is registered when it is defined
+for this backend (:meth:`RateQueueBackend.validate_task`) and found by its name, never
+imported by it (see :mod:`.queue.registry`); the app imports installed apps' ``tasks``
+modules at start-up when a backend is ours. A task's queue name, priority and
 ``run_after`` become the job's queue, priority and ``start_at``; its result is read back
 from the job and its attempts.
 
@@ -14,6 +17,7 @@ backend refuses to start and a system check names the TASKS entries that use it.
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Sequence
 from traceback import format_exception
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, cast
@@ -24,12 +28,12 @@ from django.conf import settings
 from django.core.checks import CheckMessage, Error, register
 from django.core.exceptions import ImproperlyConfigured
 from django.utils import timezone
-from django.utils.module_loading import import_string
 
-from .exceptions import JobCanceled
-from .queue.enqueue import JobFunction, JobOptions, QueueChoice, function_path
+from .exceptions import JobCanceled, UnknownJob
+from .queue.enqueue import JobFunction, JobOptions, QueueChoice, function_path, job
 from .queue.handles import AttemptInfo, Handle
 from .queue.models import Job, Outcome, Status
+from .queue.registry import register_task, registered_task
 from .queue.runner import AttemptTimedOut
 from .queue.subtasks import current_attempt
 
@@ -95,17 +99,20 @@ class RateQueueBackend(BaseTaskBackend):
         self.job = JobFunction(run_task, defaults)
 
     def validate_task(self, task: Task[..., Any]) -> None:
+        """Refuse what cannot run here, and register the rest: django.tasks calls this when
+        a task for this backend is defined (and for each ``.using()`` copy)."""
         super().validate_task(task)
         try:
             QueueChoice.coerce(task.queue_name)
         except ValueError as exc:
             raise InvalidTask(str(exc)) from None
+        register_task(task)
 
     def enqueue(
         self, task: Task[_P, _R], args: Sequence[Any], kwargs: dict[str, Any]
     ) -> TaskResult[_P, _R]:
         self.validate_task(task)
-        resolve_task(task.module_path, task)
+        check_findable(task)
         handle = self.job.using(
             queue=task.queue_name, priority=task.priority, start_at=task.run_after
         ).enqueue(task=task.module_path, args=list(args), kwargs=dict(kwargs), backend=self.alias)
@@ -121,17 +128,23 @@ class RateQueueBackend(BaseTaskBackend):
         return task_result(job, Handle(job.id, owner=job.owner).attempts())
 
 
-def resolve_task(path: str, expected: Task[..., Any] | None = None) -> Task[..., Any]:
-    """The Task a worker finds at ``path``; checked at enqueue so a worker can find it."""
-    try:
-        found = import_string(path)
-    except ImportError:
-        found = None
-    if not isinstance(found, Task) or (expected is not None and found.func is not expected.func):
+def check_findable(task: Task[..., Any]) -> None:
+    """Refuse at enqueue a task that is not at its own name (``module_path``), where
+    workers and other processes look it up; read from the imported module, never imported."""
+    module, _, name = task.module_path.rpartition(".")
+    found = getattr(sys.modules.get(module), name, None)
+    if not isinstance(found, Task) or found.func is not task.func:
         raise InvalidTask(
-            f"{path!r} is not a task a worker can import: define the task with @task at the "
-            "top level of a module, under the name of its function."
+            f"{task.module_path!r} is not a task a worker can find: define the task with @task "
+            "at the top level of a module, under the name of its function."
         )
+
+
+def resolve_task(path: str) -> Task[..., Any]:
+    """The task registered at ``path`` (:class:`UnknownJob` if none); nothing is imported."""
+    found = registered_task(path)
+    if not isinstance(found, Task):
+        raise UnknownJob(f"{path!r} is not a task.")
     return found
 
 
@@ -242,6 +255,12 @@ def run_task(task: str, args: list[Any], kwargs: dict[str, Any], backend: str) -
     _finish(result, TaskResultStatus.SUCCESSFUL, _return_value=value)
     task_finished.send(sender, task_result=result)
     return value
+
+
+if HAS_DJANGO_TASKS:
+    # The one job the backend enqueues, registered wherever the app runs; the tasks it
+    # runs are registered apart, as they are defined.
+    job(run_task)
 
 
 def _finish(result: TaskResult[..., Any], status: TaskResultStatus, **values: Any) -> None:

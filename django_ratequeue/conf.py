@@ -32,6 +32,9 @@ DEFAULTS: dict[str, Any] = {
     # Dotted path of a view (request, RateLimited) -> HttpResponse for @ratelimit refusals;
     # None answers with a plain-text 429.
     "RATE_LIMITED_VIEW": None,
+    # Modules imported at start-up (in web processes and qcluster workers alike) for the
+    # jobs they register, besides each installed app's jobs.py: only registered jobs run.
+    "JOB_MODULES": [],
     # Retries of a job that sets none: an int, or a dict of Retry fields.
     "DEFAULT_RETRIES": 6,
     # A leaky bucket on enqueues, e.g. {"rate": 200, "period": 1, "capacity": 600}; None is off.
@@ -50,6 +53,12 @@ DEFAULTS: dict[str, Any] = {
     "WORKER_DEAD_AFTER": 10.0,
     # Jobs one django-q2 task carries at most.
     "DISPATCH_BATCH_SIZE": 50,
+    # Caps on what a job's row holds, in bytes: the JSON of its arguments and context
+    # together (bigger: ValueError at enqueue), of its result (bigger: the attempt fails),
+    # and the text of an error message or a traceback (each cut to this size).
+    "MAX_ARGUMENTS_BYTES": 1024 * 1024,
+    "MAX_RESULT_BYTES": 1024 * 1024,
+    "MAX_ERROR_BYTES": 64 * 1024,
 }
 
 

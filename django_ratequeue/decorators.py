@@ -7,7 +7,8 @@ Keys say *who* is limited: ``None`` (one limit for everybody), ``"ip"``, ``"user
 client would share one limit: make the proxy (or a middleware you trust) put the client
 address into ``REMOTE_ADDR``, or pass a callable key that reads the forwarding header your
 proxy sets. ``X-Forwarded-For`` is never read here because clients can forge it. IPv6
-addresses are limited per /64 network, the block one subscriber usually holds.
+addresses are limited per /64 network, the block one subscriber usually holds; IPv4-mapped
+ones (``::ffff:1.2.3.4``) as their IPv4 address.
 
 ``"user"`` limits an authenticated user by primary key. An anonymous request is a
 programming error (``ImproperlyConfigured``): put ``@login_required`` outside
@@ -25,7 +26,7 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 import math
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, MutableMapping
 from dataclasses import dataclass
 from functools import wraps
 from inspect import iscoroutinefunction
@@ -34,6 +35,7 @@ from typing import Any, TypeVar
 from asgiref.sync import sync_to_async
 from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest, HttpResponse
+from django.http.response import ResponseHeaders
 from django.utils.decorators import method_decorator
 from django.utils.module_loading import import_string
 
@@ -78,9 +80,11 @@ def ratelimit(
     ``count`` tokens are consumed per request, before the view runs, for the ``methods``
     given (all when ``None``). With ``count_if`` the view runs if the limit *could* admit
     the request, and tokens are consumed afterwards only when ``count_if(request,
-    response)`` is true: the failed-logins pattern, paired with ``reset_if`` to forget the
-    failures once a request succeeds. Concurrent requests may each pass that check, so
-    the limit then bounds failures per burst of parallel requests only approximately.
+    response)`` is true, e.g. to count only failures of a view that answers them with an
+    error status; ``reset_if`` forgets them. Concurrent requests may each pass that check,
+    so the limit then bounds failures per burst of parallel requests only approximately.
+    Django's ``LoginView`` answers a failed login with 200: protect it with
+    :func:`django_ratequeue.contrib.logins.protect_login` instead.
 
     A refused request gets ``limited_view(request, exception)``, or the view named by
     ``RATEQUEUE["RATE_LIMITED_VIEW"]``, or a plain-text 429. ``config`` gives the limit
@@ -184,13 +188,24 @@ class ViewRateLimit:
         return view(request, exception) if view else too_many_requests(request, exception)
 
     def with_headers(self, response: HttpResponse, key: str | None) -> HttpResponse:
-        """Add the RateLimit headers, keeping an inner limit's when it has less left."""
-        headers = quota_headers(self.name, key=key, config=self.config)
-        inner = response.headers.get("RateLimit-Remaining")
-        if headers and (inner is None or int(inner) > int(headers["RateLimit-Remaining"])):
-            for header, value in headers.items():
-                response.headers[header] = value
+        add_quota_headers(response.headers, self.name, key=key, config=self.config)
         return response
+
+
+def add_quota_headers(
+    headers: MutableMapping[str, str] | ResponseHeaders,
+    name: str,
+    *,
+    key: str | None,
+    config: Any = None,
+) -> None:
+    """Set the ``RateLimit-*`` headers of the limit ``name`` for ``key`` in ``headers``,
+    unless they already hold another limit's with less left: the tightest one shows."""
+    quota = quota_headers(name, key=key, config=config)
+    other = headers.get("RateLimit-Remaining")
+    if quota and (other is None or int(other) > int(quota["RateLimit-Remaining"])):
+        for header, value in quota.items():
+            headers[header] = value
 
 
 def too_many_requests(request: HttpRequest, exception: RateLimited) -> HttpResponse:
@@ -201,17 +216,47 @@ def too_many_requests(request: HttpRequest, exception: RateLimited) -> HttpRespo
 
 
 def client_ip(request: HttpRequest) -> str | None:
-    """``REMOTE_ADDR``; IPv6 addresses reduced to their /64 network."""
-    address = request.META.get("REMOTE_ADDR")
+    """``REMOTE_ADDR`` as :func:`address_identity` keys it."""
+    return address_identity(request.META.get("REMOTE_ADDR"))
+
+
+def address_identity(address: str | None) -> str | None:
+    """The part of a client address that identifies one client, for a rate-limit key.
+
+    IPv4 as it is, also when written IPv4-mapped (``::ffff:1.2.3.4``, as dual-stack
+    servers report IPv4 clients), so that it is not taken for an IPv6 /64 that every IPv4
+    client would share; other IPv6 addresses per /64 network, the block one subscriber
+    usually holds. A port some proxies append (``1.2.3.4:5678``, ``[2001:db8::1]:443``)
+    is dropped: the client picks it. Anything else (a unix-socket server's placeholder) is
+    kept as it is, hashed when longer than ``MAX_KEY_LENGTH`` so that it fits the key column.
+    """
     if not address:
         return None
     try:
-        ip = ipaddress.ip_address(address)
-    except ValueError:  # e.g. a unix-socket server's placeholder: use it as it is
-        return address
-    if ip.version == 6:
-        return str(ipaddress.ip_network(f"{ip}/64", strict=False))
+        ip = ipaddress.ip_address(_without_port(address))
+    except ValueError:
+        return hashed_if_long(address)
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            return str(ip.ipv4_mapped)
+        return str(ipaddress.IPv6Network((int(ip), 64), strict=False))
     return str(ip)
+
+
+def _without_port(address: str) -> str:
+    host, colon, port = address.rpartition(":")
+    if not colon or not port.isdigit() or not host:
+        return address
+    if host.startswith("[") and host.endswith("]"):
+        return host[1:-1]
+    return host if host.count(":") == 0 else address  # a bare IPv6 address has colons
+
+
+def hashed_if_long(value: str) -> str:
+    """``value``, or its SHA-256 when longer than ``MAX_KEY_LENGTH``."""
+    if len(value) <= MAX_KEY_LENGTH:
+        return value
+    return "sha256:" + hashlib.sha256(value.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def ip_key(request: HttpRequest) -> str | None:
@@ -238,10 +283,7 @@ def header_key(header: str) -> KeyFunc:
     """The value of a request header; requests without it share the key ``header:``."""
 
     def key(request: HttpRequest) -> str:
-        value = request.headers.get(header, "")
-        if len(value) > MAX_KEY_LENGTH:
-            value = hashlib.sha256(value.encode()).hexdigest()
-        return f"header:{value}"
+        return f"header:{hashed_if_long(request.headers.get(header, ''))}"
 
     return key
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
 
 
 class RateLimited(Exception):
@@ -68,9 +67,6 @@ class RecursiveWaitDeadlock(JobError):
         super().__init__(message)
 
 
-class NotOwner(JobError, PermissionError):
-    """The caller is not the owner allowed to read this job's result."""
-
-    def __init__(self, job_id: str, owner: Any) -> None:
-        self.job_id = job_id
-        super().__init__(f"Job {job_id} belongs to another owner")
+class UnknownJob(ValueError):
+    """A function or dotted path that is not registered as a job (or a task) was named:
+    only functions decorated with ``@job`` whose module is imported at start-up run."""

@@ -123,6 +123,8 @@ Q_CLUSTER = {
     "max_attempts": 1,
 }
 
+# Only registered jobs run: the demo's are in its app's jobs.py, which the app imports at
+# start-up; jobs elsewhere would be listed in "JOB_MODULES" (see docs/api.md).
 RATEQUEUE = {
     "MAX_CONCURRENCY": 8,
     "RATE_LIMITS": {

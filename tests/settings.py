@@ -9,7 +9,7 @@ import os
 import django
 
 from example_project.settings import *  # noqa: F403
-from example_project.settings import BASE_DIR, DATABASES
+from example_project.settings import BASE_DIR, DATABASES, RATEQUEUE
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
@@ -18,6 +18,15 @@ if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
     DATABASES["default"]["TEST"]["NAME"] = os.environ.get(
         "RATEQUEUE_TEST_SQLITE", str(BASE_DIR.parent / ".pytest-ratequeue.sqlite3")
     )
+
+# The tests' jobs and tasks are not in an installed app's jobs.py or tasks.py: import them at
+# start-up so that they are registered (only registered jobs run), in the test process and
+# in the qcluster workers the tests start.
+RATEQUEUE = {
+    **RATEQUEUE,
+    "JOB_MODULES": ["tests.queue.jobs"]
+    + (["tests.tasks_backend.tasks"] if django.VERSION >= (6, 0) else []),
+}
 
 # django.tasks (Django 6.0+) runs on ratequeue, in the tests and in their qcluster workers;
 # a failing task gets one quick retry.

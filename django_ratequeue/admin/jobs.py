@@ -33,6 +33,7 @@ from ..queue.handles import AttemptInfo, Handle
 from ..queue.models import FINAL_STATUSES, Job, Outcome, Status
 from ..queue.retry import Retry
 from ..queue.stats import COLUMNS, queue_overview
+from .actions import PermittedActionsMixin
 
 RETRYABLE_STATUSES = (Status.FAILED, Status.CANCELED)
 
@@ -172,7 +173,7 @@ def enqueue_copy(job: Job) -> Handle:
 
 
 @admin.register(Job)
-class JobAdmin(admin.ModelAdmin):
+class JobAdmin(PermittedActionsMixin, admin.ModelAdmin):
     list_display = [
         "short_id",
         "function",

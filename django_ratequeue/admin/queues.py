@@ -15,6 +15,7 @@ from django.http import HttpRequest
 
 from ..queue.control import change_queue, check_queue_concurrency, check_queue_name
 from ..queue.models import QueueSetting
+from .actions import PermittedActionsMixin
 
 
 class QueueSettingForm(forms.ModelForm):
@@ -34,7 +35,7 @@ class QueueSettingForm(forms.ModelForm):
 
 
 @admin.register(QueueSetting)
-class QueueSettingAdmin(admin.ModelAdmin):
+class QueueSettingAdmin(PermittedActionsMixin, admin.ModelAdmin):
     form = QueueSettingForm
     list_display = ["name", "paused", "max_concurrency", "updated_at"]
     actions = ["pause", "resume"]
@@ -53,13 +54,13 @@ class QueueSettingAdmin(admin.ModelAdmin):
         for setting in queryset:
             self.delete_model(request, setting)
 
-    @admin.action(description="Pause the selected queues")
+    @admin.action(description="Pause the selected queues", permissions=["change"])
     def pause(self, request: HttpRequest, queryset: QuerySet[QueueSetting]) -> None:
         for setting in queryset:
             change_queue(setting.name, paused=True)
         messages.success(request, f"Paused {len(queryset)} queue(s).")
 
-    @admin.action(description="Resume the selected queues")
+    @admin.action(description="Resume the selected queues", permissions=["change"])
     def resume(self, request: HttpRequest, queryset: QuerySet[QueueSetting]) -> None:
         for setting in queryset:
             change_queue(setting.name, paused=False)

@@ -16,10 +16,11 @@ from django.http import HttpRequest
 from ..ratelimit.api import project_row_value, reset_rate_limit
 from ..ratelimit.models import RateLimitState
 from ..ratelimit.status import config_for, describe
+from .actions import PermittedActionsMixin
 
 
 @admin.register(RateLimitState)
-class RateLimitStateAdmin(admin.ModelAdmin):
+class RateLimitStateAdmin(PermittedActionsMixin, admin.ModelAdmin):
     list_display = ["name", "key", "shard", "value_now", "limit", "updated"]
     list_filter = ["name"]
     search_fields = ["name", "key"]

@@ -1,24 +1,33 @@
 """Django REST framework throttles backed by the database rate limits.
 
-Configured by ``scope`` like DRF's own throttles. The scope names a limit: first in
-``RATEQUEUE["RATE_LIMITS"]`` (any kind, shards and all), else in DRF's
-``DEFAULT_THROTTLE_RATES`` as ``"<n>/<period>"`` (``s``, ``m``, ``h`` or ``d``, as DRF
-reads it), which becomes a token bucket of ``n`` per period, the continuous counterpart
-of DRF's sliding log. A rate of ``None`` turns the throttle off, as in DRF.
+A drop-in for DRF's throttles: a class's ``rate`` (``"<n>/<period>"``) wins; else its
+``scope`` (or the view's ``throttle_scope``) names the limit, looked up in the class's
+``THROTTLE_RATES`` when it sets one, else in ``RATEQUEUE["RATE_LIMITS"]`` (any kind,
+shards and all), else in DRF's ``DEFAULT_THROTTLE_RATES``. A rate of ``None`` turns the
+throttle off, as in DRF.
+
+A DRF rate string becomes a token bucket of ``n`` per period: a token every
+``period / n``, up to ``n`` at once. It is not DRF's sliding log: ``Retry-After`` is the
+time to the next token (20 s for ``3/min`` where DRF says 60), and a client that comes
+back when told gets up to ``2n`` requests within one period. ``strict = True`` reads the
+rate as "never more than ``n`` in any period" (:func:`parse_drf_rate`).
 
 Unlike cache-based throttles, concurrent requests cannot over-admit: each decision is a
-row-locked transaction.
+row-locked transaction. Every response that went through a limit carries the same
+``RateLimit-*`` headers as the view decorator's.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, cast
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 from django.core.exceptions import ImproperlyConfigured
 from rest_framework.settings import api_settings
 from rest_framework.throttling import BaseThrottle
 
 from ..conf import ratequeue_settings
+from ..decorators import add_quota_headers, address_identity
 from ..ratelimit.api import RateLimitResult, rate_limit
 from ..ratelimit.config import TokenBucket
 
@@ -29,27 +38,51 @@ if TYPE_CHECKING:  # rest_framework.views imports DEFAULT_THROTTLE_CLASSES, i.e.
 DRF_PERIODS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
-def parse_drf_rate(rate: str) -> TokenBucket:
-    """``"100/hour"`` -> ``TokenBucket(rate=100, period=3600)``."""
-    count, _, period = rate.partition("/")
+def parse_drf_rate(rate: str, *, strict: bool = False, burst: int = 1) -> TokenBucket:
+    """``"100/hour"`` -> ``TokenBucket(rate=100, period=3600)``.
+
+    With ``strict=True`` the bucket never admits more than ``n`` requests in any window
+    of one period: it holds ``burst`` tokens (requests that may come at once, 1 to ``n``)
+    and refills ``n - burst + 1`` per period. Any ``k`` requests admitted within less
+    than a period drew at most ``burst`` stored tokens plus less than ``n - burst + 1``
+    refilled ones, so ``k < n + 1``. ``burst=1`` keeps the sustained rate at ``n`` and
+    spaces requests ``period / n`` apart; ``burst=n`` allows all ``n`` at once, then one
+    per period.
+    """
+    count, _, period = rate.partition("/") if isinstance(rate, str) else ("", "", "")
     if not count.strip().isdigit() or int(count) < 1 or period[:1] not in DRF_PERIODS:
         raise ImproperlyConfigured(
             f"Throttle rate {rate!r} is not of the form '<requests>/<period>' "
             "with a period of second, minute, hour or day, e.g. '100/hour'."
         )
-    return TokenBucket(rate=int(count), period=DRF_PERIODS[period[0]])
+    n, seconds = int(count), DRF_PERIODS[period[0]]
+    if not strict:
+        return TokenBucket(rate=n, period=seconds)
+    if isinstance(burst, bool) or not isinstance(burst, int) or not 1 <= burst <= n:
+        raise ImproperlyConfigured(
+            f"A strict throttle's burst must be a whole number from 1 to {n} for {rate!r}, "
+            f"not {burst!r}."
+        )
+    return TokenBucket(rate=n - burst + 1, period=seconds, capacity=burst)
 
 
 class RateLimitThrottle(BaseThrottle):
-    """Throttle by the limit named ``scope``, per user (authenticated) or client IP.
+    """Throttle per user (authenticated) or client address, by ``rate`` or by scope.
 
     Without a ``scope`` on the class, the view's ``throttle_scope`` is used (like DRF's
-    ``ScopedRateThrottle``), and views without one are not throttled. The address is
-    DRF's ``get_ident``: set ``NUM_PROXIES`` so that a forged ``X-Forwarded-For`` is not
-    trusted. Override :meth:`get_key` to limit by something else; ``None`` skips the request.
+    ``ScopedRateThrottle``); without either, and without a ``rate``, the view is not
+    throttled. Override :meth:`get_key` to limit by something else; ``None`` skips the
+    request.
     """
 
     scope: str | None = None
+    #: ``"<n>/<period>"``; when set it wins over every setting, as in DRF.
+    rate: str | None = None
+    #: Rates by scope for this class alone; ``None``: the settings (read at each request).
+    THROTTLE_RATES: ClassVar[Mapping[str, str | None] | None] = None
+    #: Read DRF rate strings as "never more than n in any period" (see parse_drf_rate).
+    strict: bool = False
+    burst: int = 1
 
     def __init__(self) -> None:
         self.result: RateLimitResult | None = None
@@ -57,35 +90,74 @@ class RateLimitThrottle(BaseThrottle):
     def get_scope(self, view: APIView) -> str | None:
         return self.scope or getattr(view, "throttle_scope", None)
 
+    def get_ident(self, request: Request) -> str:
+        """The client's address: ``REMOTE_ADDR``, or with DRF's ``NUM_PROXIES`` set to n,
+        the address the n-th proxy from us saw in ``X-Forwarded-For``.
+
+        Unlike DRF, an unset ``NUM_PROXIES`` trusts no ``X-Forwarded-For`` at all: a client
+        that forges a new one for each request would otherwise never be throttled.
+        """
+        remote_addr = str(request.META.get("REMOTE_ADDR") or "")
+        num_proxies = api_settings.NUM_PROXIES
+        forwarded_for = request.headers.get("x-forwarded-for")
+        if not num_proxies or forwarded_for is None:
+            return remote_addr
+        addresses = forwarded_for.split(",")
+        return addresses[-min(num_proxies, len(addresses))].strip()
+
     def get_key(self, request: Request, view: APIView) -> str | None:
         if request.user and request.user.is_authenticated:
             return f"user:{request.user.pk}"
-        return f"ip:{self.get_ident(request)}"
+        return f"ip:{address_identity(self.get_ident(request)) or ''}"
 
-    def get_drf_rate(self, scope: str) -> str | None:
-        """The rate DRF's ``DEFAULT_THROTTLE_RATES`` gives ``scope`` (``None``: off)."""
+    def get_limit(self, view: APIView) -> tuple[str, TokenBucket | None] | None:
+        """The limit's name and its inline configuration (``None`` when it is the one in
+        ``RATEQUEUE["RATE_LIMITS"]``), or ``None`` when the request is not throttled."""
+        scope = self.get_scope(view)
+        if self.rate:
+            return scope or self.default_name(), self.parse_rate(self.rate)
+        if not scope:
+            return None
+        if self.THROTTLE_RATES is None and scope in ratequeue_settings()["RATE_LIMITS"]:
+            return scope, None
+        rate = self.get_rate(scope)
+        return None if rate is None else (scope, self.parse_rate(rate))
+
+    def default_name(self) -> str:
+        """The limit of a class with a ``rate`` and no scope: named after the class."""
+        return f"{type(self).__module__}.{type(self).__qualname__}"[-200:]
+
+    def get_rate(self, scope: str) -> str | None:
+        """The DRF rate string for ``scope`` (``None``: the throttle is off)."""
+        rates = self.THROTTLE_RATES
+        if rates is None:
+            rates = cast("Mapping[str, str | None]", api_settings.DEFAULT_THROTTLE_RATES)
         try:
-            rate = cast("str | None", api_settings.DEFAULT_THROTTLE_RATES[scope])
+            return rates[scope]
         except KeyError:
+            where = (
+                f"{type(self).__name__}.THROTTLE_RATES"
+                if self.THROTTLE_RATES is not None
+                else "RATEQUEUE['RATE_LIMITS'] or REST_FRAMEWORK['DEFAULT_THROTTLE_RATES']"
+            )
             raise ImproperlyConfigured(
-                f"No rate limit for throttle scope {scope!r}: add it to "
-                "RATEQUEUE['RATE_LIMITS'] or REST_FRAMEWORK['DEFAULT_THROTTLE_RATES']."
+                f"No rate limit for throttle scope {scope!r}: add it to {where}."
             ) from None
-        return rate
+
+    def parse_rate(self, rate: str) -> TokenBucket:
+        return parse_drf_rate(rate, strict=self.strict, burst=self.burst)
 
     def allow_request(self, request: Request, view: APIView) -> bool:
         self.result = None
-        scope = self.get_scope(view)
-        key = None if scope is None else self.get_key(request, view)
-        if scope is None or key is None:
+        limit = self.get_limit(view)
+        key = None if limit is None else self.get_key(request, view)
+        if limit is None or key is None:
             return True
-        config: TokenBucket | None = None  # from RATE_LIMITS: the engine reads it
-        if scope not in ratequeue_settings()["RATE_LIMITS"]:
-            rate = self.get_drf_rate(scope)
-            if rate is None:
-                return True
-            config = parse_drf_rate(rate)
-        self.result = rate_limit(scope, key=key, config=config)
+        name, config = limit
+        self.result = rate_limit(name, key=key, config=config)
+        headers: Any = getattr(view, "headers", None)
+        if isinstance(headers, dict):  # APIView sends these with whatever it answers
+            add_quota_headers(headers, name, key=key, config=config)
         return self.result.ok
 
     def wait(self) -> float | None:
@@ -107,4 +179,4 @@ class AnonRateLimitThrottle(RateLimitThrottle):
     def get_key(self, request: Request, view: APIView) -> str | None:
         if request.user and request.user.is_authenticated:
             return None
-        return f"ip:{self.get_ident(request)}"
+        return super().get_key(request, view)

@@ -95,7 +95,8 @@ class RowInsert:
     much as the database's work.
 
     The ``fixed`` values are converted once; on PostgreSQL they are rendered into the
-    statement as literals, exactly as client-side binding would render them per call. Each
+    statement as literals, exactly as client-side binding would render them per call, with
+    each ``%`` doubled so that the driver does not take it for a placeholder. Each
     call passes only the ``varying`` columns' values, converted by the caller. The statement
     is the session's prepared INSERT (:mod:`..db`) from its second use.
 
@@ -126,7 +127,8 @@ class RowInsert:
                 continue
             value = field.get_db_prep_save(fixed[field.attname], connection)
             if literal is not None:
-                arguments.append(literal(value).as_string(connection.connection))
+                rendered = literal(value).as_string(connection.connection)
+                arguments.append(rendered.replace("%", "%%"))
             else:
                 arguments.append("%s")
                 self.params.append((None, value))

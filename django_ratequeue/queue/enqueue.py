@@ -6,7 +6,7 @@ the loop owns. Inside a caller's transaction the job commits or rolls back with 
 is woken after commit.
 
 The single enqueue is a hot path, so what does not change between calls is kept per
-function: its dotted path, that it imports, its signature, and its options checked once
+function: its registered dotted path, its signature, and its options checked once
 (:class:`JobTemplate`) with the INSERT that writes them (:class:`.bulk.RowInsert`: the
 session prepares it on the server, and a call sends only the columns that differ from job
 to job). The kick after commit skips
@@ -23,12 +23,12 @@ from __future__ import annotations
 import inspect
 import json
 import math
+import re
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
-from functools import cache, cached_property, lru_cache, partial, update_wrapper
-from importlib import import_module
+from datetime import UTC, datetime, timedelta
+from functools import cache, cached_property, partial, update_wrapper
 from typing import Any, NamedTuple
 
 from django.db import IntegrityError, connection, transaction
@@ -37,10 +37,12 @@ from django.utils import timezone
 from ..conf import ratequeue_settings
 from ..exceptions import DuplicateJobId, EnqueueRateLimited
 from ..ratelimit.config import RateLimitConfig, parse_config
+from .bounds import MAX_DELAY, MAX_INT, MAX_TIMEOUT, MIN_INT, integer, seconds
 from .bulk import RowInsert, insert_rows
 from .handles import Handle, owner_label
 from .loop import wake_loop
 from .models import Job, LoopStatus, Status, new_job_id
+from .registry import job_path, register_job, registered_job
 from .retry import Retry
 from .subtasks import current_job_id
 
@@ -62,73 +64,40 @@ OPTION_NAMES = frozenset(
     }
 )
 DEFAULT_QUEUE = "default"
+OWNER_MAX_LENGTH = Job._meta.get_field("owner").max_length or 255
 
 
 def function_path(func: Callable[..., Any] | str, what: str = "job function") -> str:
-    """The dotted path of a module-level function, checked to import back to a callable."""
-    try:
-        return _known_function_path(func, what)
-    except TypeError:  # unhashable: not cached
-        return _function_path(func, what)
-
-
-@lru_cache(maxsize=1024)
-def _known_function_path(func: Callable[..., Any] | str, what: str) -> str:
-    return _function_path(func, what)
-
-
-def _function_path(func: Callable[..., Any] | str, what: str) -> str:
+    """The dotted path of the registered job that ``func`` (a function or its path) names;
+    :class:`UnknownJob` otherwise. Nothing is imported (see :mod:`.registry`)."""
     if isinstance(func, JobFunction):
         func = func.func
-    if isinstance(func, str):
-        path = func
-    elif callable(func) and hasattr(func, "__module__") and hasattr(func, "__qualname__"):
-        if "<" in func.__qualname__ or "." in func.__qualname__:
-            raise ValueError(
-                f"The {what} {func.__qualname__!r} is not a module-level function; "
-                "define it at the top level of a module so that workers can import it."
-            )
-        path = f"{func.__module__}.{func.__qualname__}"
-    else:
-        raise ValueError(f"The {what} must be a function or a dotted path, not {func!r}.")
-    import_function(path, what)
-    return path
+    return registered_job(func, what).path
 
 
-def import_function(path: str, what: str = "job function") -> Callable[..., Any]:
-    module_name, _, name = path.rpartition(".")
-    try:
-        target = getattr(import_module(module_name), name) if module_name else None
-    except (ImportError, AttributeError, ValueError):
-        target = None
-    if not callable(target):
-        raise ValueError(
-            f"Unknown {what} {path!r}: give a module-level function or its dotted path "
-            "('package.module.function')."
-        )
-    return target
+# A NUL character in JSON text: ``\u0000`` after an even run of backslashes (an odd run
+# would be an escaped backslash followed by the letters "u0000").
+_JSON_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
+NUL_REFUSED = "must not contain NUL characters ('\\x00'): PostgreSQL cannot store them"
 
 
 def check_json(what: str, value: Any) -> str:
     """``value`` as JSON text, or a ValueError saying what to pass instead."""
     try:
-        return json.dumps(value, allow_nan=False)
+        text = json.dumps(value, allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise ValueError(
             f"The job's {what} must be JSON-serialisable ({exc}); pass plain data such as "
             "ids, strings, numbers, lists and dicts."
         ) from None
+    check_no_nul(what, text)
+    return text
 
 
-def _seconds(name: str, value: Any, *, allow_zero: bool = True) -> float:
-    if isinstance(value, timedelta):
-        value = value.total_seconds()
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ValueError(f"{name} must be a number of seconds or a timedelta, not {value!r}.")
-    if value < 0 or (value == 0 and not allow_zero):
-        bound = "0 or more" if allow_zero else "more than 0"
-        raise ValueError(f"{name} must be {bound} seconds, got {value!r}.")
-    return float(value)
+def check_no_nul(what: str, json_text: str) -> None:
+    """A ValueError if the JSON text holds a NUL character (PostgreSQL cannot store one)."""
+    if "\\u0000" in json_text and _JSON_NUL.search(json_text):
+        raise ValueError(f"The job's {what} {NUL_REFUSED}.")
 
 
 def _start_at(value: Any) -> datetime:
@@ -142,8 +111,17 @@ def _start_at(value: Any) -> datetime:
             ) from None
     if not isinstance(value, datetime):
         raise ValueError(f"start_at must be a datetime or an ISO-8601 string, not {value!r}.")
-    if timezone.is_naive(value):
-        value = timezone.make_aware(value)
+    try:
+        if timezone.is_naive(value):
+            value = timezone.make_aware(value)
+        ahead = value.astimezone(UTC) - timezone.now()
+    except (OverflowError, ValueError):  # at the very ends of the datetime range
+        raise ValueError(f"start_at {value!r} is out of range.") from None
+    if ahead > MAX_DELAY:
+        raise ValueError(
+            f"start_at {value.isoformat()} is too far ahead: a job may be scheduled at most "
+            f"{MAX_DELAY.days} days ahead."
+        )
     return value
 
 
@@ -217,6 +195,26 @@ class JobTemplate:
     cost: int
     id: str | None
     ignore_duplicates: bool
+    # The length of the context's JSON, which counts towards MAX_ARGUMENTS_BYTES.
+    context_size: int
+
+    def check_size(self, args: str, kwargs: str, what: str = "") -> None:
+        """Refuse arguments (JSON text) that with the context exceed MAX_ARGUMENTS_BYTES:
+        rows that big would slow every read of the queue's tables."""
+        limit = ratequeue_settings()["MAX_ARGUMENTS_BYTES"]
+        size = len(args) + len(kwargs) + self.context_size
+        if size > limit:
+            raise ValueError(
+                f"The job's arguments{what} and context are {size} bytes of JSON; the most "
+                f'is RATEQUEUE["MAX_ARGUMENTS_BYTES"] ({limit}). Pass a reference instead, '
+                "such as the id of a row or the name of a file."
+            )
+
+    def __post_init__(self) -> None:
+        """Refuse what no database column could store as given, on every database alike."""
+        for name in ("queue", "concurrency_key", "owner", "id"):
+            if "\x00" in (getattr(self, name) or ""):
+                raise ValueError(f"{name} {NUL_REFUSED}.")
 
     @cached_property
     def columns(self) -> dict[str, Any]:
@@ -321,23 +319,25 @@ class JobOptions:
         if options.get("start_at") is not None:
             start_at = _start_at(options["start_at"])
         elif options.get("run_after") is not None:
-            run_after = timedelta(seconds=_seconds("run_after", options["run_after"]))
+            run_after = timedelta(seconds=seconds("run_after", options["run_after"], MAX_DELAY))
         retry = Retry.coerce(options.get("retries"))
-        priority = options.get("priority", 0)
-        if isinstance(priority, bool) or not isinstance(priority, int):
-            raise ValueError(f"priority must be an integer, not {priority!r}.")
+        priority = integer("priority", options.get("priority", 0), MIN_INT, MAX_INT)
         timeout = options.get("timeout")
         if timeout is not None:
-            timeout = _seconds("timeout", timeout, allow_zero=False)
+            timeout = seconds("timeout", timeout, MAX_TIMEOUT, allow_zero=False)
         on_complete = options.get("on_complete")
         on_complete_path = (
             "" if on_complete is None else function_path(on_complete, "on_complete callback")
         )
         context = options.get("context")
-        check_json("context", context)
-        cost = options.get("cost", 1)
-        if isinstance(cost, bool) or not isinstance(cost, int) or cost < 0:
-            raise ValueError(f"cost must be a non-negative integer, not {cost!r}.")
+        context_size = len(check_json("context", context))
+        cost = integer("cost", options.get("cost", 1), 0, MAX_INT)
+        owner = owner_label(options.get("owner"))
+        if len(owner) > OWNER_MAX_LENGTH:
+            raise ValueError(
+                f"owner must be at most {OWNER_MAX_LENGTH} characters, got {len(owner)}; "
+                "pass a shorter identity, such as a user or its primary key."
+            )
         job_id = options.get("id")
         if job_id is not None and (not isinstance(job_id, str) or not job_id or len(job_id) > 200):
             raise ValueError(
@@ -358,10 +358,11 @@ class JobOptions:
             timeout=timeout,
             on_complete=on_complete_path,
             context=context,
-            owner=owner_label(options.get("owner")),
+            owner=owner,
             cost=cost,
             id=job_id,
             ignore_duplicates=on_duplicate_id == "ignore",
+            context_size=context_size,
         )
 
 
@@ -450,6 +451,7 @@ class JobFunction:
     def __init__(self, func: Callable[..., Any], options: JobOptions) -> None:
         self.func = func
         self.options = options
+        self.path = job_path(func)
         update_wrapper(self, func)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -462,7 +464,7 @@ class JobFunction:
         return JobFunction(self.func, self.options.merge(options))
 
     def enqueue(self, *args: Any, **kwargs: Any) -> Handle:
-        return _enqueue_one(self.func, self.options, list(args), kwargs)
+        return _enqueue_one(function_path(self.func), self.options, list(args), kwargs)
 
     def enqueue_many(self, params: Iterable[Any], **options: Any) -> list[Handle]:
         return enqueue_many(self, params, **options)
@@ -477,9 +479,12 @@ def job(
     timeout: Any = None,
     **options: Any,
 ) -> Any:
-    """Decorate a module-level function so it can be enqueued with default options.
+    """Register a module-level function as a job, so that it can be enqueued (itself or
+    its dotted path) with default options, and workers run it.
 
-    ``@job`` and ``@job(queue="emails", retries=3, timeout=30, ...)`` both work.
+    ``@job`` and ``@job(queue="emails", retries=3, timeout=30, ...)`` both work; so does
+    ``job(func)`` for a function whose module must not import ratequeue. Decorating a job
+    again gives a copy with more options; the registered job keeps its own.
     """
     defaults = {
         k: v
@@ -489,45 +494,36 @@ def job(
     job_options = JobOptions(defaults)
 
     def decorate(f: Callable[..., Any]) -> JobFunction:
-        return JobFunction(f, job_options)
+        if isinstance(f, JobFunction):
+            register_job(f)
+            return f.using(**defaults)
+        return register_job(JobFunction(f, job_options))
 
     return decorate(func) if func is not None else decorate
 
 
 def _target(func: Callable[..., Any] | str) -> tuple[str, Callable[..., Any], JobOptions]:
-    """The path, the plain function and the default options of what is enqueued."""
-    try:
-        return _known_target(func)
-    except TypeError:  # unhashable: not cached
-        return _find_target(func)
-
-
-@lru_cache(maxsize=1024)
-def _known_target(func: Callable[..., Any] | str) -> tuple[str, Callable[..., Any], JobOptions]:
-    return _find_target(func)
-
-
-def _find_target(func: Callable[..., Any] | str) -> tuple[str, Callable[..., Any], JobOptions]:
-    path = function_path(func)
-    target = func if not isinstance(func, str) else import_function(path)
-    if isinstance(target, JobFunction):
-        return path, target.func, target.options
-    return path, target, JobOptions()
+    """The path, the plain function and the default options of the registered job that
+    ``func`` names (a ``@job`` copy's own options when given one)."""
+    registered = registered_job(func.func if isinstance(func, JobFunction) else func)
+    options = func.options if isinstance(func, JobFunction) else registered.options
+    return registered.path, registered.func, options
 
 
 def enqueue(func: Callable[..., Any] | str, *args: Any, **kwargs: Any) -> Handle:
     """Enqueue ``func(*args, **kwargs)``; see :func:`_split_call` for where options go."""
-    _path, target, defaults = _target(func)
+    path, target, defaults = _target(func)
     call_args, call_kwargs, options = _split_call(target, args, dict(kwargs))
-    return _enqueue_one(func, defaults.merge(options), call_args, call_kwargs)
+    return _enqueue_one(path, defaults.merge(options), call_args, call_kwargs)
 
 
 def _enqueue_one(
-    func: Callable[..., Any] | str, options: JobOptions, args: list[Any], kwargs: dict[str, Any]
+    path: str, options: JobOptions, args: list[Any], kwargs: dict[str, Any]
 ) -> Handle:
-    template = options.template(function_path(func))
+    template = options.template(path)
     args_json = check_json("arguments", args)
     kwargs_json = check_json("keyword arguments", kwargs)
+    template.check_size(args_json, kwargs_json)
     check_reservation_room(template.queue, template.cost)
     settings = ratequeue_settings()
     stamp = template.stamp(timezone.now())
@@ -539,12 +535,17 @@ def _enqueue_one(
                 check_enqueue_rate(1)
                 template.job(args, kwargs, stamp).save(force_insert=True)
         except IntegrityError:
-            if not template.ignore_duplicates:
+            # "ignore" hands out the existing job's handle: only when the job is the caller's.
+            if not template.ignore_duplicates or not _owned_by(stamp.id, template.owner):
                 raise DuplicateJobId(stamp.id) from None
     transaction.on_commit(
         partial(wake_after_enqueue, stamp.start_at, stamp.created_at), robust=True
     )
     return Handle(stamp.id, owner=template.owner)
+
+
+def _owned_by(job_id: str, owner: str) -> bool:
+    return Job.objects.filter(pk=job_id, owner=owner).exists()
 
 
 # When this process last read the loop's state as running (time.time()).
@@ -591,8 +592,11 @@ def enqueue_many(
     rows = []
     for index, item in enumerate(params):
         args, kwargs = _item_call(item)
-        check_json(f"arguments (item {index})", args)
-        check_json(f"keyword arguments (item {index})", kwargs)
+        template.check_size(
+            check_json(f"arguments (item {index})", args),
+            check_json(f"keyword arguments (item {index})", kwargs),
+            f" (item {index})",
+        )
         # Apart by a microsecond each, so that the items' order is their arrival order.
         enqueued_at = now + timedelta(microseconds=index)
         job_id = None if template.id is None else f"{template.id}-{index}"
@@ -607,13 +611,12 @@ def enqueue_many(
         if template.id is None:
             insert_rows(Job, rows)
         else:
-            if not template.ignore_duplicates:
-                taken = Job.objects.filter(id__in=[r.id for r in rows]).values_list(
-                    "id", flat=True
-                )
-                first = next(iter(taken), None)
-                if first is not None:
-                    raise DuplicateJobId(first)
+            taken = Job.objects.filter(id__in=[r.id for r in rows])
+            if template.ignore_duplicates:  # as for one job: only the caller's own is reused
+                taken = taken.exclude(owner=template.owner)
+            first = taken.values_list("id", flat=True).first()
+            if first is not None:
+                raise DuplicateJobId(first)
             Job.objects.bulk_create(rows, batch_size=1000, ignore_conflicts=True)
     transaction.on_commit(partial(wake_after_enqueue, rows[0].start_at, now), robust=True)
     return [Handle(r.id, owner=r.owner) for r in rows]

@@ -9,7 +9,7 @@ from typing import Any
 
 from django.db import models, transaction
 
-from ..exceptions import JobCanceled, JobFailed, NotOwner, RecursiveWaitDeadlock
+from ..exceptions import JobCanceled, JobFailed, RecursiveWaitDeadlock
 from .loop import wake_loop
 from .models import FINAL_STATUSES, Attempt, CancelRequest, Job, Status
 from .subtasks import check_wait, current_attempt, slots_released, workers_exhausted
@@ -19,13 +19,23 @@ DEADLOCK_CHECK_EVERY = 0.25
 
 
 def owner_label(owner: Any) -> str:
-    """The stored form of an owner: a model instance becomes ``app_label.model:pk``."""
+    """The stored form of an owner: a model instance becomes ``app_label.model:pk``, any
+    other value its ``str``. An identity that many people would share is refused."""
     if owner is None:
         return ""
-    if isinstance(owner, models.Model):
-        return f"{owner._meta.label_lower}:{owner.pk}"
     if getattr(owner, "is_anonymous", False):
-        return "anonymous"
+        raise ValueError(
+            "An anonymous user cannot own a job: every anonymous visitor would share it. "
+            "Require a login, or pass an identity of the visitor's own, such as "
+            'f"session:{request.session.session_key}" once the session is saved.'
+        )
+    if isinstance(owner, models.Model):
+        if owner.pk is None:
+            raise ValueError(
+                f"An unsaved {type(owner).__name__} cannot own a job: save it first, so "
+                "that it has a primary key."
+            )
+        return f"{owner._meta.label_lower}:{owner.pk}"
     return str(owner)
 
 
@@ -44,7 +54,8 @@ class AttemptInfo:
 
 
 class Handle:
-    """A reference to one job by id. ``owner`` is the identity the result is shown to."""
+    """A reference to one job by id, as seen by ``owner``: only that owner's job is visible
+    through it (see :meth:`_job`)."""
 
     def __init__(self, id: str, owner: Any = None) -> None:
         self.id = id
@@ -60,18 +71,13 @@ class Handle:
         return hash(self.id)
 
     def _job(self, *fields: str) -> Job:
+        """The job, as this handle may see it: a job enqueued with an ``owner`` only
+        through a handle built with that owner, one without through a handle without.
+        Any other job looks exactly like a job that does not exist."""
         try:
-            return Job.objects.only(*fields).get(pk=self.id)
+            return Job.objects.only(*fields).get(pk=self.id, owner=self.owner)
         except Job.DoesNotExist:
             raise Job.DoesNotExist(missing_job(self.id)) from None
-
-    def _owned_job(self, *fields: str) -> Job:
-        """The job, if this handle's owner may see it: jobs enqueued with an ``owner``
-        show their result, errors and attempts, and take cancels, from that owner only."""
-        job = self._job("owner", *fields)
-        if job.owner and job.owner != self.owner:
-            raise NotOwner(self.id, self.owner)
-        return job
 
     def status(self) -> Status:
         return Status(self._job("status").status)
@@ -79,16 +85,15 @@ class Handle:
     def result(self, timeout: float | None = None) -> Any:
         """Wait for the job's final status and return its return value.
 
-        Raises :class:`JobFailed` (with the last error), :class:`JobCanceled`,
-        ``TimeoutError`` when ``timeout`` seconds pass first, or :class:`NotOwner`. Called
-        from inside a running job, it gives that job's slots back while it waits (see
-        :mod:`.subtasks`) and raises :class:`RecursiveWaitDeadlock` if the wait could never
-        end.
+        Raises :class:`JobFailed` (with the last error), :class:`JobCanceled`, or
+        ``TimeoutError`` when ``timeout`` seconds pass first. Called from inside a running
+        job, it gives that job's slots back while it waits (see :mod:`.subtasks`) and
+        raises :class:`RecursiveWaitDeadlock` if the wait could never end.
         """
         parent = current_attempt.get()
         if parent is None:
             return self._wait(timeout)
-        child = self._job("status", "owner", "queue", "max_concurrency")
+        child = self._job("status", "queue", "max_concurrency")
         if child.status in FINAL_STATUSES:
             return self._wait(timeout)
         check_wait(parent, child)
@@ -100,7 +105,7 @@ class Handle:
         next_deadlock_check = time.monotonic() + DEADLOCK_CHECK_EVERY
         pause = 0.005
         while True:
-            job = self._owned_job("status", "result", "error", "traceback", "queue")
+            job = self._job("status", "result", "error", "traceback", "queue")
             if job.status in FINAL_STATUSES:
                 break
             now = time.monotonic()
@@ -127,12 +132,12 @@ class Handle:
     def cancel(self) -> None:
         """Ask the loop to cancel the job: at once unless running, else when its attempt
         ends."""
-        self._owned_job()
+        self._job("status")
         CancelRequest.objects.create(job_id=self.id)
         transaction.on_commit(wake_loop, robust=True)
 
     def attempts(self) -> list[AttemptInfo]:
-        self._owned_job()
+        self._job("status")
         rows = Attempt.objects.filter(job_id=self.id).order_by("number")
         return [
             AttemptInfo(
@@ -150,10 +155,12 @@ class Handle:
 
 
 def get_handle(id: str, owner: Any = None) -> Handle:
-    """Rebuild the handle of an existing job; raises ``Job.DoesNotExist`` if there is none."""
-    if not Job.objects.filter(pk=id).exists():
+    """Rebuild the handle of an existing job; raises ``Job.DoesNotExist`` if there is none
+    that a handle with this ``owner`` may see (see :meth:`Handle._job`)."""
+    handle = Handle(id, owner=owner)
+    if not Job.objects.filter(pk=id, owner=handle.owner).exists():
         raise Job.DoesNotExist(missing_job(id))
-    return Handle(id, owner=owner)
+    return handle
 
 
 def missing_job(id: str) -> str:

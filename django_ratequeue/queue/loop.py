@@ -122,21 +122,24 @@ import logging
 import math
 import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal
+from functools import partial
+from typing import Any, Literal, TypeVar
 
-from django.db import connection, transaction
+from django.db import DatabaseError, connection, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from ..conf import ratequeue_settings
+from .bounds import LATEST, later
 from .bulk import update_rows
 from .keys import keys_in_turn, next_jobs
 from .models import (
     DEFERRED_STATUSES,
+    FINAL_STATUSES,
     Attempt,
     CancelRequest,
     Job,
@@ -168,13 +171,21 @@ JOB_OUTCOME_FIELDS = [
     "start_at",
     "finished_at",
 ]
-FINISH_FIELDS = [*JOB_OUTCOME_FIELDS, "retry", "cancel_requested", "on_complete", "context"]
+FINISH_FIELDS = [
+    *JOB_OUTCOME_FIELDS,
+    "retry",
+    "cancel_requested",
+    "on_complete",
+    "context",
+    "owner",
+]
 # Concurrency keys looked at per queue beyond its free slots, to get past busy keys.
 KEY_LOOKAHEAD = 100
 # Queues with waiting work looked at per step, in turns from LoopState.queue_cursor.
 QUEUES_PER_STEP = 1000
 # What a rate-gated queue's reservation says about a job (see Loop.reserve_tokens).
 TokenGate = Literal["now", "later", "parked", "unfit"]
+T = TypeVar("T")
 
 
 def _now() -> datetime:
@@ -187,6 +198,7 @@ def _lease() -> timedelta:
 
 def _segment_ceiling(moment: datetime) -> datetime:
     segment = ratequeue_settings()["SEGMENT"]
+    moment = min(moment, LATEST)  # a start at 23:59:59 on 31/12/9999 rounds to year 10000
     if segment <= 0:
         return moment
     stamp = math.ceil(moment.timestamp() / segment) * segment
@@ -550,21 +562,9 @@ class Loop:
                 released.append(attempt.pk)
                 job.status = Status.WAITING
                 job.attempts -= 1
-            elif attempt.outcome == Outcome.SUCCEEDED:
-                job.status = Status.CANCELED if job.cancel_requested else Status.COMPLETE
-                job.result = attempt.result
-                job.error = job.traceback = ""
-            else:
-                job.error, job.traceback = attempt.error, attempt.traceback
-                policy = Retry(**job.retry)
-                if job.cancel_requested:
-                    job.status = Status.CANCELED
-                elif attempt.outcome == Outcome.NON_RETRYABLE or job.attempts > policy.retry_count:
-                    job.status = Status.FAILED
-                else:
-                    job.status = Status.RETRYING
-                    job.start_at = now + timedelta(seconds=policy.delay(job.attempts))
-            if job.status in (Status.COMPLETE, Status.FAILED, Status.CANCELED):
+            elif not isolated(job, now, partial(settle, job, attempt, now), False):
+                continue
+            if job.status in FINAL_STATUSES:
                 job.finished_at = now
                 finals.append(job)
             changed.append(job)
@@ -603,7 +603,7 @@ class Loop:
             elif (
                 attempt.started_at is not None
                 and attempt.timeout is not None
-                and attempt.started_at + timedelta(seconds=attempt.timeout) + dead_after < now
+                and later(attempt.started_at, attempt.timeout + dead_after.total_seconds()) < now
             ):
                 outcome = Outcome.TIMED_OUT
                 error = f"The attempt overran its timeout of {attempt.timeout:g} seconds."
@@ -616,7 +616,7 @@ class Loop:
             ).update(ended_at=now, outcome=outcome, error=error):
                 recovered = True
                 logger.warning(
-                    "Recovered attempt %s of job %s: %s", attempt.pk, attempt.job_id, outcome
+                    "Recovered attempt %s of job %r: %s", attempt.pk, attempt.job_id, outcome
                 )
         return recovered
 
@@ -636,7 +636,7 @@ class Loop:
                 scope &= Q(queue=request.queue)
             pending = list(
                 Job.objects.filter(scope, status__in=[Status.WAITING, *DEFERRED_STATUSES]).only(
-                    "on_complete", "context", "result"
+                    "on_complete", "context", "result", "owner"
                 )[:budget]
             )
             for job in pending:
@@ -828,7 +828,12 @@ class Loop:
                 continue
             gate: TokenGate = "now"
             if limits.rate_limit:
-                gate = self.reserve_tokens(name, limits.rate_limit, job, now)
+                gate = isolated(
+                    job,
+                    now,
+                    partial(self.reserve_tokens, name, limits.rate_limit, job, now),
+                    "unfit",
+                )
                 if gate == "parked":
                     break
                 if gate == "unfit":
@@ -855,7 +860,7 @@ class Loop:
             try:
                 decision = rate_limit(limit_name, count=job.cost, reserve=True)
             except ValueError as error:
-                fail_unfit(job, f"Its cost cannot be reserved from {limit_name!r}: {error}", now)
+                fail_job(job, f"Its cost cannot be reserved from {limit_name!r}: {error}", now)
                 return "unfit"
             if not decision.ok:
                 self.rate_limited_until[queue] = decision.retry_at or now + timedelta(seconds=1)
@@ -904,11 +909,54 @@ class Loop:
         return LoopStatus.IDLE, None
 
 
-def fail_unfit(job: Job, error: str, now: datetime) -> None:
-    """Fail a WAITING job that could never start, with its ``on_complete`` call."""
-    job.status, job.error, job.finished_at = Status.FAILED, error, now
-    Job.objects.filter(pk=job.pk, status=Status.WAITING).update(
-        status=Status.FAILED, error=error, finished_at=now
+def settle(job: Job, attempt: Attempt, now: datetime) -> bool:
+    """Apply the outcome of the attempt that ran to its job (not saved yet); True."""
+    if attempt.outcome == Outcome.SUCCEEDED:
+        job.status = Status.CANCELED if job.cancel_requested else Status.COMPLETE
+        job.result = attempt.result
+        job.error = job.traceback = ""
+    else:
+        job.error, job.traceback = attempt.error, attempt.traceback
+        policy = Retry(**job.retry)
+        if job.cancel_requested:
+            job.status = Status.CANCELED
+        elif attempt.outcome == Outcome.NON_RETRYABLE or job.attempts > policy.retry_count:
+            job.status = Status.FAILED
+        else:
+            job.status = Status.RETRYING
+            job.start_at = later(now, policy.delay(job.attempts))
+    return True
+
+
+def isolated(job: Job, now: datetime, work: Callable[[], T], fallback: T) -> T:
+    """Do the loop's ``work`` on one job; should it raise (a row changed behind the app's
+    back, a setting removed while the job waited...), fail that job with the error, log
+    it, and return ``fallback``: the step goes on for every other job.
+
+    The one place where per-job work is guarded. Only Python errors are: a database error
+    aborts the step's transaction, which the next step (or pass) does again."""
+    try:
+        return work()
+    except DatabaseError:
+        raise
+    except Exception as error:
+        logger.exception("Main loop: job %r could not be processed; failing it", job.pk)
+        fail_job(job, f"The main loop could not process this job: {describe(error)}", now)
+        return fallback
+
+
+def describe(error: BaseException) -> str:
+    """``Type: message`` of an exception, as errors are shown on jobs."""
+    message = str(error)
+    return f"{type(error).__name__}: {message}" if message else type(error).__name__
+
+
+def fail_job(job: Job, error: str, now: datetime) -> None:
+    """Fail a job the loop cannot go on with (a WAITING job that could never start, or a
+    row it cannot process), with its ``on_complete`` call."""
+    job.status, job.error, job.traceback, job.finished_at = Status.FAILED, error, "", now
+    Job.objects.filter(pk=job.pk).exclude(status__in=FINAL_STATUSES).update(
+        status=Status.FAILED, error=error, traceback="", finished_at=now
     )
     create_callbacks([job], now)
 
@@ -923,7 +971,8 @@ def holds_queue_slot(attempt: Attempt) -> bool:
 
 
 def create_callbacks(finished: list[Job], now: datetime) -> None:
-    """Create the on_complete job of each finished job that asked for one."""
+    """Create the on_complete job of each finished job that asked for one, owned by the
+    same owner."""
     callbacks = []
     retry = Retry.coerce(None).to_json()
     for job in finished:
@@ -947,6 +996,7 @@ def create_callbacks(finished: list[Job], now: datetime) -> None:
                 start_at=now,
                 created_at=now,
                 retry=retry,
+                owner=job.owner,  # what it reports is its owner's to read
             )
         )
     if callbacks:

@@ -4,22 +4,10 @@ from __future__ import annotations
 
 import random
 from dataclasses import asdict, dataclass, fields
-from datetime import timedelta
 from typing import Any
 
 from ..conf import ratequeue_settings
-
-
-def _seconds(name: str, value: Any) -> float:
-    if isinstance(value, timedelta):
-        value = value.total_seconds()
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ValueError(
-            f"Retry {name} must be a number of seconds or a timedelta, not {value!r}."
-        )
-    if value < 0:
-        raise ValueError(f"Retry {name} must not be negative, got {value!r}.")
-    return float(value)
+from .bounds import MAX_BACKOFF_FACTOR, MAX_DELAY, MAX_RETRY_COUNT, integer, seconds
 
 
 @dataclass(frozen=True)
@@ -27,6 +15,7 @@ class Retry:
     """Exponential back-off: attempt ``n`` (1-based) failed → wait
     ``min(initial_interval * backoff_factor ** (n - 1), max_interval)`` seconds, scaled by a
     random factor in [0.8, 1.2] when ``randomize_interval`` so that failing jobs spread out.
+    Every field is bounded (:mod:`.bounds`), so that no delay can overflow a datetime.
     """
 
     retry_count: int = 6
@@ -36,16 +25,20 @@ class Retry:
     randomize_interval: bool = True
 
     def __post_init__(self) -> None:
-        count = self.retry_count
-        if isinstance(count, bool) or not isinstance(count, int) or count < 0:
-            raise ValueError(f"retry_count must be a non-negative integer, not {count!r}.")
-        object.__setattr__(
-            self, "initial_interval", _seconds("initial_interval", self.initial_interval)
-        )
-        object.__setattr__(self, "max_interval", _seconds("max_interval", self.max_interval))
+        integer("retry_count", self.retry_count, 0, MAX_RETRY_COUNT)
+        for name in ("initial_interval", "max_interval"):
+            value = seconds(f"Retry {name}", getattr(self, name), MAX_DELAY)
+            object.__setattr__(self, name, value)
         factor = self.backoff_factor
-        if isinstance(factor, bool) or not isinstance(factor, int | float) or factor < 1:
-            raise ValueError(f"backoff_factor must be a number >= 1, not {factor!r}.")
+        if (
+            isinstance(factor, bool)
+            or not isinstance(factor, int | float)
+            or not 1 <= factor <= MAX_BACKOFF_FACTOR
+        ):
+            raise ValueError(
+                f"backoff_factor must be a number from 1 to {MAX_BACKOFF_FACTOR:g}, "
+                f"not {factor!r}."
+            )
         object.__setattr__(self, "backoff_factor", float(factor))
         if not isinstance(self.randomize_interval, bool):
             raise ValueError(
@@ -75,7 +68,7 @@ class Retry:
             return value
         if isinstance(value, dict):
             known = {f.name for f in fields(cls)}
-            unknown = sorted(set(value) - known)
+            unknown = sorted(map(str, set(value) - known))
             if unknown:
                 raise ValueError(
                     f"Unknown retries option(s) {', '.join(unknown)}; "
@@ -83,9 +76,7 @@ class Retry:
                 )
             return cls(**value)
         if isinstance(value, int) and not isinstance(value, bool):
-            if value < 0:
-                raise ValueError(f"retries must not be negative, got {value}.")
-            return cls(retry_count=value)
+            return cls(retry_count=integer("retries", value, 0, MAX_RETRY_COUNT))
         raise ValueError(
             f"retries must be an int, a dict of Retry fields or a Retry, not {value!r}."
         )

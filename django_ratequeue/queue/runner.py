@@ -24,11 +24,13 @@ from django.db import InterfaceError, OperationalError, connection
 from django.utils import timezone
 
 from ..conf import ratequeue_settings
-from ..exceptions import NonRetryableError, RecursiveWaitDeadlock
+from ..exceptions import NonRetryableError, RecursiveWaitDeadlock, UnknownJob
+from .bounds import MAX_TIMEOUT, clip
 from .bulk import update_rows
-from .enqueue import import_function
+from .enqueue import check_no_nul
 from .loop import take_resting_pass, wake_loop
 from .models import Attempt, Job, Outcome
+from .registry import registered_job
 from .subtasks import current_attempt
 from .watchdog import beat
 
@@ -43,10 +45,12 @@ class AttemptTimedOut(Exception):
 @contextmanager
 def time_limit(seconds: float | None) -> Iterator[None]:
     """Interrupt the job with :class:`AttemptTimedOut` after ``seconds`` (SIGALRM, main
-    thread only; the loop's recovery covers the rest). django-q2's own alarm is restored."""
-    if not seconds or threading.current_thread() is not threading.main_thread():
+    thread only; the loop's recovery covers the rest). django-q2's own alarm is restored.
+    A timeout beyond MAX_TIMEOUT (a row changed behind the app's back) counts as that."""
+    if not seconds or not seconds > 0 or threading.current_thread() is not threading.main_thread():
         yield
         return
+    seconds = min(seconds, MAX_TIMEOUT.total_seconds())
 
     def interrupt(signum: int, frame: Any) -> None:
         raise AttemptTimedOut(f"The attempt ran past its timeout of {seconds:g} seconds.")
@@ -222,21 +226,30 @@ def through_reconnects(action: Callable[[], T]) -> T:
 
 
 def run_attempt(attempt: Attempt) -> None:
-    """Run one claimed attempt and record its outcome on it (written by the caller)."""
+    """Run one claimed attempt and record its outcome on it (written by the caller).
+
+    The job's function is looked up among the registered jobs, never imported: a row whose
+    function is not one (changed in the database, or from a deploy that registers other
+    jobs) fails at once, without retries, with an error that says how to register it."""
     job: Job = attempt.job
     attempt.result, attempt.error, attempt.traceback = None, "", ""
     attempt.outcome = Outcome.SUCCEEDED
     token = current_attempt.set(attempt)
     try:
-        func = import_function(job.func)
+        func = registered_job(job.func).func
+        if not isinstance(job.args, list) or not isinstance(job.kwargs, dict):
+            raise NonRetryableError(
+                "The job's row holds malformed arguments: args must be a JSON list and "
+                "kwargs a JSON object."
+            )
         with time_limit(attempt.timeout):
             result = func(*job.args, **job.kwargs)
-        json.dumps(result, allow_nan=False)
+        check_result_size(result)
         attempt.result = result
     except AttemptTimedOut as exc:
         attempt.outcome, attempt.error = Outcome.TIMED_OUT, str(exc)
         attempt.traceback = tb.format_exc()
-    except (NonRetryableError, RecursiveWaitDeadlock) as exc:
+    except (NonRetryableError, RecursiveWaitDeadlock, UnknownJob) as exc:
         attempt.outcome, attempt.error = Outcome.NON_RETRYABLE, _describe(exc)
         attempt.traceback = tb.format_exc()
     except Exception as exc:
@@ -244,7 +257,26 @@ def run_attempt(attempt: Attempt) -> None:
         attempt.traceback = tb.format_exc()
     finally:
         current_attempt.reset(token)
+    # PostgreSQL text cannot hold a NUL: an error that quotes one keeps it escaped.
+    limit = ratequeue_settings()["MAX_ERROR_BYTES"]
+    attempt.error = clip(attempt.error.replace("\x00", "\\x00"), limit)
+    attempt.traceback = clip(attempt.traceback.replace("\x00", "\\x00"), limit)
     attempt.ended_at = timezone.now()
+
+
+def check_result_size(result: Any) -> None:
+    """Refuse a result that is not JSON, holds a NUL, or is bigger than MAX_RESULT_BYTES:
+    the attempt fails rather than store it (and hand it to every reader and callback)."""
+    text = json.dumps(result, allow_nan=False)
+    check_no_nul("return value", text)
+    size = len(text)
+    limit = ratequeue_settings()["MAX_RESULT_BYTES"]
+    if size > limit:
+        raise ValueError(
+            f"The job's result is {size} bytes of JSON; the most is "
+            f'RATEQUEUE["MAX_RESULT_BYTES"] ({limit}). Store big output elsewhere (a file, '
+            "a row) and return a reference to it."
+        )
 
 
 def _describe(exc: BaseException) -> str:

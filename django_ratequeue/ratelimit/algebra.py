@@ -20,7 +20,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .config import FixedWindow, RateLimitConfig, TokenBucket
+from .config import MAX_TOKENS, FixedWindow, RateLimitConfig, TokenBucket
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,10 +48,12 @@ class Decision:
 
 
 def check_count(config: RateLimitConfig, count: float, *, reserve: bool) -> None:
-    """Raise ``ValueError`` unless ``count`` is a positive number that could ever fit
-    into any shard of ``config``."""
+    """Raise ``ValueError`` unless ``count`` is a positive number, at most ``MAX_TOKENS``,
+    that could ever fit into any shard of ``config``."""
     if isinstance(count, bool) or not isinstance(count, int | float) or not count > 0:
         raise ValueError(f"count must be a positive number, got {count!r}.")
+    if not count <= MAX_TOKENS:  # also inf, and big ints that floats cannot hold
+        raise ValueError(f"count must be at most {MAX_TOKENS:g}, got {count!r}.")
     share = config.smallest_share()
     largest = share.largest_count(reserve=reserve)
     if count > largest:

@@ -372,8 +372,14 @@ def _result(name: str, key: str | None, decision: Decision, throws: bool) -> Rat
     return result
 
 
+# The latest time a result names: a reservation that far ahead (a limit refilling a few
+# tokens a decade) says "not before the year 9999" rather than overflow.
+LATEST_TIMESTAMP = datetime(9999, 1, 1, tzinfo=UTC).timestamp()
+
+
 def _aware(timestamp: float) -> datetime:
     """An aware UTC datetime, rounded up to the microsecond so it is never too early."""
+    timestamp = min(timestamp, LATEST_TIMESTAMP)
     return datetime.fromtimestamp(math.ceil(timestamp * 1_000_000) / 1_000_000, tz=UTC)
 
 

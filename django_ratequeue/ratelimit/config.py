@@ -5,6 +5,9 @@ given as a :class:`~datetime.timedelta` or as seconds; the algebra reads the nor
 ``period_seconds``. ``capacity`` defaults to ``rate``; ``max_reserved=None`` means
 reservations are unbounded. With ``shards=N`` the limit is kept in N rows, each holding
 a share of ``rate``, ``capacity`` and ``max_reserved`` (:meth:`per_shard`).
+
+Every number is finite and bounded (``MAX_TOKENS``, ``MIN_PERIOD``...), so that the
+arithmetic on a limit, in Python and in SQL, neither overflows nor runs forever.
 """
 
 from __future__ import annotations
@@ -18,19 +21,38 @@ from functools import lru_cache
 from numbers import Real
 from typing import Any, ClassVar, Self
 
+# The most tokens a limit adds, holds, reserves or is asked for at once.
+MAX_TOKENS = 1e15
+MIN_PERIOD = 0.001
+MAX_PERIOD = 10 * 365 * 24 * 3600.0
+MAX_SHARDS = 1024
+# A fixed window's start, in seconds from the epoch: within the years 1 to 9999.
+MAX_START = 253402300799.0
+
+
+def _float(value: Any) -> float:
+    """``value`` as a float; an int too big for one is infinite (and so refused)."""
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf
+
 
 def _seconds(value: float | timedelta, field: str) -> float:
     if isinstance(value, timedelta):
         return value.total_seconds()
     if isinstance(value, bool) or not isinstance(value, Real):
         raise ValueError(f"{field} must be a number of seconds or a timedelta, got {value!r}.")
-    return float(value)
+    return _float(value)
 
 
 def _number(value: Any, field: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, Real) or not math.isfinite(value):
+    number = math.nan if isinstance(value, bool) or not isinstance(value, Real) else _float(value)
+    if not math.isfinite(number):
         raise ValueError(f"{field} must be a finite number, got {value!r}.")
-    return float(value)
+    if number > MAX_TOKENS:
+        raise ValueError(f"{field} must be at most {MAX_TOKENS:g}, got {value!r}.")
+    return number
 
 
 @dataclass(frozen=True)
@@ -49,8 +71,13 @@ class _LimitFields:
         if _number(self.rate, f"{name}.rate") <= 0:
             raise ValueError(f"{name}.rate must be greater than 0, got {self.rate!r}.")
         period = _seconds(self.period, f"{name}.period")
-        if not math.isfinite(period) or period <= 0:
+        if not period > 0:
             raise ValueError(f"{name}.period must be longer than 0 seconds, got {self.period!r}.")
+        if not MIN_PERIOD <= period <= MAX_PERIOD:
+            raise ValueError(
+                f"{name}.period must be from {MIN_PERIOD:g} to {MAX_PERIOD:g} seconds "
+                f"(10 years), got {self.period!r}."
+            )
         if self.capacity is not None and _number(self.capacity, f"{name}.capacity") < 0:
             raise ValueError(f"{name}.capacity must be 0 or more, got {self.capacity!r}.")
         if (
@@ -62,8 +89,10 @@ class _LimitFields:
                 f"got {self.max_reserved!r}."
             )
         shards = getattr(self, "shards", 1)
-        if isinstance(shards, bool) or not isinstance(shards, int) or shards < 1:
-            raise ValueError(f"{name}.shards must be an integer of 1 or more, got {shards!r}.")
+        if isinstance(shards, bool) or not isinstance(shards, int) or not 0 < shards <= MAX_SHARDS:
+            raise ValueError(
+                f"{name}.shards must be an integer from 1 to {MAX_SHARDS}, got {shards!r}."
+            )
 
     @property
     def period_seconds(self) -> float:
@@ -135,7 +164,13 @@ class FixedWindow(_LimitFields):
             if start.tzinfo is None:
                 raise ValueError(f"FixedWindow.start must be an aware datetime, got {start!r}.")
             return start.timestamp()
-        return _seconds(start, "FixedWindow.start")  # type: ignore[arg-type]
+        seconds = _seconds(start, "FixedWindow.start")  # type: ignore[arg-type]
+        if not -MAX_START <= seconds <= MAX_START:
+            raise ValueError(
+                f"FixedWindow.start must be a finite time within the years 1 to 9999, "
+                f"got {start!r}."
+            )
+        return seconds
 
     @property
     def start_seconds(self) -> float | None:

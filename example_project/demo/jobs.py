@@ -1,4 +1,5 @@
-"""The demo's job functions; django-q2 workers import them from here."""
+"""The demo's jobs: the app's jobs.py, imported at start-up (web and workers) so that @job
+registers them; only registered jobs run."""
 
 from __future__ import annotations
 

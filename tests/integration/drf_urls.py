@@ -8,6 +8,10 @@ from rest_framework.views import APIView
 from django_ratequeue.contrib.drf import AnonRateLimitThrottle, RateLimitThrottle
 
 
+class StrictThrottle(RateLimitThrottle):
+    strict = True
+
+
 class Hello(APIView):
     def get(self, request: Request) -> Response:
         return Response({"hello": "world"})
@@ -30,9 +34,20 @@ class AnonOnly(Hello):
     throttle_classes = [AnonRateLimitThrottle]
 
 
+class TwoLimits(ConfiguredScope):
+    throttle_classes = [AnonRateLimitThrottle, RateLimitThrottle]
+
+
+class Strict(Hello):
+    throttle_classes = [StrictThrottle]
+    throttle_scope = "strict"
+
+
 urlpatterns = [
     path("configured/", ConfiguredScope.as_view()),
     path("drf-rate/", DrfRateScope.as_view()),
     path("unscoped/", Unscoped.as_view()),
     path("anon/", AnonOnly.as_view()),
+    path("two-limits/", TwoLimits.as_view()),
+    path("strict/", Strict.as_view()),
 ]

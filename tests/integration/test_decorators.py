@@ -83,6 +83,43 @@ def test_ipv6_addresses_share_their_64_network() -> None:
     assert view(rf.get("/", REMOTE_ADDR="2001:db8:0:1::1")).status_code == 200
 
 
+def test_ipv4_mapped_addresses_are_keyed_as_their_ipv4_address() -> None:
+    """A dual-stack server reports IPv4 clients as ::ffff:a.b.c.d: each stays its own
+    client (not one /64 for all IPv4) and is the same client as a.b.c.d."""
+    view = ratelimit("pages", key="ip", config=TokenBucket(rate=1, period=60))(ok)
+
+    assert view(rf.get("/", REMOTE_ADDR="::ffff:192.0.2.1")).status_code == 200
+    assert view(rf.get("/", REMOTE_ADDR="::ffff:192.0.2.2")).status_code == 200
+    assert view(rf.get("/", REMOTE_ADDR="192.0.2.1")).status_code == 429
+
+
+@pytest.mark.parametrize(
+    ("address", "same_client"),
+    [
+        ("192.0.2.1:5678", "192.0.2.1"),
+        ("[2001:db8::1]:443", "2001:db8::2"),
+        ("[::ffff:192.0.2.1]:80", "192.0.2.1"),
+        ("2001:db8:0:1::80", "2001:db8:0:1::1"),  # no brackets: all of it is the address
+    ],
+)
+def test_a_port_after_the_address_is_not_part_of_the_client(
+    address: str, same_client: str
+) -> None:
+    view = ratelimit("pages", key="ip", config=TokenBucket(rate=1, period=60))(ok)
+
+    assert view(rf.get("/", REMOTE_ADDR=address)).status_code == 200
+    assert view(rf.get("/", REMOTE_ADDR=same_client)).status_code == 429
+
+
+def test_an_over_long_address_is_hashed_into_the_key() -> None:
+    view = ratelimit("pages", key="ip", config=TokenBucket(rate=1, period=60))(ok)
+    placeholder = "unix:" + "x" * 10_000_000
+
+    assert view(rf.get("/", REMOTE_ADDR=placeholder)).status_code == 200
+    assert view(rf.get("/", REMOTE_ADDR=placeholder)).status_code == 429
+    assert view(rf.get("/", REMOTE_ADDR=placeholder + "y")).status_code == 200
+
+
 def with_user(request: HttpRequest, user: object) -> HttpRequest:
     request.user = user  # type: ignore[assignment]
     return request

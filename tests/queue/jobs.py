@@ -1,4 +1,5 @@
-"""Job functions the queue tests enqueue; workers import them from here."""
+"""Job functions the queue tests enqueue, registered with ``@job``: RATEQUEUE["JOB_MODULES"]
+in the test settings imports this module at start-up, in the tests and in qcluster workers."""
 
 from __future__ import annotations
 
@@ -13,10 +14,12 @@ from django_ratequeue import NonRetryableError, enqueue, get_handle, job
 from django_ratequeue.queue.subtasks import current_job_id
 
 
+@job
 def add(a: int, b: int) -> int:
     return a + b
 
 
+@job
 def echo(*args: Any, **kwargs: Any) -> dict[str, Any]:
     return {"args": list(args), "kwargs": kwargs}
 
@@ -26,15 +29,18 @@ def decorated(x: int) -> int:
     return x * 2
 
 
+@job
 def sleep(seconds: float) -> str:
     time.sleep(seconds)
     return "slept"
 
 
+@job
 def fail(message: str = "boom") -> None:
     raise ValueError(message)
 
 
+@job
 def fail_hard(message: str = "no point retrying") -> None:
     raise NonRetryableError(message)
 
@@ -48,17 +54,20 @@ def append_line(path: str, text: str) -> None:
         os.close(fd)
 
 
+@job
 def record(path: str, label: str) -> str:
     append_line(path, f"{label} {time.time():.6f} {os.getpid()}")
     return label
 
 
+@job
 def fail_then_record(path: str, label: str) -> None:
     """Record the attempt's time and fail, so that the test can read the back-off."""
     record(path, label)
     raise RuntimeError(f"attempt of {label} failed")
 
 
+@job
 def block_until_file(path: str, marker: str, limit: float = 30) -> str:
     """Record that it started (with its pid), then wait until ``marker`` exists."""
     record(path, "started")
@@ -68,6 +77,7 @@ def block_until_file(path: str, marker: str, limit: float = 30) -> str:
     return "released"
 
 
+@job
 def observed(counter: str, groups: list[str], seconds: float) -> None:
     """Count this job as running in each group while it sleeps; keep the peak per group."""
     _adjust(counter, groups, +1)
@@ -92,26 +102,41 @@ def _adjust(counter: str, groups: list[str], delta: int) -> None:
         os.close(fd)
 
 
+@job
 def callback(outcome: dict[str, Any]) -> None:
     """An on_complete target: writes the outcome it received to the path in its context."""
     append_line(outcome["context"]["path"], json.dumps(outcome, sort_keys=True))
 
 
+@job
 def sleep_and_record(path: str, label: str, seconds: float) -> str:
     time.sleep(seconds)
     return record(path, label)
 
 
+@job
 def spawn_and_wait(x: int, child_queue: Any = None) -> int:
     """Enqueue add(x, x) as a subtask (in ``child_queue``) and wait for it."""
     child = enqueue(add, args=[x, x], queue=child_queue) if child_queue else enqueue(add, x, x)
     return child.result(timeout=60) * 10
 
 
+@job
 def spawn_nested(name: str) -> int:
     """Wait on a subtask in queue ``name`` that itself waits on a subtask in ``name``."""
     return enqueue(spawn_and_wait, args=[1, name], queue=name).result(timeout=60)
 
 
+@job
 def wait_on_self() -> None:
     get_handle(current_job_id()).result(timeout=60)
+
+
+@job
+def return_nul() -> str:
+    return "a\x00b"
+
+
+@job
+def fail_with_nul() -> None:
+    raise ValueError("bad \x00 value")

@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from django_ratequeue import (
     DuplicateJobId,
-    NotOwner,
+    Handle,
     Retry,
     Status,
     enqueue,
@@ -182,7 +182,7 @@ def local_function() -> None:
         (lambda: enqueue(jobs.add, args=[1, 2], context={1, 2}), "context must be JSON"),
         (lambda: enqueue(jobs.add, args=[1, 2], start_at="next tuesday"), "ISO-8601"),
         (lambda: enqueue(jobs.add, args=[1, 2], start_at=5), "start_at must be"),
-        (lambda: enqueue(jobs.add, args=[1, 2], retries=-1), "retries must not be negative"),
+        (lambda: enqueue(jobs.add, args=[1, 2], retries=-1), "retries must be an integer from 0"),
         (lambda: enqueue(jobs.add, args=[1, 2], retries={"tries": 3}), "Unknown retries"),
         (lambda: enqueue(jobs.add, args=[1, 2], retries="many"), "retries must be"),
         (lambda: enqueue(jobs.add, args=[1, 2], timeout=-1), "timeout must be more than 0"),
@@ -241,10 +241,10 @@ def test_backoff_grows_and_is_capped() -> None:
 
 def test_only_the_owner_may_cancel_or_read_attempts() -> None:
     handle = enqueue(jobs.add, 1, 2, owner="alice")
-    stranger = get_handle(handle.id, owner="mallory")
-    with pytest.raises(NotOwner):
+    stranger = Handle(handle.id, owner="mallory")
+    with pytest.raises(Job.DoesNotExist):
         stranger.cancel()
-    with pytest.raises(NotOwner):
+    with pytest.raises(Job.DoesNotExist):
         stranger.attempts()
     assert not CancelRequest.objects.exists()
     get_handle(handle.id, owner="alice").cancel()

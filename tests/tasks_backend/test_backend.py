@@ -106,7 +106,7 @@ def test_options_are_the_jobs_defaults() -> None:
     [
         ({"colour": "red"}, "Unknown OPTIONS colour"),
         ({"queue": "emails"}, "Unknown OPTIONS queue"),
-        ({"retries": -1}, "retries must not be negative"),
+        ({"retries": -1}, "retries must be an integer from 0"),
         ({"timeout": 0}, "timeout must be more than 0"),
     ],
 )

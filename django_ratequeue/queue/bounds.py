@@ -1,0 +1,72 @@
+"""The bounds on what a job may ask for, and safe arithmetic on the times it gives.
+
+Every number a producer passes is finite and bounded at enqueue, so that nothing the loop
+later computes from a job (its start, its next retry, its deadline) can overflow a
+datetime or a database column. Rows changed behind the app's back get the same safety from
+:func:`later`, which clamps instead of raising. docs/api.md lists these bounds.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+# How far ahead a job may be scheduled (start_at, run_after) or a retry may wait.
+MAX_DELAY = timedelta(days=3650)
+# The longest timeout of one attempt.
+MAX_TIMEOUT = timedelta(days=7)
+# The most retries a job may ask for, and the steepest back-off.
+MAX_RETRY_COUNT = 1000
+MAX_BACKOFF_FACTOR = 100.0
+# priority and cost are 32-bit integer columns on every database.
+MAX_INT = 2**31 - 1
+MIN_INT = -(2**31)
+# The latest moment the loop ever computes: far beyond MAX_DELAY, still a valid datetime
+# after rounding up to a SEGMENT.
+LATEST = datetime(9999, 1, 1, tzinfo=UTC)
+
+
+def seconds(name: str, value: Any, bound: timedelta, *, allow_zero: bool = True) -> float:
+    """``value`` (seconds or a timedelta) as finite seconds within ``bound``, or a
+    ValueError naming ``name`` and what it may be."""
+    if isinstance(value, timedelta):
+        value = value.total_seconds()
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"{name} must be a number of seconds or a timedelta, not {value!r}.")
+    most = bound.total_seconds()
+    if not (0 <= value <= most) or (value == 0 and not allow_zero):
+        low = "0 or more" if allow_zero else "more than 0"
+        raise ValueError(f"{name} must be {low} and at most {most:g} seconds, got {value!r}.")
+    return float(value)
+
+
+def integer(name: str, value: Any, low: int, high: int) -> int:
+    """``value`` as an int from ``low`` to ``high``, or a ValueError naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ValueError(f"{name} must be an integer from {low} to {high}, not {value!r}.")
+    return value
+
+
+def later(moment: datetime, delay: float) -> datetime:
+    """``moment`` plus ``delay`` seconds, clamped to :data:`LATEST` (and never before
+    ``moment``): whatever a row holds, the loop's arithmetic on it never raises. A NaN
+    delay (a timeout of NaN written into a row) is taken as forever."""
+    if moment >= LATEST or delay <= 0:
+        return moment
+    if math.isnan(delay) or delay >= (LATEST - moment).total_seconds():
+        return LATEST
+    return moment + timedelta(seconds=delay)
+
+
+def clip(text: str, limit: int) -> str:
+    """``text`` in at most ``limit`` bytes of UTF-8: its beginning and its end (where a
+    traceback names the error) around a note of what was cut. Characters UTF-8 cannot
+    encode (lone surrogates) are replaced, so that the text can always be stored."""
+    data = text.encode("utf-8", "replace")
+    if len(data) <= limit:
+        return data.decode()
+    note = f"\n[... {len(data) - limit} bytes cut ...]\n".encode()
+    keep = max(limit - len(note), 0)
+    head, tail = data[: keep - keep // 2], data[len(data) - keep // 2 :]
+    return (head + note + tail).decode("utf-8", "ignore")

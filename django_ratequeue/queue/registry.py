@@ -1,0 +1,150 @@
+"""The functions that may run as jobs, registered at import time and found by name.
+
+A dotted path comes from outside the code that defined the job: a caller's string, an
+``on_complete`` option, a job row in the database, later an HTTP request. Were it imported
+and called, ``enqueue("builtins.exec", ...)`` or a row changed to ``os.system`` would run,
+and merely naming a module would run its import side effects. So only what the project's
+own code registered runs, and a name is looked up here without importing anything:
+
+- ``@job`` registers its function under its dotted path as it decorates it;
+- a ``django.tasks`` task registers when it is defined for a ratequeue backend
+  (:meth:`.backends.RateQueueBackend.validate_task`);
+- :func:`autodiscover`, called by the app's ``ready()`` in every process (web and
+  qcluster workers alike), imports the modules that hold them, as the admin finds
+  ``admin.py``: each installed app's ``jobs`` module, its ``tasks`` module when a TASKS
+  backend is ours, and the modules ``RATEQUEUE["JOB_MODULES"]`` names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+from django.apps import AppConfig
+from django.conf import settings
+from django.core.checks import CheckMessage, Error, register
+from django.core.exceptions import ImproperlyConfigured
+from django.utils.module_loading import autodiscover_modules
+
+from ..conf import ratequeue_settings
+from ..exceptions import UnknownJob
+
+if TYPE_CHECKING:
+    from .enqueue import JobFunction
+
+# dotted path -> the registered job, or (for tasks) the django.tasks Task
+_jobs: dict[str, JobFunction] = {}
+_tasks: dict[str, Any] = {}
+
+FIX = (
+    "decorate it with @job and make sure its module is imported at start-up "
+    "(an installed app's jobs.py or RATEQUEUE['JOB_MODULES'])"
+)
+TASK_FIX = (
+    "define it with @task for a ratequeue backend, in an installed app's tasks.py or a "
+    "module in RATEQUEUE['JOB_MODULES']"
+)
+
+
+def job_path(func: Callable[..., Any], what: str = "job function") -> str:
+    """The dotted path of a module-level function: the name a worker finds it by."""
+    module = getattr(func, "__module__", None)
+    qualname = getattr(func, "__qualname__", None)
+    if not callable(func) or not isinstance(module, str) or not isinstance(qualname, str):
+        raise ValueError(f"The {what} must be a function or a dotted path, not {func!r}.")
+    if "<" in qualname or "." in qualname:
+        raise ValueError(
+            f"The {what} {qualname!r} is not a module-level function; define it at the top "
+            "level of a module so that workers can find it."
+        )
+    return f"{module}.{qualname}"
+
+
+def register_job(job: JobFunction) -> JobFunction:
+    """Register ``job`` under its path and return the registered job. A path names one
+    job: decorating the same function again keeps the first registration (and its
+    options); another function at that path (a reloaded module) replaces it."""
+    known = _jobs.get(job.path)
+    if known is not None and known.func is job.func:
+        return known
+    _jobs[job.path] = job
+    return job
+
+
+def registered_job(func: Callable[..., Any] | str, what: str = "job function") -> JobFunction:
+    """The registered job that ``func`` names: the ``@job`` function, the plain function it
+    decorates, or their dotted path. Raises :class:`UnknownJob` naming the fix; never
+    imports anything."""
+    path = func if isinstance(func, str) else job_path(func, what)
+    known = _jobs.get(path)
+    if known is None or not (isinstance(func, str) or func is known.func or func is known):
+        raise UnknownJob(f"Unknown {what} {_shown(path)}: only registered jobs run; {FIX}.")
+    return known
+
+
+def register_task(task: Any) -> None:
+    """Register a ``django.tasks`` Task defined for a ratequeue backend (see
+    :func:`register_job` for a path that is registered already)."""
+    known = _tasks.get(task.module_path)
+    if known is None or known.func is not task.func:
+        _tasks[task.module_path] = task
+
+
+def registered_task(path: str) -> Any:
+    """The Task registered at ``path``, or :class:`UnknownJob`; never imports anything."""
+    try:
+        return _tasks[path]
+    except (KeyError, TypeError):
+        message = f"Unknown task {_shown(path)}: only registered tasks run; {TASK_FIX}."
+        raise UnknownJob(message) from None
+
+
+def _shown(name: Any) -> str:
+    """A name as an error message quotes it: a hostile 10 MB one is cut short."""
+    text = repr(name)
+    return text if len(text) <= 300 else f"{text[:300]}..."
+
+
+def autodiscover() -> None:
+    """Import the modules that register jobs (see the module docstring)."""
+    from ..backends import BACKEND_PATH, HAS_DJANGO_TASKS
+
+    autodiscover_modules("jobs")
+    tasks: dict[str, dict[str, Any]] = getattr(settings, "TASKS", {})
+    if HAS_DJANGO_TASKS and any(p.get("BACKEND") == BACKEND_PATH for p in tasks.values()):
+        autodiscover_modules("tasks")
+    modules = ratequeue_settings()["JOB_MODULES"]
+    if not _is_module_list(modules):
+        return  # check_job_modules says what is wrong
+    for name in modules:
+        try:
+            import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name is None or not (name == exc.name or name.startswith(f"{exc.name}.")):
+                raise  # a module that is there but imports something missing
+            raise ImproperlyConfigured(
+                f"RATEQUEUE['JOB_MODULES'] names {name!r}, which does not exist."
+            ) from exc
+
+
+def _is_module_list(value: Any) -> bool:
+    return isinstance(value, list | tuple) and all(
+        isinstance(name, str) and name for name in value
+    )
+
+
+@register()
+def check_job_modules(
+    app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
+) -> list[CheckMessage]:
+    if _is_module_list(ratequeue_settings()["JOB_MODULES"]):
+        return []
+    return [
+        Error(
+            'RATEQUEUE["JOB_MODULES"] must be a list of module names, imported at start-up '
+            "so that the jobs they define are registered.",
+            hint='e.g. ["myproject.jobs"]; installed apps\' jobs.py are found without it.',
+            id="django_ratequeue.E220",
+        )
+    ]

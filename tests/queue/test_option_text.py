@@ -1,0 +1,161 @@
+"""Enqueue options hold any text and any JSON, on every insert path.
+
+A plain enqueue sends its fixed options as literals inside a prepared INSERT (PostgreSQL),
+an enqueue with an id saves a model, ``enqueue_many`` COPYs its rows: what is read back
+from the row must be exactly what was given, ``%`` and quotes included. Only NUL, which
+PostgreSQL text cannot hold, is refused, on every database alike.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.db import connection
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from django_ratequeue import Handle, JobFailed, Status, enqueue, enqueue_many
+from django_ratequeue.db import _sessions
+from django_ratequeue.models import Job
+from django_ratequeue.queue.loop import Loop, ensure_loop_state
+from django_ratequeue.queue.runner import Runner
+from tests.queue import jobs
+
+pytestmark = pytest.mark.django_db
+
+# What a driver or a SQL literal could read as something else.
+TRICKY = ["%", "%s", "%%", "%(x)s", "%b", "$1", "'", "''", '"', "\\", "\\'", "?", ":x", "ü", "\n"]
+pieces = st.lists(st.sampled_from(TRICKY) | st.text(max_size=4), max_size=8).map("".join)
+
+
+def strings(size: int, *, min_size: int = 0) -> st.SearchStrategy[str]:
+    """Any text of ``min_size`` to ``size`` characters but NUL, often with tricky pieces."""
+    return (
+        (pieces | st.text(max_size=size))
+        .map(lambda value: value.replace("\x00", "")[:size])
+        .filter(lambda value: len(value) >= min_size)
+    )
+
+
+# JSON as PostgreSQL's jsonb gives it back: floats whose shortest repr it keeps exactly
+# (jsonb prints numbers without an exponent, so 1e300 would come back as an int).
+json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(10**20), 10**20)
+    | st.floats(-1e15, 1e15, allow_nan=False)
+    | strings(40),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(strings(20), inner, max_size=4),
+    max_leaves=12,
+)
+options = st.fixed_dictionaries(
+    {
+        "queue": strings(200, min_size=1),
+        "concurrency_key": strings(255),
+        "owner": strings(255),
+        "context": json_values,
+    }
+)
+ids = strings(150, min_size=1)
+
+
+def read_back(handle: Handle) -> dict[str, Any]:
+    row = Job.objects.get(pk=handle.id)
+    return {
+        "queue": row.queue,
+        "concurrency_key": row.concurrency_key,
+        "owner": row.owner,
+        "context": row.context,
+    }
+
+
+def stored_as_given(handle: Handle, values: dict[str, Any]) -> None:
+    assert read_back(handle) == values
+    assert Job.objects.get(pk=handle.id).args == [values["context"]]
+    assert handle.status() == Status.WAITING  # the owner reads its own job back
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(values=options, job_id=ids)
+def test_any_text_and_json_round_trips_on_every_insert_path(
+    values: dict[str, Any], job_id: str
+) -> None:
+    Job.objects.all().delete()
+    context = values["context"]
+    # Twice: the first plain enqueue runs the INSERT's text, later ones EXECUTE it prepared.
+    plain = [enqueue(jobs.echo, context, **values) for _ in range(2)]
+    chosen = enqueue(jobs.echo, context, id=job_id, **values)
+    many = enqueue_many(jobs.echo, [[context]] * 2, **values)
+    named = enqueue_many(jobs.echo, [[context]], id=job_id + "/many", **values)
+    assert chosen.id == job_id
+    for handle in [*plain, chosen, *many, *named]:
+        stored_as_given(handle, values)
+
+
+@pytest.mark.parametrize(
+    "value", ["50% off", "a%sb", "100%%", "%(x)s", "%", "'%s'", "%%s", "\\%s", "%s%s%s"]
+)
+def test_percent_signs_are_stored_as_given_by_the_prepared_insert(value: str) -> None:
+    values = {"queue": value, "concurrency_key": value, "owner": value, "context": {value: value}}
+    # A fresh session: its first INSERT runs as text, the second prepares it, the third
+    # executes the prepared statement.
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("DEALLOCATE ALL")
+        _sessions.pop(connection.connection, None)
+    for _ in range(3):
+        stored_as_given(enqueue(jobs.echo, values["context"], **values), values)
+
+
+@pytest.mark.parametrize(
+    ("options", "args", "what"),
+    [
+        ({"concurrency_key": "a\x00b"}, [], "concurrency_key"),
+        ({"owner": "\x00"}, [], "owner"),
+        ({"id": "job\x00"}, [], "id"),
+        ({"queue": "q\x00"}, [], "queue"),
+        ({"queue": {"name": "q\x00", "max_concurrency": 2}}, [], "queue"),
+        ({"context": {"title": "a\x00b"}}, [], "context"),
+        ({"context": {"\x00": 1}}, [], "context"),
+        ({}, ["x\x00"], "arguments"),
+    ],
+)
+def test_nul_is_refused_and_nothing_is_written(
+    options: dict[str, Any], args: list[Any], what: str
+) -> None:
+    with pytest.raises(ValueError, match=rf"{what}.*NUL"):
+        enqueue(jobs.echo, *args, **options)
+    with pytest.raises(ValueError, match=rf"{what}.*NUL"):
+        enqueue_many(jobs.echo, [args], **options)
+    assert not Job.objects.exists()
+
+
+def test_an_escaped_backslash_before_u0000_is_not_a_nul() -> None:
+    handle = enqueue(jobs.echo, "\\u0000", context={"\\u0000": "\\\\u0000"})
+    row = Job.objects.get(pk=handle.id)
+    assert (row.args, row.context) == (["\\u0000"], {"\\u0000": "\\\\u0000"})
+
+
+@pytest.mark.parametrize(
+    ("func", "error"),
+    [
+        (jobs.return_nul, "return value must not contain NUL"),
+        (jobs.fail_with_nul, r"ValueError: bad \\x00 value"),
+    ],
+)
+def test_a_nul_in_a_jobs_outcome_fails_that_job_alone(func: Any, error: str) -> None:
+    """PostgreSQL cannot store a NUL: a result holding one fails its job, an error quoting
+    one is stored escaped, and the other outcomes reported with it are written."""
+    bad = enqueue(func, retries=0)
+    innocent = enqueue(jobs.add, 1, 2)
+    loop = Loop(ensure_loop_state()[0])
+    loop.step()  # dispatches both, in one batch
+    Runner("a-worker").run(loop.inline_batch)
+    loop.step()
+    assert innocent.result(timeout=0) == 3
+    with pytest.raises(JobFailed, match=error) as failed:
+        bad.result(timeout=0)
+    assert "\x00" not in failed.value.traceback

@@ -717,8 +717,8 @@ class Loop:
         higher priority goes first and keys and queues of equal priority take turns.
         """
         self.reserved_starts = []
-        state = LoopState.objects.filter(pk=LoopState.SINGLETON)
         if self.key_cursors is None:  # once per pass: only one pass runs at a time
+            state = LoopState.objects.filter(pk=LoopState.SINGLETON)
             self.key_cursors, self.queue_cursor = state.values_list(
                 "key_cursors", "queue_cursor"
             ).first() or ({}, "")
@@ -743,13 +743,7 @@ class Loop:
             )
         offers.sort(key=lambda offer: (-offer[0].priority, offer[1], offer[2]))
         chosen = [job for job, _round, _turn in offers[:env_free]]
-        # The next step's turn begins after the last queue served, or after the last one
-        # looked at when none could start anything: each gets its turn however many there are.
-        if chosen or len(queues) == QUEUES_PER_STEP:
-            queue_cursor = chosen[-1].queue if chosen else queues[-1]
-            if queue_cursor != self.queue_cursor:
-                state.update(queue_cursor=queue_cursor)
-                self.queue_cursor = queue_cursor
+        self.remember_turns(chosen, queues)
         if not chosen:
             return [], True
         attempts = Attempt.objects.bulk_create(
@@ -768,10 +762,6 @@ class Loop:
         Job.objects.filter(pk__in=[job.pk for job in chosen]).update(
             status=Status.RUNNING, attempts=F("attempts") + 1, tokens_reserved=False
         )
-        turns = {**cursors, **{job.queue: job.concurrency_key for job in chosen}}
-        if turns != cursors:
-            state.update(key_cursors=turns)
-            self.key_cursors = turns
         for batch in self.batches([a.pk for a in attempts], now):
             if self.inline_batch:
                 _enqueue_task(RUNNER_TASK, batch)
@@ -780,6 +770,27 @@ class Loop:
         return attempts, len(offers) > len(chosen) or len(chosen) == env_free or bool(
             self.reserved_starts
         )
+
+    def remember_turns(self, chosen: list[Job], queues: list[str]) -> None:
+        """Keep where the next step's turns begin, in one UPDATE when they moved: per queue
+        after the key served last, and over the queues after the queue served last (or
+        after the last one looked at when none could start anything, so that each queue
+        gets its turn however many have work)."""
+        cursors = self.key_cursors or {}
+        keys = {**cursors, **{job.queue: job.concurrency_key for job in chosen}}
+        queue = self.queue_cursor
+        if chosen:
+            queue = chosen[-1].queue
+        elif len(queues) == QUEUES_PER_STEP:
+            queue = queues[-1]
+        moved: dict[str, Any] = {}
+        if keys != cursors:
+            moved["key_cursors"] = keys
+        if queue != self.queue_cursor:
+            moved["queue_cursor"] = queue
+        if moved:
+            LoopState.objects.filter(pk=LoopState.SINGLETON).update(**moved)
+            self.key_cursors, self.queue_cursor = keys, queue
 
     def queue_candidates(
         self,

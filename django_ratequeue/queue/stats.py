@@ -203,7 +203,10 @@ def queue_overview() -> QueueOverview:
     queues = []
     for name in sorted(counts):
         limits = QueueLimits.of(name, overrides)
-        set_at_enqueue = _set_at_enqueue(name) if limits.max_concurrency is None else None
+        unfinished = any(counts[name][column] for column in [*UNFINISHED, "dispatched"])
+        set_at_enqueue = None
+        if limits.max_concurrency is None and unfinished:
+            set_at_enqueue = _set_at_enqueue(name)
         queues.append(
             QueueCounts(
                 name,
@@ -228,13 +231,13 @@ def queue_overview() -> QueueOverview:
     return QueueOverview(queues=queues, loop=loop, workers=workers, count_limit=COUNT_LIMIT)
 
 
-def _capped_counts() -> list[tuple[str, str, int]]:
-    """(status, queue, jobs) for every status and queue with jobs, each count stopping at
-    COUNT_LIMIT + 1: in one statement that reads only the dispatch index (status, queue,
-    ...) — per status a skip scan over its queues, then a bounded count of each."""
+def _queues_by_status(then: str) -> str:
+    """SQL naming, as ``q(status, name)``, each status with each queue that has jobs in it,
+    found by skipping through the dispatch index (a probe per queue), followed by ``then``
+    (a SELECT from ``q``; ``{table}`` is the jobs table). Parameters: the statuses."""
     table = connection.ops.quote_name(Job._meta.db_table)
     statuses = " UNION ALL ".join(["SELECT %s AS status"] * len(Status.values))
-    sql = (
+    return (
         f"WITH RECURSIVE q(status, name) AS ("
         f" SELECT s.status, (SELECT MIN(queue) FROM {table} j WHERE j.status = s.status)"
         f" FROM ({statuses}) s"
@@ -242,9 +245,17 @@ def _capped_counts() -> list[tuple[str, str, int]]:
         f" SELECT q.status,"
         f" (SELECT MIN(queue) FROM {table} j WHERE j.status = q.status AND j.queue > q.name)"
         f" FROM q WHERE q.name IS NOT NULL"
-        f") SELECT q.status, q.name, (SELECT COUNT(*) FROM ("
-        f" SELECT 1 FROM {table} j WHERE j.status = q.status AND j.queue = q.name LIMIT %s"
-        f") bounded) FROM q WHERE q.name IS NOT NULL"
+        f") {then.format(table=table)}"
+    )
+
+
+def _capped_counts() -> list[tuple[str, str, int]]:
+    """(status, queue, jobs) for every status and queue with jobs, each count stopping at
+    COUNT_LIMIT + 1, in one statement that reads only the dispatch index."""
+    sql = _queues_by_status(
+        "SELECT q.status, q.name, (SELECT COUNT(*) FROM ("
+        " SELECT 1 FROM {table} j WHERE j.status = q.status AND j.queue = q.name LIMIT %s"
+        ") bounded) FROM q WHERE q.name IS NOT NULL"
     )
     with connection.cursor() as cursor:
         cursor.execute(sql, [*Status.values, COUNT_LIMIT + 1])
@@ -252,22 +263,12 @@ def _capped_counts() -> list[tuple[str, str, int]]:
 
 
 def queue_names() -> list[str]:
-    """Every configured queue, every queue changed at runtime and every queue with jobs: one
-    skip scan of the dispatch index per status (a probe per queue), no count."""
-    table = connection.ops.quote_name(Job._meta.db_table)
-    statuses = " UNION ALL ".join(["SELECT %s AS status"] * len(Status.values))
-    sql = (
-        f"WITH RECURSIVE q(status, name) AS ("
-        f" SELECT s.status, (SELECT MIN(queue) FROM {table} j WHERE j.status = s.status)"
-        f" FROM ({statuses}) s"
-        f" UNION ALL"
-        f" SELECT q.status,"
-        f" (SELECT MIN(queue) FROM {table} j WHERE j.status = q.status AND j.queue > q.name)"
-        f" FROM q WHERE q.name IS NOT NULL"
-        f") SELECT name FROM q WHERE name IS NOT NULL"
-    )
+    """Every configured queue, every queue changed at runtime and every queue with jobs,
+    without counting (for the admin's queue filter)."""
     with connection.cursor() as cursor:
-        cursor.execute(sql, Status.values)
+        cursor.execute(
+            _queues_by_status("SELECT name FROM q WHERE name IS NOT NULL"), Status.values
+        )
         with_jobs = {name for (name,) in cursor.fetchall()}
     configured = {DEFAULT_QUEUE, *ratequeue_settings()["QUEUES"], *queue_overrides()}
     return sorted(with_jobs | configured)

@@ -75,7 +75,7 @@ def demo(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], Path, int]]:
             message="the demo's cluster to start",
         )
         wait_for(
-            lambda: process.poll() is not None or "Starting development server" in log.read_text(),
+            lambda: process.poll() is not None or "development server at" in log.read_text(),
             timeout=60,
             message="the demo's web server to start",
         )
@@ -91,7 +91,7 @@ def demo(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], Path, int]]:
 def test_a_signal_to_the_process_group_stops_everything(demo, signum: int) -> None:
     process, log, port = demo
     output = log.read_text()
-    assert f"Starting development server at http://127.0.0.1:{port}/" in output
+    assert f"development server at http://127.0.0.1:{port}/" in output  # not 0.0.0.0
     assert "Do not expose it" in output
 
     os.killpg(process.pid, signum)

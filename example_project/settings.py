@@ -2,6 +2,9 @@
 
 SQLite by default (one file beside this module); PostgreSQL when ``DATABASE_URL`` is set,
 e.g. ``DATABASE_URL=postgres://root@127.0.0.1:5432/ratequeue``.
+
+For trying things out on your own machine only: DEBUG is on, the SECRET_KEY is public and
+``scripts/demo.sh`` creates the superuser admin/admin. Do not expose it to a network.
 """
 
 import os

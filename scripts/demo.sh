@@ -2,12 +2,26 @@
 # The example project, ready to click through: migrated, an admin user (admin/admin),
 # a django-q2 cluster in the background and the web server on http://127.0.0.1:8000/.
 # SQLite by default; set DATABASE_URL=postgres://... to use PostgreSQL.
+#
+#   PORT=8001                     another port
+#   RATEQUEUE_DEMO_HOST=0.0.0.0   listen on every interface (only on a network you trust)
+#   RATEQUEUE_DEMO_PYTHON=python  an interpreter that has the project installed, instead of
+#                                 building .venv
+#
+# Stop it with Ctrl-C or SIGTERM (to the script or its process group): both stop the web
+# server and the cluster cleanly.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/_env.sh
 
-make_venv .venv python3 "Django>=5.2,<5.3"
-PY=.venv/bin/python
+HOST=${RATEQUEUE_DEMO_HOST:-127.0.0.1}
+PORT=${PORT:-8000}
+if [ -n "${RATEQUEUE_DEMO_PYTHON:-}" ]; then
+    PY=$RATEQUEUE_DEMO_PYTHON
+else
+    make_venv .venv python3 "Django>=5.2,<5.3"
+    PY=.venv/bin/python
+fi
 $PY manage.py migrate --no-input
 $PY manage.py shell -c "
 from django.contrib.auth import get_user_model
@@ -15,8 +29,30 @@ User = get_user_model()
 if not User.objects.filter(username='admin').exists():
     User.objects.create_superuser('admin', 'admin@example.com', 'admin')
 "
+
+# Each child gets its own process group (set -m), so that Ctrl-C or a SIGTERM sent to this
+# script's group reaches this script only, which then stops the children itself. django-q2's
+# cluster stops cleanly when its main process alone is told to; a signal to the whole group
+# also kills its sentinel under it, and the main process then hangs waiting for it.
+set -m
 $PY manage.py qcluster &
 cluster=$!
-trap 'kill $cluster 2>/dev/null; wait $cluster 2>/dev/null' EXIT INT TERM
-echo "==> django-q2 cluster running (pid $cluster); open http://127.0.0.1:${PORT:-8000}/"
-$PY manage.py runserver "0.0.0.0:${PORT:-8000}"
+$PY manage.py runserver "$HOST:$PORT" &
+server=$!
+set +m
+
+stop() {
+    trap - EXIT INT TERM
+    echo "==> stopping the web server and the django-q2 cluster"
+    kill -TERM -- "-$server" 2>/dev/null || true  # runserver and its autoreloader child
+    kill -TERM "$cluster" 2>/dev/null || true     # the cluster's main process stops the rest
+    wait "$server" "$cluster" 2>/dev/null || true
+}
+trap 'stop; exit 130' INT
+trap 'stop; exit 143' TERM
+trap stop EXIT
+
+echo "==> django-q2 cluster running (pid $cluster); open http://$HOST:$PORT/"
+echo "==> the example project is for trying things out on your own machine: it has the"
+echo "    admin user admin/admin, DEBUG on and a public SECRET_KEY. Do not expose it."
+wait "$server"

@@ -10,27 +10,64 @@ from __future__ import annotations
 
 import json
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
+from django.core.paginator import Paginator
 from django.db.models import QuerySet
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.loader import render_to_string
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils import timezone
+from django.utils.decorators import method_decorator
+from django.utils.functional import cached_property
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
+from django.views.decorators.http import require_POST
 
+from ..queue import stats
 from ..queue.enqueue import enqueue
 from ..queue.handles import AttemptInfo, Handle
 from ..queue.models import FINAL_STATUSES, Job, Outcome, Status
 from ..queue.retry import Retry
-from ..queue.stats import queue_overview
+from ..queue.stats import COLUMNS, queue_overview
 from .actions import PermittedActionsMixin
 
 RETRYABLE_STATUSES = (Status.FAILED, Status.CANCELED)
+
+
+class CappedCountPaginator(Paginator):
+    """Counts at most COUNT_LIMIT + 1 jobs: a full ``COUNT(*)`` would read the whole
+    history on every load of the list. The list says so under its count."""
+
+    @cached_property
+    def count(self) -> int:
+        jobs = cast("QuerySet[Job]", self.object_list)
+        return jobs[: stats.COUNT_LIMIT + 1].count()
+
+    @property
+    def capped(self) -> bool:
+        return self.count > stats.COUNT_LIMIT
+
+    @property
+    def limit(self) -> int:
+        return stats.COUNT_LIMIT
+
+
+class QueueFilter(admin.SimpleListFilter):
+    """Filter by queue, listing the queues without a ``SELECT DISTINCT`` over every job."""
+
+    title = "queue"
+    parameter_name = "queue__exact"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [(name, name) for name in stats.queue_names()]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Job]) -> QuerySet[Job]:
+        chosen = self.value()
+        return queryset if chosen is None else queryset.filter(queue=chosen)
 
 
 class ConcurrencyKeyFilter(admin.SimpleListFilter):
@@ -72,7 +109,46 @@ def _seconds(attempt: AttemptInfo) -> str:
 def _outcome(attempt: AttemptInfo) -> str:
     if attempt.outcome:
         return str(Outcome(attempt.outcome).label)
+    if attempt.ended_at is not None:
+        return "ended before it started"
     return "running" if attempt.started_at else "dispatched"
+
+
+def _duration(seconds: float) -> str:
+    for unit, size in (("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{seconds / size:g} {unit}"
+    return f"{seconds:g} s"
+
+
+def describe_retry(policy: Retry) -> str:
+    """The retry policy in words, e.g. "Up to 6 retries: the first 1 s after a failure,
+    then twice as long each time, at most 1 h; each wait varies by up to 20%."."""
+    if policy.retry_count == 0:
+        return "No retries: the first failure is final."
+    plural = "retry" if policy.retry_count == 1 else "retries"
+    text = f"Up to {policy.retry_count} {plural}: "
+    first = min(policy.initial_interval, policy.max_interval)
+    if policy.retry_count == 1:
+        text += f"{_duration(first)} after the failure"
+    elif policy.backoff_factor == 1 or first == policy.max_interval:
+        text += f"{_duration(first)} after each failure"
+    else:
+        factor = "twice" if policy.backoff_factor == 2 else f"{policy.backoff_factor:g} times"
+        text += (
+            f"the first {_duration(first)} after a failure, then {factor} as long each time, "
+            f"at most {_duration(policy.max_interval)}"
+        )
+    if policy.randomize_interval:
+        text += "; each wait varies by up to 20%"
+    return text + "."
+
+
+def _shortened(full: str, shown: str) -> SafeString | str:
+    """``shown`` with the full value as its tooltip, when they differ."""
+    if shown == full:
+        return full
+    return format_html('<span title="{}">{}</span>', full, shown)
 
 
 def enqueue_copy(job: Job) -> Handle:
@@ -99,8 +175,8 @@ def enqueue_copy(job: Job) -> Handle:
 @admin.register(Job)
 class JobAdmin(PermittedActionsMixin, admin.ModelAdmin):
     list_display = [
-        "id",
-        "func",
+        "short_id",
+        "function",
         "queue",
         "key",
         "status",
@@ -110,11 +186,13 @@ class JobAdmin(PermittedActionsMixin, admin.ModelAdmin):
         "start_at",
         "finished_at",
     ]
-    list_filter = ["status", "queue", ConcurrencyKeyFilter]
+    list_filter = ["status", QueueFilter, ConcurrencyKeyFilter]
     search_fields = ["id", "func"]
     ordering = ["-created_at"]
     show_full_result_count = False
+    paginator = CappedCountPaginator
     change_list_template = "admin/django_ratequeue/job/change_list.html"
+    change_form_template = "admin/django_ratequeue/job/change_form.html"
     actions = ["cancel_selected", "retry_selected"]
     fieldsets = [
         (None, {"fields": ["id", "func", "status", "queue", "concurrency_key", "owner"]}),
@@ -135,16 +213,31 @@ class JobAdmin(PermittedActionsMixin, admin.ModelAdmin):
         "attempt_timeline",
     ]
 
+    # The list stays narrow enough for its status and attempts to show on a laptop: long
+    # ids, dotted paths and keys are cut short, whole in their tooltips.
+
+    @admin.display(description="id", ordering="id")
+    def short_id(self, job: Job) -> SafeString | str:
+        return _shortened(job.id, job.id if len(job.id) <= 14 else f"…{job.id[-12:]}")
+
+    @admin.display(description="function", ordering="func")
+    def function(self, job: Job) -> SafeString | str:
+        return _shortened(job.func, ".".join(job.func.split(".")[-2:]))
+
     @admin.display(description="concurrency key", ordering="concurrency_key")
     def key(self, job: Job) -> str:
         if not job.concurrency_key:
             return ""
         url = reverse("admin:django_ratequeue_job_changelist")
+        shown = job.concurrency_key
+        if len(shown) > 20:
+            shown = f"{shown[:19]}…"
         return format_html(
-            '<a href="{}?concurrency_key={}">{}</a>',
+            '<a href="{}?concurrency_key={}" title="{}">{}</a>',
             url,
             job.concurrency_key,
             job.concurrency_key,
+            shown,
         )
 
     @admin.display(description="args")
@@ -156,8 +249,11 @@ class JobAdmin(PermittedActionsMixin, admin.ModelAdmin):
         return _json_block(job.kwargs)
 
     @admin.display(description="retry policy")
-    def retry_policy(self, job: Job) -> SafeString:
-        return _json_block(job.retry)
+    def retry_policy(self, job: Job) -> SafeString | str:
+        try:
+            return describe_retry(Retry(**job.retry))
+        except (TypeError, ValueError):  # a row written behind the app's back
+            return _json_block(job.retry)
 
     @admin.display(description="result")
     def result_value(self, job: Job) -> SafeString | str:
@@ -255,7 +351,79 @@ class JobAdmin(PermittedActionsMixin, admin.ModelAdmin):
             self.admin_site.admin_view(self.overview_view),
             name="django_ratequeue_job_overview",
         )
-        return [overview, *super().get_urls()]
+        cancel = path(
+            "<path:object_id>/cancel/",
+            self.admin_site.admin_view(self.cancel_view),
+            name="django_ratequeue_job_cancel",
+        )
+        retry = path(
+            "<path:object_id>/retry/",
+            self.admin_site.admin_view(self.retry_view),
+            name="django_ratequeue_job_retry",
+        )
+        return [overview, cancel, retry, *super().get_urls()]
+
+    # -- a job's own page: its cancel and retry buttons ----------------------------------
+
+    def change_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
+        job = self.get_object(request, object_id)
+        buttons = {
+            "can_cancel": job is not None
+            and job.status not in FINAL_STATUSES
+            and self.has_cancel_permission(request),
+            "can_retry": job is not None
+            and job.status in RETRYABLE_STATUSES
+            and self.has_retry_permission(request),
+        }
+        return super().change_view(
+            request, object_id, form_url, {**buttons, **(extra_context or {})}
+        )
+
+    def _job_page(self, job_id: str) -> HttpResponseRedirect:
+        return HttpResponseRedirect(reverse("admin:django_ratequeue_job_change", args=[job_id]))
+
+    @method_decorator(require_POST)
+    def cancel_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        job = self.get_object(request, object_id)
+        if job is None or not self.has_cancel_permission(request):
+            raise PermissionDenied
+        if job.status in FINAL_STATUSES:
+            self.message_user(request, f"{job.id} is already {job.status}.", messages.WARNING)
+        else:
+            Handle(job.id, owner=job.owner).cancel()  # staff act for every owner
+            self.message_user(
+                request,
+                f"Asked to cancel {job.id}: canceled at once if it has not started, "
+                "when its attempt ends if it is running.",
+                messages.SUCCESS,
+            )
+        return self._job_page(job.id)
+
+    @method_decorator(require_POST)
+    def retry_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        job = self.get_object(request, object_id)
+        if job is None or not self.has_retry_permission(request):
+            raise PermissionDenied
+        if job.status not in RETRYABLE_STATUSES:
+            self.message_user(
+                request,
+                f"{job.id} is {job.status}: only failed or canceled jobs are retried.",
+                messages.WARNING,
+            )
+            return self._job_page(job.id)
+        try:
+            copy = enqueue_copy(job)
+        except ValueError as exc:
+            self.message_user(request, f"Could not retry {job.id}: {exc}", messages.ERROR)
+            return self._job_page(job.id)
+        self.message_user(request, f"Enqueued {copy.id}, a copy of {job.id}.", messages.SUCCESS)
+        return self._job_page(copy.id)
 
     def overview_view(self, request: HttpRequest) -> HttpResponse:
         if not self.has_view_permission(request):
@@ -265,12 +433,12 @@ class JobAdmin(PermittedActionsMixin, admin.ModelAdmin):
             "title": "Queue overview",
             "opts": self.opts,
             "overview": queue_overview(),
-            "statuses": Status.choices,
+            "columns": COLUMNS,
         }
         return TemplateResponse(request, "admin/django_ratequeue/job/overview.html", context)
 
     def changelist_view(
         self, request: HttpRequest, extra_context: dict[str, Any] | None = None
     ) -> HttpResponse:
-        context = {"overview": queue_overview(), "statuses": Status.choices}
+        context = {"overview": queue_overview(), "columns": COLUMNS}
         return super().changelist_view(request, {**context, **(extra_context or {})})

@@ -74,8 +74,10 @@ Invariants
   1) with its ``concurrency_key``. Candidates are taken by priority, then in turns over
   the concurrency keys with work ready (round robin from the key served last, kept in
   ``LoopState.key_cursors``), then arrival: among jobs of equal priority, a key with a big
-  backlog gets one start per round like any other (:mod:`.keys`). Queue limits changed at
-  runtime (:mod:`.control`) are read at every step.
+  backlog gets one start per round like any other (:mod:`.keys`). Queues take turns too,
+  from the one after the queue served last (``LoopState.queue_cursor``); a step looks at
+  ``QUEUES_PER_STEP`` queues with waiting jobs from there, so none starves however many
+  have work. Queue limits changed at runtime (:mod:`.control`) are read at every step.
 - Dispatch: the started attempts are dealt round-robin into batches (one per live worker,
   at most ``DISPATCH_BATCH_SIZE`` attempts each) carrying attempt ids only. The pass keeps
   the first batch and runs it itself once it rests (its worker is free then: one broker
@@ -179,6 +181,8 @@ FINISH_FIELDS = [
 ]
 # Concurrency keys looked at per queue beyond its free slots, to get past busy keys.
 KEY_LOOKAHEAD = 100
+# Queues with waiting work looked at per step, in turns from LoopState.queue_cursor.
+QUEUES_PER_STEP = 1000
 # What a rate-gated queue's reservation says about a job (see Loop.reserve_tokens).
 TokenGate = Literal["now", "later", "parked", "unfit"]
 T = TypeVar("T")
@@ -395,8 +399,10 @@ class Loop:
         self._last_recovery = 0.0
         # Queues whose rate limit refused a start, and when to try again.
         self.rate_limited_until: dict[str, datetime] = {}
-        # Per queue, the concurrency key served last (LoopState.key_cursors, read once).
+        # Per queue, the concurrency key served last (LoopState.key_cursors, read once),
+        # and the queue served last (LoopState.queue_cursor).
         self.key_cursors: dict[str, str] | None = None
+        self.queue_cursor = ""
         # When the jobs whose tokens are reserved for later may start (set by start_ready).
         self.reserved_starts: list[datetime] = []
         self.inline_batch: list[int] = []
@@ -548,10 +554,13 @@ class Loop:
             job = jobs.get(attempt.job_id)
             if job is None or job.status != Status.RUNNING:
                 continue
-            if attempt.started_at is None:
-                # Never started (canceled, or its worker died first): not a try.
+            if attempt.started_at is None and job.cancel_requested:
+                # Canceled before it started: it stays in the job's timeline as it ended.
+                job.status = Status.CANCELED
+            elif attempt.started_at is None:
+                # Its worker died before starting it: not a try; the job waits again.
                 released.append(attempt.pk)
-                job.status = Status.CANCELED if job.cancel_requested else Status.WAITING
+                job.status = Status.WAITING
                 job.attempts -= 1
             elif not isolated(job, now, partial(settle, job, attempt, now), False):
                 continue
@@ -704,10 +713,16 @@ class Loop:
 
         Each queue offers its jobs in rounds over its concurrency keys (see
         :meth:`queue_candidates`); the offers of all queues are taken by priority, then
-        round, so a higher priority goes first and keys of equal priority take turns.
+        round, then the queues' turn (from the one after the queue served last), so a
+        higher priority goes first and keys and queues of equal priority take turns.
         """
         self.reserved_starts = []
-        queues = waiting_queues()
+        if self.key_cursors is None:  # once per pass: only one pass runs at a time
+            state = LoopState.objects.filter(pk=LoopState.SINGLETON)
+            self.key_cursors, self.queue_cursor = state.values_list(
+                "key_cursors", "queue_cursor"
+            ).first() or ({}, "")
+        queues = waiting_queues(after=self.queue_cursor)
         if not queues:
             return [], False
         env_free = self.settings["MAX_CONCURRENCY"] - sum(map(holds_environment_slot, running))
@@ -716,20 +731,19 @@ class Loop:
         per_queue = Counter(a.queue for a in running if holds_queue_slot(a))
         per_key = Counter((a.queue, a.concurrency_key) for a in running if a.concurrency_key)
         overrides = queue_overrides()
-        state = LoopState.objects.filter(pk=LoopState.SINGLETON)
-        if self.key_cursors is None:  # once per pass: only one pass runs at a time
-            self.key_cursors = state.values_list("key_cursors", flat=True).first() or {}
-        cursors = self.key_cursors
-        offers: list[tuple[Job, int]] = []
-        for name in queues:
+        cursors = self.key_cursors or {}
+        offers: list[tuple[Job, int, int]] = []
+        for turn, name in enumerate(queues):
             limits = QueueLimits.of(name, overrides)
             offers.extend(
-                self.queue_candidates(
+                (job, round_, turn)
+                for job, round_ in self.queue_candidates(
                     name, limits, cursors.get(name), per_queue, per_key, env_free, now
                 )
             )
-        offers.sort(key=lambda offer: (-offer[0].priority, offer[1]))
-        chosen = [job for job, _round in offers[:env_free]]
+        offers.sort(key=lambda offer: (-offer[0].priority, offer[1], offer[2]))
+        chosen = [job for job, _round, _turn in offers[:env_free]]
+        self.remember_turns(chosen, queues)
         if not chosen:
             return [], True
         attempts = Attempt.objects.bulk_create(
@@ -748,10 +762,6 @@ class Loop:
         Job.objects.filter(pk__in=[job.pk for job in chosen]).update(
             status=Status.RUNNING, attempts=F("attempts") + 1, tokens_reserved=False
         )
-        turns = {**cursors, **{job.queue: job.concurrency_key for job in chosen}}
-        if turns != cursors:
-            state.update(key_cursors=turns)
-            self.key_cursors = turns
         for batch in self.batches([a.pk for a in attempts], now):
             if self.inline_batch:
                 _enqueue_task(RUNNER_TASK, batch)
@@ -760,6 +770,27 @@ class Loop:
         return attempts, len(offers) > len(chosen) or len(chosen) == env_free or bool(
             self.reserved_starts
         )
+
+    def remember_turns(self, chosen: list[Job], queues: list[str]) -> None:
+        """Keep where the next step's turns begin, in one UPDATE when they moved: per queue
+        after the key served last, and over the queues after the queue served last (or
+        after the last one looked at when none could start anything, so that each queue
+        gets its turn however many have work)."""
+        cursors = self.key_cursors or {}
+        keys = {**cursors, **{job.queue: job.concurrency_key for job in chosen}}
+        queue = self.queue_cursor
+        if chosen:
+            queue = chosen[-1].queue
+        elif len(queues) == QUEUES_PER_STEP:
+            queue = queues[-1]
+        moved: dict[str, Any] = {}
+        if keys != cursors:
+            moved["key_cursors"] = keys
+        if queue != self.queue_cursor:
+            moved["queue_cursor"] = queue
+        if moved:
+            LoopState.objects.filter(pk=LoopState.SINGLETON).update(**moved)
+            self.key_cursors, self.queue_cursor = keys, queue
 
     def queue_candidates(
         self,
@@ -983,18 +1014,24 @@ def create_callbacks(finished: list[Job], now: datetime) -> None:
         Job.objects.bulk_create(callbacks)
 
 
-def waiting_queues() -> list[str]:
-    """The queues that have WAITING jobs, found by skipping through the dispatch index
-    (one index probe per queue, however many jobs wait)."""
+def waiting_queues(after: str = "") -> list[str]:
+    """Up to QUEUES_PER_STEP queues that have WAITING jobs, in turns: the queues after
+    ``after`` by name, then from the first one on. Found by skipping through the dispatch
+    index (one index probe per queue, however many jobs wait)."""
     table = connection.ops.quote_name(Job._meta.db_table)
     sql = (
         f"WITH RECURSIVE q(name) AS ("
-        f" SELECT MIN(queue) FROM {table} WHERE status = %s"
+        f" SELECT MIN(queue) FROM {table} WHERE status = %s AND queue > %s"
         f" UNION ALL"
         f" SELECT (SELECT MIN(queue) FROM {table} WHERE status = %s AND queue > q.name)"
         f" FROM q WHERE q.name IS NOT NULL"
-        f") SELECT name FROM q WHERE name IS NOT NULL LIMIT 1000"
+        f") SELECT name FROM q WHERE name IS NOT NULL LIMIT %s"
     )
+    waiting = Status.WAITING.value
     with connection.cursor() as cursor:
-        cursor.execute(sql, [Status.WAITING.value, Status.WAITING.value])
-        return [row[0] for row in cursor.fetchall()]
+        cursor.execute(sql, [waiting, after, waiting, QUEUES_PER_STEP])
+        queues = [row[0] for row in cursor.fetchall()]
+        if after and len(queues) < QUEUES_PER_STEP:  # wrap around to the first queues
+            cursor.execute(sql, [waiting, "", waiting, QUEUES_PER_STEP - len(queues)])
+            queues.extend(name for (name,) in cursor.fetchall() if name <= after)
+    return queues

@@ -89,6 +89,8 @@ class Job(models.Model):
                 name="ratequeue_job_due",
                 condition=models.Q(status__in=DEFERRED_STATUSES),
             ),
+            # The admin's list, newest first (it orders by -created_at, then -id).
+            models.Index(fields=["created_at", "id"], name="ratequeue_job_created"),
             # Retention.
             models.Index(
                 fields=["finished_at"],
@@ -184,6 +186,8 @@ class LoopState(models.Model):
     updated_at = models.DateTimeField(null=True, blank=True)
     # Per queue, the concurrency key that got the last start: the next round begins after it.
     key_cursors = models.JSONField(default=dict, blank=True)
+    # The queue that got the last start: the next step's turn over the queues begins after it.
+    queue_cursor = models.CharField(max_length=200, blank=True, default="")
 
     class Meta:
         verbose_name = "loop state"

@@ -1,7 +1,8 @@
 """Retention: finished jobs are kept RETENTION seconds for ``result()`` and the admin.
 
-The loop prunes a small batch now and then when it has nothing else to do;
-``manage.py ratequeue_prune`` prunes everything that is due.
+The loop prunes a small batch now and then when it has nothing else to do, and with it
+rate-limit rows that are full again (:mod:`..ratelimit.prune`);
+``manage.py ratequeue_prune`` prunes every job that is due.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from ..conf import ratequeue_settings
+from ..ratelimit.prune import prune_full_rows
 from .models import Attempt, Job, WorkerHeartbeat
 
 BACKGROUND_EVERY = 60.0
@@ -54,3 +56,4 @@ def prune_in_background() -> None:
     _next_background_prune = time.monotonic() + BACKGROUND_EVERY
     prune_batch(BACKGROUND_BATCH)
     prune_heartbeats()
+    prune_full_rows(BACKGROUND_BATCH)

@@ -1,23 +1,56 @@
 """What the queues hold right now, for people: the admin, ``ratequeue_status`` and the demo.
 
-Read-only and cheap enough to poll: one ``GROUP BY queue, status`` over the jobs, a point
-read of the loop's singleton and the live workers' heartbeats. Decisions never come from
-here; the loop keeps its own counts.
+Read-only and cheap enough to poll, however much history the table keeps: per status, the
+queues that have jobs in it are found by skipping through the dispatch index (one probe
+per queue) and each count stops at ``COUNT_LIMIT`` (an index-only scan of at most that many
+entries), so the cost follows the number of queues, not the number of finished jobs. Then
+a read of the active attempts (few: at most ``MAX_CONCURRENCY``) to tell jobs dispatched to
+a worker from jobs a worker has started, a point read of the loop's singleton and the live
+workers' heartbeats. Decisions never come from here; the loop keeps its own counts.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db.models import Count, Max
+from django.db import connection
+from django.db.models import Count
 from django.utils import timezone
 
 from ..conf import ratequeue_settings
 from .enqueue import DEFAULT_QUEUE
 from .loop import QueueLimits, queue_overrides
-from .models import Job, LoopState, LoopStatus, Status, WorkerHeartbeat
+from .models import FINAL_STATUSES, Attempt, Job, LoopState, LoopStatus, Status, WorkerHeartbeat
+
+# Counts stop here and show as "10000+": counting further would read the whole history.
+COUNT_LIMIT = 10_000
+# The columns shown, in order: the job statuses, with RUNNING split into the jobs handed
+# to a worker that has not started them yet ("dispatched") and the ones really running.
+COLUMNS: list[tuple[str, str]] = [
+    (Status.SCHEDULED, "Scheduled"),
+    (Status.WAITING, "Waiting"),
+    ("dispatched", "Dispatched"),
+    (Status.RUNNING, "Running"),
+    (Status.RETRYING, "Retrying"),
+    (Status.FAILED, "Failed"),
+    (Status.COMPLETE, "Complete"),
+    (Status.CANCELED, "Canceled"),
+]
+
+
+UNFINISHED = [status for status in Status.values if status not in FINAL_STATUSES]
+
+
+def column_status(column: str) -> str:
+    """The job status a column's jobs are in (to filter the job list by it)."""
+    return Status.RUNNING if column == "dispatched" else column
+
+
+def _empty_counts() -> dict[str, int]:
+    return {column: 0 for column, _label in COLUMNS}
 
 
 @dataclass(frozen=True)
@@ -33,6 +66,20 @@ class QueueCounts:
     limit: int
     limit_note: str
     counts: dict[str, int]
+    # The columns whose count reached COUNT_LIMIT: there are at least that many.
+    capped: frozenset[str] = frozenset()
+
+    def shown(self, column: str) -> str:
+        """A count for people: ``"10000+"`` once it reached COUNT_LIMIT."""
+        return f"{self.counts[column]}+" if column in self.capped else str(self.counts[column])
+
+    @property
+    def cells(self) -> list[tuple[str, str, int, str]]:
+        """(column, job status to filter by, count, count shown) for each column."""
+        return [
+            (column, column_status(column), self.counts[column], self.shown(column))
+            for column, _label in COLUMNS
+        ]
 
     @property
     def limit_label(self) -> str:
@@ -70,10 +117,22 @@ class QueueOverview:
     queues: list[QueueCounts]
     loop: LoopInfo
     workers: list[WorkerInfo]
+    # Where counts stop (COUNT_LIMIT when read).
+    count_limit: int = COUNT_LIMIT
 
     @property
     def totals(self) -> dict[str, int]:
-        return {s: sum(q.counts[s] for q in self.queues) for s in Status.values}
+        return {c: sum(q.counts[c] for q in self.queues) for c, _label in COLUMNS}
+
+    @property
+    def totals_capped(self) -> frozenset[str]:
+        """The columns whose total is a lower bound (some queue's count is capped)."""
+        return frozenset().union(*(q.capped for q in self.queues))
+
+    @property
+    def totals_shown(self) -> dict[str, str]:
+        capped = self.totals_capped
+        return {c: f"{n}+" if c in capped else str(n) for c, n in self.totals.items()}
 
     def as_json(self) -> dict[str, Any]:
         """Plain data (ISO-8601 times) for ``--json`` and the demo's endpoint."""
@@ -89,10 +148,13 @@ class QueueOverview:
                     "limit_note": q.limit_note,
                     "limit_label": q.limit_label,
                     "counts": q.counts,
+                    "capped": sorted(q.capped),
                 }
                 for q in self.queues
             ],
             "totals": self.totals,
+            "totals_capped": sorted(self.totals_capped),
+            "count_limit": self.count_limit,
             "loop": {
                 "state": self.loop.state,
                 "generation": self.loop.generation,
@@ -125,31 +187,34 @@ def _limit(name: str, limits: QueueLimits, set_at_enqueue: int | None) -> tuple[
 def queue_overview() -> QueueOverview:
     """Every configured queue and every queue that has jobs, with the loop and its workers."""
     settings = ratequeue_settings()
-    counts = {
-        name: dict.fromkeys(Status.values, 0) for name in [DEFAULT_QUEUE, *settings["QUEUES"]]
-    }
-    # Unconfigured queues take the max_concurrency their jobs were enqueued with.
-    set_at_enqueue: dict[str, int] = {}
-    rows = (
-        Job.objects.values_list("queue", "status")
-        .annotate(jobs=Count("pk"), max_concurrency=Max("max_concurrency"))
-        .order_by()
-    )
-    for queue, status, jobs, max_concurrency in rows:
-        counts.setdefault(queue, dict.fromkeys(Status.values, 0))[status] = jobs
-        if max_concurrency is not None:
-            set_at_enqueue[queue] = max(max_concurrency, set_at_enqueue.get(queue, 0))
+    counts = {name: _empty_counts() for name in [DEFAULT_QUEUE, *settings["QUEUES"]]}
+    capped: dict[str, set[str]] = {}
+    for status, queue, jobs in _capped_counts():
+        counts.setdefault(queue, _empty_counts())[status] = min(jobs, COUNT_LIMIT)
+        if jobs > COUNT_LIMIT:
+            capped.setdefault(queue, set()).add(status)
+    for queue, dispatched in _dispatched().items():
+        queue_counts = counts.setdefault(queue, _empty_counts())
+        queue_counts["dispatched"] = min(dispatched, queue_counts[Status.RUNNING])
+        queue_counts[Status.RUNNING] -= queue_counts["dispatched"]
     overrides = queue_overrides()
     for name in overrides:
-        counts.setdefault(name, dict.fromkeys(Status.values, 0))
-    queues = [
-        QueueCounts(
-            name,
-            *_limit(name, QueueLimits.of(name, overrides), set_at_enqueue.get(name)),
-            counts[name],
+        counts.setdefault(name, _empty_counts())
+    queues = []
+    for name in sorted(counts):
+        limits = QueueLimits.of(name, overrides)
+        unfinished = any(counts[name][column] for column in [*UNFINISHED, "dispatched"])
+        set_at_enqueue = None
+        if limits.max_concurrency is None and unfinished:
+            set_at_enqueue = _set_at_enqueue(name)
+        queues.append(
+            QueueCounts(
+                name,
+                *_limit(name, limits, set_at_enqueue),
+                counts[name],
+                frozenset(capped.get(name, ())),
+            )
         )
-        for name in sorted(counts)
-    ]
     state = LoopState.objects.filter(pk=LoopState.SINGLETON).first() or LoopState()
     loop = LoopInfo(
         state=state.state,
@@ -163,4 +228,67 @@ def queue_overview() -> QueueOverview:
         WorkerInfo(id=w.id, host=w.host, pid=w.pid, seen_at=w.seen_at)
         for w in WorkerHeartbeat.objects.filter(seen_at__gte=live_since).order_by("host", "pid")
     ]
-    return QueueOverview(queues=queues, loop=loop, workers=workers)
+    return QueueOverview(queues=queues, loop=loop, workers=workers, count_limit=COUNT_LIMIT)
+
+
+def _queues_by_status(then: str) -> str:
+    """SQL naming, as ``q(status, name)``, each status with each queue that has jobs in it,
+    found by skipping through the dispatch index (a probe per queue), followed by ``then``
+    (a SELECT from ``q``; ``{table}`` is the jobs table). Parameters: the statuses."""
+    table = connection.ops.quote_name(Job._meta.db_table)
+    statuses = " UNION ALL ".join(["SELECT %s AS status"] * len(Status.values))
+    return (
+        f"WITH RECURSIVE q(status, name) AS ("
+        f" SELECT s.status, (SELECT MIN(queue) FROM {table} j WHERE j.status = s.status)"
+        f" FROM ({statuses}) s"
+        f" UNION ALL"
+        f" SELECT q.status,"
+        f" (SELECT MIN(queue) FROM {table} j WHERE j.status = q.status AND j.queue > q.name)"
+        f" FROM q WHERE q.name IS NOT NULL"
+        f") {then.format(table=table)}"
+    )
+
+
+def _capped_counts() -> list[tuple[str, str, int]]:
+    """(status, queue, jobs) for every status and queue with jobs, each count stopping at
+    COUNT_LIMIT + 1, in one statement that reads only the dispatch index."""
+    sql = _queues_by_status(
+        "SELECT q.status, q.name, (SELECT COUNT(*) FROM ("
+        " SELECT 1 FROM {table} j WHERE j.status = q.status AND j.queue = q.name LIMIT %s"
+        ") bounded) FROM q WHERE q.name IS NOT NULL"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [*Status.values, COUNT_LIMIT + 1])
+        return [(status, queue, jobs) for status, queue, jobs in cursor.fetchall()]
+
+
+def queue_names() -> list[str]:
+    """Every configured queue, every queue changed at runtime and every queue with jobs,
+    without counting (for the admin's queue filter)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _queues_by_status("SELECT name FROM q WHERE name IS NOT NULL"), Status.values
+        )
+        with_jobs = {name for (name,) in cursor.fetchall()}
+    configured = {DEFAULT_QUEUE, *ratequeue_settings()["QUEUES"], *queue_overrides()}
+    return sorted(with_jobs | configured)
+
+
+def _dispatched() -> Counter[str]:
+    """Per queue, the RUNNING jobs whose attempt no worker has started yet."""
+    rows = (
+        Attempt.objects.filter(active=True, started_at=None, ended_at=None)
+        .values_list("queue")
+        .annotate(attempts=Count("pk"))
+        .order_by()
+    )
+    return Counter(dict(rows))
+
+
+def _set_at_enqueue(queue: str) -> int | None:
+    """The limit an unconfigured queue's unfinished jobs were enqueued with (the highest of
+    the first COUNT_LIMIT: a queue's jobs normally all carry the same)."""
+    limits = Job.objects.filter(status__in=UNFINISHED, queue=queue).values_list(
+        "max_concurrency", flat=True
+    )[:COUNT_LIMIT]
+    return max((limit for limit in limits if limit is not None), default=None)

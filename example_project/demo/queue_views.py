@@ -68,7 +68,7 @@ BURSTS = {
 
 
 def queue_page(request: HttpRequest) -> HttpResponse:
-    return render(request, "demo/queue.html", {"bursts": BURSTS})
+    return render(request, "demo/queue.html", {"bursts": BURSTS, "recent_jobs": RECENT_JOBS})
 
 
 @require_POST
@@ -99,11 +99,17 @@ def _job_json(job: Job) -> dict[str, Any]:
 
 @require_GET
 def queue_state(request: HttpRequest) -> JsonResponse:
-    """Counts per queue, the loop, and the latest demo jobs, newest first."""
-    recent = Job.objects.filter(func__startswith=f"{jobs.__name__}.").order_by("-created_at")[
-        :RECENT_JOBS
-    ]
-    return JsonResponse({**queue_overview().as_json(), "jobs": [_job_json(j) for j in recent]})
+    """Counts per queue, the loop, and the latest RECENT_JOBS jobs, newest first (read
+    through the index on created_at; ``more_jobs``: there are older ones, which the admin
+    lists)."""
+    recent = list(Job.objects.order_by("-created_at", "-pk")[: RECENT_JOBS + 1])
+    return JsonResponse(
+        {
+            **queue_overview().as_json(),
+            "jobs": [_job_json(j) for j in recent[:RECENT_JOBS]],
+            "more_jobs": len(recent) > RECENT_JOBS,
+        }
+    )
 
 
 @require_POST

@@ -37,6 +37,17 @@ class Outcome:
     message: str
     remaining: float
     retry_at: datetime | None = None
+    # What a refusal is, when not a rate limit: e.g. "Wrong password".
+    refusal: str = "Limited"
+
+    @property
+    def heading(self) -> str:
+        return "OK" if self.ok else self.refusal
+
+    @property
+    def whole_remaining(self) -> int:
+        """Whole requests left: tokens refill continuously, so the value is fractional."""
+        return max(0, math.floor(self.remaining))
 
     @property
     def retry_in(self) -> int | None:
@@ -73,7 +84,12 @@ def login(request: HttpRequest) -> HttpResponse:
     else:
         rate_limit("failed_logins", key=username)
         remaining = get_rate_limit_value("failed_logins", key=username)
-        outcome = Outcome(False, "Wrong password.", remaining)
+        outcome = Outcome(
+            False,
+            f"this failure counts towards the 10 per hour of {username}.",
+            remaining,
+            refusal="Wrong password",
+        )
         status = 401
     context = {"outcome": outcome, "username": username}
     return render(request, "demo/ratelimit_login.html", context, status=status)

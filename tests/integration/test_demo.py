@@ -33,8 +33,12 @@ def test_eleventh_failed_login_is_limited_and_success_resets(client: Client) -> 
     limited = client.post("/ratelimits/login/", {"username": "alice", "password": "demo"})
 
     assert [r.status_code for r in failures] == [401] * 10
-    assert "Remaining now: <strong>9.00</strong>" in failures[0].content.decode()
+    # A wrong password is said to be one, not a rate limit; what is left is whole tries.
+    assert "<strong>Wrong password</strong>" in failures[0].content.decode()
+    assert "Limited" not in failures[0].content.decode()
+    assert "Remaining now: <strong>9</strong>" in failures[0].content.decode()
     assert limited.status_code == 429
+    assert "<strong>Limited</strong>" in limited.content.decode()
     assert "Too many failed logins for alice" in limited.content.decode()
     assert "Retry at" in limited.content.decode()
     # Another user is not affected, and a success forgets the failures.
@@ -43,7 +47,7 @@ def test_eleventh_failed_login_is_limited_and_success_resets(client: Client) -> 
     )
     welcome = client.post("/ratelimits/login/", {"username": "bob", "password": "demo"})
     assert "Welcome, bob" in welcome.content.decode()
-    assert "Remaining now: <strong>10.00</strong>" in welcome.content.decode()
+    assert "Remaining now: <strong>10</strong>" in welcome.content.decode()
 
 
 @hourly("send_message")
@@ -53,6 +57,7 @@ def test_messages_allow_a_burst_of_20_then_429_with_headers(client: Client) -> N
 
     assert [r.status_code for r in sent] == [200] * 20
     assert limited.status_code == 429
+    assert "<strong>Limited</strong>" in limited.content.decode()
     assert "Rate limited." in limited.content.decode()
     assert int(limited["Retry-After"]) >= 1
     assert limited["RateLimit-Limit"] == "20"

@@ -7,10 +7,13 @@ from datetime import timedelta
 
 import pytest
 from django.contrib.auth.models import Permission, User
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 
 from django_ratequeue import Retry, Status, enqueue, get_handle
 from django_ratequeue.models import CancelRequest, Job
+from django_ratequeue.queue import stats
 from tests.queue import jobs
 from tests.queue.conftest import cluster, wait_for  # noqa: F401 (the cluster fixture)
 
@@ -150,3 +153,101 @@ def test_cancel_then_retry_through_the_admin(admin_client: Client, cluster) -> N
     )
     assert get_handle(copy.id).result(timeout=30) == 5
     assert later.status() == Status.CANCELED  # the original stays as it ended
+
+
+@pytest.mark.django_db
+def test_list_cuts_long_ids_and_paths_short_with_tooltips(admin_client: Client) -> None:
+    """At 1,400 px the status and attempts columns must stay on screen: a 33-character id
+    and a full dotted path are shown short, whole in their title."""
+    handle = enqueue(jobs.add, 1, 2, concurrency_key="tenant-" + "x" * 40)
+    assert len(handle.id) == 33
+
+    page = admin_client.get(CHANGELIST).content.decode()
+
+    assert f'<span title="{handle.id}">…{handle.id[-12:]}</span>' in page
+    assert '<span title="tests.queue.jobs.add">jobs.add</span>' in page
+    assert f'title="tenant-{"x" * 40}">tenant-{"x" * 12}…</a>' in page
+    assert f">{handle.id}<" not in page and ">tests.queue.jobs.add<" not in page
+
+
+@pytest.mark.django_db
+def test_retry_policy_is_shown_in_words(admin_client: Client) -> None:
+    default = enqueue(jobs.add, 1, 2)
+    once = enqueue(jobs.add, 1, 2, retries=Retry(retry_count=1, initial_interval=90))
+    none = enqueue(jobs.add, 1, 2, retries=0)
+
+    def policy(handle_id: str) -> str:
+        page = admin_client.get(f"{CHANGELIST}{handle_id}/change/").content.decode()
+        return page.split("Retry policy:", 1)[1].split('<div class="readonly">', 1)[1]
+
+    assert policy(default.id).startswith(
+        "Up to 6 retries: the first 1 s after a failure, then twice as long each time, "
+        "at most 1 h; each wait varies by up to 20%."
+    )
+    assert policy(once.id).startswith("Up to 1 retry: 1.5 min after the failure;")
+    assert policy(none.id).startswith("No retries: the first failure is final.")
+    assert (
+        '"retry_count"'
+        not in admin_client.get(f"{CHANGELIST}{default.id}/change/").content.decode()
+    )
+
+
+@pytest.mark.django_db
+def test_a_jobs_page_has_cancel_and_retry_buttons(admin_client: Client) -> None:
+    waiting = enqueue(jobs.add, 1, 2)
+    page = admin_client.get(f"{CHANGELIST}{waiting.id}/change/").content.decode()
+    cancel_url = f"{CHANGELIST}{waiting.id}/cancel/"
+    assert f'action="{cancel_url}"' in page and "/retry/" not in page
+
+    assert admin_client.get(cancel_url).status_code == 405  # only by POST
+    response = admin_client.post(cancel_url, follow=True)
+    assert f"Asked to cancel {waiting.id}" in response.content.decode()
+    assert list(CancelRequest.objects.values_list("job_id", flat=True)) == [waiting.id]
+
+    Job.objects.filter(pk=waiting.id).update(status=Status.CANCELED)  # as the loop would
+    page = admin_client.get(f"{CHANGELIST}{waiting.id}/change/").content.decode()
+    retry_url = f"{CHANGELIST}{waiting.id}/retry/"
+    assert f'action="{retry_url}"' in page and "/cancel/" not in page
+    response = admin_client.post(retry_url, follow=True)
+    copy = Job.objects.exclude(pk=waiting.id).get()
+    assert f"Enqueued {copy.id}, a copy of {waiting.id}." in response.content.decode()
+    assert response.redirect_chain[-1][0] == f"{CHANGELIST}{copy.id}/change/"
+
+
+@pytest.mark.django_db
+def test_viewers_get_no_buttons_and_cannot_post_them(client: Client) -> None:
+    viewer = User.objects.create_user("viewer", is_staff=True)
+    viewer.user_permissions.add(Permission.objects.get(codename="view_job"))
+    client.force_login(viewer)
+    waiting = enqueue(jobs.add, 1, 2)
+
+    page = client.get(f"{CHANGELIST}{waiting.id}/change/").content.decode()
+
+    assert "/cancel/" not in page
+    assert client.post(f"{CHANGELIST}{waiting.id}/cancel/").status_code == 403
+    assert client.post(f"{CHANGELIST}{waiting.id}/retry/").status_code == 403
+    assert not CancelRequest.objects.exists()
+
+
+@pytest.mark.django_db
+def test_the_job_list_reads_no_more_than_a_bounded_part_of_the_jobs(
+    admin_client: Client, monkeypatch
+) -> None:
+    """No GROUP BY, DISTINCT or unbounded COUNT over the jobs table on a load of the list,
+    the overview or the demo's state: their cost must not grow with the history kept."""
+    monkeypatch.setattr(stats, "COUNT_LIMIT", 3)
+    for n in range(5):
+        enqueue(jobs.add, n, n, queue=f"queue-{n % 2}")
+
+    for url in [CHANGELIST, OVERVIEW, "/queue/state.json"]:
+        with CaptureQueriesContext(connection) as queries:
+            page = admin_client.get(url).content.decode()
+        on_jobs = [q["sql"] for q in queries if 'FROM "django_ratequeue_job"' in q["sql"]]
+        assert on_jobs, url
+        for sql in on_jobs:
+            assert "GROUP BY" not in sql and "DISTINCT" not in sql, sql
+            assert "COUNT(" not in sql or "LIMIT" in sql, sql
+    page = admin_client.get(CHANGELIST).content.decode()
+    assert "Jobs are counted up to 3 and no further" in page
+    assert 'href="?queue__exact=queue-1"' in page  # the queue filter still lists them
+    assert len(listed(admin_client, queue__exact="queue-1")) == 2

@@ -90,3 +90,28 @@ def test_bursts_run_on_the_cluster_to_complete_or_failed(client: Client, cluster
     }
     totals = state(client)["totals"]
     assert (totals["complete"], totals["failed"]) == (13, 2)
+
+
+@pytest.mark.django_db
+def test_the_job_table_says_when_it_shows_only_the_latest(client: Client) -> None:
+    client.post("/queue/enqueue/", {"kind": "emails"})
+    assert state(client)["more_jobs"] is False
+
+    for _ in range(4):
+        client.post("/queue/enqueue/", {"kind": "fast"})  # 6 + 40 jobs
+
+    data = state(client)
+    assert (len(data["jobs"]), data["more_jobs"]) == (40, True)
+    page = client.get("/queue/").content.decode()
+    assert "Only the latest" in page  # the script's note, drawn from more_jobs
+
+
+@pytest.mark.django_db
+def test_the_page_tells_dispatched_from_running_and_asks_for_no_favicon(client: Client) -> None:
+    page = client.get("/queue/").content.decode()
+
+    assert "<th>waiting</th><th" in page and ">dispatched</th><th>running</th>" in page
+    assert '<link rel="icon" href="data:,">' in page
+    assert client.get("/favicon.ico").status_code == 204  # the admin's pages ask for it
+    counts = state(client)["queues"][0]["counts"]
+    assert list(counts)[:4] == ["scheduled", "waiting", "dispatched", "running"]

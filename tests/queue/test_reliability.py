@@ -212,7 +212,11 @@ def test_a_job_canceled_after_dispatch_but_before_start_never_runs(tmp_path: Pat
     loop.step()  # and its job finished
     run_batch(loop.inline_batch)  # the batch arrives late
     assert handle.status() == Status.CANCELED and not lines(log)
-    assert handle.attempts() == []
+    # The attempt stays in the job's timeline, ended without having started.
+    (attempt,) = handle.attempts()
+    assert attempt.number == 1 and attempt.started_at is None and attempt.ended_at
+    assert attempt.error == "Canceled before it started."
+    assert Job.objects.get(pk=handle.id).attempts == 1
 
 
 @pytest.mark.django_db

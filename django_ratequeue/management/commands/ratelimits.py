@@ -1,4 +1,5 @@
-"""``manage.py ratelimits``: list the rate limits, show one's values now, reset them."""
+"""``manage.py ratelimits``: list the rate limits, show one's values now, reset them, prune
+the rows that are full again."""
 
 from __future__ import annotations
 
@@ -12,11 +13,15 @@ from django.db.models import Count
 from ...ratelimit.api import configured_rate_limits, project_row_value, reset_rate_limit
 from ...ratelimit.config import RateLimitConfig
 from ...ratelimit.models import RateLimitState
+from ...ratelimit.prune import BATCH_SIZE, prune_all_full_rows
 from ...ratelimit.status import config_for, describe
 
 
 class Command(BaseCommand):
-    help = "List the rate limits, show the values one holds now, or reset it."
+    help = (
+        "List the rate limits, show the values one holds now, reset it, or prune the rows "
+        "that are full again."
+    )
 
     def add_arguments(self, parser: ArgumentParser) -> None:
         actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
@@ -33,12 +38,20 @@ class Command(BaseCommand):
             "--no-input", "--noinput", action="store_false", dest="interactive",
             help="do not ask for confirmation",
         )  # fmt: skip
+        prune = actions.add_parser(
+            "prune", help="delete the rows that are full again (a missing row is a full limit)"
+        )
+        prune.add_argument(
+            "--batch-size", type=int, default=BATCH_SIZE, help="rows deleted per transaction"
+        )
 
     def handle(self, *args: Any, action: str, **options: Any) -> None:
         if action == "list":
             self.list_limits()
         elif action == "show":
             self.show(options["name"], options["key"])
+        elif action == "prune":
+            self.prune(options["batch_size"])
         else:
             self.reset(
                 options["name"], options["key"], options["all_keys"], options["interactive"]
@@ -94,6 +107,15 @@ class Command(BaseCommand):
                 raise CommandError("Reset cancelled.")
         reset_rate_limit(name, all_keys=True)
         self.stdout.write(f"Reset {keys} key(s) of {name!r}.")
+
+    def prune(self, batch_size: int) -> None:
+        if batch_size < 1:
+            raise CommandError("--batch-size must be at least 1.")
+        count = prune_all_full_rows(batch_size)
+        self.stdout.write(
+            f"Pruned {count} full rate-limit row{'s' if count != 1 else ''} "
+            "(limits in RATE_LIMITS only)."
+        )
 
     def known_config(self, name: str) -> RateLimitConfig | None:
         """The limit's configuration; ``None`` for a name only stored (an inline config)."""

@@ -8,8 +8,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from ...queue.models import Status
-from ...queue.stats import QueueOverview, queue_overview
+from ...queue.stats import COLUMNS, QueueOverview, queue_overview
 
 
 def _time(moment: datetime | None) -> str:
@@ -31,11 +30,12 @@ class Command(BaseCommand):
         self.write_loop(overview)
 
     def write_counts(self, overview: QueueOverview) -> None:
-        header = ["QUEUE", "LIMIT", *(label.upper() for label in Status.labels)]
+        header = ["QUEUE", "LIMIT", *(label.upper() for _column, label in COLUMNS)]
         rows = [
-            [q.name, q.limit_label, *(str(n) for n in q.counts.values())] for q in overview.queues
+            [q.name, q.limit_label, *(q.shown(column) for column, _label in COLUMNS)]
+            for q in overview.queues
         ]
-        rows.append(["(all)", "", *(str(n) for n in overview.totals.values())])
+        rows.append(["(all)", "", *overview.totals_shown.values()])
         table = [header, *rows]
         widths = [max(len(row[column]) for row in table) for column in range(len(header))]
         for row in table:
@@ -45,6 +45,14 @@ class Command(BaseCommand):
                 for column, (cell, width) in enumerate(zip(row, widths, strict=True))
             ]
             self.stdout.write("  ".join(cells).rstrip())
+        self.stdout.write(
+            "DISPATCHED: handed to a worker that has not started them yet."
+            + (
+                f" Counts stop at {overview.count_limit} (shown as {overview.count_limit}+)."
+                if overview.totals_capped
+                else ""
+            )
+        )
 
     def write_loop(self, overview: QueueOverview) -> None:
         loop = overview.loop

@@ -1,0 +1,104 @@
+"""``scripts/demo.sh`` as a new user runs it: it listens on 127.0.0.1, warns that the
+example project is not for exposure, and Ctrl-C or SIGTERM to its process group stops the
+web server and the django-q2 cluster cleanly (a SIGTERM to the group used to hang in
+django-q2's shutdown, its sentinel killed under its main process)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.queue.conftest import wait_for
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.cluster
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def session_pids(sid: int) -> list[int]:
+    """Every live process of session ``sid`` (the demo and everything it started)."""
+    pids = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[3]) == sid and fields[0] != "Z":
+            pids.append(int(stat.parent.name))
+    return pids
+
+
+def live_workers(database: Path) -> int:
+    try:
+        with sqlite3.connect(database) as db:
+            return db.execute("SELECT COUNT(*) FROM django_ratequeue_workerheartbeat").fetchone()[
+                0
+            ]
+    except sqlite3.Error:
+        return 0
+
+
+@pytest.fixture
+def demo(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], Path, int]]:
+    database, log, port = tmp_path / "demo.sqlite3", tmp_path / "demo.log", free_port()
+    env = {
+        **os.environ,
+        "RATEQUEUE_DEMO_PYTHON": sys.executable,
+        "DATABASE_URL": f"sqlite:///{database}",
+        "PORT": str(port),
+        "Q_WORKERS": "1",
+    }
+    env.pop("RATEQUEUE_DEMO_HOST", None)
+    env.pop("DJANGO_SETTINGS_MODULE", None)
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            ["scripts/demo.sh"], cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )  # fmt: skip
+    try:
+        wait_for(
+            lambda: process.poll() is not None or live_workers(database) >= 1,
+            timeout=120,
+            message="the demo's cluster to start",
+        )
+        wait_for(
+            lambda: process.poll() is not None or "development server at" in log.read_text(),
+            timeout=60,
+            message="the demo's web server to start",
+        )
+        assert process.poll() is None, log.read_text()
+        yield process, log, port
+    finally:
+        for pid in session_pids(process.pid):  # only what this test started
+            os.kill(pid, signal.SIGKILL)
+        process.wait(timeout=10)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_to_the_process_group_stops_everything(demo, signum: int) -> None:
+    process, log, port = demo
+    output = log.read_text()
+    assert f"development server at http://127.0.0.1:{port}/" in output  # not 0.0.0.0
+    assert "Do not expose it" in output
+
+    os.killpg(process.pid, signum)
+
+    wait_for(
+        lambda: not session_pids(process.pid),
+        timeout=60,
+        message="the demo, its web server and its cluster to exit",
+    )
+    assert "stopping the web server and the django-q2 cluster" in log.read_text()

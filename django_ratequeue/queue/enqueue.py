@@ -23,7 +23,6 @@ from __future__ import annotations
 import inspect
 import json
 import math
-import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -34,6 +33,7 @@ from typing import Any, NamedTuple
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
+from .. import clock
 from ..conf import ratequeue_settings
 from ..exceptions import DuplicateJobId, EnqueueRateLimited
 from ..ratelimit.config import RateLimitConfig, parse_config
@@ -530,7 +530,7 @@ def _enqueue_one(
     kwargs_json = check_json("keyword arguments", kwargs)
     check_reservation_room(template.queue, template.cost)
     settings = ratequeue_settings()
-    stamp = template.stamp(timezone.now())
+    stamp = template.stamp(clock.now())
     if template.id is None and settings["ENQUEUE_RATE_LIMIT"] is None:
         template.insert(args_json, kwargs_json, stamp, settings["ENQUEUE_ASYNC_COMMIT"])
     else:
@@ -547,7 +547,7 @@ def _enqueue_one(
     return Handle(stamp.id, owner=template.owner)
 
 
-# When this process last read the loop's state as running (time.time()).
+# When this process last read the loop's state as running (clock.timestamp()).
 _seen_running_at = -math.inf
 
 
@@ -560,11 +560,11 @@ def wake_after_enqueue(start_at: datetime, enqueued_at: datetime) -> None:
     seen = _seen_running_at
     if (
         start_at <= enqueued_at
-        and time.time() - seen <= segment
+        and clock.timestamp() - seen <= segment
         and enqueued_at.timestamp() >= seen - segment
     ):
         return
-    before = time.time()
+    before = clock.timestamp()
     if wake_loop(start_at) == LoopStatus.RUNNING:
         _seen_running_at = before
 
@@ -587,7 +587,7 @@ def enqueue_many(
     """
     path, _target_func, defaults = _target(func)
     template = defaults.merge(options).template(path)
-    now = timezone.now()
+    now = clock.now()
     rows = []
     for index, item in enumerate(params):
         args, kwargs = _item_call(item)

@@ -130,6 +130,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
+from .. import clock
 from ..conf import ratequeue_settings
 from .bulk import update_rows
 from .keys import keys_in_turn, next_jobs
@@ -174,7 +175,7 @@ TokenGate = Literal["now", "later", "parked", "unfit"]
 
 
 def _now() -> datetime:
-    return timezone.now()
+    return clock.now()
 
 
 def _lease() -> timedelta:

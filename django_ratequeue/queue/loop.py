@@ -570,15 +570,18 @@ class Loop:
     # -- recovery ------------------------------------------------------------------------
 
     def recover(self, now: datetime) -> bool:
-        """End attempts whose worker died or that overran their timeout."""
+        """End attempts whose worker died, that overran their timeout, or that no worker
+        claimed within ``WORKER_DEAD_AFTER`` of their dispatch (the pass holding their
+        batch died, or the broker lost its task). An attempt that never started is not a
+        try: :meth:`finish` puts its job back to WAITING."""
         interval = self.settings["WATCHDOG_INTERVAL"]
         if time.monotonic() - self._last_recovery < interval:
             return False
         self._last_recovery = time.monotonic()
         candidates = list(
-            Attempt.objects.filter(active=True, ended_at=None)
-            .exclude(worker="")
-            .only("job", "worker", "started_at", "timeout")
+            Attempt.objects.filter(active=True, ended_at=None).only(
+                "job", "worker", "started_at", "timeout", "dispatched_at"
+            )
         )
         if not candidates:
             return False
@@ -590,7 +593,14 @@ class Loop:
         )
         recovered = False
         for attempt in candidates:
-            if attempt.worker not in alive:
+            outcome: str
+            if not attempt.worker:
+                if attempt.dispatched_at + dead_after >= now:
+                    continue
+                outcome, error = "", "No worker claimed this attempt; its job waits again."
+            elif attempt.started_at is None and attempt.worker not in alive:
+                outcome, error = "", "Its worker died before it started; its job waits again."
+            elif attempt.worker not in alive:
                 outcome, error = Outcome.WORKER_LOST, "The worker running this attempt died."
             elif (
                 attempt.started_at is not None
@@ -608,7 +618,10 @@ class Loop:
             ).update(ended_at=now, outcome=outcome, error=error):
                 recovered = True
                 logger.warning(
-                    "Recovered attempt %s of job %s: %s", attempt.pk, attempt.job_id, outcome
+                    "Recovered attempt %s of job %s: %s",
+                    attempt.pk,
+                    attempt.job_id,
+                    outcome or "never started",
                 )
         return recovered
 

@@ -1,8 +1,10 @@
 """Running attempts on a django-q2 worker.
 
-``run_batch`` receives attempt ids only (never client data). Each attempt is claimed with a
-conditional UPDATE (not started, not ended), so an attempt that already ran or was recovered
-never runs again, even when django-q2 delivers the same task twice. When its own batch is
+``run_batch`` receives attempt ids only (never client data). Each attempt is claimed as it
+starts, with a conditional UPDATE (not started, not ended), so an attempt that already ran
+or was recovered never runs again, even when django-q2 delivers the same task twice. A job
+that raises ``SystemExit`` or ``KeyboardInterrupt`` fails like any other; the worker and
+the rest of its batch go on. When its own batch is
 done, the runner runs the resting loop's next pass itself, and else takes over attempts
 that were dispatched but not started yet (other batches still queued), so one slow job does
 not hold up the jobs dealt to its batch.
@@ -21,8 +23,9 @@ from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from django.db import InterfaceError, OperationalError, connection
-from django.utils import timezone
+from django.db.models import Q
 
+from .. import clock
 from ..conf import ratequeue_settings
 from ..exceptions import NonRetryableError, RecursiveWaitDeadlock
 from .bulk import update_rows
@@ -93,11 +96,13 @@ _chunk = 1
 class Runner:
     """Claims, runs and reports attempts in chunks.
 
-    A chunk is claimed with one conditional UPDATE and reported with one statement. It
-    doubles (up to ``MAX_CHUNK``) while jobs finish quickly and falls back to one attempt
-    after a slow chunk, so no-op jobs cost a fraction of a query each while a slow job
-    holds others back at most once in a row. A worker's next batch starts with the chunk
-    its last one ended with.
+    A chunk is read with one query, each of its attempts claimed with a conditional UPDATE
+    as it starts (so that its start time is true, and known should the worker die), and
+    their outcomes reported with one statement. It doubles (up to ``MAX_CHUNK``) while
+    jobs finish quickly and falls back to one attempt after a slow chunk, so quick jobs
+    share their reads and reports while a slow job holds back the outcomes of others at
+    most once in a row. A worker's next batch starts with the chunk its last one ended
+    with.
     """
 
     MAX_CHUNK = 32
@@ -144,16 +149,29 @@ class Runner:
         return loop.inline_batch
 
     def run_chunk(self, todo: list[int]) -> list[int]:
-        """Run the first ``chunk`` attempts of ``todo``; return the rest."""
+        """Run the first ``chunk`` attempts of ``todo``, each claimed as it starts, and
+        report them together; return the rest.
+
+        Should something stop this process in the middle (a ``BaseException`` that is not
+        the job's own ``SystemExit`` or ``KeyboardInterrupt``), the attempts that ran are
+        reported first and those that did not start are handed back: they wait again, and
+        none of them counts as a try."""
         taken, rest = todo[: self.chunk], todo[self.chunk :]
-        claimed = self.claim(taken)
+        ran: list[Attempt] = []
         began = time.monotonic()
-        for attempt in claimed:
-            run_attempt(attempt)
-        quick = time.monotonic() - began < self.QUICK * max(len(claimed), 1)
+        try:
+            for attempt in self.load(taken):
+                if self.claim(attempt):
+                    ran.append(attempt)
+                    run_attempt(attempt)
+        except BaseException:
+            self.report([attempt for attempt in ran if attempt.ended_at is not None])
+            self.release([*taken, *rest])
+            raise
+        quick = time.monotonic() - began < self.QUICK * max(len(ran), 1)
         self.chunk = min(self.chunk * 2, self.MAX_CHUNK) if quick else 1
-        self.report(claimed)
-        self.unreported = self.unreported or bool(claimed)
+        self.report(ran)
+        self.unreported = self.unreported or bool(ran)
         # After a slow job at once; after quick ones at most every SEGMENT seconds.
         if time.monotonic() - self.last_wake >= ratequeue_settings()["SEGMENT"]:
             self.wake()
@@ -172,27 +190,42 @@ class Runner:
             )
         )
 
-    def claim(self, attempt_ids: list[int]) -> list[Attempt]:
-        """Take the attempts nobody started yet; an attempt that already ran, or was
-        recovered, is skipped, so a task django-q2 delivers twice runs nothing twice.
-        Claimed attempts are marked with this worker and one timestamp, so that claiming
-        again after a lost connection finds what the first try may have taken."""
+    def load(self, attempt_ids: list[int]) -> list[Attempt]:
+        """The attempts of ``attempt_ids`` that nobody started yet, with their jobs."""
         if not attempt_ids:
             return []
-        stamp = timezone.now()
-
-        def take() -> list[Attempt]:
-            Attempt.objects.filter(pk__in=attempt_ids, started_at=None, ended_at=None).update(
-                worker=self.worker, started_at=stamp
-            )
-            return list(
-                Attempt.objects.filter(pk__in=attempt_ids, worker=self.worker, started_at=stamp)
+        return through_reconnects(
+            lambda: list(
+                Attempt.objects.filter(pk__in=attempt_ids, started_at=None, ended_at=None)
                 .select_related("job")
-                .only("timeout", "started_at", "queue", "job__func", "job__args", "job__kwargs")
+                .only("timeout", "queue", "job__func", "job__args", "job__kwargs")
                 .order_by("pk")
             )
+        )
 
-        return through_reconnects(take)
+    def claim(self, attempt: Attempt) -> bool:
+        """Start ``attempt`` now, unless someone else started or ended it first (so an
+        attempt runs once, even when django-q2 delivers its task twice). Its start time
+        is written as it really starts: should this worker die, the attempts of its chunk
+        that had not started yet are known, and are not counted as tries. The update is
+        repeatable, so that claiming again after a lost connection finds its own claim."""
+        stamp = clock.now()
+        mine = Q(started_at=None) | Q(worker=self.worker, started_at=stamp)
+        claimed = through_reconnects(
+            lambda: Attempt.objects.filter(mine, pk=attempt.pk, ended_at=None).update(
+                worker=self.worker, started_at=stamp
+            )
+        )
+        if claimed:
+            attempt.worker, attempt.started_at = self.worker, stamp
+        return bool(claimed)
+
+    def release(self, attempt_ids: list[int]) -> None:
+        """Hand back attempts of this worker that did not start: the loop's recovery puts
+        them back to WAITING (see :meth:`.loop.Loop.recover`)."""
+        Attempt.objects.filter(
+            pk__in=attempt_ids, worker=self.worker, started_at=None, ended_at=None
+        ).update(worker="")
 
     def wake(self) -> None:
         """Tell the loop that slots came free."""
@@ -242,9 +275,19 @@ def run_attempt(attempt: Attempt) -> None:
     except Exception as exc:
         attempt.outcome, attempt.error = Outcome.FAILED, _describe(exc)
         attempt.traceback = tb.format_exc()
+    except (SystemExit, KeyboardInterrupt) as exc:
+        # The job's own (django-q2's workers ignore SIGINT): it fails, the worker goes on.
+        attempt.outcome, attempt.traceback = Outcome.FAILED, tb.format_exc()
+        attempt.error = f"{_describe(exc)} (a job cannot stop its worker: this attempt failed)"
+    except BaseException as exc:
+        # Anything else stops the process: record the attempt for the caller to report.
+        attempt.outcome, attempt.traceback = Outcome.FAILED, tb.format_exc()
+        attempt.error = f"{_describe(exc)} (its worker stopped)"
+        attempt.ended_at = clock.now()
+        raise
     finally:
         current_attempt.reset(token)
-    attempt.ended_at = timezone.now()
+    attempt.ended_at = clock.now()
 
 
 def _describe(exc: BaseException) -> str:

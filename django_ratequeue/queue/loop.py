@@ -33,7 +33,9 @@ Job statuses
 
 A RUNNING job's attempt ends by the runner reporting it, or by recovery: its worker's
 heartbeat is older than ``WORKER_DEAD_AFTER`` (failed, retried by policy; an attempt that had
-not started yet is simply put back to WAITING) or it overran ``timeout`` (failed). Every
+not started yet is simply put back to WAITING), it overran ``timeout`` (failed), or no worker
+claimed it within ``WORKER_DEAD_AFTER`` of its dispatch (put back to WAITING). All times are
+the database server's (:mod:`django_ratequeue.clock`). Every
 transition to a final status creates the ``on_complete`` callback job in the same
 transaction, so it is called exactly once.
 
@@ -81,8 +83,9 @@ Invariants
   the first batch and runs it itself once it rests (its worker is free then: one broker
   round trip less from enqueue to start); the others become django-q2 tasks, written in the
   loop's own transaction with the ORM broker so that they exist exactly when the attempts
-  do. A runner claims attempts in chunks that grow while jobs are quick (one conditional
-  UPDATE per chunk, one ``UPDATE ... FROM unnest`` for the outcomes), and when its batch is
+  do. A runner runs attempts in chunks that grow while jobs are quick (one read per chunk,
+  one conditional UPDATE per attempt as it starts, one ``UPDATE ... FROM unnest`` for the
+  chunk's outcomes), and when its batch is
   done it takes over attempts not started yet, so a slow job does not hold up its batch.
   A redelivered task finds its attempts claimed and runs nothing twice. A runner about to
   go idle whose batch freed slots of a resting loop runs the loop's next pass itself (the

@@ -6,8 +6,10 @@ host to use its own clock, a host 5 s off would take live workers for dead (and 
 jobs again), or move a rate limit's stored time ahead of the others, whose refills would
 stop until their clocks caught up. So every time ratequeue writes or compares comes from
 here: the local clock plus its offset from the database server's clock, measured with one
-query (its error is at most half a round trip) at the first use, every
-:data:`RECHECK` seconds, and at once when the local clock jumps (an NTP step).
+query at the first use, every :data:`RECHECK` seconds, and at once when the local clock
+jumps (an NTP step). An offset within the measurement's own error (half the round trip,
+plus the millisecond of SQLite's clock) cannot be told from none, and counts as none: the
+processes of one host, and every process on SQLite, then share the local clock exactly.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from django.db import DatabaseError, connection
 # the monotonic one that makes us measure again at once.
 RECHECK = 60.0
 JUMP = 0.5
+# The coarsest resolution of a database's clock (SQLite's 'now' has milliseconds).
+RESOLUTION = 0.001
 
 # The database's time as seconds since the epoch, by vendor (SQLite's is the local host's).
 SERVER_TIME = {
@@ -77,4 +81,7 @@ def _measure(known: _Offset | None) -> _Offset:
         seconds = known.seconds if known is not None else 0.0
         return _Offset(seconds, before - steady, steady - RECHECK + 1.0)
     after = time.time()
-    return _Offset(float(server) - (before + after) / 2, before - steady, steady)
+    seconds = float(server) - (before + after) / 2
+    if abs(seconds) <= (after - before) / 2 + RESOLUTION:
+        seconds = 0.0
+    return _Offset(seconds, before - steady, steady)

@@ -83,9 +83,9 @@ Invariants
   the first batch and runs it itself once it rests (its worker is free then: one broker
   round trip less from enqueue to start); the others become django-q2 tasks, written in the
   loop's own transaction with the ORM broker so that they exist exactly when the attempts
-  do. A runner runs attempts in chunks that grow while jobs are quick (one read per chunk,
-  one conditional UPDATE per attempt as it starts, one ``UPDATE ... FROM unnest`` for the
-  chunk's outcomes), and when its batch is
+  do. A runner claims attempts in chunks that grow while jobs are quick (one conditional
+  UPDATE per chunk, a short one per attempt as it starts, one ``UPDATE ... FROM unnest``
+  for the outcomes), and when its batch is
   done it takes over attempts not started yet, so a slow job does not hold up its batch.
   A redelivered task finds its attempts claimed and runs nothing twice. A runner about to
   go idle whose batch freed slots of a resting loop runs the loop's next pass itself (the
@@ -574,9 +574,10 @@ class Loop:
 
     def recover(self, now: datetime) -> bool:
         """End attempts whose worker died, that overran their timeout, or that no worker
-        claimed within ``WORKER_DEAD_AFTER`` of their dispatch (the pass holding their
-        batch died, or the broker lost its task). An attempt that never started is not a
-        try: :meth:`finish` puts its job back to WAITING."""
+        claimed within ``WORKER_DEAD_AFTER`` of their dispatch although a live worker runs
+        none of our jobs (the pass holding their batch died, or the broker lost its task;
+        while every worker is busy, a task simply waits in the broker). An attempt that
+        never started is not a try: :meth:`finish` puts its job back to WAITING."""
         interval = self.settings["WATCHDOG_INTERVAL"]
         if time.monotonic() - self._last_recovery < interval:
             return False
@@ -594,11 +595,12 @@ class Loop:
                 "id", flat=True
             )
         )
+        idle = alive - {a.worker for a in candidates if a.started_at is not None}
         recovered = False
         for attempt in candidates:
             outcome: str
             if not attempt.worker:
-                if attempt.dispatched_at + dead_after >= now:
+                if not idle or attempt.dispatched_at + dead_after >= now:
                     continue
                 outcome, error = "", "No worker claimed this attempt; its job waits again."
             elif attempt.started_at is None and attempt.worker not in alive:

@@ -1,8 +1,9 @@
 """Running attempts on a django-q2 worker.
 
-``run_batch`` receives attempt ids only (never client data). Each attempt is claimed as it
-starts, with a conditional UPDATE (not started, not ended), so an attempt that already ran
-or was recovered never runs again, even when django-q2 delivers the same task twice. A job
+``run_batch`` receives attempt ids only (never client data). Attempts are claimed with a
+conditional UPDATE (nobody's yet, not ended), so an attempt that already ran or was
+recovered never runs again, even when django-q2 delivers the same task twice, and each
+records its start time as it really starts. A job
 that raises ``SystemExit`` or ``KeyboardInterrupt`` fails like any other; the worker and
 the rest of its batch go on. When its own batch is
 done, the runner runs the resting loop's next pass itself, and else takes over attempts
@@ -20,10 +21,10 @@ import time
 import traceback as tb
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from functools import cache
 from typing import Any, TypeVar
 
 from django.db import InterfaceError, OperationalError, connection
-from django.db.models import Q
 
 from .. import clock
 from ..conf import ratequeue_settings
@@ -96,13 +97,13 @@ _chunk = 1
 class Runner:
     """Claims, runs and reports attempts in chunks.
 
-    A chunk is read with one query, each of its attempts claimed with a conditional UPDATE
-    as it starts (so that its start time is true, and known should the worker die), and
-    their outcomes reported with one statement. It doubles (up to ``MAX_CHUNK``) while
-    jobs finish quickly and falls back to one attempt after a slow chunk, so quick jobs
-    share their reads and reports while a slow job holds back the outcomes of others at
-    most once in a row. A worker's next batch starts with the chunk its last one ended
-    with.
+    A chunk is claimed with one conditional UPDATE, each of its attempts records its
+    start with a short one as it really starts (so that its start time is true, and known
+    should the worker die), and their outcomes are reported with one statement. It
+    doubles (up to ``MAX_CHUNK``) while jobs finish quickly and falls back to one attempt
+    after a slow chunk, so quick jobs share their claims and reports while a slow job
+    holds others back at most once in a row. A worker's next batch starts with the chunk
+    its last one ended with.
     """
 
     MAX_CHUNK = 32
@@ -116,9 +117,6 @@ class Runner:
 
     def run(self, attempt_ids: list[int]) -> None:
         """Run a batch."""
-        Attempt.objects.filter(
-            pk__in=attempt_ids, worker="", started_at=None, ended_at=None
-        ).update(worker=self.worker)
         todo = list(attempt_ids)
         while todo:
             todo = self.run_chunk(todo)
@@ -127,7 +125,7 @@ class Runner:
         """Run attempts dealt to batches that are still queued, or whose worker is busy."""
         for _ in range(ratequeue_settings()["DISPATCH_BATCH_SIZE"]):
             spare = list(
-                Attempt.objects.filter(active=True, started_at=None, ended_at=None)
+                Attempt.objects.filter(active=True, worker="", ended_at=None)
                 .order_by("pk")
                 .values_list("pk", flat=True)[: self.chunk]
             )
@@ -149,24 +147,25 @@ class Runner:
         return loop.inline_batch
 
     def run_chunk(self, todo: list[int]) -> list[int]:
-        """Run the first ``chunk`` attempts of ``todo``, each claimed as it starts, and
-        report them together; return the rest.
+        """Claim the first ``chunk`` attempts of ``todo``, start and run them one after
+        the other, and report them together; return the rest.
 
         Should something stop this process in the middle (a ``BaseException`` that is not
         the job's own ``SystemExit`` or ``KeyboardInterrupt``), the attempts that ran are
-        reported first and those that did not start are handed back: they wait again, and
-        none of them counts as a try."""
+        reported first and the claimed ones that did not start are handed back: they wait
+        again, and none of them counts as a try."""
         taken, rest = todo[: self.chunk], todo[self.chunk :]
+        claimed = self.claim(taken)
         ran: list[Attempt] = []
         began = time.monotonic()
         try:
-            for attempt in self.load(taken):
-                if self.claim(attempt):
+            for attempt in claimed:
+                if self.start(attempt):
                     ran.append(attempt)
                     run_attempt(attempt)
         except BaseException:
             self.report([attempt for attempt in ran if attempt.ended_at is not None])
-            self.release([*taken, *rest])
+            self.release([attempt.pk for attempt in claimed if attempt.started_at is None])
             raise
         quick = time.monotonic() - began < self.QUICK * max(len(ran), 1)
         self.chunk = min(self.chunk * 2, self.MAX_CHUNK) if quick else 1
@@ -178,51 +177,65 @@ class Runner:
         return rest
 
     def report(self, attempts: list[Attempt]) -> None:
-        """Write the outcomes of attempts that ran (through lost connections, see
+        """Write the outcomes of attempts that ran, with their start times should a
+        database crash have lost one (through lost connections, see
         :func:`through_reconnects`)."""
         through_reconnects(
             lambda: update_rows(
                 Attempt,
                 attempts,
-                ["ended_at", "outcome", "result", "error", "traceback"],
+                ["started_at", "ended_at", "outcome", "result", "error", "traceback"],
                 # A recovered (superseded) attempt already ended: its late report is ignored.
                 condition="t.ended_at IS NULL",
             )
         )
 
-    def load(self, attempt_ids: list[int]) -> list[Attempt]:
-        """The attempts of ``attempt_ids`` that nobody started yet, with their jobs."""
+    def claim(self, attempt_ids: list[int]) -> list[Attempt]:
+        """Take the attempts nobody claimed yet (``worker`` empty); an attempt that
+        already ran, was claimed by another worker, or was recovered is skipped, so a task
+        django-q2 delivers twice runs nothing twice. One durable UPDATE for the chunk, and
+        claiming again after a lost connection finds what the first try may have taken."""
         if not attempt_ids:
             return []
-        return through_reconnects(
-            lambda: list(
-                Attempt.objects.filter(pk__in=attempt_ids, started_at=None, ended_at=None)
+
+        def take() -> list[Attempt]:
+            Attempt.objects.filter(
+                pk__in=attempt_ids, worker="", started_at=None, ended_at=None
+            ).update(worker=self.worker)
+            return list(
+                Attempt.objects.filter(
+                    pk__in=attempt_ids, worker=self.worker, started_at=None, ended_at=None
+                )
                 .select_related("job")
                 .only("timeout", "queue", "job__func", "job__args", "job__kwargs")
                 .order_by("pk")
             )
-        )
 
-    def claim(self, attempt: Attempt) -> bool:
-        """Start ``attempt`` now, unless someone else started or ended it first (so an
-        attempt runs once, even when django-q2 delivers its task twice). Its start time
-        is written as it really starts: should this worker die, the attempts of its chunk
-        that had not started yet are known, and are not counted as tries. The update is
-        repeatable, so that claiming again after a lost connection finds its own claim."""
+        return through_reconnects(take)
+
+    def start(self, attempt: Attempt) -> bool:
+        """Record that a claimed attempt starts now, unless it was ended meanwhile (a
+        cancel). Each attempt gets its true start time, and should this worker die, the
+        attempts of its chunk that had not started are known: they are not tries. One
+        short statement per job; on PostgreSQL it does not wait for the WAL flush (the
+        claim, which makes the attempt ours, did; the report writes the time again)."""
         stamp = clock.now()
-        mine = Q(started_at=None) | Q(worker=self.worker, started_at=stamp)
-        claimed = through_reconnects(
-            lambda: Attempt.objects.filter(mine, pk=attempt.pk, ended_at=None).update(
-                worker=self.worker, started_at=stamp
-            )
-        )
-        if claimed:
-            attempt.worker, attempt.started_at = self.worker, stamp
-        return bool(claimed)
+        params = [connection.ops.adapt_datetimefield_value(stamp), attempt.pk, self.worker]
+        sql = _start_sql(connection.vendor == "postgresql" and not connection.in_atomic_block)
+
+        def take() -> int:
+            with connection.cursor() as cursor:
+                cursor.execute(sql, params)
+                return cursor.rowcount
+
+        if not through_reconnects(take):
+            return False
+        attempt.started_at = stamp
+        return True
 
     def release(self, attempt_ids: list[int]) -> None:
-        """Hand back attempts of this worker that did not start: the loop's recovery puts
-        them back to WAITING (see :meth:`.loop.Loop.recover`)."""
+        """Hand back claimed attempts that did not start, for another runner (or the
+        loop's recovery, see :meth:`.loop.Loop.recover`) to take."""
         Attempt.objects.filter(
             pk__in=attempt_ids, worker=self.worker, started_at=None, ended_at=None
         ).update(worker="")
@@ -233,6 +246,16 @@ class Runner:
             wake_loop()
             self.unreported = False
         self.last_wake = time.monotonic()
+
+
+@cache
+def _start_sql(async_commit: bool) -> str:
+    """The start of a claimed attempt, in plain SQL: the ORM would cost more than it."""
+    table = connection.ops.quote_name(Attempt._meta.db_table)
+    sql = f"UPDATE {table} SET started_at = %s WHERE id = %s AND worker = %s AND ended_at IS NULL"
+    if async_commit:
+        sql += " RETURNING set_config('synchronous_commit', 'off', true)"
+    return sql
 
 
 def through_reconnects(action: Callable[[], T]) -> T:

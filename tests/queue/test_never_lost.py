@@ -26,6 +26,7 @@ from django_ratequeue.conf import ratequeue_settings
 from django_ratequeue.models import Attempt, Job, WorkerHeartbeat
 from django_ratequeue.queue.loop import Loop, ensure_loop_state, main_loop
 from django_ratequeue.queue.runner import Runner
+from django_ratequeue.queue.watchdog import beat
 from tests.queue import jobs
 from tests.queue.conftest import wait_for
 
@@ -49,6 +50,12 @@ def tries(handle: Any) -> int:
 
 
 @pytest.fixture
+def idle_worker() -> str:
+    """A live worker (this process) that runs nothing: it would have claimed any task."""
+    return beat(force=True)
+
+
+@pytest.fixture
 def roomy(settings: Any) -> None:
     """Room for every job of a test to start in one step, in one batch."""
     settings.RATEQUEUE = {**settings.RATEQUEUE, "MAX_CONCURRENCY": 20}
@@ -58,7 +65,9 @@ def roomy(settings: Any) -> None:
 
 
 @pytest.mark.django_db
-def test_an_attempt_whose_pass_died_before_running_its_batch_waits_again(tmp_path: Path) -> None:
+def test_an_attempt_whose_pass_died_before_running_its_batch_waits_again(
+    tmp_path: Path, idle_worker: str
+) -> None:
     log = tmp_path / "runs.log"
     handle = enqueue(jobs.record, str(log), "once")
     Loop(ensure_loop_state()[0]).step()  # dispatches; the pass dies before its inline batch
@@ -74,15 +83,16 @@ def test_an_attempt_whose_pass_died_before_running_its_batch_waits_again(tmp_pat
 
 
 @pytest.mark.django_db
-def test_an_attempt_whose_broker_task_was_lost_waits_again(tmp_path: Path) -> None:
+def test_an_attempt_whose_broker_task_was_lost_waits_again(
+    tmp_path: Path, idle_worker: str
+) -> None:
     log = tmp_path / "runs.log"
-    for worker in ("w1", "w2"):
-        WorkerHeartbeat.objects.create(id=worker, pid=1, host="h", seen_at=timezone.now())
+    WorkerHeartbeat.objects.create(id="w2", pid=1, host="h", seen_at=timezone.now())
     first, second = enqueue_many(jobs.record, [[str(log), "first"], [str(log), "second"]])
     loop = Loop(ensure_loop_state()[0])
     loop.step()  # two live workers: one batch for this pass, one through the broker
     OrmQ.objects.all().delete()  # the broker loses its task
-    Runner("w1").run(loop.inline_batch)
+    Runner(idle_worker).run(loop.inline_batch)
     loop.step()
     assert first.status() == Status.COMPLETE and second.status() == Status.RUNNING
 
@@ -92,6 +102,23 @@ def test_an_attempt_whose_broker_task_was_lost_waits_again(tmp_path: Path) -> No
     assert second.status() == Status.COMPLETE
     assert [a.outcome for a in second.attempts()] == ["succeeded"] and tries(second) == 1
     assert labels_run(log) == {"first": 1, "second": 1}
+
+
+@pytest.mark.django_db
+def test_while_every_worker_is_busy_an_unclaimed_attempt_waits_for_one(
+    tmp_path: Path, roomy: None
+) -> None:
+    log = tmp_path / "runs.log"
+    busy, queued = enqueue_many(jobs.record, [[str(log), "busy"], [str(log), "queued"]])
+    loop = Loop(ensure_loop_state()[0])
+    loop.step()
+    worker = beat(force=True)
+    (running,) = Runner(worker).claim([Attempt.objects.get(job_id=busy.id).pk])
+    Attempt.objects.filter(pk=running.pk).update(started_at=timezone.now())  # a long job
+    age_dispatches()
+    Loop(ensure_loop_state()[0]).step()
+    (attempt,) = queued.attempts()
+    assert attempt.ended_at is None and tries(queued) == 1  # still in the broker, as is
 
 
 # -- jobs that try to end their worker -----------------------------------------------------
@@ -156,7 +183,7 @@ def test_each_attempt_of_a_chunk_starts_when_it_really_starts(roomy: None) -> No
 
 @pytest.mark.django_db
 def test_a_worker_stopped_mid_chunk_reports_what_ran_and_hands_back_the_rest(
-    tmp_path: Path, roomy: None
+    tmp_path: Path, roomy: None, idle_worker: str
 ) -> None:
     log = tmp_path / "runs.log"
     ran = enqueue_many(jobs.record, [[str(log), "r0"], [str(log), "r1"]])
@@ -172,6 +199,7 @@ def test_a_worker_stopped_mid_chunk_reports_what_ran_and_hands_back_the_rest(
         stopper.result(timeout=0)
     # The two that never started are not tries, and wait to be taken back.
     assert [(a.started_at, a.worker) for h in rest for a in h.attempts()] == [(None, "")] * 2
+    assert Attempt.objects.get(job_id=stopper.id).started_at is not None
 
     age_dispatches()
     main_loop(ensure_loop_state()[0])

@@ -3,12 +3,11 @@
 ``run_batch`` receives attempt ids only (never client data). Attempts are claimed with a
 conditional UPDATE (nobody's yet, not ended), so an attempt that already ran or was
 recovered never runs again, even when django-q2 delivers the same task twice, and each
-records its start time as it really starts. A job
-that raises ``SystemExit`` or ``KeyboardInterrupt`` fails like any other; the worker and
-the rest of its batch go on. When its own batch is
-done, the runner runs the resting loop's next pass itself, and else takes over attempts
-that were dispatched but not started yet (other batches still queued), so one slow job does
-not hold up the jobs dealt to its batch.
+records its start time as it really starts. A job that raises ``SystemExit`` or
+``KeyboardInterrupt`` fails like any other; the worker and the rest of its batch go on.
+When its own batch is done, the runner runs the resting loop's next pass itself, and else
+takes over attempts that were dispatched but not claimed yet (other batches still queued),
+so one slow job does not hold up the jobs dealt to its batch.
 """
 
 from __future__ import annotations

@@ -24,9 +24,11 @@ from functools import cache
 from typing import Any, TypeVar
 
 from django.db import InterfaceError, OperationalError, connection
+from django.db.models import Case, DateTimeField, Q, Value, When
 
 from .. import clock
 from ..conf import ratequeue_settings
+from ..db import ServerStatement, sql_to_run
 from ..exceptions import NonRetryableError, RecursiveWaitDeadlock
 from .bulk import update_rows
 from .enqueue import import_function
@@ -159,7 +161,7 @@ class Runner:
         began = time.monotonic()
         try:
             for attempt in claimed:
-                if self.start(attempt):
+                if attempt.started_at is not None or self.start(attempt):
                     ran.append(attempt)
                     run_attempt(attempt)
         except BaseException:
@@ -192,21 +194,31 @@ class Runner:
     def claim(self, attempt_ids: list[int]) -> list[Attempt]:
         """Take the attempts nobody claimed yet (``worker`` empty); an attempt that
         already ran, was claimed by another worker, or was recovered is skipped, so a task
-        django-q2 delivers twice runs nothing twice. One durable UPDATE for the chunk, and
+        django-q2 delivers twice runs nothing twice. One durable UPDATE for the chunk, which
+        also starts its first attempt (so a chunk of one, a slow job's, costs no more), and
         claiming again after a lost connection finds what the first try may have taken."""
         if not attempt_ids:
             return []
+        first, stamp = min(attempt_ids), clock.now()
 
         def take() -> list[Attempt]:
             Attempt.objects.filter(
                 pk__in=attempt_ids, worker="", started_at=None, ended_at=None
-            ).update(worker=self.worker)
+            ).update(
+                worker=self.worker,
+                started_at=Case(
+                    When(pk=first, then=Value(stamp)), default=None, output_field=DateTimeField()
+                ),
+            )
             return list(
                 Attempt.objects.filter(
-                    pk__in=attempt_ids, worker=self.worker, started_at=None, ended_at=None
+                    Q(started_at=None) | Q(pk=first, started_at=stamp),
+                    pk__in=attempt_ids,
+                    worker=self.worker,
+                    ended_at=None,
                 )
                 .select_related("job")
-                .only("timeout", "queue", "job__func", "job__args", "job__kwargs")
+                .only("timeout", "queue", "started_at", "job__func", "job__args", "job__kwargs")
                 .order_by("pk")
             )
 
@@ -220,11 +232,13 @@ class Runner:
         claim, which makes the attempt ours, did; the report writes the time again)."""
         stamp = clock.now()
         params = [connection.ops.adapt_datetimefield_value(stamp), attempt.pk, self.worker]
-        sql = _start_sql(connection.vendor == "postgresql" and not connection.in_atomic_block)
+        statement = _start_statement(
+            connection.vendor == "postgresql" and not connection.in_atomic_block
+        )
 
         def take() -> int:
             with connection.cursor() as cursor:
-                cursor.execute(sql, params)
+                cursor.execute(sql_to_run(connection, statement), params)
                 return cursor.rowcount
 
         if not through_reconnects(take):
@@ -248,13 +262,19 @@ class Runner:
 
 
 @cache
-def _start_sql(async_commit: bool) -> str:
-    """The start of a claimed attempt, in plain SQL: the ORM would cost more than it."""
+def _start_statement(async_commit: bool) -> ServerStatement:
+    """The start of a claimed attempt, in plain SQL, prepared on the server from a
+    session's second use (see :mod:`django_ratequeue.db`): the ORM, and planning the
+    statement each time, would cost more than running it."""
     table = connection.ops.quote_name(Attempt._meta.db_table)
-    sql = f"UPDATE {table} SET started_at = %s WHERE id = %s AND worker = %s AND ended_at IS NULL"
-    if async_commit:
-        sql += " RETURNING set_config('synchronous_commit', 'off', true)"
-    return sql
+    text = "UPDATE {} SET started_at = {} WHERE id = {} AND worker = {} AND ended_at IS NULL{}"
+    relax = " RETURNING set_config('synchronous_commit', 'off', true)" if async_commit else ""
+    return ServerStatement(
+        name=f"ratequeue_start_attempt{'_async' if async_commit else ''}",
+        text=text.format(table, "%s", "%s", "%s", relax),
+        prepared_text=text.format(table, "$1", "$2", "$3", relax),
+        arguments="%s, %s, %s",
+    )
 
 
 def through_reconnects(action: Callable[[], T]) -> T:

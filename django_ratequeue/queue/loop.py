@@ -34,8 +34,8 @@ Job statuses
 A RUNNING job's attempt ends by the runner reporting it, or by recovery: its worker's
 heartbeat is older than ``WORKER_DEAD_AFTER`` (failed, retried by policy; an attempt that had
 not started yet is simply put back to WAITING), it overran ``timeout`` (failed), or no worker
-claimed it within ``WORKER_DEAD_AFTER`` of its dispatch (put back to WAITING). All times are
-the database server's (:mod:`django_ratequeue.clock`). Every
+claimed it within ``WORKER_DEAD_AFTER`` of its dispatch while a live worker was idle (put back
+to WAITING). All times are the database server's (:mod:`django_ratequeue.clock`). Every
 transition to a final status creates the ``on_complete`` callback job in the same
 transaction, so it is called exactly once.
 
@@ -85,8 +85,8 @@ Invariants
   loop's own transaction with the ORM broker so that they exist exactly when the attempts
   do. A runner claims attempts in chunks that grow while jobs are quick (one conditional
   UPDATE per chunk, a short one per attempt as it starts, one ``UPDATE ... FROM unnest``
-  for the outcomes), and when its batch is
-  done it takes over attempts not started yet, so a slow job does not hold up its batch.
+  for the outcomes), and when its batch is done it takes over attempts nobody claimed
+  yet, so a slow job does not hold up its batch.
   A redelivered task finds its attempts claimed and runs nothing twice. A runner about to
   go idle whose batch freed slots of a resting loop runs the loop's next pass itself (the
   pass after ``generation``, won like any other) and then that pass's batch, for at most

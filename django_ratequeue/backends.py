@@ -244,7 +244,7 @@ def run_task(task: str, args: list[Any], kwargs: dict[str, Any], backend: str) -
         else:
             value = function.call(*args, **kwargs)
         value = normalize_json(value)
-    except Exception as exc:
+    except (Exception, SystemExit, KeyboardInterrupt) as exc:  # the runner fails all three
         error = TaskError(
             exception_class_path=class_path(type(exc)), traceback="".join(format_exception(exc))
         )

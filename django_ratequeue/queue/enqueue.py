@@ -24,7 +24,6 @@ import inspect
 import json
 import math
 import re
-import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -34,6 +33,7 @@ from typing import Any, NamedTuple
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
+from .. import clock
 from ..conf import ratequeue_settings
 from ..exceptions import DuplicateJobId, EnqueueRateLimited
 from ..ratelimit.config import RateLimitConfig, parse_config
@@ -526,7 +526,7 @@ def _enqueue_one(
     template.check_size(args_json, kwargs_json)
     check_reservation_room(template.queue, template.cost)
     settings = ratequeue_settings()
-    stamp = template.stamp(timezone.now())
+    stamp = template.stamp(clock.now())
     if template.id is None and settings["ENQUEUE_RATE_LIMIT"] is None:
         template.insert(args_json, kwargs_json, stamp, settings["ENQUEUE_ASYNC_COMMIT"])
     else:
@@ -548,7 +548,7 @@ def _owned_by(job_id: str, owner: str) -> bool:
     return Job.objects.filter(pk=job_id, owner=owner).exists()
 
 
-# When this process last read the loop's state as running (time.time()).
+# When this process last read the loop's state as running (clock.timestamp()).
 _seen_running_at = -math.inf
 
 
@@ -561,11 +561,11 @@ def wake_after_enqueue(start_at: datetime, enqueued_at: datetime) -> None:
     seen = _seen_running_at
     if (
         start_at <= enqueued_at
-        and time.time() - seen <= segment
+        and clock.timestamp() - seen <= segment
         and enqueued_at.timestamp() >= seen - segment
     ):
         return
-    before = time.time()
+    before = clock.timestamp()
     if wake_loop(start_at) == LoopStatus.RUNNING:
         _seen_running_at = before
 
@@ -588,7 +588,7 @@ def enqueue_many(
     """
     path, _target_func, defaults = _target(func)
     template = defaults.merge(options).template(path)
-    now = timezone.now()
+    now = clock.now()
     rows = []
     for index, item in enumerate(params):
         args, kwargs = _item_call(item)

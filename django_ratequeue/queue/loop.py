@@ -33,7 +33,9 @@ Job statuses
 
 A RUNNING job's attempt ends by the runner reporting it, or by recovery: its worker's
 heartbeat is older than ``WORKER_DEAD_AFTER`` (failed, retried by policy; an attempt that had
-not started yet is simply put back to WAITING) or it overran ``timeout`` (failed). Every
+not started yet is simply put back to WAITING), it overran ``timeout`` (failed), or no worker
+claimed it within ``WORKER_DEAD_AFTER`` of its dispatch while a live worker was idle (put back
+to WAITING). All times are the database server's (:mod:`django_ratequeue.clock`). Every
 transition to a final status creates the ``on_complete`` callback job in the same
 transaction, so it is called exactly once.
 
@@ -84,8 +86,9 @@ Invariants
   round trip less from enqueue to start); the others become django-q2 tasks, written in the
   loop's own transaction with the ORM broker so that they exist exactly when the attempts
   do. A runner claims attempts in chunks that grow while jobs are quick (one conditional
-  UPDATE per chunk, one ``UPDATE ... FROM unnest`` for the outcomes), and when its batch is
-  done it takes over attempts not started yet, so a slow job does not hold up its batch.
+  UPDATE per chunk, a short one per attempt as it starts, one ``UPDATE ... FROM unnest``
+  for the outcomes), and when its batch is done it takes over attempts nobody claimed
+  yet, so a slow job does not hold up its batch.
   A redelivered task finds its attempts claimed and runs nothing twice. A runner about to
   go idle whose batch freed slots of a resting loop runs the loop's next pass itself (the
   pass after ``generation``, won like any other) and then that pass's batch, for at most
@@ -133,6 +136,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
+from .. import clock
 from ..conf import ratequeue_settings
 from .bounds import LATEST, later
 from .bulk import update_rows
@@ -189,7 +193,7 @@ T = TypeVar("T")
 
 
 def _now() -> datetime:
-    return timezone.now()
+    return clock.now()
 
 
 def _lease() -> timedelta:
@@ -578,15 +582,19 @@ class Loop:
     # -- recovery ------------------------------------------------------------------------
 
     def recover(self, now: datetime) -> bool:
-        """End attempts whose worker died or that overran their timeout."""
+        """End attempts whose worker died, that overran their timeout, or that no worker
+        claimed within ``WORKER_DEAD_AFTER`` of their dispatch although a live worker runs
+        none of our jobs (the pass holding their batch died, or the broker lost its task;
+        while every worker is busy, a task simply waits in the broker). An attempt that
+        never started is not a try: :meth:`finish` puts its job back to WAITING."""
         interval = self.settings["WATCHDOG_INTERVAL"]
         if time.monotonic() - self._last_recovery < interval:
             return False
         self._last_recovery = time.monotonic()
         candidates = list(
-            Attempt.objects.filter(active=True, ended_at=None)
-            .exclude(worker="")
-            .only("job", "worker", "started_at", "timeout")
+            Attempt.objects.filter(active=True, ended_at=None).only(
+                "job", "worker", "started_at", "timeout", "dispatched_at"
+            )
         )
         if not candidates:
             return False
@@ -596,9 +604,17 @@ class Loop:
                 "id", flat=True
             )
         )
+        idle = alive - {a.worker for a in candidates if a.started_at is not None}
         recovered = False
         for attempt in candidates:
-            if attempt.worker not in alive:
+            outcome: str
+            if not attempt.worker:
+                if not idle or attempt.dispatched_at + dead_after >= now:
+                    continue
+                outcome, error = "", "No worker claimed this attempt; its job waits again."
+            elif attempt.started_at is None and attempt.worker not in alive:
+                outcome, error = "", "Its worker died before it started; its job waits again."
+            elif attempt.worker not in alive:
                 outcome, error = Outcome.WORKER_LOST, "The worker running this attempt died."
             elif (
                 attempt.started_at is not None
@@ -616,7 +632,10 @@ class Loop:
             ).update(ended_at=now, outcome=outcome, error=error):
                 recovered = True
                 logger.warning(
-                    "Recovered attempt %s of job %r: %s", attempt.pk, attempt.job_id, outcome
+                    "Recovered attempt %s of job %r: %s",
+                    attempt.pk,
+                    attempt.job_id,
+                    outcome or "never started",
                 )
         return recovered
 

@@ -11,9 +11,10 @@ Who writes what (see :mod:`django_ratequeue.queue.loop` for the full story):
 from __future__ import annotations
 
 import secrets
-import time
 
 from django.db import models
+
+from .. import clock
 
 
 class Status(models.TextChoices):
@@ -36,7 +37,7 @@ DEFERRED_STATUSES = (Status.SCHEDULED, Status.RETRYING)
 def new_job_id() -> str:
     """A random id that sorts by creation time (like a UUIDv7), so that the primary key
     index grows at its end instead of being written all over."""
-    return f"{time.time_ns() // 1000:013x}{secrets.token_hex(10)}"
+    return f"{int(clock.timestamp() * 1_000_000):013x}{secrets.token_hex(10)}"
 
 
 class Job(models.Model):

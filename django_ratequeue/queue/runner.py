@@ -1,11 +1,13 @@
 """Running attempts on a django-q2 worker.
 
-``run_batch`` receives attempt ids only (never client data). Each attempt is claimed with a
-conditional UPDATE (not started, not ended), so an attempt that already ran or was recovered
-never runs again, even when django-q2 delivers the same task twice. When its own batch is
-done, the runner runs the resting loop's next pass itself, and else takes over attempts
-that were dispatched but not started yet (other batches still queued), so one slow job does
-not hold up the jobs dealt to its batch.
+``run_batch`` receives attempt ids only (never client data). Attempts are claimed with a
+conditional UPDATE (nobody's yet, not ended), so an attempt that already ran or was
+recovered never runs again, even when django-q2 delivers the same task twice, and each
+records its start time as it really starts. A job that raises ``SystemExit`` or
+``KeyboardInterrupt`` fails like any other; the worker and the rest of its batch go on.
+When its own batch is done, the runner runs the resting loop's next pass itself, and else
+takes over attempts that were dispatched but not claimed yet (other batches still queued),
+so one slow job does not hold up the jobs dealt to its batch.
 """
 
 from __future__ import annotations
@@ -18,17 +20,20 @@ import time
 import traceback as tb
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from functools import cache
 from typing import Any, TypeVar
 
 from django.db import InterfaceError, OperationalError, connection
-from django.utils import timezone
+from django.db.models import Case, DateTimeField, Q, Value, When
 
+from .. import clock
 from ..conf import ratequeue_settings
+from ..db import ServerStatement, sql_to_run
 from ..exceptions import NonRetryableError, RecursiveWaitDeadlock, UnknownJob
 from .bounds import MAX_TIMEOUT, clip
 from .bulk import update_rows
 from .enqueue import check_no_nul
-from .loop import take_resting_pass, wake_loop
+from .loop import describe, take_resting_pass, wake_loop
 from .models import Attempt, Job, Outcome
 from .registry import registered_job
 from .subtasks import current_attempt
@@ -97,9 +102,11 @@ _chunk = 1
 class Runner:
     """Claims, runs and reports attempts in chunks.
 
-    A chunk is claimed with one conditional UPDATE and reported with one statement. It
+    A chunk is claimed with one conditional UPDATE, each of its attempts records its
+    start with a short one as it really starts (so that its start time is true, and known
+    should the worker die), and their outcomes are reported with one statement. It
     doubles (up to ``MAX_CHUNK``) while jobs finish quickly and falls back to one attempt
-    after a slow chunk, so no-op jobs cost a fraction of a query each while a slow job
+    after a slow chunk, so quick jobs share their claims and reports while a slow job
     holds others back at most once in a row. A worker's next batch starts with the chunk
     its last one ended with.
     """
@@ -115,9 +122,6 @@ class Runner:
 
     def run(self, attempt_ids: list[int]) -> None:
         """Run a batch."""
-        Attempt.objects.filter(
-            pk__in=attempt_ids, worker="", started_at=None, ended_at=None
-        ).update(worker=self.worker)
         todo = list(attempt_ids)
         while todo:
             todo = self.run_chunk(todo)
@@ -126,7 +130,7 @@ class Runner:
         """Run attempts dealt to batches that are still queued, or whose worker is busy."""
         for _ in range(ratequeue_settings()["DISPATCH_BATCH_SIZE"]):
             spare = list(
-                Attempt.objects.filter(active=True, started_at=None, ended_at=None)
+                Attempt.objects.filter(active=True, worker="", ended_at=None)
                 .order_by("pk")
                 .values_list("pk", flat=True)[: self.chunk]
             )
@@ -148,55 +152,110 @@ class Runner:
         return loop.inline_batch
 
     def run_chunk(self, todo: list[int]) -> list[int]:
-        """Run the first ``chunk`` attempts of ``todo``; return the rest."""
+        """Claim the first ``chunk`` attempts of ``todo``, start and run them one after
+        the other, and report them together; return the rest.
+
+        Should something stop this process in the middle (a ``BaseException`` that is not
+        the job's own ``SystemExit`` or ``KeyboardInterrupt``), the attempts that ran are
+        reported first and the claimed ones that did not start are handed back: they wait
+        again, and none of them counts as a try."""
         taken, rest = todo[: self.chunk], todo[self.chunk :]
         claimed = self.claim(taken)
+        ran: list[Attempt] = []
         began = time.monotonic()
-        for attempt in claimed:
-            run_attempt(attempt)
-        quick = time.monotonic() - began < self.QUICK * max(len(claimed), 1)
+        try:
+            for attempt in claimed:
+                if attempt.started_at is not None or self.start(attempt):
+                    ran.append(attempt)
+                    run_attempt(attempt)
+        except BaseException:
+            self.report([attempt for attempt in ran if attempt.ended_at is not None])
+            self.release([attempt.pk for attempt in claimed if attempt.started_at is None])
+            raise
+        quick = time.monotonic() - began < self.QUICK * max(len(ran), 1)
         self.chunk = min(self.chunk * 2, self.MAX_CHUNK) if quick else 1
-        self.report(claimed)
-        self.unreported = self.unreported or bool(claimed)
+        self.report(ran)
+        self.unreported = self.unreported or bool(ran)
         # After a slow job at once; after quick ones at most every SEGMENT seconds.
         if time.monotonic() - self.last_wake >= ratequeue_settings()["SEGMENT"]:
             self.wake()
         return rest
 
     def report(self, attempts: list[Attempt]) -> None:
-        """Write the outcomes of attempts that ran (through lost connections, see
+        """Write the outcomes of attempts that ran, with their start times should a
+        database crash have lost one (through lost connections, see
         :func:`through_reconnects`)."""
         through_reconnects(
             lambda: update_rows(
                 Attempt,
                 attempts,
-                ["ended_at", "outcome", "result", "error", "traceback"],
+                ["started_at", "ended_at", "outcome", "result", "error", "traceback"],
                 # A recovered (superseded) attempt already ended: its late report is ignored.
                 condition="t.ended_at IS NULL",
             )
         )
 
     def claim(self, attempt_ids: list[int]) -> list[Attempt]:
-        """Take the attempts nobody started yet; an attempt that already ran, or was
-        recovered, is skipped, so a task django-q2 delivers twice runs nothing twice.
-        Claimed attempts are marked with this worker and one timestamp, so that claiming
-        again after a lost connection finds what the first try may have taken."""
+        """Take the attempts nobody claimed yet (``worker`` empty); an attempt that
+        already ran, was claimed by another worker, or was recovered is skipped, so a task
+        django-q2 delivers twice runs nothing twice. One durable UPDATE for the chunk, which
+        also starts its first attempt (so a chunk of one, a slow job's, costs no more), and
+        claiming again after a lost connection finds what the first try may have taken."""
         if not attempt_ids:
             return []
-        stamp = timezone.now()
+        first, stamp = min(attempt_ids), clock.now()
 
         def take() -> list[Attempt]:
-            Attempt.objects.filter(pk__in=attempt_ids, started_at=None, ended_at=None).update(
-                worker=self.worker, started_at=stamp
+            Attempt.objects.filter(
+                pk__in=attempt_ids, worker="", started_at=None, ended_at=None
+            ).update(
+                worker=self.worker,
+                started_at=Case(
+                    When(pk=first, then=Value(stamp)), default=None, output_field=DateTimeField()
+                ),
             )
             return list(
-                Attempt.objects.filter(pk__in=attempt_ids, worker=self.worker, started_at=stamp)
+                Attempt.objects.filter(
+                    Q(started_at=None) | Q(pk=first, started_at=stamp),
+                    pk__in=attempt_ids,
+                    worker=self.worker,
+                    ended_at=None,
+                )
                 .select_related("job")
-                .only("timeout", "started_at", "queue", "job__func", "job__args", "job__kwargs")
+                .only("timeout", "queue", "started_at", "job__func", "job__args", "job__kwargs")
                 .order_by("pk")
             )
 
         return through_reconnects(take)
+
+    def start(self, attempt: Attempt) -> bool:
+        """Record that a claimed attempt starts now, unless it was ended meanwhile (a
+        cancel). Each attempt gets its true start time, and should this worker die, the
+        attempts of its chunk that had not started are known: they are not tries. One
+        short statement per job; on PostgreSQL it does not wait for the WAL flush (the
+        claim, which makes the attempt ours, did; the report writes the time again)."""
+        stamp = clock.now()
+        params = [connection.ops.adapt_datetimefield_value(stamp), attempt.pk, self.worker]
+        statement = _start_statement(
+            connection.vendor == "postgresql" and not connection.in_atomic_block
+        )
+
+        def take() -> int:
+            with connection.cursor() as cursor:
+                cursor.execute(sql_to_run(connection, statement), params)
+                return cursor.rowcount
+
+        if not through_reconnects(take):
+            return False
+        attempt.started_at = stamp
+        return True
+
+    def release(self, attempt_ids: list[int]) -> None:
+        """Hand back claimed attempts that did not start, for another runner (or the
+        loop's recovery, see :meth:`.loop.Loop.recover`) to take."""
+        Attempt.objects.filter(
+            pk__in=attempt_ids, worker=self.worker, started_at=None, ended_at=None
+        ).update(worker="")
 
     def wake(self) -> None:
         """Tell the loop that slots came free."""
@@ -204,6 +263,22 @@ class Runner:
             wake_loop()
             self.unreported = False
         self.last_wake = time.monotonic()
+
+
+@cache
+def _start_statement(async_commit: bool) -> ServerStatement:
+    """The start of a claimed attempt, in plain SQL, prepared on the server from a
+    session's second use (see :mod:`django_ratequeue.db`): the ORM, and planning the
+    statement each time, would cost more than running it."""
+    table = connection.ops.quote_name(Attempt._meta.db_table)
+    text = "UPDATE {} SET started_at = {} WHERE id = {} AND worker = {} AND ended_at IS NULL{}"
+    relax = " RETURNING set_config('synchronous_commit', 'off', true)" if async_commit else ""
+    return ServerStatement(
+        name=f"ratequeue_start_attempt{'_async' if async_commit else ''}",
+        text=text.format(table, "%s", "%s", "%s", relax),
+        prepared_text=text.format(table, "$1", "$2", "$3", relax),
+        arguments="%s, %s, %s",
+    )
 
 
 def through_reconnects(action: Callable[[], T]) -> T:
@@ -250,18 +325,27 @@ def run_attempt(attempt: Attempt) -> None:
         attempt.outcome, attempt.error = Outcome.TIMED_OUT, str(exc)
         attempt.traceback = tb.format_exc()
     except (NonRetryableError, RecursiveWaitDeadlock, UnknownJob) as exc:
-        attempt.outcome, attempt.error = Outcome.NON_RETRYABLE, _describe(exc)
+        attempt.outcome, attempt.error = Outcome.NON_RETRYABLE, describe(exc)
         attempt.traceback = tb.format_exc()
     except Exception as exc:
-        attempt.outcome, attempt.error = Outcome.FAILED, _describe(exc)
+        attempt.outcome, attempt.error = Outcome.FAILED, describe(exc)
         attempt.traceback = tb.format_exc()
+    except (SystemExit, KeyboardInterrupt) as exc:
+        # The job's own (django-q2's workers ignore SIGINT): it fails, the worker goes on.
+        attempt.outcome, attempt.traceback = Outcome.FAILED, tb.format_exc()
+        attempt.error = f"{describe(exc)} (a job cannot stop its worker: this attempt failed)"
+    except BaseException as exc:
+        # Anything else stops the process: record the attempt for the caller to report.
+        attempt.outcome, attempt.traceback = Outcome.FAILED, tb.format_exc()
+        attempt.error = f"{describe(exc)} (its worker stopped)"
+        raise
     finally:
         current_attempt.reset(token)
-    # PostgreSQL text cannot hold a NUL: an error that quotes one keeps it escaped.
-    limit = ratequeue_settings()["MAX_ERROR_BYTES"]
-    attempt.error = clip(attempt.error.replace("\x00", "\\x00"), limit)
-    attempt.traceback = clip(attempt.traceback.replace("\x00", "\\x00"), limit)
-    attempt.ended_at = timezone.now()
+        # PostgreSQL text cannot hold a NUL: an error that quotes one keeps it escaped.
+        limit = ratequeue_settings()["MAX_ERROR_BYTES"]
+        attempt.error = clip(attempt.error.replace("\x00", "\\x00"), limit)
+        attempt.traceback = clip(attempt.traceback.replace("\x00", "\\x00"), limit)
+        attempt.ended_at = clock.now()
 
 
 def check_result_size(result: Any) -> None:
@@ -277,8 +361,3 @@ def check_result_size(result: Any) -> None:
             f'RATEQUEUE["MAX_RESULT_BYTES"] ({limit}). Store big output elsewhere (a file, '
             "a row) and return a reference to it."
         )
-
-
-def _describe(exc: BaseException) -> str:
-    message = str(exc)
-    return f"{type(exc).__name__}: {message}" if message else type(exc).__name__

@@ -18,8 +18,8 @@ from typing import Any
 
 from django.db import connection
 from django.db.models import Count
-from django.utils import timezone
 
+from .. import clock
 from ..conf import ratequeue_settings
 from .enqueue import DEFAULT_QUEUE
 from .loop import QueueLimits, queue_overrides
@@ -100,7 +100,7 @@ class LoopInfo:
     def lease_lapsed(self) -> bool:
         """A running loop whose lease ran out: its process died; the watchdog restarts it."""
         return self.state == LoopStatus.RUNNING and (
-            self.lease_expires_at is None or self.lease_expires_at < timezone.now()
+            self.lease_expires_at is None or self.lease_expires_at < clock.now()
         )
 
 
@@ -223,7 +223,7 @@ def queue_overview() -> QueueOverview:
         next_wake_at=state.next_wake_at,
         updated_at=state.updated_at,
     )
-    live_since = timezone.now() - timedelta(seconds=settings["WORKER_DEAD_AFTER"])
+    live_since = clock.now() - timedelta(seconds=settings["WORKER_DEAD_AFTER"])
     workers = [
         WorkerInfo(id=w.id, host=w.host, pid=w.pid, seen_at=w.seen_at)
         for w in WorkerHeartbeat.objects.filter(seen_at__gte=live_since).order_by("host", "pid")

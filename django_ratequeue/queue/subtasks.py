@@ -20,8 +20,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from datetime import timedelta
 
-from django.utils import timezone
-
+from .. import clock
 from ..conf import ratequeue_settings
 from ..exceptions import RecursiveWaitDeadlock
 from .loop import QueueLimits, wake_loop
@@ -91,7 +90,7 @@ def workers_exhausted(parent: Attempt, child_id: str) -> bool:
         return False
     dead_after = timedelta(seconds=ratequeue_settings()["WORKER_DEAD_AFTER"])
     live = set(
-        WorkerHeartbeat.objects.filter(seen_at__gte=timezone.now() - dead_after).values_list(
+        WorkerHeartbeat.objects.filter(seen_at__gte=clock.now() - dead_after).values_list(
             "id", flat=True
         )
     )

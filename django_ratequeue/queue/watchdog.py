@@ -23,9 +23,9 @@ from typing import Any
 
 from django.db import close_old_connections, connection
 from django.dispatch import receiver
-from django.utils import timezone
 from django_q.signals import post_spawn
 
+from .. import clock
 from ..conf import ratequeue_settings
 from .models import Job, LoopState, LoopStatus, Status, WorkerHeartbeat
 
@@ -61,7 +61,7 @@ def beat(force: bool = False) -> str:
         ):
             return identity
         _last_beat = time.monotonic()
-    now = timezone.now()
+    now = clock.now()
     if not WorkerHeartbeat.objects.filter(pk=identity).update(seen_at=now):
         WorkerHeartbeat.objects.bulk_create(
             [
@@ -90,7 +90,7 @@ def wake_forgotten_work() -> None:
     if state == LoopStatus.SCHEDULED and last_step is not None:
         segment = timedelta(seconds=ratequeue_settings()["SEGMENT"])
         since = last_step - 2 * segment - STAMP_MARGIN
-        until = timezone.now() + STAMP_MARGIN
+        until = clock.now() + STAMP_MARGIN
         waiting = waiting.filter(pk__range=(_id_prefix(since), _id_prefix(until)))
     elif state != LoopStatus.IDLE:
         return
@@ -128,7 +128,7 @@ def watch() -> None:
             next_wake_at = None
         pause = interval
         if next_wake_at is not None:
-            pause = min(pause, max((next_wake_at - timezone.now()).total_seconds(), 0.001))
+            pause = min(pause, max((next_wake_at - clock.now()).total_seconds(), 0.001))
         time.sleep(pause)
 
 

@@ -8,8 +8,8 @@ rolls back with everything else. On PostgreSQL a consume is one statement (:mod:
 elsewhere it decides in Python inside ``atomic()``. A sharded limit (``shards=N``) tries
 two random shards and takes the one with more room, so one hot key spreads over N rows.
 
-Times come from the Python clock (``time.time()``), so the hosts sharing a database should
-keep their clocks in sync; a clock behind the stored time simply adds no tokens.
+Times come from the database's clock (:mod:`django_ratequeue.clock`), so that a host whose
+own clock is off neither admits early nor moves a stored time ahead of the other hosts.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ from __future__ import annotations
 import logging
 import math
 import random
-import time
 import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -30,6 +29,7 @@ from django.db import transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.dispatch import receiver
 
+from .. import clock
 from ..conf import ratequeue_settings
 from ..exceptions import RateLimited
 from . import sql, storage
@@ -258,7 +258,7 @@ def _take_in_one_statement(connection: BaseDatabaseWrapper, request: _Request) -
     # soft, and a caller's transaction keeps its own durability.
     async_commit = ratequeue_settings()["RATE_LIMIT_ASYNC_COMMIT"] and connection.get_autocommit()
     while True:
-        now = time.time()
+        now = clock.timestamp()
         taken = sql.take(
             connection,
             request.limit,
@@ -295,7 +295,7 @@ def _take(connection: BaseDatabaseWrapper, request: _Request, shard: int) -> Dec
     name, key = request.name, request.key
     while True:
         locked = storage.lock_row(connection, name, key, shard)
-        now = time.time()
+        now = clock.timestamp()
         if locked is not None:
             row_id, state = locked
             decision = request.decide(shard, state, now)
@@ -315,7 +315,7 @@ def _take_from_shards(connection: BaseDatabaseWrapper, request: _Request) -> Dec
     shards = request.limit.shard_count
     pair = two_choices(shards, random.randrange(shards), random.randrange(shards - 1))
     states = storage.read_rows(connection, request.name, request.key, pair)
-    now = time.time()
+    now = clock.timestamp()
     predicted = {shard: request.decide(shard, states.get(shard), now) for shard in pair}
     first = better_shard(*predicted.items())
     decision = _take(connection, request, first)
@@ -335,7 +335,7 @@ def _check(
         request.key,
         None if limit.shard_count > 1 else (0,),
     )
-    now = time.time()
+    now = clock.timestamp()
     decisions = [
         (shard, request.decide(shard, states.get(shard), now))
         for shard in range(limit.shard_count)
@@ -354,7 +354,7 @@ def _best_shard(decisions: list[tuple[int, Decision]]) -> int:
 
 
 def _value(name: str, limit: RateLimitConfig, key: str | None) -> float:
-    return sum(state.value for state in shard_states(name, limit, key, time.time()).values())
+    return sum(state.value for state in shard_states(name, limit, key, clock.timestamp()).values())
 
 
 def _result(name: str, key: str | None, decision: Decision, throws: bool) -> RateLimitResult:
@@ -364,7 +364,7 @@ def _result(name: str, key: str | None, decision: Decision, throws: bool) -> Rat
         result = RateLimitResult(
             decision.ok,
             retry_at=_aware(decision.retry_at),
-            retry_after=max(0.0, decision.retry_at - time.time()),
+            retry_after=max(0.0, decision.retry_at - clock.timestamp()),
             value=decision.value,
         )
     if throws and not result.ok:
@@ -419,7 +419,7 @@ def project_row_value(
     if row.shard >= config.shard_count:
         return None
     state = State(row.value, row.ts)
-    when = time.time() if now is None else now
+    when = clock.timestamp() if now is None else now
     return project(config.per_shard(row.shard), state, when, _phase(row.name, row.key)).value
 
 

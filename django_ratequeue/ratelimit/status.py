@@ -8,10 +8,10 @@ projection once, read-only, with the engine's own algebra. Decisions never come 
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Mapping
 from typing import Any
 
+from .. import clock
 from .algebra import State
 from .api import configured_rate_limits, shard_states
 from .config import FixedWindow, RateLimitConfig, parse_config
@@ -61,7 +61,7 @@ def quota_headers(name: str, *, key: str | None, config: Any = None) -> Mapping[
     limit = config_for(name, config)
     if limit is None:
         return {}
-    now = time.time()
+    now = clock.timestamp()
     states = shard_states(name, limit, key, now)
     remaining = sum(state.value for state in states.values())
     reset = max(

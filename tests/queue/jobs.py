@@ -6,6 +6,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -140,3 +141,33 @@ def return_nul() -> str:
 @job
 def fail_with_nul() -> None:
     raise ValueError("bad \x00 value")
+
+
+@job
+def record_then_block(path: str, label: str, marker: str = "", limit: float = 30) -> str:
+    """Record this run (with its pid); given a ``marker``, then wait until it exists."""
+    record(path, label)
+    deadline = time.monotonic() + limit
+    while marker and not Path(marker).exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return label
+
+
+@job
+def exit_worker(code: int = 3) -> None:
+    """A job that tries to end its worker process."""
+    sys.exit(code)
+
+
+@job
+def interrupt() -> None:
+    raise KeyboardInterrupt
+
+
+class ProcessStopping(BaseException):
+    """Stands for what stops a process from outside the job's control (not an Exception)."""
+
+
+@job
+def stop_process() -> None:
+    raise ProcessStopping("the process is going")

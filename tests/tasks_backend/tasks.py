@@ -10,6 +10,7 @@ import asyncio
 import fcntl
 import json
 import os
+import sys
 from typing import Any
 
 from django.dispatch import receiver
@@ -33,6 +34,11 @@ def add(a: int, b: int) -> int:
 @task
 def break_down(message: str) -> None:
     raise TaskBroke(message)
+
+
+@task
+def leave(code: int) -> None:
+    sys.exit(code)
 
 
 @task

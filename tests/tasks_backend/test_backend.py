@@ -15,7 +15,7 @@ pytest.importorskip("django.tasks")
 from django.core.exceptions import ImproperlyConfigured
 from django.tasks import TaskResultStatus, task, task_backends
 from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
-from django.tasks.signals import task_enqueued
+from django.tasks.signals import task_enqueued, task_finished
 from django.test import override_settings
 from django.utils import timezone
 
@@ -23,6 +23,7 @@ from django_ratequeue import Status, enqueue, get_handle
 from django_ratequeue.backends import BACKEND_PATH, RateQueueBackend, WorkerLost, attempt_error
 from django_ratequeue.models import Job
 from django_ratequeue.queue.handles import AttemptInfo
+from django_ratequeue.queue.loop import ensure_loop_state, main_loop
 from django_ratequeue.queue.runner import AttemptTimedOut
 
 from . import tasks
@@ -210,6 +211,37 @@ def signal_lines(path: Path, result_id: str) -> list[dict[str, Any]]:
         return []
     lines = [json.loads(line) for line in path.read_text().splitlines()]
     return [line for line in lines if line["id"] == result_id]
+
+
+def test_a_task_that_exits_fails_alone_and_the_tasks_behind_it_run(settings: Any) -> None:
+    """Twelve tasks dealt behind one that calls sys.exit, in one batch: it fails (its
+    error is SystemExit, by its retry policy, and task_finished says so), they run once
+    each; no worker is lost."""
+    settings.RATEQUEUE = {**settings.RATEQUEUE, "MAX_CONCURRENCY": 20}
+    leaving = tasks.leave.using(priority=1).enqueue(3)
+    added = [tasks.add.enqueue(i, i) for i in range(12)]
+    finished: list[tuple[str, TaskResultStatus]] = []
+
+    def receive(sender: type, task_result: Any, **kwargs: Any) -> None:
+        finished.append((task_result.id, task_result.status))
+
+    def settled() -> bool:
+        main_loop(ensure_loop_state()[0])  # starts, runs its batch, takes in the outcomes
+        for result in [leaving, *added]:
+            result.refresh()
+        return all(result.is_finished for result in [leaving, *added])
+
+    task_finished.connect(receive)
+    try:
+        wait_for(settled, timeout=30, message="every task to finish")
+    finally:
+        task_finished.disconnect(receive)
+    assert leaving.status == TaskResultStatus.FAILED and leaving.attempts == 2
+    assert [e.exception_class for e in leaving.errors] == [SystemExit, SystemExit]
+    assert [s for i, s in finished if i == leaving.id] == [TaskResultStatus.FAILED] * 2
+    for result in added:
+        assert (result.status, result.attempts) == (TaskResultStatus.SUCCESSFUL, 1)
+    assert [r.return_value for r in added] == [2 * i for i in range(12)]
 
 
 @pytest.mark.cluster

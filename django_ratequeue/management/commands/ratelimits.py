@@ -10,6 +10,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 from django.db.models import Count
 
+from ... import clock
 from ...ratelimit.api import configured_rate_limits, project_row_value, reset_rate_limit
 from ...ratelimit.config import RateLimitConfig
 from ...ratelimit.models import RateLimitState
@@ -79,7 +80,7 @@ class Command(BaseCommand):
         if key is not None:
             rows = rows.filter(key=key)
         self.stdout.write(f"{name}: {describe(config)}")
-        now = datetime.now(UTC)
+        now = clock.now()
         if not rows:
             self.stdout.write("  nothing stored: the limit is full")
         for row in rows:

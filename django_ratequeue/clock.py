@@ -1,0 +1,87 @@
+"""The one clock of every process: the database server's.
+
+Hosts that share a database judge each other by the times they write: heartbeats, the
+loop's lease, attempts' start times against their timeouts, rate-limit states. Were each
+host to use its own clock, a host 5 s off would take live workers for dead (and run their
+jobs again), or move a rate limit's stored time ahead of the others, whose refills would
+stop until their clocks caught up. So every time ratequeue writes or compares comes from
+here: the local clock plus its offset from the database server's clock, measured with one
+query at the first use, every :data:`RECHECK` seconds, and at once when the local clock
+jumps (an NTP step). An offset within the measurement's own error (half the round trip,
+plus the millisecond of SQLite's clock) cannot be told from none, and counts as none: the
+processes of one host, and every process on SQLite, then share the local clock exactly.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from datetime import UTC, datetime
+
+from django.db import DatabaseError, connection
+
+# Seconds between two measurements of the offset; and the jump of the local clock against
+# the monotonic one that makes us measure again at once.
+RECHECK = 60.0
+JUMP = 0.5
+# The coarsest resolution of a database's clock (SQLite's 'now' has milliseconds).
+RESOLUTION = 0.001
+
+# The database's time as seconds since the epoch, by vendor (SQLite's is the local host's).
+SERVER_TIME = {
+    "postgresql": "SELECT extract(epoch FROM clock_timestamp())",
+    "sqlite": "SELECT (julianday('now') - 2440587.5) * 86400.0",
+}
+
+logger = logging.getLogger("django_ratequeue")
+
+
+class _Offset:
+    """The database clock minus ours, and when (and against which monotonic reading of
+    the local clock) it was measured."""
+
+    __slots__ = ("base", "checked", "seconds")
+
+    def __init__(self, seconds: float, base: float, checked: float) -> None:
+        self.seconds, self.base, self.checked = seconds, base, checked
+
+
+_offset: _Offset | None = None
+
+
+def timestamp() -> float:
+    """Now, on the database's clock, in seconds since the epoch."""
+    global _offset
+    wall, steady = time.time(), time.monotonic()
+    known = _offset
+    if known is None or steady - known.checked > RECHECK or abs(wall - steady - known.base) > JUMP:
+        known = _offset = _measure(known)
+        wall = time.time()
+    return wall + known.seconds
+
+
+def now() -> datetime:
+    """Now, on the database's clock, as an aware UTC datetime."""
+    return datetime.fromtimestamp(timestamp(), tz=UTC)
+
+
+def _measure(known: _Offset | None) -> _Offset:
+    """Read the database's clock between two readings of ours. Should the database not
+    answer, the last offset is kept (none: the local clock) and measured again soon."""
+    sql = SERVER_TIME.get(connection.vendor)
+    before, steady = time.time(), time.monotonic()
+    if sql is None:
+        return _Offset(0.0, before - steady, steady)
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute(sql)
+            (server,) = cursor.fetchone()
+    except DatabaseError:
+        logger.warning("Could not read the database's clock; using the last offset")
+        seconds = known.seconds if known is not None else 0.0
+        return _Offset(seconds, before - steady, steady - RECHECK + 1.0)
+    after = time.time()
+    seconds = float(server) - (before + after) / 2
+    if abs(seconds) <= (after - before) / 2 + RESOLUTION:
+        seconds = 0.0
+    return _Offset(seconds, before - steady, steady)

@@ -1,0 +1,233 @@
+"""Work that is never lost or miscounted: attempts dispatched but never claimed, jobs that
+try to end their worker, and workers that stop in the middle of a chunk.
+
+Most tests take the loop and the runner step by step in this process; two run a real
+cluster: a job calling ``sys.exit`` and a worker killed with SIGKILL mid-chunk.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections import Counter
+from datetime import timedelta
+from itertools import pairwise
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.db import transaction
+from django.db.models import F
+from django.utils import timezone
+from django_q.models import OrmQ
+
+from django_ratequeue import JobFailed, Status, enqueue, enqueue_many
+from django_ratequeue.conf import ratequeue_settings
+from django_ratequeue.models import Attempt, Job, WorkerHeartbeat
+from django_ratequeue.queue.loop import Loop, ensure_loop_state, main_loop
+from django_ratequeue.queue.runner import Runner
+from django_ratequeue.queue.watchdog import beat
+from tests.queue import jobs
+from tests.queue.conftest import wait_for
+
+
+def lines(path: Path) -> list[str]:
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def labels_run(path: Path) -> Counter[str]:
+    return Counter(line.split()[0] for line in lines(path))
+
+
+def age_dispatches() -> None:
+    """As if WORKER_DEAD_AFTER had passed since the attempts were dispatched."""
+    past = timedelta(seconds=ratequeue_settings()["WORKER_DEAD_AFTER"] + 1)
+    Attempt.objects.update(dispatched_at=F("dispatched_at") - past)
+
+
+def tries(handle: Any) -> int:
+    return Job.objects.get(pk=handle.id).attempts
+
+
+@pytest.fixture
+def idle_worker() -> str:
+    """A live worker (this process) that runs nothing: it would have claimed any task."""
+    return beat(force=True)
+
+
+@pytest.fixture
+def roomy(settings: Any) -> None:
+    """Room for every job of a test to start in one step, in one batch."""
+    settings.RATEQUEUE = {**settings.RATEQUEUE, "MAX_CONCURRENCY": 20}
+
+
+# -- dispatched, never claimed -------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_an_attempt_whose_pass_died_before_running_its_batch_waits_again(
+    tmp_path: Path, idle_worker: str
+) -> None:
+    log = tmp_path / "runs.log"
+    handle = enqueue(jobs.record, str(log), "once")
+    Loop(ensure_loop_state()[0]).step()  # dispatches; the pass dies before its inline batch
+    main_loop(ensure_loop_state()[0])  # a pass soon after: a worker may still claim it
+    assert handle.status() == Status.RUNNING and not lines(log)
+
+    age_dispatches()
+    main_loop(ensure_loop_state()[0])  # takes it back, starts the job again and runs it
+    main_loop(ensure_loop_state()[0])  # takes in the outcome
+    assert handle.status() == Status.COMPLETE
+    assert [a.outcome for a in handle.attempts()] == ["succeeded"]
+    assert tries(handle) == 1 and labels_run(log) == {"once": 1}
+
+
+@pytest.mark.django_db
+def test_an_attempt_whose_broker_task_was_lost_waits_again(
+    tmp_path: Path, idle_worker: str
+) -> None:
+    log = tmp_path / "runs.log"
+    WorkerHeartbeat.objects.create(id="w2", pid=1, host="h", seen_at=timezone.now())
+    first, second = enqueue_many(jobs.record, [[str(log), "first"], [str(log), "second"]])
+    loop = Loop(ensure_loop_state()[0])
+    loop.step()  # two live workers: one batch for this pass, one through the broker
+    OrmQ.objects.all().delete()  # the broker loses its task
+    Runner(idle_worker).run(loop.inline_batch)
+    loop.step()
+    assert first.status() == Status.COMPLETE and second.status() == Status.RUNNING
+
+    age_dispatches()
+    main_loop(ensure_loop_state()[0])
+    main_loop(ensure_loop_state()[0])
+    assert second.status() == Status.COMPLETE
+    assert [a.outcome for a in second.attempts()] == ["succeeded"] and tries(second) == 1
+    assert labels_run(log) == {"first": 1, "second": 1}
+
+
+@pytest.mark.django_db
+def test_while_every_worker_is_busy_an_unclaimed_attempt_waits_for_one(
+    tmp_path: Path, roomy: None
+) -> None:
+    log = tmp_path / "runs.log"
+    busy, queued = enqueue_many(jobs.record, [[str(log), "busy"], [str(log), "queued"]])
+    loop = Loop(ensure_loop_state()[0])
+    loop.step()
+    worker = beat(force=True)
+    (running,) = Runner(worker).claim([Attempt.objects.get(job_id=busy.id).pk])
+    Attempt.objects.filter(pk=running.pk).update(started_at=timezone.now())  # a long job
+    age_dispatches()
+    Loop(ensure_loop_state()[0]).step()
+    (attempt,) = queued.attempts()
+    assert attempt.ended_at is None and tries(queued) == 1  # still in the broker, as is
+
+
+# -- jobs that try to end their worker -----------------------------------------------------
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("func", "error"),
+    [(jobs.exit_worker, "SystemExit: 3"), (jobs.interrupt, "KeyboardInterrupt")],
+)
+def test_a_job_that_exits_fails_alone_and_its_batch_runs_on(
+    tmp_path: Path, roomy: None, func: Any, error: str
+) -> None:
+    log = tmp_path / "runs.log"
+    before = enqueue_many(jobs.record, [[str(log), f"b{i}"] for i in range(4)])
+    exiting = enqueue(func, retries=0)
+    after = enqueue_many(jobs.record, [[str(log), f"a{i}"] for i in range(7)])
+    loop = Loop(ensure_loop_state()[0])
+    loop.step()
+    assert len(loop.inline_batch) == 12
+    Runner("a-worker", chunk=32).run(loop.inline_batch)  # one chunk: raises nothing
+    loop.step()
+    with pytest.raises(JobFailed, match=rf"{error} \(a job cannot stop its worker"):
+        exiting.result(timeout=0)
+    for handle in [*before, *after]:
+        assert handle.status() == Status.COMPLETE and tries(handle) == 1
+    assert set(labels_run(log).values()) == {1} and len(labels_run(log)) == 11
+
+
+@pytest.mark.cluster
+def test_a_job_that_exits_does_not_take_its_worker_or_batch_with_it(
+    cluster: Any, tmp_path: Path
+) -> None:
+    cluster(workers=1, MAX_CONCURRENCY=20)
+    log = tmp_path / "runs.log"
+    with transaction.atomic():  # one commit: the twelve are dealt behind the exit
+        exiting = enqueue(jobs.exit_worker, 3, retries=0)
+        others = enqueue_many(jobs.record, [[str(log), f"t{i}"] for i in range(12)])
+    with pytest.raises(JobFailed, match="SystemExit: 3"):
+        exiting.result(timeout=30)
+    assert [h.result(timeout=30) for h in others] == [f"t{i}" for i in range(12)]
+    assert set(labels_run(log).values()) == {1}
+    assert len({line.split()[2] for line in lines(log)}) == 1  # the same worker ran them all
+    assert not Attempt.objects.filter(outcome="worker_lost").exists()
+    assert set(Job.objects.values_list("attempts", flat=True)) == {1}
+
+
+# -- a worker that stops in the middle of a chunk ------------------------------------------
+
+
+@pytest.mark.django_db
+def test_each_attempt_of_a_chunk_starts_when_it_really_starts(roomy: None) -> None:
+    enqueue_many(jobs.sleep, [[0.01]] * 4)
+    loop = Loop(ensure_loop_state()[0])
+    loop.step()
+    Runner("a-worker", chunk=4).run(loop.inline_batch)
+    attempts = list(Attempt.objects.order_by("pk"))
+    assert all(a.started_at is not None and a.ended_at is not None for a in attempts)
+    for earlier, later in pairwise(attempts):
+        assert earlier.ended_at <= later.started_at  # one after the other, no overlap
+
+
+@pytest.mark.django_db
+def test_a_worker_stopped_mid_chunk_reports_what_ran_and_hands_back_the_rest(
+    tmp_path: Path, roomy: None, idle_worker: str
+) -> None:
+    log = tmp_path / "runs.log"
+    ran = enqueue_many(jobs.record, [[str(log), "r0"], [str(log), "r1"]])
+    stopper = enqueue(jobs.stop_process, retries=0)
+    rest = enqueue_many(jobs.record, [[str(log), "n0"], [str(log), "n1"]])
+    loop = Loop(ensure_loop_state()[0])
+    loop.step()
+    with pytest.raises(jobs.ProcessStopping):
+        Runner("a-worker", chunk=8).run(loop.inline_batch)
+    loop.step()
+    assert [h.status() for h in ran] == [Status.COMPLETE] * 2
+    with pytest.raises(JobFailed, match=r"ProcessStopping: the process is going \(its worker"):
+        stopper.result(timeout=0)
+    # The two that never started are not tries, and wait to be taken back.
+    assert [(a.started_at, a.worker) for h in rest for a in h.attempts()] == [(None, "")] * 2
+    assert Attempt.objects.get(job_id=stopper.id).started_at is not None
+
+    age_dispatches()
+    main_loop(ensure_loop_state()[0])
+    main_loop(ensure_loop_state()[0])
+    for handle in rest:
+        assert handle.status() == Status.COMPLETE and tries(handle) == 1
+        assert [a.outcome for a in handle.attempts()] == ["succeeded"]
+    assert labels_run(log) == {"r0": 1, "r1": 1, "n0": 1, "n1": 1}
+
+
+@pytest.mark.cluster
+def test_a_worker_killed_mid_chunk_counts_only_what_started(cluster: Any, tmp_path: Path) -> None:
+    """Quick jobs grow the chunk, so the blocking ninth job runs in a chunk with others
+    behind it. The worker is killed while it blocks: the jobs behind it had not started,
+    so they run once, as their first try, and none of them is "worker lost"."""
+    cluster(workers=1, MAX_CONCURRENCY=20, WORKER_DEAD_AFTER=1.5)
+    log, release = tmp_path / "runs.log", tmp_path / "release"
+    params = [[str(log), f"j{i:02d}", str(release) if i == 8 else ""] for i in range(17)]
+    handles = enqueue_many(jobs.record_then_block, params)
+    (blocked,) = wait_for(
+        lambda: [line for line in lines(log) if line.startswith("j08 ")],
+        message="the ninth job to start",
+    )
+    os.kill(int(blocked.split()[2]), signal.SIGKILL)
+    release.touch()
+    assert [h.result(timeout=60) for h in handles] == [f"j{i:02d}" for i in range(17)]
+    assert [a.outcome for a in handles[8].attempts()] == ["worker_lost", "succeeded"]
+    runs = labels_run(log)
+    for i, handle in enumerate(handles[9:], start=9):
+        assert [a.outcome for a in handle.attempts()] == ["succeeded"], i
+        assert tries(handle) == 1 and runs[f"j{i:02d}"] == 1

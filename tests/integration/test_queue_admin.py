@@ -107,6 +107,28 @@ def test_cancel_action_files_cancel_requests_for_unfinished_jobs(admin_client: C
     assert waiting.status() == Status.WAITING
 
 
+@pytest.mark.django_db
+def test_retry_copies_the_call_of_a_function_with_parameters_named_like_options(
+    admin_client: Client,
+) -> None:
+    """The copy gets the original's arguments and options, whatever the function's
+    parameters are called (the django.tasks backend's job has ``args`` and ``kwargs``)."""
+    original = enqueue(
+        jobs.route, args=["x"], kwargs={"args": [1], "kwargs": {}}, queue="q", priority=2
+    )
+    Job.objects.filter(pk=original.id).update(status=Status.CANCELED)
+
+    run_action(admin_client, "retry_selected", original.id)
+
+    copy = Job.objects.exclude(pk=original.id).get()
+    assert (copy.args, copy.kwargs, copy.queue, copy.priority) == (
+        ["x"],
+        {"args": [1], "kwargs": {}},
+        "q",
+        2,
+    )
+
+
 def test_failed_job_page_shows_attempts_and_traceback(admin_client: Client, cluster) -> None:  # noqa: F811
     cluster()
     handle = enqueue(

@@ -30,9 +30,11 @@ def decorated(x: int) -> int:
 
 
 @job
-def route(queue: str = "", args: list[Any] | None = None) -> dict[str, Any]:
+def route(
+    queue: str = "", args: list[Any] | None = None, kwargs: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """Parameters named like enqueue's options and arguments: they are never confused."""
-    return {"queue": queue, "args": args}
+    return {"queue": queue, "args": args, "kwargs": kwargs}
 
 
 @job

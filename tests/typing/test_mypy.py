@@ -16,8 +16,9 @@ WRONG_CALLS = HERE / "wrong_calls.py"
 EXPECTED = re.compile(r"#\s*E:\s*(.+)$")
 
 pytestmark = pytest.mark.skipif(
-    find_spec("mypy") is None or find_spec("mypy_django_plugin") is None,
-    reason="mypy and django-stubs are not installed (pip install -e '.[dev]')",
+    not all(find_spec(name) for name in ("mypy", "mypy_django_plugin", "mypy_drf_plugin")),
+    reason="mypy, django-stubs or djangorestframework-stubs is not installed "
+    "(pip install -e '.[dev]')",
 )
 
 

@@ -414,7 +414,7 @@ def latency(contender: str, samples: int) -> Latency:
         from django_ratequeue import enqueue
 
         def submit(seq: int) -> object:
-            return enqueue(record_start, seq)
+            return enqueue(record_start, args=[seq])
     else:
         from django_q.tasks import async_task
 

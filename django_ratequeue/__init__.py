@@ -1,13 +1,41 @@
 """Rate limits and job queues kept in your Django database.
 
 The public names are imported lazily so that listing ``django_ratequeue`` in
-``INSTALLED_APPS`` does not import models before the app registry is ready.
+``INSTALLED_APPS`` does not import models before the app registry is ready. A type
+checker sees them through the ``TYPE_CHECKING`` imports below, with their real types;
+tests/test_exports.py keeps those imports, ``_EXPORTS`` and ``__all__`` the same.
 """
 
 from __future__ import annotations
 
 from importlib import import_module
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .exceptions import (
+        DuplicateJobId,
+        EnqueueRateLimited,
+        JobCanceled,
+        JobFailed,
+        NonRetryableError,
+        RateLimited,
+        RecursiveWaitDeadlock,
+        UnknownJob,
+    )
+    from .queue.control import pause_queue, resume_queue, set_queue_concurrency
+    from .queue.enqueue import EnqueueOptions, JobFunction, enqueue, enqueue_many, job
+    from .queue.handles import Handle, cancel_all, get_handle
+    from .queue.models import Status
+    from .queue.retry import Retry
+    from .ratelimit.api import (
+        RateLimitResult,
+        check_rate_limit,
+        define_rate_limits,
+        get_rate_limit_value,
+        rate_limit,
+        reset_rate_limit,
+    )
+    from .ratelimit.config import FixedWindow, TokenBucket
 
 __version__ = "0.1.0"
 
@@ -33,6 +61,8 @@ _EXPORTS: dict[str, str] = {
     "define_rate_limits": ".ratelimit.api",
     # jobs and queues
     "job": ".queue.enqueue",
+    "JobFunction": ".queue.enqueue",
+    "EnqueueOptions": ".queue.enqueue",
     "enqueue": ".queue.enqueue",
     "enqueue_many": ".queue.enqueue",
     "Retry": ".queue.retry",
@@ -45,7 +75,38 @@ _EXPORTS: dict[str, str] = {
     "set_queue_concurrency": ".queue.control",
 }
 
-__all__ = sorted(_EXPORTS)
+# A literal list, which type checkers read as the names the package re-exports.
+__all__ = [
+    "DuplicateJobId",
+    "EnqueueOptions",
+    "EnqueueRateLimited",
+    "FixedWindow",
+    "Handle",
+    "JobCanceled",
+    "JobFailed",
+    "JobFunction",
+    "NonRetryableError",
+    "RateLimitResult",
+    "RateLimited",
+    "RecursiveWaitDeadlock",
+    "Retry",
+    "Status",
+    "TokenBucket",
+    "UnknownJob",
+    "cancel_all",
+    "check_rate_limit",
+    "define_rate_limits",
+    "enqueue",
+    "enqueue_many",
+    "get_handle",
+    "get_rate_limit_value",
+    "job",
+    "pause_queue",
+    "rate_limit",
+    "reset_rate_limit",
+    "resume_queue",
+    "set_queue_concurrency",
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -20,15 +20,26 @@ for forgotten work (:func:`.watchdog.wake_forgotten_work`), at worst
 
 from __future__ import annotations
 
-import inspect
 import json
 import math
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from functools import cache, cached_property, partial, update_wrapper
-from typing import Any, NamedTuple
+from functools import cached_property, partial, update_wrapper
+from typing import (
+    Any,
+    Generic,
+    Literal,
+    NamedTuple,
+    ParamSpec,
+    Protocol,
+    Required,
+    TypedDict,
+    TypeVar,
+    Unpack,
+    overload,
+)
 
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
@@ -46,23 +57,46 @@ from .registry import job_path, register_job, registered_job
 from .retry import Retry
 from .subtasks import current_job_id
 
-OPTION_NAMES = frozenset(
-    {
-        "queue",
-        "concurrency_key",
-        "start_at",
-        "run_after",
-        "retries",
-        "id",
-        "on_duplicate_id",
-        "priority",
-        "timeout",
-        "on_complete",
-        "context",
-        "owner",
-        "cost",
-    }
-)
+
+class QueueSpec(TypedDict, total=False):
+    """A queue named with the limit it gets: ``queue={"name": "llm", "max_concurrency": 4}``."""
+
+    name: Required[str]
+    max_concurrency: int
+
+
+class RetryOptions(TypedDict, total=False):
+    """The fields of :class:`.retry.Retry`, as a dict for the ``retries`` option."""
+
+    retry_count: int
+    initial_interval: float
+    max_interval: float
+    backoff_factor: float
+    randomize_interval: bool
+
+
+class EnqueueOptions(TypedDict, total=False):
+    """The options of a job, as ``@job``, ``.using()``, ``enqueue()`` and ``enqueue_many()``
+    take them (see docs/api.md); a name that is not one of these is a ValueError."""
+
+    queue: str | QueueSpec | None
+    concurrency_key: str
+    start_at: datetime | str | None
+    run_after: timedelta | float | None
+    retries: int | RetryOptions | Retry | None
+    id: str | None
+    on_duplicate_id: Literal["error", "ignore"]
+    priority: int
+    timeout: timedelta | float | None
+    on_complete: Callable[..., Any] | str | None
+    context: Any
+    owner: Any
+    cost: int
+
+
+OPTION_NAMES = frozenset(EnqueueOptions.__optional_keys__)
+P = ParamSpec("P")
+R = TypeVar("R")
 DEFAULT_QUEUE = "default"
 OWNER_MAX_LENGTH = Job._meta.get_field("owner").max_length or 255
 
@@ -408,77 +442,54 @@ def check_reservation_room(queue: str, cost: int) -> None:
     check_rate_limit(limit, count=cost, reserve=True, throws=True)
 
 
-@cache
-def _declared_parameters(func: Callable[..., Any]) -> frozenset[str]:
-    try:
-        parameters = inspect.signature(func).parameters.values()
-    except (TypeError, ValueError):
-        return frozenset()
-    named = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
-    return frozenset(p.name for p in parameters if p.kind in named)
-
-
-def _split_call(
-    target: Callable[..., Any], args: tuple[Any, ...], keywords: dict[str, Any]
-) -> tuple[list[Any], dict[str, Any], dict[str, Any]]:
-    """Separate the job's own arguments from enqueue options.
-
-    ``enqueue(f, args=(...), kwargs={...}, **options)`` is explicit. Otherwise keywords go to
-    the function, except those named like an option that the function does not declare.
-    """
-    declared = _declared_parameters(target)
-    explicit = {"args", "kwargs"} & (set(keywords) - declared)
-    if explicit:
-        if args:
-            raise ValueError(
-                "Pass the job's positional arguments either inline or as args=, not both."
-            )
-        call_args = keywords.pop("args", ())
-        call_kwargs = keywords.pop("kwargs", None) or {}
-        if not isinstance(call_args, list | tuple):
-            raise ValueError(f"args must be a list or tuple, not {call_args!r}.")
-        if not isinstance(call_kwargs, Mapping):
-            raise ValueError(f"kwargs must be a dict, not {call_kwargs!r}.")
-        return list(call_args), dict(call_kwargs), keywords
-    options = {k: keywords.pop(k) for k in list(keywords) if k in OPTION_NAMES - declared}
-    return list(args), keywords, options
-
-
-class JobFunction:
+class JobFunction(Generic[P, R]):
     """A module-level function decorated with ``@job``: call it to run it here and now, or
-    ``.enqueue(...)`` it; ``.using(**options)`` returns a copy with other options."""
+    ``.enqueue(...)`` it with the function's own arguments (checked by a type checker as
+    a call would be); ``.using(**options)`` returns a copy with other options."""
 
-    def __init__(self, func: Callable[..., Any], options: JobOptions) -> None:
+    def __init__(self, func: Callable[P, R], options: JobOptions) -> None:
         self.func = func
         self.options = options
         self.path = job_path(func)
         update_wrapper(self, func)
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         return self.func(*args, **kwargs)
 
     def __repr__(self) -> str:
         return f"<job {self.func.__module__}.{self.func.__qualname__}>"
 
-    def using(self, **options: Any) -> JobFunction:
+    def using(self, **options: Unpack[EnqueueOptions]) -> JobFunction[P, R]:
         return JobFunction(self.func, self.options.merge(options))
 
-    def enqueue(self, *args: Any, **kwargs: Any) -> Handle:
+    def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> Handle[R]:
+        """Enqueue ``func(*args, **kwargs)``: every keyword is the function's own, never
+        an option (options go through :meth:`using`)."""
         return _enqueue_one(function_path(self.func), self.options, list(args), kwargs)
 
-    def enqueue_many(self, params: Iterable[Any], **options: Any) -> list[Handle]:
+    def enqueue_many(
+        self, params: Iterable[Any], **options: Unpack[EnqueueOptions]
+    ) -> list[Handle[R]]:
         return enqueue_many(self, params, **options)
 
 
+class JobDecorator(Protocol):
+    """What ``@job(...)`` with options returns: the decorator proper."""
+
+    def __call__(self, func: Callable[P, R], /) -> JobFunction[P, R]: ...
+
+
+@overload
+def job(func: Callable[P, R], /, **options: Unpack[EnqueueOptions]) -> JobFunction[P, R]: ...
+
+
+@overload
+def job(func: None = None, /, **options: Unpack[EnqueueOptions]) -> JobDecorator: ...
+
+
 def job(
-    func: Callable[..., Any] | None = None,
-    /,
-    *,
-    queue: Any = None,
-    retries: Any = None,
-    timeout: Any = None,
-    **options: Any,
-) -> Any:
+    func: Callable[..., Any] | None = None, /, **options: Any
+) -> JobFunction[..., Any] | JobDecorator:
     """Register a module-level function as a job, so that it can be enqueued (itself or
     its dotted path) with default options, and workers run it.
 
@@ -486,40 +497,78 @@ def job(
     ``job(func)`` for a function whose module must not import ratequeue. Decorating a job
     again gives a copy with more options; the registered job keeps its own.
     """
-    defaults = {
-        k: v
-        for k, v in {"queue": queue, "retries": retries, "timeout": timeout, **options}.items()
-        if v is not None
-    }
+    defaults = {k: v for k, v in options.items() if v is not None}
     job_options = JobOptions(defaults)
 
-    def decorate(f: Callable[..., Any]) -> JobFunction:
+    def decorate(f: Callable[P, R], /) -> JobFunction[P, R]:
         if isinstance(f, JobFunction):
             register_job(f)
-            return f.using(**defaults)
+            return JobFunction(f.func, f.options.merge(defaults))
         return register_job(JobFunction(f, job_options))
 
     return decorate(func) if func is not None else decorate
 
 
-def _target(func: Callable[..., Any] | str) -> tuple[str, Callable[..., Any], JobOptions]:
-    """The path, the plain function and the default options of the registered job that
-    ``func`` names (a ``@job`` copy's own options when given one)."""
+def _target(func: Callable[..., Any] | str) -> tuple[str, JobOptions]:
+    """The path and the default options of the registered job that ``func`` names (a
+    ``@job`` copy's own options when given one)."""
     registered = registered_job(func.func if isinstance(func, JobFunction) else func)
     options = func.options if isinstance(func, JobFunction) else registered.options
-    return registered.path, registered.func, options
+    return registered.path, options
 
 
-def enqueue(func: Callable[..., Any] | str, *args: Any, **kwargs: Any) -> Handle:
-    """Enqueue ``func(*args, **kwargs)``; see :func:`_split_call` for where options go."""
-    path, target, defaults = _target(func)
-    call_args, call_kwargs, options = _split_call(target, args, dict(kwargs))
-    return _enqueue_one(path, defaults.merge(options), call_args, call_kwargs)
+@overload
+def enqueue(
+    func: Callable[..., R],
+    /,
+    *,
+    args: list[Any] | tuple[Any, ...] = (),
+    kwargs: Mapping[str, Any] | None = None,
+    **options: Unpack[EnqueueOptions],
+) -> Handle[R]: ...
+
+
+@overload
+def enqueue(
+    func: str,
+    /,
+    *,
+    args: list[Any] | tuple[Any, ...] = (),
+    kwargs: Mapping[str, Any] | None = None,
+    **options: Unpack[EnqueueOptions],
+) -> Handle[Any]: ...
+
+
+def enqueue(
+    func: Callable[..., Any] | str,
+    /,
+    *positional: Any,
+    args: list[Any] | tuple[Any, ...] = (),
+    kwargs: Mapping[str, Any] | None = None,
+    **options: Any,
+) -> Handle[Any]:
+    """Enqueue ``func(*args, **kwargs)`` with ``options``. The job's arguments come only
+    through ``args`` and ``kwargs``, so that no keyword is ever taken for an option (or an
+    option for an argument) by its name."""
+    if positional:
+        raise TypeError(
+            "enqueue() takes the job's arguments as args=[...] and kwargs={...}, e.g. "
+            "enqueue(func, args=[1, 2], queue='q'), or func.enqueue(1, 2) on a @job "
+            "function (options through func.using(...))."
+        )
+    if not isinstance(args, list | tuple):
+        raise ValueError(f"args must be a list or tuple, not {args!r}.")
+    if kwargs is None:
+        kwargs = {}
+    elif not isinstance(kwargs, Mapping):
+        raise ValueError(f"kwargs must be a dict, not {kwargs!r}.")
+    path, defaults = _target(func)
+    return _enqueue_one(path, defaults.merge(options), list(args), dict(kwargs))
 
 
 def _enqueue_one(
     path: str, options: JobOptions, args: list[Any], kwargs: dict[str, Any]
-) -> Handle:
+) -> Handle[Any]:
     template = options.template(path)
     args_json = check_json("arguments", args)
     kwargs_json = check_json("keyword arguments", kwargs)
@@ -578,15 +627,27 @@ def _item_call(item: Any) -> tuple[list[Any], dict[str, Any]]:
     return [item], {}
 
 
+@overload
+def enqueue_many(
+    func: Callable[..., R], params: Iterable[Any], **options: Unpack[EnqueueOptions]
+) -> list[Handle[R]]: ...
+
+
+@overload
+def enqueue_many(
+    func: str, params: Iterable[Any], **options: Unpack[EnqueueOptions]
+) -> list[Handle[Any]]: ...
+
+
 def enqueue_many(
     func: Callable[..., Any] | str, params: Iterable[Any], **options: Any
-) -> list[Handle]:
+) -> list[Handle[Any]]:
     """Enqueue one job per item of ``params`` in one transaction, all or nothing.
 
     An item that is a dict gives keyword arguments, a list or tuple positional arguments,
     anything else the single argument. With ``id="x"`` the jobs get ids ``x-0``, ``x-1``, ...
     """
-    path, _target_func, defaults = _target(func)
+    path, defaults = _target(func)
     template = defaults.merge(options).template(path)
     now = clock.now()
     rows = []
@@ -622,4 +683,4 @@ def enqueue_many(
     return [Handle(r.id, owner=r.owner) for r in rows]
 
 
-__all__ = ["JobFunction", "JobOptions", "enqueue", "enqueue_many", "job"]
+__all__ = ["EnqueueOptions", "JobFunction", "JobOptions", "enqueue", "enqueue_many", "job"]

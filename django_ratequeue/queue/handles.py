@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from django.db import models, transaction
 
@@ -13,6 +13,8 @@ from ..exceptions import JobCanceled, JobFailed, RecursiveWaitDeadlock
 from .loop import wake_loop
 from .models import FINAL_STATUSES, Attempt, CancelRequest, Job, Status
 from .subtasks import check_wait, current_attempt, slots_released, workers_exhausted
+
+R_co = TypeVar("R_co", covariant=True)
 
 # How often a job waiting on a subtask checks that some worker can still run it.
 DEADLOCK_CHECK_EVERY = 0.25
@@ -53,9 +55,10 @@ class AttemptInfo:
     worker: str
 
 
-class Handle:
+class Handle(Generic[R_co]):
     """A reference to one job by id, as seen by ``owner``: only that owner's job is visible
-    through it (see :meth:`_job`)."""
+    through it (see :meth:`_job`). ``Handle[R]`` is the handle of a job whose function
+    returns ``R``: what :meth:`result` returns."""
 
     def __init__(self, id: str, owner: Any = None) -> None:
         self.id = id
@@ -82,7 +85,7 @@ class Handle:
     def status(self) -> Status:
         return Status(self._job("status").status)
 
-    def result(self, timeout: float | None = None) -> Any:
+    def result(self, timeout: float | None = None) -> R_co:
         """Wait for the job's final status and return its return value.
 
         Raises :class:`JobFailed` (with the last error), :class:`JobCanceled`, or
@@ -154,10 +157,10 @@ class Handle:
         ]
 
 
-def get_handle(id: str, owner: Any = None) -> Handle:
+def get_handle(id: str, owner: Any = None) -> Handle[Any]:
     """Rebuild the handle of an existing job; raises ``Job.DoesNotExist`` if there is none
     that a handle with this ``owner`` may see (see :meth:`Handle._job`)."""
-    handle = Handle(id, owner=owner)
+    handle: Handle[Any] = Handle(id, owner=owner)
     if not Job.objects.filter(pk=id, owner=handle.owner).exists():
         raise Job.DoesNotExist(missing_job(id))
     return handle

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, cast
 
 from django.apps import AppConfig
 from django.conf import settings
@@ -33,8 +33,11 @@ from ..exceptions import UnknownJob
 if TYPE_CHECKING:
     from .enqueue import JobFunction
 
+P = ParamSpec("P")
+R = TypeVar("R")
+
 # dotted path -> the registered job, or (for tasks) the django.tasks Task
-_jobs: dict[str, JobFunction] = {}
+_jobs: dict[str, JobFunction[..., Any]] = {}
 _tasks: dict[str, Any] = {}
 
 FIX = (
@@ -61,18 +64,20 @@ def job_path(func: Callable[..., Any], what: str = "job function") -> str:
     return f"{module}.{qualname}"
 
 
-def register_job(job: JobFunction) -> JobFunction:
+def register_job(job: JobFunction[P, R]) -> JobFunction[P, R]:
     """Register ``job`` under its path and return the registered job. A path names one
     job: decorating the same function again keeps the first registration (and its
     options); another function at that path (a reloaded module) replaces it."""
     known = _jobs.get(job.path)
     if known is not None and known.func is job.func:
-        return known
+        return cast("JobFunction[P, R]", known)  # the same function, so the same types
     _jobs[job.path] = job
     return job
 
 
-def registered_job(func: Callable[..., Any] | str, what: str = "job function") -> JobFunction:
+def registered_job(
+    func: Callable[..., Any] | str, what: str = "job function"
+) -> JobFunction[..., Any]:
     """The registered job that ``func`` names: the ``@job`` function, the plain function it
     decorates, or their dotted path. Raises :class:`UnknownJob` naming the fix; never
     imports anything."""

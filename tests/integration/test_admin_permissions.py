@@ -66,7 +66,7 @@ def test_staff_with_the_change_permission_pause_resume_and_set(client: Client) -
 @pytest.mark.django_db
 def test_view_only_staff_cannot_cancel_or_retry_jobs(client: Client) -> None:
     staff(client, "view_job")
-    handle = enqueue(jobs.add, 1, 2)
+    handle = enqueue(jobs.add, args=[1, 2])
 
     for action in ["cancel_selected", "retry_selected"]:
         response = client.post(JOBS, {"action": action, "_selected_action": [handle.id]})

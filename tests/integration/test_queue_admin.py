@@ -36,10 +36,10 @@ def run_action(client: Client, action: str, *ids: str) -> str:
 
 @pytest.mark.django_db
 def test_changelist_filters_by_status_queue_and_key_and_searches(admin_client: Client) -> None:
-    enqueue(jobs.add, 1, 2, id="add-now")
-    enqueue(jobs.add, 3, 4, id="add-later", run_after=timedelta(hours=1))
-    enqueue(jobs.echo, "hi", id="mail-ann", queue="emails", concurrency_key="ann")
-    enqueue(jobs.echo, "hi", id="mail-bob", queue="emails", concurrency_key="bob")
+    enqueue(jobs.add, args=[1, 2], id="add-now")
+    enqueue(jobs.add, args=[3, 4], id="add-later", run_after=timedelta(hours=1))
+    enqueue(jobs.echo, args=["hi"], id="mail-ann", queue="emails", concurrency_key="ann")
+    enqueue(jobs.echo, args=["hi"], id="mail-bob", queue="emails", concurrency_key="bob")
 
     assert listed(admin_client) == ["add-later", "add-now", "mail-ann", "mail-bob"]
     assert listed(admin_client, status__exact="scheduled") == ["add-later"]
@@ -53,8 +53,8 @@ def test_changelist_filters_by_status_queue_and_key_and_searches(admin_client: C
 
 @pytest.mark.django_db
 def test_changelist_and_overview_count_jobs_per_queue_and_status(admin_client: Client) -> None:
-    enqueue(jobs.add, 1, 2)
-    enqueue(jobs.add, 1, 2, run_after=timedelta(hours=1))
+    enqueue(jobs.add, args=[1, 2])
+    enqueue(jobs.add, args=[1, 2], run_after=timedelta(hours=1))
     enqueue(jobs.echo, queue="emails")
 
     for url in [CHANGELIST, OVERVIEW]:
@@ -74,7 +74,7 @@ def test_changelist_and_overview_count_jobs_per_queue_and_status(admin_client: C
 
 @pytest.mark.django_db
 def test_jobs_cannot_be_added_edited_or_deleted_by_hand(admin_client: Client) -> None:
-    handle = enqueue(jobs.add, 1, 2)
+    handle = enqueue(jobs.add, args=[1, 2])
 
     page = admin_client.get(f"{CHANGELIST}{handle.id}/change/")
     assert page.status_code == 200
@@ -89,7 +89,7 @@ def test_viewers_see_jobs_but_cannot_cancel_or_retry(client: Client) -> None:
     viewer = User.objects.create_user("viewer", is_staff=True)
     viewer.user_permissions.add(Permission.objects.get(codename="view_job"))
     client.force_login(viewer)
-    handle = enqueue(jobs.add, 1, 2)
+    handle = enqueue(jobs.add, args=[1, 2])
 
     page = client.get(CHANGELIST).content.decode()
 
@@ -100,7 +100,7 @@ def test_viewers_see_jobs_but_cannot_cancel_or_retry(client: Client) -> None:
 
 @pytest.mark.django_db
 def test_cancel_action_files_cancel_requests_for_unfinished_jobs(admin_client: Client) -> None:
-    waiting = enqueue(jobs.add, 1, 2)
+    waiting = enqueue(jobs.add, args=[1, 2])
 
     page = run_action(admin_client, "cancel_selected", waiting.id)
 
@@ -110,11 +110,33 @@ def test_cancel_action_files_cancel_requests_for_unfinished_jobs(admin_client: C
     assert waiting.status() == Status.WAITING
 
 
+@pytest.mark.django_db
+def test_retry_copies_the_call_of_a_function_with_parameters_named_like_options(
+    admin_client: Client,
+) -> None:
+    """The copy gets the original's arguments and options, whatever the function's
+    parameters are called (the django.tasks backend's job has ``args`` and ``kwargs``)."""
+    original = enqueue(
+        jobs.route, args=["x"], kwargs={"args": [1], "kwargs": {}}, queue="q", priority=2
+    )
+    Job.objects.filter(pk=original.id).update(status=Status.CANCELED)
+
+    run_action(admin_client, "retry_selected", original.id)
+
+    copy = Job.objects.exclude(pk=original.id).get()
+    assert (copy.args, copy.kwargs, copy.queue, copy.priority) == (
+        ["x"],
+        {"args": [1], "kwargs": {}},
+        "q",
+        2,
+    )
+
+
 def test_failed_job_page_shows_attempts_and_traceback(admin_client: Client, cluster) -> None:  # noqa: F811
     cluster()
     handle = enqueue(
         jobs.fail,
-        "disk on fire",
+        args=["disk on fire"],
         retries=Retry(retry_count=1, initial_interval=0.1, randomize_interval=False),
     )
     wait_for(lambda: handle.status() == Status.FAILED, message="the job to fail twice")
@@ -133,8 +155,10 @@ def test_failed_job_page_shows_attempts_and_traceback(admin_client: Client, clus
 
 def test_cancel_then_retry_through_the_admin(admin_client: Client, cluster) -> None:  # noqa: F811
     cluster()
-    later = enqueue(jobs.add, 2, 3, run_after=timedelta(hours=1), queue="emails", priority=5)
-    done = enqueue(jobs.add, 1, 1)
+    later = enqueue(
+        jobs.add, args=[2, 3], run_after=timedelta(hours=1), queue="emails", priority=5
+    )
+    done = enqueue(jobs.add, args=[1, 1])
     assert done.result(timeout=30) == 2
 
     page = run_action(admin_client, "cancel_selected", later.id, done.id)

@@ -26,8 +26,8 @@ def status(*args: str) -> str:
 
 @pytest.mark.django_db
 def test_table_counts_jobs_per_queue_and_status() -> None:
-    enqueue(jobs.add, 1, 2)
-    enqueue(jobs.add, 1, 2, run_after=timedelta(hours=1))
+    enqueue(jobs.add, args=[1, 2])
+    enqueue(jobs.add, args=[1, 2], run_after=timedelta(hours=1))
     for _ in range(3):
         enqueue(jobs.echo, queue="emails")
     enqueue(jobs.echo, queue={"name": "reports", "max_concurrency": 3})
@@ -82,7 +82,7 @@ def test_json_for_machines() -> None:
 
 def test_shows_the_loop_and_live_workers(cluster) -> None:  # noqa: F811
     cluster(workers=2)
-    assert enqueue(jobs.add, 2, 2).result(timeout=30) == 4
+    assert enqueue(jobs.add, args=[2, 2]).result(timeout=30) == 4
 
     # With nothing left to do the loop comes to rest, so both outputs see the same state.
     data = wait_for(

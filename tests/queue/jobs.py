@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from django_ratequeue import NonRetryableError, enqueue, get_handle, job
+from django_ratequeue import NonRetryableError, get_handle, job
 from django_ratequeue.queue.subtasks import current_job_id
 
 
@@ -28,6 +28,14 @@ def echo(*args: Any, **kwargs: Any) -> dict[str, Any]:
 @job(queue="decorated", retries=2, timeout=30)
 def decorated(x: int) -> int:
     return x * 2
+
+
+@job
+def route(
+    queue: str = "", args: list[Any] | None = None, kwargs: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """Parameters named like enqueue's options and arguments: they are never confused."""
+    return {"queue": queue, "args": args, "kwargs": kwargs}
 
 
 @job
@@ -118,14 +126,14 @@ def sleep_and_record(path: str, label: str, seconds: float) -> str:
 @job
 def spawn_and_wait(x: int, child_queue: Any = None) -> int:
     """Enqueue add(x, x) as a subtask (in ``child_queue``) and wait for it."""
-    child = enqueue(add, args=[x, x], queue=child_queue) if child_queue else enqueue(add, x, x)
+    child = add.using(queue=child_queue).enqueue(x, x)
     return child.result(timeout=60) * 10
 
 
 @job
 def spawn_nested(name: str) -> int:
     """Wait on a subtask in queue ``name`` that itself waits on a subtask in ``name``."""
-    return enqueue(spawn_and_wait, args=[1, name], queue=name).result(timeout=60)
+    return spawn_and_wait.using(queue=name).enqueue(1, name).result(timeout=60)
 
 
 @job

@@ -115,16 +115,16 @@ def test_the_far_past_and_the_bounds_themselves_are_accepted() -> None:
 def test_arguments_and_context_over_the_cap_are_refused(settings: Any) -> None:
     ten_mb = "x" * (10 * 1024 * 1024)
     with pytest.raises(ValueError, match=r'arguments and context are \d+ bytes .*"MAX_ARG'):
-        enqueue(jobs.echo, ten_mb)
+        enqueue(jobs.echo, args=[ten_mb])
     with pytest.raises(ValueError, match="MAX_ARGUMENTS_BYTES"):
         enqueue(jobs.add, args=[1, 2], context={"blob": ten_mb})
     with pytest.raises(ValueError, match=r"arguments \(item 1\) and context"):
         enqueue_many(jobs.echo, [["small"], [ten_mb]])
     settings.RATEQUEUE = {**settings.RATEQUEUE, "MAX_ARGUMENTS_BYTES": 100}
     with pytest.raises(ValueError, match=r"\(100\)"):
-        enqueue(jobs.echo, "y" * 50, context={"z": "z" * 50})
+        enqueue(jobs.echo, args=["y" * 50], context={"z": "z" * 50})
     assert not Job.objects.exists()
-    enqueue(jobs.echo, "y" * 40)
+    enqueue(jobs.echo, args=["y" * 40])
     assert Job.objects.count() == 1
 
 
@@ -157,9 +157,9 @@ def drive(done: Callable[[], bool], limit: float = 30) -> None:
 @pytest.mark.django_db
 def test_a_result_over_the_cap_fails_and_errors_are_cut(settings: Any) -> None:
     settings.RATEQUEUE = {**settings.RATEQUEUE, "MAX_RESULT_BYTES": 1000, "MAX_ERROR_BYTES": 500}
-    big = enqueue(jobs.echo, "r" * 2000, retries=0)
-    loud = enqueue(jobs.fail, "e" * 100_000, retries=0)
-    fine = enqueue(jobs.echo, "r" * 100, retries=0)
+    big = enqueue(jobs.echo, args=["r" * 2000], retries=0)
+    loud = enqueue(jobs.fail, args=["e" * 100_000], retries=0)
+    fine = enqueue(jobs.echo, args=["r" * 100], retries=0)
     drive(lambda: all(h.status() in (Status.FAILED, Status.COMPLETE) for h in (big, loud, fine)))
     assert fine.status() == Status.COMPLETE
     failed = Job.objects.get(pk=big.id)
@@ -181,7 +181,7 @@ def innocent_completes(log: Path) -> None:
     (Rows cannot hold JSON that does not parse: PostgreSQL's jsonb and the CHECK
     constraint Django puts on SQLite's JSON columns refuse it; the tests write JSON of
     the wrong shape instead.)"""
-    handle = enqueue(jobs.record, str(log), "innocent", retries=0)
+    handle = enqueue(jobs.record, args=[str(log), "innocent"], retries=0)
     drive(lambda: handle.status() == Status.COMPLETE)
     assert "innocent" in log.read_text()
 
@@ -189,7 +189,7 @@ def innocent_completes(log: Path) -> None:
 @pytest.mark.django_db
 @pytest.mark.parametrize("status", [Status.SCHEDULED, Status.RETRYING])
 def test_a_start_in_the_year_9999_written_behind_our_back(tmp_path: Path, status: str) -> None:
-    poison = enqueue(jobs.add, 1, 2, run_after=3600)
+    poison = enqueue(jobs.add, args=[1, 2], run_after=3600)
     Job.objects.filter(pk=poison.id).update(status=status, start_at=datetime.fromisoformat(FAR))
     innocent_completes(tmp_path / "runs.log")
     assert poison.status() == status
@@ -222,7 +222,7 @@ def test_a_retry_policy_broken_behind_our_back(
 
 @pytest.mark.django_db
 def test_arguments_of_the_wrong_shape_do_not_run_the_function(tmp_path: Path) -> None:
-    handle = enqueue(jobs.echo, 1, retries=3)
+    handle = enqueue(jobs.echo, args=[1], retries=3)
     Job.objects.filter(pk=handle.id).update(args="abc", kwargs=[1])
     innocent_completes(tmp_path / "runs.log")
     drive(lambda: handle.status() == Status.FAILED)
@@ -235,7 +235,7 @@ def test_arguments_of_the_wrong_shape_do_not_run_the_function(tmp_path: Path) ->
 def test_a_timeout_written_behind_our_back_does_not_stop_recovery(
     tmp_path: Path, timeout: float
 ) -> None:
-    handle = enqueue(jobs.add, 1, 2, timeout=30)
+    handle = enqueue(jobs.add, args=[1, 2], timeout=30)
     Loop(ensure_loop_state()[0]).step()  # dispatches it; its batch is never run
     WorkerHeartbeat.objects.create(id="w", pid=1, host="h", seen_at=timezone.now())
     Attempt.objects.filter(job_id=handle.id).update(
@@ -250,7 +250,7 @@ def test_a_timeout_written_behind_our_back_does_not_stop_recovery(
 def test_a_timeout_written_behind_our_back_does_not_break_the_run(
     tmp_path: Path, timeout: float
 ) -> None:
-    handle = enqueue(jobs.add, 1, 2, timeout=30, retries=0)
+    handle = enqueue(jobs.add, args=[1, 2], timeout=30, retries=0)
     Job.objects.filter(pk=handle.id).update(timeout=timeout)
     innocent_completes(tmp_path / "runs.log")
     drive(lambda: handle.status() == Status.COMPLETE)
@@ -259,7 +259,7 @@ def test_a_timeout_written_behind_our_back_does_not_break_the_run(
 
 @pytest.mark.django_db
 def test_a_function_removed_while_its_job_waits(tmp_path: Path) -> None:
-    handle = enqueue(jobs.add, 1, 2, retries=0)
+    handle = enqueue(jobs.add, args=[1, 2], retries=0)
     Job.objects.filter(pk=handle.id).update(func="tests.queue.jobs.removed_since")
     innocent_completes(tmp_path / "runs.log")
     drive(lambda: handle.status() == Status.FAILED)
@@ -270,7 +270,7 @@ def test_a_function_removed_while_its_job_waits(tmp_path: Path) -> None:
 def test_a_queue_removed_from_settings_while_its_jobs_wait(tmp_path: Path, settings: Any) -> None:
     base = dict(settings.RATEQUEUE)
     settings.RATEQUEUE = {**base, "QUEUES": {"gone": {"max_concurrency": 2}}}
-    handle = enqueue(jobs.add, 1, 2, queue="gone")
+    handle = enqueue(jobs.add, args=[1, 2], queue="gone")
     settings.RATEQUEUE = base
     innocent_completes(tmp_path / "runs.log")
     drive(lambda: handle.status() == Status.COMPLETE)
@@ -287,7 +287,7 @@ def test_a_rate_limit_removed_from_settings_while_its_jobs_wait(
         "QUEUES": {"gated": {"max_concurrency": 2, "rate_limit": "gone"}},
         "RATE_LIMITS": {"gone": limit},
     }
-    handle = enqueue(jobs.add, 1, 2, queue="gated")
+    handle = enqueue(jobs.add, args=[1, 2], queue="gated")
     settings.RATEQUEUE = {**base, "QUEUES": {"gated": {"rate_limit": "gone"}}}
     innocent_completes(tmp_path / "runs.log")
     drive(lambda: handle.status() == Status.FAILED)
@@ -305,7 +305,7 @@ def test_a_cost_raised_behind_our_back_beyond_its_rate_limit(
             "tokens": {"kind": "token bucket", "rate": 10, "period": 1, "max_reserved": 5}
         },
     }
-    handle = enqueue(jobs.add, 1, 2, queue="gated")
+    handle = enqueue(jobs.add, args=[1, 2], queue="gated")
     Job.objects.filter(pk=handle.id).update(cost=2**31 - 1)
     innocent_completes(tmp_path / "runs.log")
     drive(lambda: handle.status() == Status.FAILED)
@@ -318,16 +318,16 @@ def test_a_cost_raised_behind_our_back_beyond_its_rate_limit(
 @pytest.mark.cluster
 def test_poison_rows_do_not_stop_a_real_cluster(cluster: Any, tmp_path: Path) -> None:
     cluster(workers=2)
-    far = enqueue(jobs.add, 1, 2, run_after=3600)
+    far = enqueue(jobs.add, args=[1, 2], run_after=3600)
     broken = enqueue(jobs.fail, retries=3)
-    gone = enqueue(jobs.add, 1, 2, retries=0)
+    gone = enqueue(jobs.add, args=[1, 2], retries=0)
     Job.objects.filter(pk=far.id).update(start_at=datetime.fromisoformat(FAR))
     Job.objects.filter(pk=broken.id).update(retry={"initial_interval": 1e308})
     Job.objects.filter(pk=gone.id).update(func="tests.queue.jobs.removed_since")
     log = tmp_path / "runs.log"
-    innocent = enqueue(jobs.record, str(log), "innocent", retries=0)
+    innocent = enqueue(jobs.record, args=[str(log), "innocent"], retries=0)
     wait_for(lambda: innocent.status() == Status.COMPLETE, message="the innocent job")
     wait_for(lambda: broken.status() == gone.status() == Status.FAILED, message="the poison")
     assert get_handle(far.id).status() == Status.SCHEDULED
-    later_job = enqueue(jobs.add, 2, 3)
+    later_job = enqueue(jobs.add, args=[2, 3])
     assert later_job.result(timeout=30) == 5

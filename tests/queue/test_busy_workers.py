@@ -27,14 +27,16 @@ def lines(path: Path) -> list[str]:
 def test_cancels_and_starts_go_on_while_every_worker_is_busy(cluster, tmp_path: Path) -> None:
     cluster(workers=2, MAX_CONCURRENCY=2)
     started, release = tmp_path / "started.log", tmp_path / "release"
-    slow = [enqueue(jobs.block_until_file, str(started), str(release), 60) for _ in range(2)]
+    slow = [
+        enqueue(jobs.block_until_file, args=[str(started), str(release), 60]) for _ in range(2)
+    ]
     wait_for(lambda: len(lines(started)) == 2, message="both slow jobs to start")
     assert len({line.split()[2] for line in lines(started)}) == 2, "one per worker"
 
-    waiting = enqueue(jobs.add, 1, 2)
-    kept = enqueue(jobs.add, 3, 4)
+    waiting = enqueue(jobs.add, args=[1, 2])
+    kept = enqueue(jobs.add, args=[3, 4])
     waiting.cancel()
-    late = enqueue(jobs.add, 5, 6)
+    late = enqueue(jobs.add, args=[5, 6])
     late.cancel()
     # Both workers are still busy: only a pass outside django-q2's workers can apply these.
     wait_for(
@@ -63,12 +65,12 @@ def insert_without_kick(*args: int) -> Handle:
 
 def test_watchdog_finds_work_a_resting_loop_was_not_told_about(cluster) -> None:
     cluster()
-    assert enqueue(jobs.add, 1, 1).result(timeout=30) == 2
+    assert enqueue(jobs.add, args=[1, 1]).result(timeout=30) == 2
     state = LoopState.objects.values_list("state", flat=True)
     wait_for(lambda: state.get() == LoopStatus.IDLE, message="the loop to rest idle")
     assert insert_without_kick(2, 2).result(timeout=30) == 4
 
-    later = enqueue(jobs.add, 0, 0, start_at=timezone.now() + timedelta(hours=1))
+    later = enqueue(jobs.add, args=[0, 0], start_at=timezone.now() + timedelta(hours=1))
     wait_for(lambda: state.get() == LoopStatus.SCHEDULED, message="the loop to rest scheduled")
     assert insert_without_kick(3, 3).result(timeout=30) == 6
     assert later.status() == Status.SCHEDULED
@@ -76,9 +78,9 @@ def test_watchdog_finds_work_a_resting_loop_was_not_told_about(cluster) -> None:
 
 def test_many_enqueues_in_one_session_then_run(cluster, settings) -> None:
     """The prepared INSERT from the second use on; with ENQUEUE_ASYNC_COMMIT too."""
-    handles = [enqueue(jobs.add, i, i) for i in range(3)]
+    handles = [enqueue(jobs.add, args=[i, i]) for i in range(3)]
     settings.RATEQUEUE = {**settings.RATEQUEUE, "ENQUEUE_ASYNC_COMMIT": True}
-    handles += [enqueue(jobs.add, i, i, priority=1) for i in range(3, 6)]
+    handles += [enqueue(jobs.add, args=[i, i], priority=1) for i in range(3, 6)]
     assert Job.objects.filter(pk__in=[h.id for h in handles]).count() == 6
     assert Job.objects.get(pk=handles[-1].id).priority == 1
     cluster()
@@ -92,4 +94,4 @@ def test_jobs_enqueued_one_after_another_start_without_the_watchdog(cluster) -> 
     forgotten work comes every fourth look)."""
     cluster(WATCHDOG_INTERVAL=3.0, LOOP_LEASE=10.0, SEGMENT=0.1)
     for i in range(40):
-        assert enqueue(jobs.add, i, i).result(timeout=5) == 2 * i
+        assert enqueue(jobs.add, args=[i, i]).result(timeout=5) == 2 * i

@@ -31,7 +31,7 @@ def only_job() -> Job:
 
 
 def test_enqueue_writes_a_waiting_job_with_its_arguments() -> None:
-    handle = enqueue(jobs.add, 2, b=3)
+    handle = enqueue(jobs.add, args=[2], kwargs={"b": 3})
     row = only_job()
     assert (row.id, row.func, row.args, row.kwargs) == (
         handle.id,
@@ -44,10 +44,37 @@ def test_enqueue_writes_a_waiting_job_with_its_arguments() -> None:
     assert Retry(**row.retry) == Retry()
 
 
-def test_options_go_to_enqueue_unless_the_function_declares_them() -> None:
-    enqueue(jobs.echo, 1, queue="emails", priority=5, x=1)
+def test_options_go_to_enqueue_and_arguments_through_args_and_kwargs() -> None:
+    enqueue(jobs.echo, args=[1], kwargs={"x": 1}, queue="emails", priority=5)
     row = only_job()
     assert (row.queue, row.priority, row.args, row.kwargs) == ("emails", 5, [1], {"x": 1})
+
+
+def test_nothing_is_told_apart_by_its_name() -> None:
+    """A keyword is an option or an argument by where it is passed, never by its name,
+    whatever parameters the function declares."""
+    enqueue(jobs.route, queue="emails")  # route declares ``queue``: still the option
+    enqueue(jobs.route, args=["x"])  # and ``args``: still its positional arguments
+    enqueue(jobs.echo, kwargs={"queue": "q", "args": [1], "retries": 9})
+    jobs.route.enqueue(queue="q", args=[2])
+    jobs.echo.using(priority=3).enqueue(priority=4)
+    rows = Job.objects.order_by("created_at")
+    assert [(r.queue, r.priority, r.args, r.kwargs) for r in rows] == [
+        ("emails", 0, [], {}),
+        ("default", 0, ["x"], {}),
+        ("default", 0, [], {"queue": "q", "args": [1], "retries": 9}),
+        ("default", 0, [], {"queue": "q", "args": [2]}),
+        ("default", 3, [], {"priority": 4}),
+    ]
+    assert rows[2].retry["retry_count"] == Retry().retry_count
+
+
+def test_positional_arguments_to_enqueue_are_refused() -> None:
+    with pytest.raises(
+        TypeError, match=r"args=\[\.\.\.\] and kwargs=\{\.\.\.\}.*\.enqueue\(1, 2\)"
+    ):
+        enqueue(jobs.add, 1, 2)  # type: ignore[call-overload]
+    assert not Job.objects.exists()
 
 
 def test_explicit_args_and_kwargs_form() -> None:
@@ -80,8 +107,8 @@ def test_every_option_reads_back_as_given_on_both_insert_paths() -> None:
         "cost": 4,
         "run_after": 60,
     }
-    plain = enqueue(jobs.echo, "a'b", k="\\", **options)
-    saved = enqueue(jobs.echo, "a'b", k="\\", id="chosen", **options)
+    plain = enqueue(jobs.echo, args=["a'b"], kwargs={"k": "\\"}, **options)
+    saved = enqueue(jobs.echo, args=["a'b"], kwargs={"k": "\\"}, id="chosen", **options)
     first, second = (Job.objects.get(pk=handle.id) for handle in (plain, saved))
     differing = {"id", "created_at", "start_at"}
     names = [f.attname for f in Job._meta.concrete_fields if f.attname not in differing]
@@ -104,15 +131,15 @@ def test_a_functions_options_are_checked_again_when_the_settings_change() -> Non
     ):
         wide.enqueue(2)
     with override_settings(RATEQUEUE={"DEFAULT_RETRIES": 1}):
-        enqueue(jobs.add, 1, 2)
+        enqueue(jobs.add, args=[1, 2])
     assert [row.retry["retry_count"] for row in Job.objects.order_by("created_at")] == [2, 1]
 
 
 def test_start_at_makes_a_scheduled_job() -> None:
     later = timezone.now() + timedelta(hours=1)
-    enqueue(jobs.add, 1, 2, start_at=later.isoformat())
-    enqueue(jobs.add, 1, 2, run_after=timedelta(minutes=5))
-    enqueue(jobs.add, 1, 2, start_at=datetime(2000, 1, 1, tzinfo=UTC))
+    enqueue(jobs.add, args=[1, 2], start_at=later.isoformat())
+    enqueue(jobs.add, args=[1, 2], run_after=timedelta(minutes=5))
+    enqueue(jobs.add, args=[1, 2], start_at=datetime(2000, 1, 1, tzinfo=UTC))
     statuses = sorted(Job.objects.values_list("status", flat=True))
     assert statuses == [Status.SCHEDULED, Status.SCHEDULED, Status.WAITING]
 
@@ -158,7 +185,7 @@ def test_enqueue_many_is_all_or_nothing() -> None:
 
 def test_enqueue_in_a_rolled_back_transaction_leaves_no_job() -> None:
     with pytest.raises(RuntimeError), transaction.atomic():
-        enqueue(jobs.add, 1, 2)
+        enqueue(jobs.add, args=[1, 2])
         raise RuntimeError("request failed")
     assert not Job.objects.exists()
 
@@ -176,9 +203,12 @@ def local_function() -> None:
         (lambda: enqueue("not_a_module_at_all.f"), "Unknown job function"),
         (lambda: enqueue(lambda: None), "not a module-level function"),
         (lambda: enqueue(local_function()), "not a module-level function"),
-        (lambda: enqueue(jobs.echo, object()), "arguments must be JSON-serialisable"),
-        (lambda: enqueue(jobs.echo, when=datetime.now()), "keyword arguments must be JSON"),
-        (lambda: enqueue(jobs.echo, float("nan")), "JSON"),
+        (lambda: enqueue(jobs.echo, args=[object()]), "arguments must be JSON-serialisable"),
+        (
+            lambda: enqueue(jobs.echo, kwargs={"when": datetime.now()}),
+            "keyword arguments must be JSON",
+        ),
+        (lambda: enqueue(jobs.echo, args=[float("nan")]), "JSON"),
         (lambda: enqueue(jobs.add, args=[1, 2], context={1, 2}), "context must be JSON"),
         (lambda: enqueue(jobs.add, args=[1, 2], start_at="next tuesday"), "ISO-8601"),
         (lambda: enqueue(jobs.add, args=[1, 2], start_at=5), "start_at must be"),
@@ -199,7 +229,8 @@ def local_function() -> None:
         (lambda: enqueue(jobs.add, args=[1, 2], priority="high"), "priority must be an integer"),
         (lambda: enqueue(jobs.add, args=[1, 2], on_duplicate_id="replace"), "on_duplicate_id"),
         (lambda: enqueue(jobs.add, args=[1, 2], on_complete="x.y.z"), "Unknown on_complete"),
-        (lambda: enqueue(jobs.add, 1, args=[2]), "not both"),
+        (lambda: enqueue(jobs.add, args="12"), "args must be a list or tuple"),
+        (lambda: enqueue(jobs.add, kwargs=[("a", 1)]), "kwargs must be a dict"),
         (lambda: jobs.decorated.using(colour="blue"), "Unknown enqueue option"),
         (
             lambda: enqueue(jobs.add, args=[1], start_at=timezone.now(), run_after=1),
@@ -219,7 +250,7 @@ def test_get_handle_of_unknown_job() -> None:
 
 
 def test_a_handle_whose_job_was_pruned_says_so() -> None:
-    handle = enqueue(jobs.add, 1, 2)
+    handle = enqueue(jobs.add, args=[1, 2])
     Job.objects.filter(pk=handle.id).delete()
     for read in (handle.status, handle.result, handle.attempts):
         with pytest.raises(Job.DoesNotExist, match=r"no job with id .*RETENTION"):
@@ -240,7 +271,7 @@ def test_backoff_grows_and_is_capped() -> None:
 
 
 def test_only_the_owner_may_cancel_or_read_attempts() -> None:
-    handle = enqueue(jobs.add, 1, 2, owner="alice")
+    handle = enqueue(jobs.add, args=[1, 2], owner="alice")
     stranger = Handle(handle.id, owner="mallory")
     with pytest.raises(Job.DoesNotExist):
         stranger.cancel()

@@ -106,12 +106,12 @@ def test_reservation_cap_refuses_at_enqueue_and_writes_nothing() -> None:
     ):
         rate_limit("tight", count=3, reserve=True)  # the bucket's token and 2 reserved
         with pytest.raises(RateLimited) as refused:
-            enqueue(jobs.add, 1, 2, queue="gated")
+            enqueue(jobs.add, args=[1, 2], queue="gated")
         assert refused.value.retry_at is not None
         with pytest.raises(RateLimited):
             enqueue_many(jobs.add, [[1, 2]], queue="gated")
         assert not Job.objects.exists()
-        enqueue(jobs.add, 1, 2, queue="gated", cost=0)  # free work is never refused
+        enqueue(jobs.add, args=[1, 2], queue="gated", cost=0)  # free work is never refused
 
 
 @pytest.mark.django_db
@@ -128,13 +128,13 @@ def test_a_batch_is_checked_like_single_enqueues() -> None:
 
 @pytest.mark.django_db
 def test_a_cost_the_limit_can_never_grant_fails_the_job() -> None:
-    handle = enqueue(jobs.add, 1, 2, queue="gated", cost=5)  # not rate-gated yet
+    handle = enqueue(jobs.add, args=[1, 2], queue="gated", cost=5)  # not rate-gated yet
     small = {"kind": "token bucket", "rate": 1, "period": 60, "capacity": 2, "max_reserved": 1}
     limits = {"small": small}
     gated = {"RATE_LIMITS": limits, "QUEUES": {"gated": {"rate_limit": "small"}}}
     with override_settings(RATEQUEUE=gated):
         with pytest.raises(ValueError, match="can never fit"):
-            enqueue(jobs.add, 1, 2, queue="gated", cost=5)  # refused at enqueue
+            enqueue(jobs.add, args=[1, 2], queue="gated", cost=5)  # refused at enqueue
         main_loop(ensure_loop_state()[0])  # the loop fails the one enqueued before
     job = Job.objects.get(pk=handle.id)
     assert job.status == Status.FAILED
@@ -145,8 +145,8 @@ def test_a_cost_the_limit_can_never_grant_fails_the_job() -> None:
 def test_paused_queue_starts_nothing_until_resumed(cluster) -> None:
     cluster(QUEUES={"emails": {"max_concurrency": 2}})
     pause_queue("emails")
-    held = enqueue(jobs.add, 1, 2, queue="emails")
-    enqueue(jobs.add, 3, 4).result(timeout=30)  # the loop ran a pass after the enqueue
+    held = enqueue(jobs.add, args=[1, 2], queue="emails")
+    enqueue(jobs.add, args=[3, 4]).result(timeout=30)  # the loop ran a pass after the enqueue
     assert Job.objects.get(pk=held.id).status == Status.WAITING
     resume_queue("emails")
     assert held.result(timeout=30) == 3
@@ -179,7 +179,9 @@ def test_rate_gated_queue_never_overspends(cluster) -> None:
         QUEUES={"gated": {"max_concurrency": 10, "rate_limit": "llm"}},
     )
     costs = [1, 4, 2, 1, 3] * 8 + [capacity]  # mixed, and one job as big as the bucket
-    handles = [enqueue(jobs.add, i, 0, queue="gated", cost=cost) for i, cost in enumerate(costs)]
+    handles = [
+        enqueue(jobs.add, args=[i, 0], queue="gated", cost=cost) for i, cost in enumerate(costs)
+    ]
     for handle in handles:
         handle.result(timeout=60)
     rows = Job.objects.filter(pk__in=[h.id for h in handles]).values_list(

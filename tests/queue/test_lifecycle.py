@@ -37,13 +37,15 @@ def test_results_handles_bulk_and_callbacks(cluster, tmp_path: Path) -> None:
     cluster()
     calls = tmp_path / "callbacks.jsonl"
     with transaction.atomic():
-        added = enqueue(jobs.add, 2, 3, on_complete=jobs.callback, context={"path": str(calls)})
-    echoed = enqueue(jobs.echo, 1, word="two", owner="alice")
+        added = enqueue(
+            jobs.add, args=[2, 3], on_complete=jobs.callback, context={"path": str(calls)}
+        )
+    echoed = enqueue(jobs.echo, args=[1], kwargs={"word": "two"}, owner="alice")
     decorated = jobs.decorated.enqueue(21)
     many = enqueue_many(jobs.add, [[1, 1], [2, 2], [3, 3]], id="sum")
     failing = enqueue(
         jobs.fail,
-        "bad input",
+        args=["bad input"],
         retries=0,
         on_complete="tests.queue.jobs.callback",
         context={"path": str(calls), "n": 2},
@@ -84,7 +86,7 @@ def test_retries_back_off_then_fail(cluster, tmp_path: Path) -> None:
     cluster()
     log = tmp_path / "attempts.log"
     retried = enqueue(
-        jobs.fail_then_record, str(log), "r", retries={"retry_count": 3, **NO_JITTER}
+        jobs.fail_then_record, args=[str(log), "r"], retries={"retry_count": 3, **NO_JITTER}
     )
     final = enqueue(jobs.fail_hard, retries=5)
 
@@ -118,8 +120,7 @@ def test_cancel_before_and_during_a_run(cluster, tmp_path: Path) -> None:
     paused = [enqueue(jobs.add, args=[1, 2], queue={"name": "paused", "max_concurrency": 0})]
     running = enqueue(
         jobs.block_until_file,
-        str(started),
-        str(release),
+        args=[str(started), str(release)],
         retries=3,
         on_complete=jobs.callback,
         context={"path": str(calls)},
@@ -146,13 +147,13 @@ def test_cancel_before_and_during_a_run(cluster, tmp_path: Path) -> None:
 def test_scheduled_start_and_priority_order(cluster, tmp_path: Path) -> None:
     cluster(workers=1, MAX_CONCURRENCY=1)
     log, started, release = tmp_path / "order.log", tmp_path / "started", tmp_path / "release"
-    blocker = enqueue(jobs.block_until_file, str(started), str(release))
+    blocker = enqueue(jobs.block_until_file, args=[str(started), str(release)])
     wait_for(lambda: lines(started), message="the blocker to start")
-    low = enqueue(jobs.record, str(log), "low", priority=-5)
-    normal = enqueue(jobs.record, str(log), "normal")
-    high = enqueue(jobs.record, str(log), "high", priority=10)
+    low = enqueue(jobs.record, args=[str(log), "low"], priority=-5)
+    normal = enqueue(jobs.record, args=[str(log), "normal"])
+    high = enqueue(jobs.record, args=[str(log), "high"], priority=10)
     due = timezone.now() + timedelta(seconds=1)
-    later = enqueue(jobs.record, str(log), "later", start_at=due, priority=100)
+    later = enqueue(jobs.record, args=[str(log), "later"], start_at=due, priority=100)
     assert later.status() == Status.SCHEDULED
     release.touch()
     for handle in (blocker, low, normal, high, later):
@@ -165,7 +166,7 @@ def test_scheduled_start_and_priority_order(cluster, tmp_path: Path) -> None:
 
 def test_timeout_fails_the_attempt(cluster) -> None:
     cluster()
-    slow = enqueue(jobs.sleep, 30, timeout=0.3, retries=0)
+    slow = enqueue(jobs.sleep, args=[30], timeout=0.3, retries=0)
     with pytest.raises(JobFailed, match=r"timeout of 0\.3 seconds"):
         slow.result(timeout=30)
     assert slow.attempts()[0].outcome == "timed_out"
@@ -179,7 +180,7 @@ def test_queue_rate_limit_spaces_starts(cluster, tmp_path: Path) -> None:
     )
     log = tmp_path / "calls.log"
     handles = enqueue_many(jobs.record, [[str(log), f"c{i}"] for i in range(4)], queue="api")
-    free = enqueue(jobs.record, str(log), "free", cost=0, queue="api")
+    free = enqueue(jobs.record, args=[str(log), "free"], cost=0, queue="api")
     for handle in [*handles, free]:
         handle.result(timeout=30)
     # When the loop let each job start (workers may pick them up a little later).

@@ -86,8 +86,8 @@ def test_any_text_and_json_round_trips_on_every_insert_path(
     Job.objects.all().delete()
     context = values["context"]
     # Twice: the first plain enqueue runs the INSERT's text, later ones EXECUTE it prepared.
-    plain = [enqueue(jobs.echo, context, **values) for _ in range(2)]
-    chosen = enqueue(jobs.echo, context, id=job_id, **values)
+    plain = [enqueue(jobs.echo, args=[context], **values) for _ in range(2)]
+    chosen = enqueue(jobs.echo, args=[context], id=job_id, **values)
     many = enqueue_many(jobs.echo, [[context]] * 2, **values)
     named = enqueue_many(jobs.echo, [[context]], id=job_id + "/many", **values)
     assert chosen.id == job_id
@@ -107,7 +107,7 @@ def test_percent_signs_are_stored_as_given_by_the_prepared_insert(value: str) ->
             cursor.execute("DEALLOCATE ALL")
         _sessions.pop(connection.connection, None)
     for _ in range(3):
-        stored_as_given(enqueue(jobs.echo, values["context"], **values), values)
+        stored_as_given(enqueue(jobs.echo, args=[values["context"]], **values), values)
 
 
 @pytest.mark.parametrize(
@@ -127,14 +127,14 @@ def test_nul_is_refused_and_nothing_is_written(
     options: dict[str, Any], args: list[Any], what: str
 ) -> None:
     with pytest.raises(ValueError, match=rf"{what}.*NUL"):
-        enqueue(jobs.echo, *args, **options)
+        enqueue(jobs.echo, args=args, **options)
     with pytest.raises(ValueError, match=rf"{what}.*NUL"):
         enqueue_many(jobs.echo, [args], **options)
     assert not Job.objects.exists()
 
 
 def test_an_escaped_backslash_before_u0000_is_not_a_nul() -> None:
-    handle = enqueue(jobs.echo, "\\u0000", context={"\\u0000": "\\\\u0000"})
+    handle = enqueue(jobs.echo, args=["\\u0000"], context={"\\u0000": "\\\\u0000"})
     row = Job.objects.get(pk=handle.id)
     assert (row.args, row.context) == (["\\u0000"], {"\\u0000": "\\\\u0000"})
 
@@ -150,7 +150,7 @@ def test_a_nul_in_a_jobs_outcome_fails_that_job_alone(func: Any, error: str) -> 
     """PostgreSQL cannot store a NUL: a result holding one fails its job, an error quoting
     one is stored escaped, and the other outcomes reported with it are written."""
     bad = enqueue(func, retries=0)
-    innocent = enqueue(jobs.add, 1, 2)
+    innocent = enqueue(jobs.add, args=[1, 2])
     loop = Loop(ensure_loop_state()[0])
     loop.step()  # dispatches both, in one batch
     Runner("a-worker").run(loop.inline_batch)

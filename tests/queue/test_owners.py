@@ -28,8 +28,8 @@ READS: dict[str, Callable[[Handle], Any]] = {
 
 @pytest.mark.parametrize("read", READS)
 def test_another_owners_job_looks_like_no_job_to_every_read(read: str) -> None:
-    mine = enqueue(jobs.add, 1, 2, owner="alice")
-    unowned = enqueue(jobs.add, 1, 2)
+    mine = enqueue(jobs.add, args=[1, 2], owner="alice")
+    unowned = enqueue(jobs.add, args=[1, 2])
     strangers = [
         (mine.id, Handle(mine.id, owner="mallory")),
         (mine.id, Handle(mine.id)),  # no owner is not a master key
@@ -50,7 +50,7 @@ def test_another_owners_job_looks_like_no_job_to_every_read(read: str) -> None:
 
 
 def test_get_handle_of_another_owners_job_is_as_for_a_missing_job() -> None:
-    mine = enqueue(jobs.add, 1, 2, owner="alice")
+    mine = enqueue(jobs.add, args=[1, 2], owner="alice")
     with pytest.raises(Job.DoesNotExist) as seen:
         get_handle(mine.id, owner="mallory")
     assert str(seen.value) == missing_job(mine.id)
@@ -61,7 +61,7 @@ def test_get_handle_of_another_owners_job_is_as_for_a_missing_job() -> None:
 
 def test_a_user_owns_by_primary_key() -> None:
     alice = User.objects.create(username="alice")
-    mine = enqueue(jobs.add, 1, 2, owner=alice)
+    mine = enqueue(jobs.add, args=[1, 2], owner=alice)
     assert Job.objects.get(pk=mine.id).owner == f"auth.user:{alice.pk}"
     assert get_handle(mine.id, owner=alice).status() == Status.WAITING
     with pytest.raises(Job.DoesNotExist):
@@ -77,11 +77,11 @@ def test_a_user_owns_by_primary_key() -> None:
 )
 def test_an_owner_shared_by_everyone_is_refused(owner: Any, message: str) -> None:
     with pytest.raises(ValueError, match=message):
-        enqueue(jobs.add, 1, 2, owner=owner)
+        enqueue(jobs.add, args=[1, 2], owner=owner)
     with pytest.raises(ValueError, match=message):
         enqueue_many(jobs.add, [[1, 2]], owner=owner)
     assert not Job.objects.exists()
-    unowned = enqueue(jobs.add, 1, 2)
+    unowned = enqueue(jobs.add, args=[1, 2])
     with pytest.raises(ValueError, match=message):
         get_handle(unowned.id, owner=owner)
 
@@ -89,10 +89,10 @@ def test_an_owner_shared_by_everyone_is_refused(owner: Any, message: str) -> Non
 def test_a_callback_job_belongs_to_the_owner_of_the_job_it_reports_on(tmp_path: Any) -> None:
     calls = str(tmp_path / "calls.jsonl")
     done = enqueue(
-        jobs.add, 1, 2, owner="alice", on_complete=jobs.callback, context={"path": calls}
+        jobs.add, args=[1, 2], owner="alice", on_complete=jobs.callback, context={"path": calls}
     )
     canceled = enqueue(
-        jobs.add, 1, 2, owner="bob", on_complete=jobs.callback, context={"path": calls}
+        jobs.add, args=[1, 2], owner="bob", on_complete=jobs.callback, context={"path": calls}
     )
     loop = Loop(ensure_loop_state()[0])
     canceled.cancel()
@@ -106,17 +106,17 @@ def test_a_callback_job_belongs_to_the_owner_of_the_job_it_reports_on(tmp_path: 
 
 
 def test_ignoring_a_duplicate_id_never_hands_out_another_owners_job() -> None:
-    theirs = enqueue(jobs.add, 1, 2, id="report-7", owner="alice")
-    again = enqueue(jobs.add, 1, 2, id="report-7", owner="alice", on_duplicate_id="ignore")
+    theirs = enqueue(jobs.add, args=[1, 2], id="report-7", owner="alice")
+    again = enqueue(jobs.add, args=[1, 2], id="report-7", owner="alice", on_duplicate_id="ignore")
     assert again == theirs
     for owner in ("mallory", None):
         with pytest.raises(DuplicateJobId, match="report-7"):
-            enqueue(jobs.add, 9, 9, id="report-7", owner=owner, on_duplicate_id="ignore")
+            enqueue(jobs.add, args=[9, 9], id="report-7", owner=owner, on_duplicate_id="ignore")
     assert Job.objects.get().args == [1, 2]
 
 
 def test_enqueue_many_ignoring_duplicate_ids_never_hands_out_another_owners_jobs() -> None:
-    enqueue(jobs.add, 1, 2, id="batch-1", owner="alice")
+    enqueue(jobs.add, args=[1, 2], id="batch-1", owner="alice")
     mine = enqueue_many(
         jobs.add, [[1, 2], [3, 4]], id="batch", owner="alice", on_duplicate_id="ignore"
     )

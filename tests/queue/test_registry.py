@@ -47,23 +47,23 @@ def side_effect_not_imported() -> Iterator[None]:
 
 
 REFUSED: list[tuple[Callable[[], Any], str]] = [
-    (lambda: enqueue("builtins.exec", "import os"), "Unknown job function 'builtins.exec'"),
-    (lambda: enqueue("os.system", "true"), "Unknown job function 'os.system'"),
-    (lambda: enqueue(os.system, "true"), "Unknown job function 'posix.system'"),
+    (lambda: enqueue("builtins.exec", args=["import os"]), "Unknown job function 'builtins.exec'"),
+    (lambda: enqueue("os.system", args=["true"]), "Unknown job function 'os.system'"),
+    (lambda: enqueue(os.system, args=["true"]), "Unknown job function 'posix.system'"),
     (lambda: enqueue(f"{SIDE_EFFECT}.wipe"), f"Unknown job function '{SIDE_EFFECT}.wipe'"),
     (lambda: enqueue_many(f"{SIDE_EFFECT}.wipe", [[1], [2]]), "Unknown job function"),
-    (lambda: enqueue(plain, 1), f"Unknown job function '{__name__}.plain'"),
+    (lambda: enqueue(plain, args=[1]), f"Unknown job function '{__name__}.plain'"),
     (lambda: enqueue_many(plain, [1, 2]), "Unknown job function"),
     (
-        lambda: enqueue(jobs.add, 1, 2, on_complete="os.system"),
+        lambda: enqueue(jobs.add, args=[1, 2], on_complete="os.system"),
         "Unknown on_complete callback 'os.system'",
     ),
     (
-        lambda: enqueue(jobs.add, 1, 2, on_complete=f"{SIDE_EFFECT}.wipe"),
+        lambda: enqueue(jobs.add, args=[1, 2], on_complete=f"{SIDE_EFFECT}.wipe"),
         "Unknown on_complete callback",
     ),
     (lambda: jobs.add.using(on_complete="builtins.exec").enqueue(1, 2), "Unknown on_complete"),
-    (lambda: enqueue(jobs.add, 1, 2, on_complete=plain), "Unknown on_complete callback"),
+    (lambda: enqueue(jobs.add, args=[1, 2], on_complete=plain), "Unknown on_complete callback"),
 ]
 
 
@@ -83,7 +83,7 @@ def test_the_error_is_an_unknown_job_a_value_error() -> None:
     from django_ratequeue import UnknownJob
 
     with pytest.raises(UnknownJob) as refused:
-        enqueue("builtins.exec", "import os")
+        enqueue("builtins.exec", args=["import os"])
     assert isinstance(refused.value, ValueError)
 
 
@@ -94,17 +94,17 @@ def test_hostile_names_are_refused_briefly(name: str) -> None:
         enqueue(name)
     assert len(str(refused.value)) < 600
     with pytest.raises(ValueError, match="Unknown on_complete callback") as refused:
-        enqueue(jobs.add, 1, 2, on_complete=name)
+        enqueue(jobs.add, args=[1, 2], on_complete=name)
     assert len(str(refused.value)) < 600
     assert not Job.objects.exists()
 
 
 @pytest.mark.django_db
 def test_registered_jobs_are_enqueued_by_function_or_dotted_path() -> None:
-    by_path = enqueue("tests.queue.jobs.add", 1, 2, on_complete="tests.queue.jobs.callback")
-    by_function = enqueue(jobs.add, 1, 2, on_complete=jobs.callback)
+    by_path = enqueue("tests.queue.jobs.add", args=[1, 2], on_complete="tests.queue.jobs.callback")
+    by_function = enqueue(jobs.add, args=[1, 2], on_complete=jobs.callback)
     # An installed app's jobs.py, registered by autodiscovery.
-    demo = enqueue("example_project.demo.jobs.fast", 3)
+    demo = enqueue("example_project.demo.jobs.fast", args=[3])
     rows = {row.id: row for row in Job.objects.all()}
     assert (rows[by_path.id].func, rows[by_path.id].on_complete) == (
         "tests.queue.jobs.add",
@@ -189,7 +189,7 @@ def test_the_runner_refuses_an_unregistered_row_function_without_importing_it() 
 
 @pytest.mark.django_db
 def test_the_admin_does_not_retry_an_unregistered_function(admin_client: Client) -> None:
-    handle = enqueue(jobs.add, 1, 2)
+    handle = enqueue(jobs.add, args=[1, 2])
     Job.objects.filter(pk=handle.id).update(func="os.system", status=Status.FAILED)
 
     page = run_action(admin_client, "retry_selected", handle.id)
@@ -208,11 +208,11 @@ def test_workers_run_no_forged_function_and_innocent_jobs_go_on(
     monkeypatch.setenv(LOG, str(log))
     cluster()
     with transaction.atomic():
-        forged = enqueue(jobs.add, 1, 2, retries=3)
-        called_back = enqueue(jobs.add, 2, 2, on_complete=jobs.callback)
+        forged = enqueue(jobs.add, args=[1, 2], retries=3)
+        called_back = enqueue(jobs.add, args=[2, 2], on_complete=jobs.callback)
         Job.objects.filter(pk=forged.id).update(func=f"{SIDE_EFFECT}.wipe")
         Job.objects.filter(pk=called_back.id).update(on_complete=f"{SIDE_EFFECT}.wipe")
-    innocent = enqueue(jobs.add, 20, 22)
+    innocent = enqueue(jobs.add, args=[20, 22])
 
     assert innocent.result(timeout=30) == 42
     assert called_back.result(timeout=30) == 4

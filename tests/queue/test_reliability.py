@@ -34,7 +34,7 @@ def lines(path: Path) -> list[str]:
 def test_killed_worker_attempt_is_recovered_and_retried(cluster, tmp_path: Path) -> None:
     cluster(workers=2, WORKER_DEAD_AFTER=1.5)
     started, release = tmp_path / "started.log", tmp_path / "release"
-    handle = enqueue(jobs.block_until_file, str(started), str(release), retries=2)
+    handle = enqueue(jobs.block_until_file, args=[str(started), str(release)], retries=2)
     first = wait_for(lambda: lines(started), message="the job to start")
     os.kill(int(first[0].split()[2]), signal.SIGKILL)
     release.touch()
@@ -46,13 +46,13 @@ def test_killed_worker_attempt_is_recovered_and_retried(cluster, tmp_path: Path)
 
 def test_lapsed_loop_lease_is_noticed_and_the_loop_restarted(cluster) -> None:
     cluster()
-    enqueue(jobs.add, 1, 1).result(timeout=30)
+    enqueue(jobs.add, args=[1, 1]).result(timeout=30)
     # As if the process running a pass died: state says running, lease already over.
     generation = ensure_loop_state()[0]
     LoopState.objects.filter(pk=1).update(
         state=LoopStatus.RUNNING, lease_expires_at=timezone.now() - timedelta(seconds=1)
     )
-    handle = enqueue(jobs.add, 2, 2)  # sees "running": does not kick
+    handle = enqueue(jobs.add, args=[2, 2])  # sees "running": does not kick
     assert handle.result(timeout=30) == 4
     assert ensure_loop_state()[0] > generation
 
@@ -107,7 +107,7 @@ def test_a_runner_reports_its_outcome_through_a_lost_connection(cluster, tmp_pat
     outcome is still written, on a new connection, and the job does not run again."""
     cluster(workers=1)
     started, release = tmp_path / "started", tmp_path / "release"
-    handle = enqueue(jobs.block_until_file, str(started), str(release))
+    handle = enqueue(jobs.block_until_file, args=[str(started), str(release)])
     (line,) = wait_for(lambda: lines(started), message="the job to start")
     ports = postgres_client_ports(int(line.split()[2]))
     assert ports, "the worker talks to PostgreSQL over TCP"
@@ -125,7 +125,7 @@ def test_a_runner_reports_its_outcome_through_a_lost_connection(cluster, tmp_pat
 
 
 def test_two_loops_racing_on_one_generation_exactly_one_proceeds(transactional_db) -> None:
-    enqueue(jobs.add, 1, 2)
+    enqueue(jobs.add, args=[1, 2])
     generation = ensure_loop_state()[0]
     barrier = threading.Barrier(2)
     outcomes: list[bool] = []
@@ -190,7 +190,7 @@ def test_a_thousand_jobs_none_lost_none_run_twice(cluster, tmp_path: Path) -> No
 @pytest.mark.django_db
 def test_a_redelivered_batch_runs_nothing_twice(tmp_path: Path) -> None:
     log = tmp_path / "runs.log"
-    handle = enqueue(jobs.record, str(log), "once")
+    handle = enqueue(jobs.record, args=[str(log), "once"])
     main_loop(ensure_loop_state()[0])  # starts the job and, resting, runs its batch inline
     (attempt,) = Attempt.objects.filter(job_id=handle.id)
     run_batch([attempt.pk])  # django-q2 delivering the same task again after `retry`
@@ -203,7 +203,7 @@ def test_a_redelivered_batch_runs_nothing_twice(tmp_path: Path) -> None:
 @pytest.mark.django_db
 def test_a_job_canceled_after_dispatch_but_before_start_never_runs(tmp_path: Path) -> None:
     log = tmp_path / "runs.log"
-    handle = enqueue(jobs.record, str(log), "never")
+    handle = enqueue(jobs.record, args=[str(log), "never"])
     loop = Loop(ensure_loop_state()[0])
     loop.step()  # dispatches the job; its batch is not run yet
     assert handle.status() == Status.RUNNING
@@ -224,7 +224,7 @@ def test_a_cancel_wins_over_an_end_the_loop_has_not_taken_in_yet(tmp_path: Path)
     """The attempt ended, then the job was canceled, before the loop's next step: the job
     ends CANCELED (it ran, but the caller canceled it before its end was taken in)."""
     log = tmp_path / "runs.log"
-    handle = enqueue(jobs.record, str(log), "ran")
+    handle = enqueue(jobs.record, args=[str(log), "ran"])
     loop = Loop(ensure_loop_state()[0])
     loop.step()  # dispatches the job
     Runner("a-worker").run(loop.inline_batch)  # runs and reports it, nothing more

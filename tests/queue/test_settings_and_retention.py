@@ -38,19 +38,19 @@ def test_queue_settings_are_checked() -> None:
 @pytest.mark.django_db
 def test_enqueue_rate_limit_refuses_and_writes_nothing() -> None:
     with override_settings(RATEQUEUE={"ENQUEUE_RATE_LIMIT": {"rate": 2, "period": 60}}):
-        enqueue(jobs.add, 1, 2)
+        enqueue(jobs.add, args=[1, 2])
         with pytest.raises(EnqueueRateLimited):
             enqueue_many(jobs.add, [[1, 2], [3, 4]])
-        enqueue(jobs.add, 1, 2)
+        enqueue(jobs.add, args=[1, 2])
         with pytest.raises(EnqueueRateLimited) as refused:
-            enqueue(jobs.add, 1, 2)
+            enqueue(jobs.add, args=[1, 2])
         assert refused.value.retry_at is not None
     assert Job.objects.count() == 2
 
 
 @pytest.mark.django_db
 def test_prune_deletes_finished_jobs_past_retention() -> None:
-    old, recent, waiting = (enqueue(jobs.add, 1, 2) for _ in range(3))
+    old, recent, waiting = (enqueue(jobs.add, args=[1, 2]) for _ in range(3))
     long_ago = timezone.now() - timedelta(days=30)
     Job.objects.filter(pk=old.id).update(status="complete", finished_at=long_ago)
     Job.objects.filter(pk=recent.id).update(status="complete", finished_at=timezone.now())

@@ -152,7 +152,7 @@ def test_get_result_of_an_unknown_id() -> None:
     with pytest.raises(TaskResultDoesNotExist):
         task_backends["default"].get_result("nope")
     # A plain ratequeue job is not a task's result.
-    plain = enqueue("tests.queue.jobs.add", 1, 2)
+    plain = enqueue("tests.queue.jobs.add", args=[1, 2])
     with pytest.raises(TaskResultDoesNotExist):
         task_backends["default"].get_result(plain.id)
 

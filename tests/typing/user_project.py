@@ -1,0 +1,136 @@
+"""A user's project as a type checker sees it: it calls the documented API, and each
+``assert_type`` states the type a user gets. test_mypy.py checks it with ``mypy --strict``;
+it is never imported."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any, assert_type
+
+from django.http import HttpRequest, HttpResponse
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from django_ratequeue import (
+    FixedWindow,
+    Handle,
+    JobFunction,
+    RateLimitResult,
+    Retry,
+    Status,
+    TokenBucket,
+    check_rate_limit,
+    define_rate_limits,
+    enqueue,
+    enqueue_many,
+    get_handle,
+    get_rate_limit_value,
+    job,
+    rate_limit,
+    reset_rate_limit,
+)
+from django_ratequeue.contrib.drf import RateLimitThrottle
+from django_ratequeue.decorators import ratelimit
+from django_ratequeue.ratelimit.api import RateLimits
+
+
+@job
+def add(a: int, b: int) -> int:
+    return a + b
+
+
+@job(queue="emails", retries=3, timeout=30)
+def send_email(to: str, *, subject: str = "") -> bool:
+    return bool(to and subject)
+
+
+@job(queue={"name": "llm", "max_concurrency": 4}, retries={"retry_count": 2})
+def summarize(text: str) -> dict[str, int]:
+    return {"words": len(text.split())}
+
+
+def takes_adder(adder: JobFunction[[int, int], int]) -> None:
+    """A JobFunction is generic in the function's parameters and return type."""
+
+
+def jobs() -> None:
+    takes_adder(add)
+    assert_type(add(1, 2), int)
+    assert_type(add.enqueue(1, 2), Handle[int])
+    assert_type(add.enqueue(1, b=2).result(), int)
+    assert_type(add.enqueue(1, 2).result(timeout=5), int)
+    assert_type(send_email.enqueue("a@example.com", subject="Hi"), Handle[bool])
+    assert_type(summarize.enqueue("a b c").result()["words"], int)
+
+    later = add.using(queue="math", priority=5, run_after=timedelta(minutes=1))
+    takes_adder(later)
+    assert_type(later.enqueue(2, 3), Handle[int])
+    assert_type(
+        add.using(start_at=datetime(2030, 1, 1), retries=Retry(retry_count=1), cost=2)
+        .using(id="sum-1", on_duplicate_id="ignore", concurrency_key="user:1")
+        .enqueue(1, 2),
+        Handle[int],
+    )
+
+    assert_type(enqueue(add, args=[1, 2], retries=0), Handle[int])
+    assert_type(enqueue(add, kwargs={"a": 1, "b": 2}, queue="math"), Handle[int])
+    assert_type(enqueue("myapp.jobs.add", args=(1, 2)), Handle[Any])
+    assert_type(enqueue(add, args=[1, 2], on_complete=send_email, context={"n": 1}), Handle[int])
+    assert_type(enqueue_many(add, [[1, 2], {"a": 3, "b": 4}], queue="math"), list[Handle[int]])
+    assert_type(add.enqueue_many([(1, 2)], id="batch"), list[Handle[int]])
+
+    handle = get_handle("sum-1")
+    assert_type(handle, Handle[Any])
+    assert_type(handle.status(), Status)
+    handle.cancel()
+
+
+def rate_limits() -> None:
+    bucket = TokenBucket(rate=10, period=timedelta(minutes=1), capacity=20)
+    assert_type(bucket, TokenBucket)
+    window = FixedWindow(rate=100, period=3600)
+    result = rate_limit("llm", key="user:1", count=2, config=bucket)
+    assert_type(result, RateLimitResult)
+    assert_type(result.ok, bool)
+    assert_type(result.retry_at, datetime | None)
+    assert_type(result.retry_after, float | None)
+    assert_type(check_rate_limit("llm", key="user:1", config=window).value, float | None)
+    reset_rate_limit("llm", key="user:1")
+    assert_type(get_rate_limit_value("llm"), float)
+
+    login = {"kind": "fixed window", "rate": 5, "period": 60}
+    limits = define_rate_limits({"signup": bucket, "login": login})
+    assert_type(limits, RateLimits)
+    assert_type(limits.rate_limit("signup", key="1.2.3.4"), RateLimitResult)
+    assert_type(limits.check_rate_limit("login"), RateLimitResult)
+
+
+@ratelimit("search", key="user_or_ip", count=1)
+def search(request: HttpRequest) -> HttpResponse:
+    return HttpResponse("ok")
+
+
+@ratelimit("export", key=lambda request: request.headers.get("X-Team"))
+def export(request: HttpRequest, team: str) -> HttpResponse:
+    return HttpResponse(team)
+
+
+def views() -> None:
+    assert_type(search(HttpRequest()), HttpResponse)
+    assert_type(export(HttpRequest(), "a"), HttpResponse)
+
+
+class ReportsThrottle(RateLimitThrottle):
+    scope = "reports"
+    rate = "10/min"
+
+
+class ReportsView(APIView):
+    throttle_classes = [ReportsThrottle]
+
+    def get(self, request: Request) -> Response:
+        throttle = ReportsThrottle()
+        assert_type(throttle.allow_request(request, self), bool)
+        assert_type(throttle.wait(), float | None)
+        return Response({})

@@ -53,7 +53,7 @@ def test_the_clock_is_the_database_servers() -> None:
 
 
 def test_a_worker_whose_clock_is_behind_is_not_taken_for_dead(tmp_path: Path) -> None:
-    handle = enqueue(jobs.record, str(tmp_path / "runs.log"), "x")
+    handle = enqueue(jobs.record, args=[str(tmp_path / "runs.log"), "x"])
     Loop(ensure_loop_state()[0]).step()  # dispatches the job
     with skewed_clock(-30):  # WORKER_DEAD_AFTER is 10 s
         worker = beat(force=True)

@@ -183,7 +183,7 @@ def test_cancel_then_retry_through_the_admin(admin_client: Client, cluster) -> N
 def test_list_cuts_long_ids_and_paths_short_with_tooltips(admin_client: Client) -> None:
     """At 1,400 px the status and attempts columns must stay on screen: a 33-character id
     and a full dotted path are shown short, whole in their title."""
-    handle = enqueue(jobs.add, 1, 2, concurrency_key="tenant-" + "x" * 40)
+    handle = enqueue(jobs.add, args=[1, 2], concurrency_key="tenant-" + "x" * 40)
     assert len(handle.id) == 33
 
     page = admin_client.get(CHANGELIST).content.decode()
@@ -196,9 +196,9 @@ def test_list_cuts_long_ids_and_paths_short_with_tooltips(admin_client: Client) 
 
 @pytest.mark.django_db
 def test_retry_policy_is_shown_in_words(admin_client: Client) -> None:
-    default = enqueue(jobs.add, 1, 2)
-    once = enqueue(jobs.add, 1, 2, retries=Retry(retry_count=1, initial_interval=90))
-    none = enqueue(jobs.add, 1, 2, retries=0)
+    default = enqueue(jobs.add, args=[1, 2])
+    once = enqueue(jobs.add, args=[1, 2], retries=Retry(retry_count=1, initial_interval=90))
+    none = enqueue(jobs.add, args=[1, 2], retries=0)
 
     def policy(handle_id: str) -> str:
         page = admin_client.get(f"{CHANGELIST}{handle_id}/change/").content.decode()
@@ -218,7 +218,7 @@ def test_retry_policy_is_shown_in_words(admin_client: Client) -> None:
 
 @pytest.mark.django_db
 def test_a_jobs_page_has_cancel_and_retry_buttons(admin_client: Client) -> None:
-    waiting = enqueue(jobs.add, 1, 2)
+    waiting = enqueue(jobs.add, args=[1, 2])
     page = admin_client.get(f"{CHANGELIST}{waiting.id}/change/").content.decode()
     cancel_url = f"{CHANGELIST}{waiting.id}/cancel/"
     assert f'action="{cancel_url}"' in page and "/retry/" not in page
@@ -243,7 +243,7 @@ def test_viewers_get_no_buttons_and_cannot_post_them(client: Client) -> None:
     viewer = User.objects.create_user("viewer", is_staff=True)
     viewer.user_permissions.add(Permission.objects.get(codename="view_job"))
     client.force_login(viewer)
-    waiting = enqueue(jobs.add, 1, 2)
+    waiting = enqueue(jobs.add, args=[1, 2])
 
     page = client.get(f"{CHANGELIST}{waiting.id}/change/").content.decode()
 
@@ -261,7 +261,7 @@ def test_the_job_list_reads_no_more_than_a_bounded_part_of_the_jobs(
     the overview or the demo's state: their cost must not grow with the history kept."""
     monkeypatch.setattr(stats, "COUNT_LIMIT", 3)
     for n in range(5):
-        enqueue(jobs.add, n, n, queue=f"queue-{n % 2}")
+        enqueue(jobs.add, args=[n, n], queue=f"queue-{n % 2}")
 
     for url in [CHANGELIST, OVERVIEW, "/queue/state.json"]:
         with CaptureQueriesContext(connection) as queries:

@@ -121,8 +121,8 @@ def test_limits_say_where_they_come_from(settings) -> None:
 @pytest.mark.django_db
 def test_dispatched_jobs_are_told_from_running_ones() -> None:
     """A job handed to a worker that has not started it is "dispatched", not "running"."""
-    enqueue(jobs.add, 1, 2)
-    enqueue(jobs.add, 3, 4)
+    enqueue(jobs.add, args=[1, 2])
+    enqueue(jobs.add, args=[3, 4])
     loop = Loop(ensure_loop_state()[0])
     loop.step()  # dispatches both; no worker has claimed either
     first = Attempt.objects.order_by("pk").first()

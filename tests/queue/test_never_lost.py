@@ -69,7 +69,7 @@ def test_an_attempt_whose_pass_died_before_running_its_batch_waits_again(
     tmp_path: Path, idle_worker: str
 ) -> None:
     log = tmp_path / "runs.log"
-    handle = enqueue(jobs.record, str(log), "once")
+    handle = enqueue(jobs.record, args=[str(log), "once"])
     Loop(ensure_loop_state()[0]).step()  # dispatches; the pass dies before its inline batch
     main_loop(ensure_loop_state()[0])  # a pass soon after: a worker may still claim it
     assert handle.status() == Status.RUNNING and not lines(log)
@@ -155,7 +155,7 @@ def test_a_job_that_exits_does_not_take_its_worker_or_batch_with_it(
     cluster(workers=1, MAX_CONCURRENCY=20)
     log = tmp_path / "runs.log"
     with transaction.atomic():  # one commit: the twelve are dealt behind the exit
-        exiting = enqueue(jobs.exit_worker, 3, retries=0)
+        exiting = enqueue(jobs.exit_worker, args=[3], retries=0)
         others = enqueue_many(jobs.record, [[str(log), f"t{i}"] for i in range(12)])
     with pytest.raises(JobFailed, match="SystemExit: 3"):
         exiting.result(timeout=30)

@@ -29,12 +29,11 @@ from django.core.checks import CheckMessage, Error, register
 from django.core.exceptions import ImproperlyConfigured
 from django.utils import timezone
 
-from .exceptions import JobCanceled, UnknownJob
+from .exceptions import AttemptTimedOut, JobCanceled, UnknownJob, WorkerLost, class_path
 from .queue.enqueue import JobFunction, JobOptions, QueueChoice, function_path, job
 from .queue.handles import AttemptInfo, Handle
 from .queue.models import Job, Outcome, Status
 from .queue.registry import register_task, registered_task
-from .queue.runner import AttemptTimedOut
 from .queue.subtasks import current_attempt
 
 if TYPE_CHECKING or django.VERSION >= (6, 0):
@@ -66,10 +65,6 @@ NEEDS_DJANGO_6 = (
 )
 # The backend OPTIONS, passed on as the defaults of every job it enqueues.
 OPTION_NAMES = frozenset({"retries", "timeout"})
-
-
-class WorkerLost(Exception):
-    """The error class reported for an attempt whose worker process died."""
 
 
 class RateQueueBackend(BaseTaskBackend):
@@ -190,10 +185,6 @@ def task_result(
     if job.status == Status.COMPLETE:
         object.__setattr__(result, "_return_value", job.result)
     return result
-
-
-def class_path(cls: type[BaseException]) -> str:
-    return f"{cls.__module__}.{cls.__qualname__}"
 
 
 # The exception line Python prints after a traceback's frames: "package.module.Name: message".

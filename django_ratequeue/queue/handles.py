@@ -9,7 +9,7 @@ from typing import Any, Generic, TypeVar
 
 from django.db import models, transaction
 
-from ..exceptions import JobCanceled, JobFailed, RecursiveWaitDeadlock
+from ..exceptions import JobCanceled, JobDoesNotExist, JobFailed, RecursiveWaitDeadlock
 from .loop import wake_loop
 from .models import FINAL_STATUSES, Attempt, CancelRequest, Job, Status
 from .subtasks import check_wait, current_attempt, slots_released, workers_exhausted
@@ -79,8 +79,8 @@ class Handle(Generic[R_co]):
         Any other job looks exactly like a job that does not exist."""
         try:
             return Job.objects.only(*fields).get(pk=self.id, owner=self.owner)
-        except Job.DoesNotExist:
-            raise Job.DoesNotExist(missing_job(self.id)) from None
+        except JobDoesNotExist:
+            raise JobDoesNotExist(missing_job(self.id)) from None
 
     def status(self) -> Status:
         return Status(self._job("status").status)
@@ -158,11 +158,11 @@ class Handle(Generic[R_co]):
 
 
 def get_handle(id: str, owner: Any = None) -> Handle[Any]:
-    """Rebuild the handle of an existing job; raises ``Job.DoesNotExist`` if there is none
+    """Rebuild the handle of an existing job; raises :class:`JobDoesNotExist` if there is none
     that a handle with this ``owner`` may see (see :meth:`Handle._job`)."""
     handle: Handle[Any] = Handle(id, owner=owner)
     if not Job.objects.filter(pk=id, owner=handle.owner).exists():
-        raise Job.DoesNotExist(missing_job(id))
+        raise JobDoesNotExist(missing_job(id))
     return handle
 
 

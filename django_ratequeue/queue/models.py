@@ -15,6 +15,7 @@ import secrets
 from django.db import models
 
 from .. import clock
+from ..exceptions import JobDoesNotExist
 
 
 class Status(models.TextChoices):
@@ -102,6 +103,13 @@ class Job(models.Model):
 
     def __str__(self) -> str:
         return f"{self.func} [{self.id}]"
+
+
+# The package's own exception, rather than the class the model metaclass made, so that a
+# missing job raises the same class everywhere: from the ORM, a handle or the backend, and
+# ``except Job.DoesNotExist`` in existing code still catches it. (django-stubs types the
+# attribute as the class the metaclass made, which this replaces on purpose.)
+Job.DoesNotExist = JobDoesNotExist  # type: ignore[misc, assignment]
 
 
 class Outcome(models.TextChoices):

@@ -29,7 +29,7 @@ from django.db.models import Case, DateTimeField, Q, Value, When
 from .. import clock
 from ..conf import ratequeue_settings
 from ..db import ServerStatement, sql_to_run
-from ..exceptions import NonRetryableError, RecursiveWaitDeadlock, UnknownJob
+from ..exceptions import AttemptTimedOut, NonRetryableError, RecursiveWaitDeadlock, UnknownJob
 from .bounds import MAX_TIMEOUT, clip
 from .bulk import update_rows
 from .enqueue import check_no_nul
@@ -41,10 +41,6 @@ from .watchdog import beat
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
-
-
-class AttemptTimedOut(Exception):
-    """Raised inside a job that ran past its ``timeout``."""
 
 
 @contextmanager

@@ -176,7 +176,7 @@ def traceback_of(exc: BaseException) -> str:
         (RuntimeError(), "builtins.RuntimeError"),
         (ValueError("two\nlines: with a colon"), "builtins.ValueError"),
         (tasks.TaskBroke("x"), "tests.tasks_backend.tasks.TaskBroke"),
-        (AttemptTimedOut("late"), "django_ratequeue.queue.runner.AttemptTimedOut"),
+        (AttemptTimedOut("late"), "django_ratequeue.exceptions.AttemptTimedOut"),
     ],
 )
 def test_an_attempts_error_class_is_read_from_its_traceback(exc: BaseException, path: str) -> None:

@@ -16,7 +16,6 @@ backend refuses to start and a system check names the TASKS entries that use it.
 
 from __future__ import annotations
 
-import re
 import sys
 from collections.abc import Sequence
 from traceback import format_exception
@@ -29,7 +28,7 @@ from django.core.checks import CheckMessage, Error, register
 from django.core.exceptions import ImproperlyConfigured
 from django.utils import timezone
 
-from .exceptions import AttemptTimedOut, JobCanceled, UnknownJob, WorkerLost, class_path
+from .exceptions import JobCanceled, UnknownJob, class_path
 from .queue.enqueue import JobFunction, JobOptions, QueueChoice, function_path, job
 from .queue.handles import AttemptInfo, Handle
 from .queue.models import Job, Outcome, Status
@@ -187,27 +186,13 @@ def task_result(
     return result
 
 
-# The exception line Python prints after a traceback's frames: "package.module.Name: message".
-EXCEPTION_LINE = re.compile(r"^([A-Za-z_][\w.]*)(?::|$)")
-# The class of an attempt that ended without a traceback, by its outcome.
-OUTCOME_CLASSES: dict[str, type[BaseException]] = {
-    Outcome.TIMED_OUT: AttemptTimedOut,
-    Outcome.WORKER_LOST: WorkerLost,
-}
-
-
 def attempt_error(attempt: AttemptInfo) -> TaskError:
-    """A failed attempt as a TaskError; the class path is read from its traceback's last
-    exception line, which Python prints with the module (``builtins`` left out)."""
-    path = class_path(OUTCOME_CLASSES.get(attempt.outcome, Exception))
-    _, header, tail = attempt.traceback.rpartition("Traceback (most recent call last):\n")
-    if header:
-        line = next((line for line in tail.splitlines() if not line.startswith(" ")), "")
-        match = EXCEPTION_LINE.match(line)
-        if match:
-            name = match[1]
-            path = name if "." in name else f"builtins.{name}"
-    return TaskError(exception_class_path=path, traceback=attempt.traceback or attempt.error)
+    """A failed attempt as a TaskError: the class its job raised, as recorded when the
+    attempt ended (``builtins.Exception`` for one that ended before rows kept it)."""
+    return TaskError(
+        exception_class_path=attempt.exception_class_path or class_path(Exception),
+        traceback=attempt.traceback or attempt.error,
+    )
 
 
 def run_task(task: str, args: list[Any], kwargs: dict[str, Any], backend: str) -> Any:

@@ -53,6 +53,7 @@ class AttemptInfo:
     error: str
     traceback: str
     worker: str
+    exception_class_path: str = ""
 
 
 class Handle(Generic[R_co]):
@@ -108,7 +109,9 @@ class Handle(Generic[R_co]):
         next_deadlock_check = time.monotonic() + DEADLOCK_CHECK_EVERY
         pause = 0.005
         while True:
-            job = self._job("status", "result", "error", "traceback", "queue")
+            job = self._job(
+                "status", "result", "error", "traceback", "exception_class_path", "queue"
+            )
             if job.status in FINAL_STATUSES:
                 break
             now = time.monotonic()
@@ -127,7 +130,7 @@ class Handle(Generic[R_co]):
             time.sleep(max(wait, 0))
             pause = min(pause * 1.5, 0.5)
         if job.status == Status.FAILED:
-            raise JobFailed(self.id, job.error, job.traceback)
+            raise JobFailed(self.id, job.error, job.traceback, job.exception_class_path)
         if job.status == Status.CANCELED:
             raise JobCanceled(self.id)
         return job.result
@@ -152,6 +155,7 @@ class Handle(Generic[R_co]):
                 error=a.error,
                 traceback=a.traceback,
                 worker=a.worker,
+                exception_class_path=a.exception_class_path,
             )
             for a in rows
         ]

@@ -73,6 +73,8 @@ class Job(models.Model):
     result = models.JSONField(null=True, blank=True)
     error = models.TextField(blank=True, default="")
     traceback = models.TextField(blank=True, default="")
+    # The class of the exception, as "builtins.ValueError" (empty if it raised none).
+    exception_class_path = models.TextField(blank=True, default="")
     finished_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
@@ -152,6 +154,8 @@ class Attempt(models.Model):
     result = models.JSONField(null=True, blank=True)
     error = models.TextField(blank=True, default="")
     traceback = models.TextField(blank=True, default="")
+    # The class of the exception, as "builtins.ValueError" (empty if it raised none).
+    exception_class_path = models.TextField(blank=True, default="")
 
     class Meta:
         verbose_name = "attempt"

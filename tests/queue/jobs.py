@@ -179,3 +179,18 @@ class ProcessStopping(BaseException):
 @job
 def stop_process() -> None:
     raise ProcessStopping("the process is going")
+
+
+@job
+def fail_together() -> None:
+    """Fails with a group of errors, whose traceback ends with the last one's."""
+    raise ExceptionGroup("two things went wrong", [KeyError("first"), ValueError("second")])
+
+
+@job
+def fail_once(marker: str) -> str:
+    """Fails the first time (creating ``marker``), succeeds afterwards."""
+    if not os.path.exists(marker):
+        Path(marker).touch()
+        raise RuntimeError("first try")
+    return "second try"

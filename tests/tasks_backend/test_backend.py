@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import traceback
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -20,11 +19,10 @@ from django.test import override_settings
 from django.utils import timezone
 
 from django_ratequeue import Status, enqueue, get_handle
-from django_ratequeue.backends import BACKEND_PATH, RateQueueBackend, WorkerLost, attempt_error
+from django_ratequeue.backends import BACKEND_PATH, RateQueueBackend, attempt_error
 from django_ratequeue.models import Job
 from django_ratequeue.queue.handles import AttemptInfo
 from django_ratequeue.queue.loop import ensure_loop_state, main_loop
-from django_ratequeue.queue.runner import AttemptTimedOut
 
 from . import tasks
 from .conftest import wait_for
@@ -157,53 +155,37 @@ def test_get_result_of_an_unknown_id() -> None:
         task_backends["default"].get_result(plain.id)
 
 
-def failed_attempt(outcome: str, traceback: str, error: str = "") -> AttemptInfo:
+def failed_attempt(outcome: str, traceback: str, error: str = "", path: str = "") -> AttemptInfo:
     now = timezone.now()
-    return AttemptInfo(1, now, now, now, outcome, error, traceback, "worker-1")
+    return AttemptInfo(1, now, now, now, outcome, error, traceback, "worker-1", path)
 
 
-def traceback_of(exc: BaseException) -> str:
-    try:
-        raise exc
-    except BaseException:
-        return traceback.format_exc()
+def test_an_attempts_error_class_is_the_one_stored_with_it() -> None:
+    error = attempt_error(failed_attempt("failed", "Traceback...", "ValueError: x", "a.B"))
+    assert (error.exception_class_path, error.traceback) == ("a.B", "Traceback...")
+    lost = attempt_error(failed_attempt("worker_lost", "", "The worker died.", "x.WorkerLost"))
+    assert (lost.exception_class_path, lost.traceback) == ("x.WorkerLost", "The worker died.")
+    # An attempt that ended before attempts kept their class.
+    assert attempt_error(failed_attempt("failed", "")).exception_class is Exception
 
 
-@pytest.mark.parametrize(
-    ("exc", "path"),
-    [
-        (KeyError("k"), "builtins.KeyError"),
-        (RuntimeError(), "builtins.RuntimeError"),
-        (ValueError("two\nlines: with a colon"), "builtins.ValueError"),
-        (tasks.TaskBroke("x"), "tests.tasks_backend.tasks.TaskBroke"),
-        (AttemptTimedOut("late"), "django_ratequeue.exceptions.AttemptTimedOut"),
-    ],
-)
-def test_an_attempts_error_class_is_read_from_its_traceback(exc: BaseException, path: str) -> None:
-    text = traceback_of(exc)
-    error = attempt_error(failed_attempt("failed", text))
-    assert (error.exception_class_path, error.traceback) == (path, text)
-    assert error.exception_class is type(exc)
+def settle(*results: Any) -> None:
+    """Run the loop in this process until every result is finished."""
+
+    def settled() -> bool:
+        main_loop(ensure_loop_state()[0])  # starts, runs its batch, takes in the outcomes
+        for result in results:
+            result.refresh()
+        return all(result.is_finished for result in results)
+
+    wait_for(settled, timeout=30, message="every task to finish")
 
 
-def test_the_last_exception_of_a_chain_is_the_error() -> None:
-    try:
-        try:
-            raise KeyError("first")
-        except KeyError as exc:
-            raise tasks.TaskBroke("second") from exc
-    except tasks.TaskBroke:
-        text = traceback.format_exc()
-    assert "KeyError" in text
-    error = attempt_error(failed_attempt("failed", text))
-    assert error.exception_class is tasks.TaskBroke
-
-
-def test_attempts_without_a_traceback_name_their_outcome() -> None:
-    lost = attempt_error(failed_attempt("worker_lost", "", "The worker died."))
-    assert (lost.exception_class, lost.traceback) == (WorkerLost, "The worker died.")
-    late = attempt_error(failed_attempt("timed_out", "", "Ran past its timeout."))
-    assert late.exception_class is AttemptTimedOut
+def test_an_exception_group_keeps_its_class() -> None:
+    result = tasks.fail_together.enqueue()
+    settle(result)
+    assert [e.exception_class for e in result.errors] == [ExceptionGroup, ExceptionGroup]
+    assert "ValueError: second" in result.errors[-1].traceback
 
 
 def signal_lines(path: Path, result_id: str) -> list[dict[str, Any]]:

@@ -194,3 +194,10 @@ def fail_once(marker: str) -> str:
         Path(marker).touch()
         raise RuntimeError("first try")
     return "second try"
+
+
+@job
+def fail_with_a_hostile_class() -> None:
+    """Raises an exception whose class path holds a NUL and is 10 MB long."""
+    hostile = type("Hostile", (Exception,), {"__module__": "a\x00b" + "c" * 10_000_000})
+    raise hostile("boom")

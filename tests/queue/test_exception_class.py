@@ -12,6 +12,7 @@ import pytest
 from django.utils import timezone
 
 from django_ratequeue import Handle, JobFailed, enqueue
+from django_ratequeue.conf import ratequeue_settings
 from django_ratequeue.exceptions import AttemptTimedOut, WorkerLost, class_path
 from django_ratequeue.models import Attempt, Job
 from django_ratequeue.queue.loop import Loop, ensure_loop_state, main_loop
@@ -48,6 +49,14 @@ def test_the_class_a_job_raised_is_kept(func: Any, path: str) -> None:
     assert list(Attempt.objects.values_list("exception_class_path", flat=True)) == [path]
     assert [a.exception_class_path for a in handle.attempts()] == [path]
     assert Job.objects.get(pk=handle.id).exception_class_path == path
+
+
+def test_a_hostile_class_path_is_stored_escaped_and_cut() -> None:
+    handle = enqueue(jobs.fail_with_a_hostile_class, retries=0)
+    path = failure(handle).exception_class_path
+    limit = ratequeue_settings()["MAX_ERROR_BYTES"]
+    assert path.startswith("a\\x00bccc") and path.endswith("ccc.Hostile")
+    assert len(path.encode()) <= limit and "bytes cut" in path
 
 
 def test_a_job_that_succeeds_after_a_failure_keeps_no_class(tmp_path: Any) -> None:

@@ -16,9 +16,11 @@ if TYPE_CHECKING:
         DuplicateJobId,
         EnqueueRateLimited,
         JobCanceled,
+        JobDoesNotExist,
         JobFailed,
         NonRetryableError,
         RateLimited,
+        RateQueueError,
         RecursiveWaitDeadlock,
         UnknownJob,
     )
@@ -42,6 +44,8 @@ __version__ = "0.1.0"
 # public name -> module that defines it
 _EXPORTS: dict[str, str] = {
     # errors
+    "RateQueueError": ".exceptions",
+    "JobDoesNotExist": ".exceptions",
     "RateLimited": ".exceptions",
     "EnqueueRateLimited": ".exceptions",
     "JobFailed": ".exceptions",
@@ -83,11 +87,13 @@ __all__ = [
     "FixedWindow",
     "Handle",
     "JobCanceled",
+    "JobDoesNotExist",
     "JobFailed",
     "JobFunction",
     "NonRetryableError",
     "RateLimitResult",
     "RateLimited",
+    "RateQueueError",
     "RecursiveWaitDeadlock",
     "Retry",
     "Status",

@@ -16,9 +16,9 @@ backend refuses to start and a system check names the TASKS entries that use it.
 
 from __future__ import annotations
 
-import re
 import sys
 from collections.abc import Sequence
+from dataclasses import fields
 from traceback import format_exception
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, cast
 
@@ -29,12 +29,13 @@ from django.core.checks import CheckMessage, Error, register
 from django.core.exceptions import ImproperlyConfigured
 from django.utils import timezone
 
-from .exceptions import JobCanceled, UnknownJob
+from .exceptions import JobCanceled, UnknownJob, class_path
 from .queue.enqueue import JobFunction, JobOptions, QueueChoice, function_path, job
 from .queue.handles import AttemptInfo, Handle
-from .queue.models import Job, Outcome, Status
+from .queue.loop import settle
+from .queue.models import FINAL_STATUSES, Attempt, Job, Outcome, Status
 from .queue.registry import register_task, registered_task
-from .queue.runner import AttemptTimedOut
+from .queue.runner import check_result_size
 from .queue.subtasks import current_attempt
 
 if TYPE_CHECKING or django.VERSION >= (6, 0):
@@ -66,10 +67,6 @@ NEEDS_DJANGO_6 = (
 )
 # The backend OPTIONS, passed on as the defaults of every job it enqueues.
 OPTION_NAMES = frozenset({"retries", "timeout"})
-
-
-class WorkerLost(Exception):
-    """The error class reported for an attempt whose worker process died."""
 
 
 class RateQueueBackend(BaseTaskBackend):
@@ -113,11 +110,16 @@ class RateQueueBackend(BaseTaskBackend):
     ) -> TaskResult[_P, _R]:
         self.validate_task(task)
         check_findable(task)
+        # What the framework's own backends do, so the same calls fail the same way: a
+        # TypeError for a value JSON cannot hold, tuples as lists, bytes as text.
+        args = cast("list[Any]", normalize_json(args))
+        kwargs = cast("dict[str, Any]", normalize_json(kwargs))
         handle = self.job.using(
             queue=task.queue_name, priority=task.priority, start_at=task.run_after
         ).enqueue(task=task.module_path, args=list(args), kwargs=dict(kwargs), backend=self.alias)
         result = task_result(Job.objects.get(pk=handle.id), attempts=[], task=task)
-        task_enqueued.send(type(self), task_result=result)
+        # The job is written: a receiver that raises is logged, and does not undo it.
+        task_enqueued.send_robust(type(self), task_result=result)
         return cast("TaskResult[_P, _R]", result)
 
     def get_result(self, result_id: str) -> TaskResult[..., Any]:
@@ -125,7 +127,27 @@ class RateQueueBackend(BaseTaskBackend):
             job = Job.objects.get(pk=result_id, func=function_path(run_task))
         except Job.DoesNotExist:
             raise TaskResultDoesNotExist(result_id) from None
+        if job.status == Status.RUNNING:
+            take_in_ended_attempt(job)
         return task_result(job, Handle(job.id, owner=job.owner).attempts())
+
+
+def take_in_ended_attempt(job: Job) -> None:
+    """Give a RUNNING job the status its ended attempt gives it, as the main loop will when
+    it takes the outcome in (not saved): until a loop runs again (a cluster that stopped),
+    the result says what happened rather than RUNNING."""
+    attempt = (
+        Attempt.objects.filter(
+            job=job, active=True, started_at__isnull=False, ended_at__isnull=False
+        )
+        .order_by("-number")
+        .first()
+    )
+    if attempt is None or attempt.ended_at is None:
+        return
+    settle(job, attempt, now=attempt.ended_at)
+    if job.status in FINAL_STATUSES:
+        job.finished_at = attempt.ended_at
 
 
 def check_findable(task: Task[..., Any]) -> None:
@@ -148,6 +170,16 @@ def resolve_task(path: str) -> Task[..., Any]:
     return found
 
 
+def as_enqueued(task: Task[_P, _R], **values: Any) -> Task[_P, _R]:
+    """A copy of ``task`` with the queue, priority and backend its job was enqueued with,
+    not validated again (as ``Task.using`` would): a result read back describes the task
+    that ran, even after its queue or priority stopped being valid in the settings."""
+    copy = object.__new__(type(task))
+    for field in fields(task):
+        object.__setattr__(copy, field.name, values.get(field.name, getattr(task, field.name)))
+    return copy
+
+
 def result_status(status: str) -> TaskResultStatus:
     """Our status in the framework's terms: waiting or retrying is READY, canceled FAILED."""
     if status == Status.RUNNING:
@@ -166,8 +198,11 @@ def task_result(
     rebuilt from the job unless given."""
     call = job.kwargs
     if task is None:
-        task = resolve_task(call["task"]).using(
-            priority=job.priority, queue_name=job.queue, backend=call["backend"]
+        task = as_enqueued(
+            resolve_task(call["task"]),
+            priority=job.priority,
+            queue_name=job.queue,
+            backend=call["backend"],
         )
     tries = [a for a in attempts if a.started_at is not None]  # the others never ran
     errors = [attempt_error(a) for a in tries if a.outcome and a.outcome != Outcome.SUCCEEDED]
@@ -192,31 +227,13 @@ def task_result(
     return result
 
 
-def class_path(cls: type[BaseException]) -> str:
-    return f"{cls.__module__}.{cls.__qualname__}"
-
-
-# The exception line Python prints after a traceback's frames: "package.module.Name: message".
-EXCEPTION_LINE = re.compile(r"^([A-Za-z_][\w.]*)(?::|$)")
-# The class of an attempt that ended without a traceback, by its outcome.
-OUTCOME_CLASSES: dict[str, type[BaseException]] = {
-    Outcome.TIMED_OUT: AttemptTimedOut,
-    Outcome.WORKER_LOST: WorkerLost,
-}
-
-
 def attempt_error(attempt: AttemptInfo) -> TaskError:
-    """A failed attempt as a TaskError; the class path is read from its traceback's last
-    exception line, which Python prints with the module (``builtins`` left out)."""
-    path = class_path(OUTCOME_CLASSES.get(attempt.outcome, Exception))
-    _, header, tail = attempt.traceback.rpartition("Traceback (most recent call last):\n")
-    if header:
-        line = next((line for line in tail.splitlines() if not line.startswith(" ")), "")
-        match = EXCEPTION_LINE.match(line)
-        if match:
-            name = match[1]
-            path = name if "." in name else f"builtins.{name}"
-    return TaskError(exception_class_path=path, traceback=attempt.traceback or attempt.error)
+    """A failed attempt as a TaskError: the class its job raised, as recorded when the
+    attempt ended (``builtins.Exception`` for one that ended before rows kept it)."""
+    return TaskError(
+        exception_class_path=attempt.exception_class_path or class_path(Exception),
+        traceback=attempt.traceback or attempt.error,
+    )
 
 
 def run_task(task: str, args: list[Any], kwargs: dict[str, Any], backend: str) -> Any:
@@ -237,23 +254,26 @@ def run_task(task: str, args: list[Any], kwargs: dict[str, Any], backend: str) -
     function = resolve_task(task)
     result = runner.get_result(attempt.job_id)
     sender = type(runner)
-    task_started.send(sender, task_result=result)
+    # Receivers that raise are logged (send_robust) and change nothing: the task runs,
+    # and a finished one is not failed by them.
+    task_started.send_robust(sender, task_result=result)
     try:
         if function.takes_context:
             value = function.call(TaskContext(task_result=result), *args, **kwargs)
         else:
             value = function.call(*args, **kwargs)
         value = normalize_json(value)
+        check_result_size(value)  # fails here, not after task_finished says SUCCESSFUL
     except (Exception, SystemExit, KeyboardInterrupt) as exc:  # the runner fails all three
         error = TaskError(
             exception_class_path=class_path(type(exc)), traceback="".join(format_exception(exc))
         )
         _finish(result, TaskResultStatus.FAILED, errors=[*result.errors, error])
         # Inside the handler, so receivers (Django's own logger) see the exception.
-        task_finished.send(sender, task_result=result)
+        task_finished.send_robust(sender, task_result=result)
         raise
     _finish(result, TaskResultStatus.SUCCESSFUL, _return_value=value)
-    task_finished.send(sender, task_result=result)
+    task_finished.send_robust(sender, task_result=result)
     return value
 
 

@@ -1,11 +1,22 @@
-"""Every exception django-ratequeue raises on purpose, importable from ``django_ratequeue``."""
+"""Every exception django-ratequeue raises on purpose, importable from ``django_ratequeue``.
+
+They all derive from :class:`RateQueueError`, so ``except RateQueueError`` catches what
+the package raises and nothing else; some are also a built-in kind (``ValueError``) where
+that is what the caller did wrong.
+"""
 
 from __future__ import annotations
 
 from datetime import datetime
 
+from django.core.exceptions import ObjectDoesNotExist
 
-class RateLimited(Exception):
+
+class RateQueueError(Exception):
+    """The base class of every django-ratequeue exception."""
+
+
+class RateLimited(RateQueueError):
     """A rate limit refused a consume (``throws=True``), or a reservation cap was reached."""
 
     def __init__(self, name: str, key: str | None, retry_at: datetime | None) -> None:
@@ -21,17 +32,30 @@ class EnqueueRateLimited(RateLimited):
     """``ENQUEUE_RATE_LIMIT`` refused an enqueue; nothing was written."""
 
 
-class JobError(Exception):
+class JobError(RateQueueError):
     """Base class of the errors a :class:`~django_ratequeue.Handle` reports."""
 
 
-class JobFailed(JobError):
-    """The job ended in failure; ``error`` and ``traceback`` describe its last attempt."""
+class JobDoesNotExist(JobError, ObjectDoesNotExist):
+    """There is no such job, or none the handle's owner may see (the two look the same).
 
-    def __init__(self, job_id: str, error: str, traceback: str = "") -> None:
+    It is also the job model's own ``Job.DoesNotExist`` (see
+    :mod:`django_ratequeue.queue.models`), so ``except Job.DoesNotExist`` catches it, and a
+    failed ``Job.objects.get()`` raises it."""
+
+
+class JobFailed(JobError):
+    """The job ended in failure; ``error``, ``traceback`` and ``exception_class_path``
+    (``builtins.ValueError``, ``myapp.errors.Refused``...; empty when the job raised
+    nothing itself) describe its last attempt."""
+
+    def __init__(
+        self, job_id: str, error: str, traceback: str = "", exception_class_path: str = ""
+    ) -> None:
         self.job_id = job_id
         self.error = error
         self.traceback = traceback
+        self.exception_class_path = exception_class_path
         super().__init__(f"Job {job_id} failed: {error}")
 
 
@@ -54,7 +78,7 @@ class DuplicateJobId(JobError, ValueError):
         )
 
 
-class NonRetryableError(Exception):
+class NonRetryableError(RateQueueError):
     """Raise inside a job to fail it at once, with no further attempts."""
 
 
@@ -67,6 +91,21 @@ class RecursiveWaitDeadlock(JobError):
         super().__init__(message)
 
 
-class UnknownJob(ValueError):
+class UnknownJob(RateQueueError, ValueError):
     """A function or dotted path that is not registered as a job (or a task) was named:
     only functions decorated with ``@job`` whose module is imported at start-up run."""
+
+
+class AttemptTimedOut(RateQueueError):
+    """Raised inside a job that ran past its ``timeout``; also the error class of an
+    attempt the main loop found overrunning it."""
+
+
+class WorkerLost(RateQueueError):
+    """The error class recorded for an attempt whose worker process died."""
+
+
+def class_path(cls: type[BaseException]) -> str:
+    """The dotted path of an exception class, as stored on attempts and in
+    ``TaskError.exception_class_path`` (``builtins.ValueError`` for a built-in)."""
+    return f"{cls.__module__}.{cls.__qualname__}"

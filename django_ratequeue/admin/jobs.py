@@ -196,7 +196,10 @@ class JobAdmin(PermittedActionsMixin, admin.ModelAdmin):
     actions = ["cancel_selected", "retry_selected"]
     fieldsets = [
         (None, {"fields": ["id", "func", "status", "queue", "concurrency_key", "owner"]}),
-        ("Outcome", {"fields": ["result_value", "error", "formatted_traceback"]}),
+        (
+            "Outcome",
+            {"fields": ["result_value", "error", "exception_class_path", "formatted_traceback"]},
+        ),
         ("Attempts", {"fields": ["attempt_timeline"]}),
         ("Call", {"fields": ["call_args", "call_kwargs", "priority", "cost", "timeout"]}),
         ("When", {"fields": ["created_at", "start_at", "finished_at"]}),

@@ -23,8 +23,15 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 from django.core.exceptions import ImproperlyConfigured
-from rest_framework.settings import api_settings
-from rest_framework.throttling import BaseThrottle
+
+try:
+    from rest_framework.settings import api_settings
+    from rest_framework.throttling import BaseThrottle
+except ImportError as exc:  # an extra: pip install django-ratequeue[drf]
+    raise ImproperlyConfigured(
+        "django_ratequeue.contrib.drf needs Django REST framework: "
+        "pip install 'django-ratequeue[drf]'."
+    ) from exc
 
 from ..conf import ratequeue_settings
 from ..decorators import add_quota_headers, address_identity

@@ -9,7 +9,7 @@ from typing import Any, Generic, TypeVar
 
 from django.db import models, transaction
 
-from ..exceptions import JobCanceled, JobFailed, RecursiveWaitDeadlock
+from ..exceptions import JobCanceled, JobDoesNotExist, JobFailed, RecursiveWaitDeadlock
 from .loop import wake_loop
 from .models import FINAL_STATUSES, Attempt, CancelRequest, Job, Status
 from .subtasks import check_wait, current_attempt, slots_released, workers_exhausted
@@ -53,6 +53,7 @@ class AttemptInfo:
     error: str
     traceback: str
     worker: str
+    exception_class_path: str = ""
 
 
 class Handle(Generic[R_co]):
@@ -79,8 +80,8 @@ class Handle(Generic[R_co]):
         Any other job looks exactly like a job that does not exist."""
         try:
             return Job.objects.only(*fields).get(pk=self.id, owner=self.owner)
-        except Job.DoesNotExist:
-            raise Job.DoesNotExist(missing_job(self.id)) from None
+        except JobDoesNotExist:
+            raise JobDoesNotExist(missing_job(self.id)) from None
 
     def status(self) -> Status:
         return Status(self._job("status").status)
@@ -108,7 +109,9 @@ class Handle(Generic[R_co]):
         next_deadlock_check = time.monotonic() + DEADLOCK_CHECK_EVERY
         pause = 0.005
         while True:
-            job = self._job("status", "result", "error", "traceback", "queue")
+            job = self._job(
+                "status", "result", "error", "traceback", "exception_class_path", "queue"
+            )
             if job.status in FINAL_STATUSES:
                 break
             now = time.monotonic()
@@ -127,7 +130,7 @@ class Handle(Generic[R_co]):
             time.sleep(max(wait, 0))
             pause = min(pause * 1.5, 0.5)
         if job.status == Status.FAILED:
-            raise JobFailed(self.id, job.error, job.traceback)
+            raise JobFailed(self.id, job.error, job.traceback, job.exception_class_path)
         if job.status == Status.CANCELED:
             raise JobCanceled(self.id)
         return job.result
@@ -152,17 +155,18 @@ class Handle(Generic[R_co]):
                 error=a.error,
                 traceback=a.traceback,
                 worker=a.worker,
+                exception_class_path=a.exception_class_path,
             )
             for a in rows
         ]
 
 
 def get_handle(id: str, owner: Any = None) -> Handle[Any]:
-    """Rebuild the handle of an existing job; raises ``Job.DoesNotExist`` if there is none
+    """Rebuild the handle of an existing job; raises :class:`JobDoesNotExist` if there is none
     that a handle with this ``owner`` may see (see :meth:`Handle._job`)."""
     handle: Handle[Any] = Handle(id, owner=owner)
     if not Job.objects.filter(pk=id, owner=handle.owner).exists():
-        raise Job.DoesNotExist(missing_job(id))
+        raise JobDoesNotExist(missing_job(id))
     return handle
 
 

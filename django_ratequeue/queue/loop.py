@@ -138,6 +138,7 @@ from django.utils.dateparse import parse_datetime
 
 from .. import clock
 from ..conf import ratequeue_settings
+from ..exceptions import AttemptTimedOut, WorkerLost, class_path
 from .bounds import LATEST, later
 from .bulk import update_rows
 from .keys import keys_in_turn, next_jobs
@@ -172,6 +173,7 @@ JOB_OUTCOME_FIELDS = [
     "result",
     "error",
     "traceback",
+    "exception_class_path",
     "start_at",
     "finished_at",
 ]
@@ -608,6 +610,7 @@ class Loop:
         recovered = False
         for attempt in candidates:
             outcome: str
+            error_class: type[BaseException] | None = None
             if not attempt.worker:
                 if not idle or attempt.dispatched_at + dead_after >= now:
                     continue
@@ -616,12 +619,13 @@ class Loop:
                 outcome, error = "", "Its worker died before it started; its job waits again."
             elif attempt.worker not in alive:
                 outcome, error = Outcome.WORKER_LOST, "The worker running this attempt died."
+                error_class = WorkerLost
             elif (
                 attempt.started_at is not None
                 and attempt.timeout is not None
                 and later(attempt.started_at, attempt.timeout + dead_after.total_seconds()) < now
             ):
-                outcome = Outcome.TIMED_OUT
+                outcome, error_class = Outcome.TIMED_OUT, AttemptTimedOut
                 error = f"The attempt overran its timeout of {attempt.timeout:g} seconds."
             else:
                 continue
@@ -629,7 +633,12 @@ class Loop:
             # same conditions, so exactly one side wins.
             if Attempt.objects.filter(
                 pk=attempt.pk, ended_at=None, started_at=attempt.started_at, worker=attempt.worker
-            ).update(ended_at=now, outcome=outcome, error=error):
+            ).update(
+                ended_at=now,
+                outcome=outcome,
+                error=error,
+                exception_class_path=class_path(error_class) if error_class else "",
+            ):
                 recovered = True
                 logger.warning(
                     "Recovered attempt %s of job %r: %s",
@@ -944,9 +953,10 @@ def settle(job: Job, attempt: Attempt, now: datetime) -> bool:
     if attempt.outcome == Outcome.SUCCEEDED:
         job.status = Status.CANCELED if job.cancel_requested else Status.COMPLETE
         job.result = attempt.result
-        job.error = job.traceback = ""
+        job.error = job.traceback = job.exception_class_path = ""
     else:
         job.error, job.traceback = attempt.error, attempt.traceback
+        job.exception_class_path = attempt.exception_class_path
         policy = Retry(**job.retry)
         if job.cancel_requested:
             job.status = Status.CANCELED
@@ -983,10 +993,12 @@ def describe(error: BaseException) -> str:
 
 def fail_job(job: Job, error: str, now: datetime) -> None:
     """Fail a job the loop cannot go on with (a WAITING job that could never start, or a
-    row it cannot process), with its ``on_complete`` call."""
-    job.status, job.error, job.traceback, job.finished_at = Status.FAILED, error, "", now
+    row it cannot process), with its ``on_complete`` call. The job raised nothing itself:
+    no traceback, no exception class."""
+    job.status, job.error, job.finished_at = Status.FAILED, error, now
+    job.traceback = job.exception_class_path = ""
     Job.objects.filter(pk=job.pk).exclude(status__in=FINAL_STATUSES).update(
-        status=Status.FAILED, error=error, traceback="", finished_at=now
+        status=Status.FAILED, error=error, traceback="", exception_class_path="", finished_at=now
     )
     create_callbacks([job], now)
 

@@ -15,6 +15,7 @@ import secrets
 from django.db import models
 
 from .. import clock
+from ..exceptions import JobDoesNotExist
 
 
 class Status(models.TextChoices):
@@ -72,6 +73,8 @@ class Job(models.Model):
     result = models.JSONField(null=True, blank=True)
     error = models.TextField(blank=True, default="")
     traceback = models.TextField(blank=True, default="")
+    # The class of the exception, as "builtins.ValueError" (empty if it raised none).
+    exception_class_path = models.TextField(blank=True, default="")
     finished_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
@@ -102,6 +105,13 @@ class Job(models.Model):
 
     def __str__(self) -> str:
         return f"{self.func} [{self.id}]"
+
+
+# The package's own exception, rather than the class the model metaclass made, so that a
+# missing job raises the same class everywhere: from the ORM, a handle or the backend, and
+# ``except Job.DoesNotExist`` in existing code still catches it. (django-stubs types the
+# attribute as the class the metaclass made, which this replaces on purpose.)
+Job.DoesNotExist = JobDoesNotExist  # type: ignore[misc, assignment]
 
 
 class Outcome(models.TextChoices):
@@ -144,6 +154,8 @@ class Attempt(models.Model):
     result = models.JSONField(null=True, blank=True)
     error = models.TextField(blank=True, default="")
     traceback = models.TextField(blank=True, default="")
+    # The class of the exception, as "builtins.ValueError" (empty if it raised none).
+    exception_class_path = models.TextField(blank=True, default="")
 
     class Meta:
         verbose_name = "attempt"

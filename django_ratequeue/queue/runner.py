@@ -29,7 +29,13 @@ from django.db.models import Case, DateTimeField, Q, Value, When
 from .. import clock
 from ..conf import ratequeue_settings
 from ..db import ServerStatement, sql_to_run
-from ..exceptions import NonRetryableError, RecursiveWaitDeadlock, UnknownJob
+from ..exceptions import (
+    AttemptTimedOut,
+    NonRetryableError,
+    RecursiveWaitDeadlock,
+    UnknownJob,
+    class_path,
+)
 from .bounds import MAX_TIMEOUT, clip
 from .bulk import update_rows
 from .enqueue import check_no_nul
@@ -41,10 +47,6 @@ from .watchdog import beat
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
-
-
-class AttemptTimedOut(Exception):
-    """Raised inside a job that ran past its ``timeout``."""
 
 
 @contextmanager
@@ -189,7 +191,15 @@ class Runner:
             lambda: update_rows(
                 Attempt,
                 attempts,
-                ["started_at", "ended_at", "outcome", "result", "error", "traceback"],
+                [
+                    "started_at",
+                    "ended_at",
+                    "outcome",
+                    "result",
+                    "error",
+                    "traceback",
+                    "exception_class_path",
+                ],
                 # A recovered (superseded) attempt already ended: its late report is ignored.
                 condition="t.ended_at IS NULL",
             )
@@ -308,7 +318,7 @@ def run_attempt(attempt: Attempt) -> None:
     jobs) fails at once, without retries, with an error that says how to register it."""
     job: Job = attempt.job
     attempt.result, attempt.error, attempt.traceback = None, "", ""
-    attempt.outcome = Outcome.SUCCEEDED
+    attempt.outcome, attempt.exception_class_path = Outcome.SUCCEEDED, ""
     token = current_attempt.set(attempt)
     try:
         func = registered_job(job.func).func
@@ -322,30 +332,36 @@ def run_attempt(attempt: Attempt) -> None:
         check_result_size(result)
         attempt.result = result
     except AttemptTimedOut as exc:
-        attempt.outcome, attempt.error = Outcome.TIMED_OUT, str(exc)
-        attempt.traceback = tb.format_exc()
+        failed(attempt, exc, Outcome.TIMED_OUT, str(exc))
     except (NonRetryableError, RecursiveWaitDeadlock, UnknownJob) as exc:
-        attempt.outcome, attempt.error = Outcome.NON_RETRYABLE, describe(exc)
-        attempt.traceback = tb.format_exc()
+        failed(attempt, exc, Outcome.NON_RETRYABLE, describe(exc))
     except Exception as exc:
-        attempt.outcome, attempt.error = Outcome.FAILED, describe(exc)
-        attempt.traceback = tb.format_exc()
+        failed(attempt, exc, Outcome.FAILED, describe(exc))
     except (SystemExit, KeyboardInterrupt) as exc:
         # The job's own (django-q2's workers ignore SIGINT): it fails, the worker goes on.
-        attempt.outcome, attempt.traceback = Outcome.FAILED, tb.format_exc()
-        attempt.error = f"{describe(exc)} (a job cannot stop its worker: this attempt failed)"
+        error = f"{describe(exc)} (a job cannot stop its worker: this attempt failed)"
+        failed(attempt, exc, Outcome.FAILED, error)
     except BaseException as exc:
         # Anything else stops the process: record the attempt for the caller to report.
-        attempt.outcome, attempt.traceback = Outcome.FAILED, tb.format_exc()
-        attempt.error = f"{describe(exc)} (its worker stopped)"
+        failed(attempt, exc, Outcome.FAILED, f"{describe(exc)} (its worker stopped)")
         raise
     finally:
         current_attempt.reset(token)
         # PostgreSQL text cannot hold a NUL: an error that quotes one keeps it escaped.
         limit = ratequeue_settings()["MAX_ERROR_BYTES"]
-        attempt.error = clip(attempt.error.replace("\x00", "\\x00"), limit)
-        attempt.traceback = clip(attempt.traceback.replace("\x00", "\\x00"), limit)
+        for field in ("error", "traceback", "exception_class_path"):
+            text = getattr(attempt, field).replace("\x00", "\\x00")
+            setattr(attempt, field, clip(text, limit))
         attempt.ended_at = clock.now()
+
+
+def failed(attempt: Attempt, exc: BaseException, outcome: str, error: str) -> None:
+    """Record how an attempt failed: its outcome, error and traceback, and the class of
+    the exception by its path (what ``JobFailed`` and django.tasks' ``TaskError`` give
+    back, read from the row rather than from the traceback's text)."""
+    attempt.outcome, attempt.error = outcome, error
+    attempt.traceback = "".join(tb.format_exception(exc))
+    attempt.exception_class_path = class_path(type(exc))
 
 
 def check_result_size(result: Any) -> None:

@@ -16,7 +16,7 @@ from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
-from django_ratequeue import Handle, get_handle
+from django_ratequeue import Handle, JobDoesNotExist, get_handle
 from django_ratequeue.models import Job
 from django_ratequeue.queue.stats import queue_overview
 
@@ -116,7 +116,7 @@ def queue_state(request: HttpRequest) -> JsonResponse:
 def cancel_job(request: HttpRequest, job_id: str) -> JsonResponse:
     try:
         handle = get_handle(job_id)
-    except Job.DoesNotExist:
+    except JobDoesNotExist:
         raise Http404(f"No job {job_id}") from None
     handle.cancel()
     return JsonResponse({"id": job_id, "cancel_requested": True})

@@ -179,3 +179,25 @@ class ProcessStopping(BaseException):
 @job
 def stop_process() -> None:
     raise ProcessStopping("the process is going")
+
+
+@job
+def fail_together() -> None:
+    """Fails with a group of errors, whose traceback ends with the last one's."""
+    raise ExceptionGroup("two things went wrong", [KeyError("first"), ValueError("second")])
+
+
+@job
+def fail_once(marker: str) -> str:
+    """Fails the first time (creating ``marker``), succeeds afterwards."""
+    if not os.path.exists(marker):
+        Path(marker).touch()
+        raise RuntimeError("first try")
+    return "second try"
+
+
+@job
+def fail_with_a_hostile_class() -> None:
+    """Raises an exception whose class path holds a NUL and is 10 MB long."""
+    hostile = type("Hostile", (Exception,), {"__module__": "a\x00b" + "c" * 10_000_000})
+    raise hostile("boom")

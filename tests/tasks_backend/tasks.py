@@ -37,6 +37,16 @@ def break_down(message: str) -> None:
 
 
 @task
+def not_a_number() -> float:
+    return float("nan")
+
+
+@task
+def fail_together() -> None:
+    raise ExceptionGroup("two things went wrong", [KeyError("first"), ValueError("second")])
+
+
+@task
 def leave(code: int) -> None:
     sys.exit(code)
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import traceback
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -15,16 +14,16 @@ pytest.importorskip("django.tasks")
 from django.core.exceptions import ImproperlyConfigured
 from django.tasks import TaskResultStatus, task, task_backends
 from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
-from django.tasks.signals import task_enqueued, task_finished
+from django.tasks.signals import task_enqueued, task_finished, task_started
 from django.test import override_settings
 from django.utils import timezone
 
 from django_ratequeue import Status, enqueue, get_handle
-from django_ratequeue.backends import BACKEND_PATH, RateQueueBackend, WorkerLost, attempt_error
-from django_ratequeue.models import Job
+from django_ratequeue.backends import BACKEND_PATH, RateQueueBackend, attempt_error
+from django_ratequeue.models import Attempt, Job
 from django_ratequeue.queue.handles import AttemptInfo
-from django_ratequeue.queue.loop import ensure_loop_state, main_loop
-from django_ratequeue.queue.runner import AttemptTimedOut
+from django_ratequeue.queue.loop import Loop, ensure_loop_state, main_loop
+from django_ratequeue.queue.runner import Runner
 
 from . import tasks
 from .conftest import wait_for
@@ -142,10 +141,15 @@ def test_a_task_workers_cannot_import_is_refused_and_nothing_is_written() -> Non
     assert not Job.objects.exists()
 
 
-def test_arguments_must_be_json() -> None:
-    with pytest.raises((ValueError, TypeError), match="JSON"):
-        tasks.add.enqueue(1, object())
+def test_arguments_must_be_json_as_for_djangos_own_backends() -> None:
+    for args, kwargs in [((1, object()), {}), ((1,), {"b": {1, 2}})]:
+        with pytest.raises(TypeError, match="Unsupported type"):
+            tasks.add.enqueue(*args, **kwargs)
     assert not Job.objects.exists()
+    # As the framework does, tuples become lists and bytes text.
+    result = tasks.add.enqueue((1, 2), b=b"x")
+    assert (result.args, result.kwargs) == ([[1, 2]], {"b": "x"})
+    assert only_job().kwargs["args"] == [[1, 2]]
 
 
 def test_get_result_of_an_unknown_id() -> None:
@@ -157,53 +161,37 @@ def test_get_result_of_an_unknown_id() -> None:
         task_backends["default"].get_result(plain.id)
 
 
-def failed_attempt(outcome: str, traceback: str, error: str = "") -> AttemptInfo:
+def failed_attempt(outcome: str, traceback: str, error: str = "", path: str = "") -> AttemptInfo:
     now = timezone.now()
-    return AttemptInfo(1, now, now, now, outcome, error, traceback, "worker-1")
+    return AttemptInfo(1, now, now, now, outcome, error, traceback, "worker-1", path)
 
 
-def traceback_of(exc: BaseException) -> str:
-    try:
-        raise exc
-    except BaseException:
-        return traceback.format_exc()
+def test_an_attempts_error_class_is_the_one_stored_with_it() -> None:
+    error = attempt_error(failed_attempt("failed", "Traceback...", "ValueError: x", "a.B"))
+    assert (error.exception_class_path, error.traceback) == ("a.B", "Traceback...")
+    lost = attempt_error(failed_attempt("worker_lost", "", "The worker died.", "x.WorkerLost"))
+    assert (lost.exception_class_path, lost.traceback) == ("x.WorkerLost", "The worker died.")
+    # An attempt that ended before attempts kept their class.
+    assert attempt_error(failed_attempt("failed", "")).exception_class is Exception
 
 
-@pytest.mark.parametrize(
-    ("exc", "path"),
-    [
-        (KeyError("k"), "builtins.KeyError"),
-        (RuntimeError(), "builtins.RuntimeError"),
-        (ValueError("two\nlines: with a colon"), "builtins.ValueError"),
-        (tasks.TaskBroke("x"), "tests.tasks_backend.tasks.TaskBroke"),
-        (AttemptTimedOut("late"), "django_ratequeue.queue.runner.AttemptTimedOut"),
-    ],
-)
-def test_an_attempts_error_class_is_read_from_its_traceback(exc: BaseException, path: str) -> None:
-    text = traceback_of(exc)
-    error = attempt_error(failed_attempt("failed", text))
-    assert (error.exception_class_path, error.traceback) == (path, text)
-    assert error.exception_class is type(exc)
+def settle(*results: Any) -> None:
+    """Run the loop in this process until every result is finished."""
+
+    def settled() -> bool:
+        main_loop(ensure_loop_state()[0])  # starts, runs its batch, takes in the outcomes
+        for result in results:
+            result.refresh()
+        return all(result.is_finished for result in results)
+
+    wait_for(settled, timeout=30, message="every task to finish")
 
 
-def test_the_last_exception_of_a_chain_is_the_error() -> None:
-    try:
-        try:
-            raise KeyError("first")
-        except KeyError as exc:
-            raise tasks.TaskBroke("second") from exc
-    except tasks.TaskBroke:
-        text = traceback.format_exc()
-    assert "KeyError" in text
-    error = attempt_error(failed_attempt("failed", text))
-    assert error.exception_class is tasks.TaskBroke
-
-
-def test_attempts_without_a_traceback_name_their_outcome() -> None:
-    lost = attempt_error(failed_attempt("worker_lost", "", "The worker died."))
-    assert (lost.exception_class, lost.traceback) == (WorkerLost, "The worker died.")
-    late = attempt_error(failed_attempt("timed_out", "", "Ran past its timeout."))
-    assert late.exception_class is AttemptTimedOut
+def test_an_exception_group_keeps_its_class() -> None:
+    result = tasks.fail_together.enqueue()
+    settle(result)
+    assert [e.exception_class for e in result.errors] == [ExceptionGroup, ExceptionGroup]
+    assert "ValueError: second" in result.errors[-1].traceback
 
 
 def signal_lines(path: Path, result_id: str) -> list[dict[str, Any]]:
@@ -316,3 +304,92 @@ def test_tasks_run_on_the_cluster(
         ("finished", "FAILED", 2),
     ]
     assert broke_signals[-1]["errors"] == ["tests.tasks_backend.tasks.TaskBroke"] * 2
+
+
+@pytest.fixture
+def finished_signals() -> Any:
+    """The (id, status) of every task_finished sent while the test runs."""
+    sent: list[tuple[str, TaskResultStatus]] = []
+
+    def receive(sender: type, task_result: Any, **kwargs: Any) -> None:
+        sent.append((task_result.id, task_result.status))
+
+    task_finished.connect(receive)
+    yield sent
+    task_finished.disconnect(receive)
+
+
+def test_a_result_that_cannot_be_stored_is_never_announced_as_successful(
+    finished_signals: list[tuple[str, TaskResultStatus]],
+) -> None:
+    result = tasks.not_a_number.enqueue()
+    settle(result)
+    assert result.status == TaskResultStatus.FAILED
+    assert [e.exception_class for e in result.errors] == [ValueError, ValueError]
+    assert "Out of range float values are not JSON compliant" in result.errors[0].traceback
+    assert finished_signals == [(result.id, TaskResultStatus.FAILED)] * 2
+
+
+def test_receivers_that_raise_change_nothing(caplog: pytest.LogCaptureFixture) -> None:
+    def broken(sender: type, task_result: Any, **kwargs: Any) -> None:
+        raise RuntimeError("a broken receiver")
+
+    for signal in (task_enqueued, task_started, task_finished):
+        signal.connect(broken)
+    try:
+        result = tasks.add.enqueue(1, 2)
+        settle(result)
+    finally:
+        for signal in (task_enqueued, task_started, task_finished):
+            signal.disconnect(broken)
+    assert (result.status, result.attempts, result.errors) == (
+        TaskResultStatus.SUCCESSFUL,
+        1,
+        [],
+    )
+    assert result.return_value == 3
+    # Logged by the signal, once per signal.
+    logged = [r for r in caplog.records if r.name == "django.dispatch"]
+    assert [str(r.exc_info[1]) for r in logged if r.exc_info] == ["a broken receiver"] * 3
+
+
+def test_a_result_outlives_its_queue_in_the_settings() -> None:
+    with override_settings(TASKS=backend_settings(QUEUES=["default", "emails"])):
+        result = tasks.add.using(queue_name="emails", priority=3).enqueue(1, 2)
+        settle(result)
+    with override_settings(TASKS=backend_settings(QUEUES=["default"])):
+        again = tasks.add.get_result(result.id)
+    assert (again.status, again.return_value) == (TaskResultStatus.SUCCESSFUL, 3)
+    assert (again.task.queue_name, again.task.priority) == ("emails", 3)
+
+
+def run_without_loop(*results: Any) -> None:
+    """Start the jobs and run their attempts, but no loop afterwards (as when the cluster
+    stopped): the jobs stay RUNNING in their rows, their attempts ended."""
+    loop = Loop(ensure_loop_state()[0])
+    loop.step()
+    Runner("a-worker").run(loop.inline_batch)
+    for result in results:
+        assert Job.objects.get(pk=result.id).status == Status.RUNNING
+
+
+def test_a_job_whose_attempt_ended_while_no_loop_ran_shows_its_outcome() -> None:
+    added = tasks.add.enqueue(1, 2)
+    broke = tasks.break_down.enqueue("once")  # one retry left
+    with override_settings(TASKS=backend_settings(OPTIONS={"retries": 0})):
+        broke_for_good = tasks.break_down.enqueue("for good")
+        run_without_loop(added, broke, broke_for_good)
+        for result in (added, broke, broke_for_good):
+            result.refresh()
+    attempts = {a.job_id: a for a in Attempt.objects.all()}
+    assert (added.status, added.return_value) == (TaskResultStatus.SUCCESSFUL, 3)
+    assert added.finished_at == attempts[added.id].ended_at
+    assert (broke.status, broke.finished_at) == (TaskResultStatus.READY, None)
+    assert broke_for_good.status == TaskResultStatus.FAILED
+    assert broke_for_good.finished_at == attempts[broke_for_good.id].ended_at
+    for result in (broke, broke_for_good):
+        assert [e.exception_class for e in result.errors] == [tasks.TaskBroke]
+    # Once a loop runs, the rows say the same (finished_at is then the loop's time).
+    main_loop(ensure_loop_state()[0])
+    assert Job.objects.get(pk=added.id).status == Status.COMPLETE
+    assert Job.objects.get(pk=broke_for_good.id).status == Status.FAILED

@@ -1,0 +1,73 @@
+"""What installing the package brings: DRF is an extra, psycopg is not its binary build."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def project() -> dict[str, object]:
+    with open(ROOT / "pyproject.toml", "rb") as file:
+        return tomllib.load(file)["project"]  # type: ignore[no-any-return]
+
+
+def test_drf_is_an_extra_and_psycopg_is_not_its_binary_build() -> None:
+    meta = project()
+    required = meta["dependencies"]
+    assert isinstance(required, list)
+    assert not [r for r in required if r.lower().startswith("djangorestframework")]
+    assert [r for r in required if r.startswith("psycopg")] == ["psycopg>=3.1"]
+    extras = meta["optional-dependencies"]
+    assert isinstance(extras, dict)
+    assert extras["drf"] == ["djangorestframework>=3.15"]
+    assert extras["binary"] == ["psycopg[binary]>=3.1"]
+    # The tests and the example project need both, on a fresh machine.
+    assert "django-ratequeue[drf,binary]" in extras["dev"]
+
+
+def run_without_drf(code: str) -> subprocess.CompletedProcess[str]:
+    """Run ``code`` in a fresh interpreter where rest_framework cannot be imported, with a
+    minimal project (the app, no DRF) set up."""
+    prelude = (
+        "import sys; sys.modules['rest_framework'] = None\n"
+        "import django; from django.conf import settings\n"
+        "settings.configure(\n"
+        "    INSTALLED_APPS=['django.contrib.admin', 'django.contrib.auth',\n"
+        "        'django.contrib.contenttypes', 'django.contrib.sessions',\n"
+        "        'django.contrib.messages', 'django_q', 'django_ratequeue'],\n"
+        "    DATABASES={'default': {'ENGINE': 'django.db.backends.sqlite3',\n"
+        "        'NAME': ':memory:'}},\n"
+        "    SILENCED_SYSTEM_CHECKS=['admin.E403', 'admin.E408', 'admin.E409', 'admin.E410'],\n"
+        ")\n"
+        "django.setup()\n"
+    )
+    return subprocess.run(
+        [sys.executable, "-c", prelude + code],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_the_package_works_without_drf() -> None:
+    code = (
+        "import importlib, pkgutil, django_ratequeue\n"
+        "for info in pkgutil.walk_packages(django_ratequeue.__path__, 'django_ratequeue.'):\n"
+        "    if '.migrations' not in info.name and info.name != 'django_ratequeue.contrib.drf':\n"
+        "        importlib.import_module(info.name)\n"
+        "from django.core.management import call_command; call_command('check')\n"
+    )
+    done = run_without_drf(code)
+    assert done.returncode == 0, done.stderr
+
+
+def test_the_drf_throttle_without_drf_says_what_to_install() -> None:
+    done = run_without_drf("import django_ratequeue.contrib.drf")
+    assert done.returncode == 1
+    assert "ImproperlyConfigured" in done.stderr
+    assert "pip install 'django-ratequeue[drf]'" in done.stderr

@@ -176,6 +176,7 @@ def test_good_job_modules_pass_the_check() -> None:
         assert check_job_modules() == []
 
 
+@pytest.mark.django_db  # the runner reads the time on the database's clock
 def test_the_runner_refuses_an_unregistered_row_function_without_importing_it() -> None:
     """A row changed behind the app's back fails for good, with the fix in its error."""
     attempt = Attempt(job=Job(id="forged", func=f"{SIDE_EFFECT}.wipe", args=[], kwargs={}))

@@ -32,6 +32,7 @@ from .queue.bounds import (
 from .queue.retry import Retry
 from .ratelimit.config import RateLimitConfig, check_limit_name, parse_config
 
+# What each setting means and what it becomes when read: RateQueueSettings below.
 DEFAULTS: dict[str, Any] = {
     "MAX_CONCURRENCY": 10,
     "MAX_QUEUE_CONCURRENCY": 100,
@@ -165,7 +166,7 @@ class _Parser:
         try:
             return integer(f'RATEQUEUE["{name}"]', self.values[name], 1, MAX_INT)
         except ValueError as error:
-            self.problem("E201", f"{error}", "e.g. 10")
+            self.problem("E201", str(error), "e.g. 10")
             return 0
 
     def duration(self, name: str, number: str, *, allow_zero: bool) -> float:
@@ -175,7 +176,7 @@ class _Parser:
                 f'RATEQUEUE["{name}"]', self.values[name], MAX_DELAY, allow_zero=allow_zero
             )
         except ValueError as error:
-            self.problem(number, f"{error}")
+            self.problem(number, str(error))
             return -1.0
 
     def flag(self, name: str) -> bool:
@@ -244,7 +245,7 @@ class _Parser:
             try:
                 integer(f"{where}['key_concurrency']", config.key_concurrency, 1, MAX_INT)
             except ValueError as error:
-                self.problem("E214", f"{error}")
+                self.problem("E214", str(error))
             rate_limit = config.rate_limit
             if rate_limit is not None and (
                 not isinstance(rate_limit, str) or rate_limit not in limits

@@ -21,6 +21,7 @@ from .models import QueueSetting
 
 
 def check_queue_concurrency(name: str, limit: Any) -> int:
+    """``limit`` if it can be queue ``name``'s max_concurrency under the settings' ceiling."""
     return queue_concurrency(name, limit, ratequeue_settings().MAX_QUEUE_CONCURRENCY)
 
 

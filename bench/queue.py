@@ -492,10 +492,11 @@ def insert_backlog(count: int) -> float:
     """Insert ``count`` WAITING no-op jobs of priority -1 with one INSERT ... SELECT; seconds."""
     from django.db import DatabaseError, connection
 
+    from django_ratequeue.conf import ratequeue_settings
     from django_ratequeue.queue.models import Job, Status
-    from django_ratequeue.queue.retry import Retry
 
     table = connection.ops.quote_name(Job._meta.db_table)
+    retry = ratequeue_settings().DEFAULT_RETRIES.to_json()
     began = time.perf_counter()
     with connection.cursor() as cursor:
         cursor.execute(
@@ -508,7 +509,7 @@ def insert_backlog(count: int) -> float:
                 false, false, '', '', ''
             FROM generate_series(1, %s) AS i
             """,
-            [NOOP, Status.WAITING.value, json.dumps(Retry.coerce(None).to_json()), count],
+            [NOOP, Status.WAITING.value, json.dumps(retry), count],
         )
         # As a backlog that has been there a while would be: vacuumed, analysed, checkpointed,
         # so that autovacuum and the checkpointer don't compete with the measurement.

@@ -1,7 +1,9 @@
-"""System checks that validate ``settings.RATEQUEUE`` at start-up.
+"""The system check that validates ``settings.RATEQUEUE`` at start-up.
 
-Each part of the app registers its own checks beside its code; this module holds the
-checks on the dict as a whole and imports the others so that they register.
+The rules are the ones the app applies when it reads the settings
+(:func:`~django_ratequeue.conf.parse_settings`); this check reports each problem as an
+error with its id: E0xx the dict as a whole, E1xx rate limits, E2xx queues and the loop.
+It also imports the other checks so that they register.
 """
 
 from __future__ import annotations
@@ -10,27 +12,16 @@ from collections.abc import Sequence
 from typing import Any
 
 from django.apps import AppConfig
+from django.conf import settings
 from django.core.checks import CheckMessage, Error, register
 
 from . import backends as tasks_backend_checks  # noqa: F401
-from .conf import DEFAULTS, ratequeue_settings
-from .queue import checks as queue_checks  # noqa: F401
-from .ratelimit import checks as ratelimit_checks  # noqa: F401
+from .conf import parse_settings
 
 
 @register()
 def check_settings(
     app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
 ) -> list[CheckMessage]:
-    errors: list[CheckMessage] = []
-    values = ratequeue_settings()
-    unknown = sorted(set(values) - set(DEFAULTS))
-    if unknown:
-        errors.append(
-            Error(
-                f"Unknown RATEQUEUE setting(s): {', '.join(unknown)}.",
-                hint=f"Known settings: {', '.join(sorted(DEFAULTS))}.",
-                id="django_ratequeue.E001",
-            )
-        )
-    return errors
+    _values, problems = parse_settings(getattr(settings, "RATEQUEUE", None))
+    return [Error(p.message, hint=p.hint or None, id=p.id) for p in problems]

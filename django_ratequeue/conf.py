@@ -1,72 +1,395 @@
-"""The ``RATEQUEUE`` settings dict, merged over its defaults.
+"""The ``RATEQUEUE`` settings, merged over their defaults, checked and typed.
 
-Read through :func:`ratequeue_settings` so that ``override_settings`` in tests is honoured.
-The system checks in :mod:`django_ratequeue.checks` validate the values at start-up.
+Read them through :func:`ratequeue_settings`: a :class:`RateQueueSettings` with one typed
+attribute per setting, built once and built again when ``override_settings`` changes
+``RATEQUEUE``. Every rule on a value is written once, in :func:`parse_settings`: the
+system checks report its problems at start-up, and a process that reads settings which
+break a rule gets :class:`~django.core.exceptions.ImproperlyConfigured` naming them rather
+than running with them.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
 from functools import cache
-from typing import Any
+from types import MappingProxyType
+from typing import Any, NamedTuple
 
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 
+from .queue.bounds import (
+    MAX_DELAY,
+    MAX_INT,
+    check_queue_concurrency,
+    check_queue_name,
+    integer,
+    seconds,
+)
+from .queue.retry import Retry
+from .ratelimit.config import RateLimitConfig, check_limit_name, parse_config
+
+# What each setting means and what it becomes when read: RateQueueSettings below.
 DEFAULTS: dict[str, Any] = {
-    # Jobs running at once across the whole environment.
     "MAX_CONCURRENCY": 10,
-    # Upper bound for any queue's max_concurrency.
     "MAX_QUEUE_CONCURRENCY": 100,
-    # name -> {"max_concurrency": int, "key_concurrency": int (jobs per concurrency_key,
-    # default 1), "rate_limit": a RATE_LIMITS name (each job reserves its cost and starts
-    # when the reservation says), "paused"}; runtime changes: see queue/control.py
     "QUEUES": {},
-    # name -> rate-limit config dict ({"kind": "token bucket", "rate": 10, "period": 60})
     "RATE_LIMITS": {},
-    # A consume that is its own transaction on PostgreSQL commits without waiting for the
-    # WAL flush (synchronous_commit off for it alone): about twice the decisions per second,
-    # but a PostgreSQL crash may forget the consumes of its last fraction of a second.
-    # Never applies inside a caller's transaction.
     "RATE_LIMIT_ASYNC_COMMIT": True,
-    # Dotted path of a view (request, RateLimited) -> HttpResponse for @ratelimit refusals;
-    # None answers with a plain-text 429.
     "RATE_LIMITED_VIEW": None,
-    # Modules imported at start-up (in web processes and qcluster workers alike) for the
-    # jobs they register, besides each installed app's jobs.py: only registered jobs run.
     "JOB_MODULES": [],
-    # Retries of a job that sets none: an int, or a dict of Retry fields.
     "DEFAULT_RETRIES": 6,
-    # A leaky bucket on enqueues, e.g. {"rate": 200, "period": 1, "capacity": 600}; None is off.
     "ENQUEUE_RATE_LIMIT": None,
-    # Like RATE_LIMIT_ASYNC_COMMIT for an enqueue that is its own transaction: more enqueues
-    # per second, but a PostgreSQL crash may forget jobs whose caller already got a handle.
     "ENQUEUE_ASYNC_COMMIT": False,
-    # How long finished jobs are kept for result() and the admin, in seconds.
     "RETENTION": 7 * 24 * 3600,
-    # Main loop timing, in seconds. SEGMENT: the loop's time slice (wake-ups are rounded up
-    # to it; runners report completions at most this often).
     "SEGMENT": 0.1,
     "LOOP_LEASE": 10.0,
     "WATCHDOG_INTERVAL": 0.5,
     "HEARTBEAT_INTERVAL": 2.0,
     "WORKER_DEAD_AFTER": 10.0,
-    # Jobs one django-q2 task carries at most.
     "DISPATCH_BATCH_SIZE": 50,
-    # Caps on what a job's row holds, in bytes: the JSON of its arguments and context
-    # together (bigger: ValueError at enqueue), of its result (bigger: the attempt fails),
-    # and the text of an error message or a traceback (each cut to this size).
     "MAX_ARGUMENTS_BYTES": 1024 * 1024,
     "MAX_RESULT_BYTES": 1024 * 1024,
     "MAX_ERROR_BYTES": 64 * 1024,
 }
 
 
+@dataclass(frozen=True)
+class QueueConfig:
+    """One entry of ``QUEUES``; runtime changes override it (see queue/control.py)."""
+
+    # Jobs of the queue running at once (0 pauses it), at most MAX_QUEUE_CONCURRENCY.
+    max_concurrency: int = 1
+    # Jobs running at once per concurrency_key.
+    key_concurrency: int = 1
+    # A RATE_LIMITS name: each job reserves its cost and starts when the reservation says.
+    rate_limit: str | None = None
+    paused: bool = False
+
+
+@dataclass(frozen=True)
+class RateQueueSettings:
+    """The settings as the app reads them: each value checked and of its type."""
+
+    # Jobs running at once across the whole environment.
+    MAX_CONCURRENCY: int
+    # Upper bound for any queue's max_concurrency.
+    MAX_QUEUE_CONCURRENCY: int
+    # Queue name -> its configuration (read-only).
+    QUEUES: Mapping[str, QueueConfig]
+    # Limit name -> its configuration, parsed from the dict form (read-only).
+    RATE_LIMITS: Mapping[str, RateLimitConfig]
+    # A consume that is its own transaction on PostgreSQL commits without waiting for the
+    # WAL flush (synchronous_commit off for it alone): about twice the decisions per
+    # second, but a PostgreSQL crash may forget the consumes of its last fraction of a
+    # second. Never applies inside a caller's transaction.
+    RATE_LIMIT_ASYNC_COMMIT: bool
+    # A view (request, RateLimited) -> HttpResponse, or its dotted path, for @ratelimit
+    # refusals; None answers with a plain-text 429.
+    RATE_LIMITED_VIEW: str | Callable[..., Any] | None
+    # Modules imported at start-up (in web processes and qcluster workers alike) for the
+    # jobs they register, besides each installed app's jobs.py: only registered jobs run.
+    JOB_MODULES: tuple[str, ...]
+    # Retries of a job that sets none (the setting: an int, or a dict of Retry fields).
+    DEFAULT_RETRIES: Retry
+    # A leaky bucket on enqueues (the setting: e.g. {"rate": 200, "period": 1,
+    # "capacity": 600}, a token bucket unless it names another kind); None is off.
+    ENQUEUE_RATE_LIMIT: RateLimitConfig | None
+    # Like RATE_LIMIT_ASYNC_COMMIT for an enqueue that is its own transaction: more
+    # enqueues per second, but a PostgreSQL crash may forget jobs whose caller already got
+    # a handle.
+    ENQUEUE_ASYNC_COMMIT: bool
+    # How long finished jobs are kept for result() and the admin, in seconds.
+    RETENTION: float
+    # Main loop timing, in seconds. SEGMENT: the loop's time slice (wake-ups are rounded
+    # up to it; runners report completions at most this often).
+    SEGMENT: float
+    LOOP_LEASE: float
+    WATCHDOG_INTERVAL: float
+    HEARTBEAT_INTERVAL: float
+    WORKER_DEAD_AFTER: float
+    # Jobs one django-q2 task carries at most.
+    DISPATCH_BATCH_SIZE: int
+    # Caps on what a job's row holds, in bytes: the JSON of its arguments and context
+    # together (bigger: ValueError at enqueue), of its result (bigger: the attempt fails),
+    # and the text of an error message or a traceback (each cut to this size).
+    MAX_ARGUMENTS_BYTES: int
+    MAX_RESULT_BYTES: int
+    MAX_ERROR_BYTES: int
+
+
+class Problem(NamedTuple):
+    """What is wrong with a setting: a system check's id, message and hint."""
+
+    id: str
+    message: str
+    hint: str = ""
+
+
+POSITIVE_INTEGERS = (
+    "MAX_CONCURRENCY",
+    "MAX_QUEUE_CONCURRENCY",
+    "DISPATCH_BATCH_SIZE",
+    "MAX_ARGUMENTS_BYTES",
+    "MAX_RESULT_BYTES",
+    "MAX_ERROR_BYTES",
+)
+DURATIONS = (
+    "SEGMENT",
+    "LOOP_LEASE",
+    "WATCHDOG_INTERVAL",
+    "HEARTBEAT_INTERVAL",
+    "WORKER_DEAD_AFTER",
+)
+FLAGS = {"RATE_LIMIT_ASYNC_COMMIT": "E104", "ENQUEUE_ASYNC_COMMIT": "E208"}
+QUEUE_OPTIONS = {f.name for f in fields(QueueConfig)}
+RATE_LIMITS_EXAMPLE = '{"login": {"kind": "token bucket", "rate": 10, "period": 3600}}'
+QUEUES_EXAMPLE = '{"emails": {"max_concurrency": 2}}'
+ENQUEUE_RATE_LIMIT_EXAMPLE = '{"rate": 200, "period": 1, "capacity": 600}'
+
+
+@dataclass
+class _Parser:
+    """Reads the merged dict value by value, keeping every problem it finds."""
+
+    values: Mapping[str, Any]
+    problems: list[Problem] = field(default_factory=list)
+
+    def problem(self, number: str, message: str, hint: str = "") -> None:
+        self.problems.append(Problem(f"django_ratequeue.{number}", message, hint))
+
+    def positive_integer(self, name: str) -> int:
+        """The value, or 0 (never valid) when it breaks the rule."""
+        try:
+            return integer(f'RATEQUEUE["{name}"]', self.values[name], 1, MAX_INT)
+        except ValueError as error:
+            self.problem("E201", str(error), "e.g. 10")
+            return 0
+
+    def duration(self, name: str, number: str, *, allow_zero: bool) -> float:
+        """Finite seconds (a timedelta is taken too), or -1 (never valid)."""
+        try:
+            return seconds(
+                f'RATEQUEUE["{name}"]', self.values[name], MAX_DELAY, allow_zero=allow_zero
+            )
+        except ValueError as error:
+            self.problem(number, str(error))
+            return -1.0
+
+    def flag(self, name: str) -> bool:
+        value = self.values[name]
+        if not isinstance(value, bool):
+            self.problem(FLAGS[name], f'RATEQUEUE["{name}"] must be True or False, got {value!r}.')
+        return bool(value)
+
+    def rate_limits(self) -> dict[str, RateLimitConfig]:
+        limits = self.values["RATE_LIMITS"]
+        hint = f'For example RATEQUEUE["RATE_LIMITS"] = {RATE_LIMITS_EXAMPLE}.'
+        if not isinstance(limits, Mapping):
+            self.problem(
+                "E101",
+                f'RATEQUEUE["RATE_LIMITS"] must be a dict of name -> config, got {limits!r}.',
+                hint,
+            )
+            return {}
+        parsed: dict[str, RateLimitConfig] = {}
+        for name, config in limits.items():
+            try:
+                check_limit_name(name)
+            except ValueError as error:
+                self.problem("E102", f'RATEQUEUE["RATE_LIMITS"] has an invalid name: {error}')
+                continue
+            try:
+                parsed[name] = parse_config(config)
+            except ValueError as error:
+                self.problem(
+                    "E103", f'RATEQUEUE["RATE_LIMITS"][{name!r}] is invalid: {error}', hint
+                )
+        return parsed
+
+    def queues(self, ceiling: int | None, limits: Mapping[str, Any]) -> dict[str, QueueConfig]:
+        queues = self.values["QUEUES"]
+        if not isinstance(queues, Mapping):
+            self.problem(
+                "E210", 'RATEQUEUE["QUEUES"] must be a dict of name -> options.', QUEUES_EXAMPLE
+            )
+            return {}
+        parsed: dict[str, QueueConfig] = {}
+        for name, options in queues.items():
+            try:
+                check_queue_name(name)
+            except ValueError as error:
+                self.problem("E217", f'RATEQUEUE["QUEUES"] has an invalid name: {error}')
+                continue
+            where = f'RATEQUEUE["QUEUES"][{name!r}]'
+            if not isinstance(options, Mapping):
+                self.problem("E211", f"{where} must be a dict of options.", QUEUES_EXAMPLE)
+                continue
+            unknown = sorted(map(str, set(options) - QUEUE_OPTIONS))
+            if unknown:
+                known = ", ".join(sorted(QUEUE_OPTIONS))
+                self.problem(
+                    "E212",
+                    f"{where} has unknown option(s) {', '.join(unknown)}.",
+                    f"Known: {known}.",
+                )
+            config = QueueConfig(**{k: v for k, v in options.items() if k in QUEUE_OPTIONS})
+            if ceiling is not None:
+                try:
+                    check_queue_concurrency(name, config.max_concurrency, ceiling)
+                except ValueError as error:
+                    self.problem("E213", f"{where}: {error}", QUEUES_EXAMPLE)
+            try:
+                integer(f"{where}['key_concurrency']", config.key_concurrency, 1, MAX_INT)
+            except ValueError as error:
+                self.problem("E214", str(error))
+            rate_limit = config.rate_limit
+            if rate_limit is not None and (
+                not isinstance(rate_limit, str) or rate_limit not in limits
+            ):
+                self.problem(
+                    "E215",
+                    f"{where}['rate_limit'] names {rate_limit!r}, which is not in "
+                    'RATEQUEUE["RATE_LIMITS"].',
+                    "Define the limit there, or remove the option.",
+                )
+            if not isinstance(config.paused, bool):
+                self.problem("E216", f"{where}['paused'] must be True or False.")
+            parsed[name] = config
+        return parsed
+
+    def default_retries(self) -> Retry:
+        try:
+            return Retry.coerce(self.values["DEFAULT_RETRIES"])
+        except (ValueError, TypeError) as error:
+            self.problem("E206", f'RATEQUEUE["DEFAULT_RETRIES"] is invalid: {error}')
+            return Retry()
+
+    def enqueue_rate_limit(self) -> RateLimitConfig | None:
+        value = self.values["ENQUEUE_RATE_LIMIT"]
+        if value is None:
+            return None
+        if not isinstance(value, Mapping):
+            self.problem(
+                "E207",
+                'RATEQUEUE["ENQUEUE_RATE_LIMIT"] must be None or a dict.',
+                ENQUEUE_RATE_LIMIT_EXAMPLE,
+            )
+            return None
+        try:
+            return parse_config({"kind": "token bucket", **value})
+        except ValueError as error:
+            self.problem(
+                "E207", f'RATEQUEUE["ENQUEUE_RATE_LIMIT"]: {error}', ENQUEUE_RATE_LIMIT_EXAMPLE
+            )
+            return None
+
+    def job_modules(self) -> tuple[str, ...]:
+        value = self.values["JOB_MODULES"]
+        if isinstance(value, list | tuple) and all(
+            isinstance(name, str) and name for name in value
+        ):
+            return tuple(value)
+        self.problem(
+            "E220",
+            'RATEQUEUE["JOB_MODULES"] must be a list of module names, imported at start-up '
+            "so that the jobs they define are registered.",
+            'e.g. ["myproject.jobs"]; installed apps\' jobs.py are found without it.',
+        )
+        return ()
+
+    def limited_view(self) -> str | Callable[..., Any] | None:
+        value = self.values["RATE_LIMITED_VIEW"]
+        if value is None or callable(value) or (isinstance(value, str) and value):
+            return value
+        self.problem(
+            "E105",
+            'RATEQUEUE["RATE_LIMITED_VIEW"] must be None, a view or its dotted path, '
+            f"got {value!r}.",
+            'e.g. "myproject.views.too_many_requests"',
+        )
+        return None
+
+    def parse(self) -> RateQueueSettings:
+        """The settings; meaningful only when no problem was found."""
+        numbers = {name: self.positive_integer(name) for name in POSITIVE_INTEGERS}
+        durations = {name: self.duration(name, "E202", allow_zero=False) for name in DURATIONS}
+        if min(durations.values()) > 0:
+            if durations["WORKER_DEAD_AFTER"] <= durations["HEARTBEAT_INTERVAL"]:
+                self.problem(
+                    "E203",
+                    'RATEQUEUE["WORKER_DEAD_AFTER"] must be longer than HEARTBEAT_INTERVAL, '
+                    "or live workers would be declared dead.",
+                    "Use several heartbeat intervals.",
+                )
+            if durations["LOOP_LEASE"] <= durations["WATCHDOG_INTERVAL"]:
+                self.problem(
+                    "E204", 'RATEQUEUE["LOOP_LEASE"] must be longer than WATCHDOG_INTERVAL.'
+                )
+        rate_limits = self.rate_limits()
+        limits_given = isinstance(self.values["RATE_LIMITS"], Mapping)
+        return RateQueueSettings(
+            QUEUES=MappingProxyType(
+                self.queues(
+                    numbers["MAX_QUEUE_CONCURRENCY"] or None,
+                    self.values["RATE_LIMITS"] if limits_given else {},
+                )
+            ),
+            RATE_LIMITS=MappingProxyType(rate_limits),
+            RATE_LIMIT_ASYNC_COMMIT=self.flag("RATE_LIMIT_ASYNC_COMMIT"),
+            RATE_LIMITED_VIEW=self.limited_view(),
+            JOB_MODULES=self.job_modules(),
+            DEFAULT_RETRIES=self.default_retries(),
+            ENQUEUE_RATE_LIMIT=self.enqueue_rate_limit(),
+            ENQUEUE_ASYNC_COMMIT=self.flag("ENQUEUE_ASYNC_COMMIT"),
+            RETENTION=self.duration("RETENTION", "E205", allow_zero=True),
+            SEGMENT=durations["SEGMENT"],
+            LOOP_LEASE=durations["LOOP_LEASE"],
+            WATCHDOG_INTERVAL=durations["WATCHDOG_INTERVAL"],
+            HEARTBEAT_INTERVAL=durations["HEARTBEAT_INTERVAL"],
+            WORKER_DEAD_AFTER=durations["WORKER_DEAD_AFTER"],
+            MAX_CONCURRENCY=numbers["MAX_CONCURRENCY"],
+            MAX_QUEUE_CONCURRENCY=numbers["MAX_QUEUE_CONCURRENCY"],
+            DISPATCH_BATCH_SIZE=numbers["DISPATCH_BATCH_SIZE"],
+            MAX_ARGUMENTS_BYTES=numbers["MAX_ARGUMENTS_BYTES"],
+            MAX_RESULT_BYTES=numbers["MAX_RESULT_BYTES"],
+            MAX_ERROR_BYTES=numbers["MAX_ERROR_BYTES"],
+        )
+
+
+def parse_settings(configured: Any) -> tuple[RateQueueSettings | None, list[Problem]]:
+    """The settings that ``configured`` (``settings.RATEQUEUE``) gives over the defaults,
+    and every problem with them: the settings are None when there is any."""
+    configured = configured or {}
+    if not isinstance(configured, Mapping):
+        message = f"settings.RATEQUEUE must be a dict, got {configured!r}."
+        return None, [Problem("django_ratequeue.E002", message)]
+    parser = _Parser({**DEFAULTS, **configured})
+    unknown = sorted(map(str, set(configured) - set(DEFAULTS)))
+    if unknown:
+        parser.problem(
+            "E001",
+            f"Unknown RATEQUEUE setting(s): {', '.join(unknown)}.",
+            f"Known settings: {', '.join(sorted(DEFAULTS))}.",
+        )
+    parsed = parser.parse()
+    return (None if parser.problems else parsed), parser.problems
+
+
 @cache
-def ratequeue_settings() -> dict[str, Any]:
-    """Return the project's ``RATEQUEUE`` settings merged over :data:`DEFAULTS`."""
-    configured = getattr(settings, "RATEQUEUE", {}) or {}
-    return {**DEFAULTS, **configured}
+def ratequeue_settings() -> RateQueueSettings:
+    """The project's ``RATEQUEUE`` settings merged over :data:`DEFAULTS`; raises
+    ImproperlyConfigured naming every problem when they break a rule."""
+    values, problems = parse_settings(getattr(settings, "RATEQUEUE", None))
+    if values is None:
+        listed = "\n".join(f"  {p.id}: {p.message}" for p in problems)
+        raise ImproperlyConfigured(
+            f"settings.RATEQUEUE is invalid (`manage.py check` says the same):\n{listed}"
+        )
+    return values
 
 
 @receiver(setting_changed)

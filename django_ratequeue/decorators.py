@@ -182,7 +182,7 @@ class ViewRateLimit:
         return self.with_headers(response, key)
 
     def refuse(self, request: HttpRequest, exception: RateLimited) -> HttpResponse:
-        view = self.limited_view or ratequeue_settings()["RATE_LIMITED_VIEW"]
+        view = self.limited_view or ratequeue_settings().RATE_LIMITED_VIEW
         if isinstance(view, str):
             view = import_string(view)
         return view(request, exception) if view else too_many_requests(request, exception)

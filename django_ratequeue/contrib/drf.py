@@ -125,7 +125,7 @@ class RateLimitThrottle(BaseThrottle):
             return scope or self.default_name(), self.parse_rate(self.rate)
         if not scope:
             return None
-        if self.THROTTLE_RATES is None and scope in ratequeue_settings()["RATE_LIMITS"]:
+        if self.THROTTLE_RATES is None and scope in ratequeue_settings().RATE_LIMITS:
             return scope, None
         rate = self.get_rate(scope)
         return None if rate is None else (scope, self.parse_rate(rate))

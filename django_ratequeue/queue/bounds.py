@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import math
 from datetime import UTC, datetime, timedelta
+from functools import cache
 from typing import Any
+
+from django.apps import apps
 
 # How far ahead a job may be scheduled (start_at, run_after) or a retry may wait.
 MAX_DELAY = timedelta(days=3650)
@@ -46,6 +49,35 @@ def integer(name: str, value: Any, low: int, high: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
         raise ValueError(f"{name} must be an integer from {low} to {high}, not {value!r}.")
     return value
+
+
+@cache
+def _queue_name_max_length() -> int:
+    # Read from the model, so that the length is written there alone.
+    field = apps.get_model("django_ratequeue", "Job")._meta.get_field("queue")
+    return field.max_length or 0
+
+
+def check_queue_name(name: Any) -> str:
+    """``name`` if it can name a queue: a non-empty string the ``queue`` columns hold."""
+    longest = _queue_name_max_length()
+    if not isinstance(name, str) or not name or len(name) > longest:
+        raise ValueError(
+            f"A queue name must be a non-empty string of at most {longest} characters, "
+            f"not {name!r}."
+        )
+    return name
+
+
+def check_queue_concurrency(name: str, limit: Any, ceiling: int) -> int:
+    """``limit`` if it can be queue ``name``'s max_concurrency: 0 (paused) to ``ceiling``,
+    the MAX_QUEUE_CONCURRENCY setting."""
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 0 <= limit <= ceiling:
+        raise ValueError(
+            f"max_concurrency of queue {name!r} must be an integer from 0 (paused) to "
+            f"MAX_QUEUE_CONCURRENCY ({ceiling}), got {limit!r}."
+        )
+    return limit
 
 
 def later(moment: datetime, delay: float) -> datetime:

@@ -14,29 +14,15 @@ from typing import Any
 from django.db import transaction
 
 from ..conf import ratequeue_settings
+from .bounds import check_queue_concurrency as queue_concurrency
+from .bounds import check_queue_name
 from .loop import wake_loop
 from .models import QueueSetting
 
-QUEUE_NAME_MAX_LENGTH = QueueSetting._meta.get_field("name").max_length or 200
-
-
-def check_queue_name(name: Any) -> str:
-    if not isinstance(name, str) or not name or len(name) > QUEUE_NAME_MAX_LENGTH:
-        raise ValueError(
-            f"A queue name must be a non-empty string of at most {QUEUE_NAME_MAX_LENGTH} "
-            f"characters, not {name!r}."
-        )
-    return name
-
 
 def check_queue_concurrency(name: str, limit: Any) -> int:
-    ceiling = ratequeue_settings()["MAX_QUEUE_CONCURRENCY"]
-    if isinstance(limit, bool) or not isinstance(limit, int) or not 0 <= limit <= ceiling:
-        raise ValueError(
-            f"max_concurrency of queue {name!r} must be an integer from 0 (paused) to "
-            f"MAX_QUEUE_CONCURRENCY ({ceiling}), got {limit!r}."
-        )
-    return limit
+    """``limit`` if it can be queue ``name``'s max_concurrency under the settings' ceiling."""
+    return queue_concurrency(name, limit, ratequeue_settings().MAX_QUEUE_CONCURRENCY)
 
 
 def change_queue(name: str, **changes: Any) -> QueueSetting:

@@ -45,10 +45,18 @@ from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from .. import clock
-from ..conf import ratequeue_settings
+from ..conf import RateQueueSettings, ratequeue_settings
 from ..exceptions import DuplicateJobId, EnqueueRateLimited
-from ..ratelimit.config import RateLimitConfig, parse_config
-from .bounds import MAX_DELAY, MAX_INT, MAX_TIMEOUT, MIN_INT, integer, seconds
+from .bounds import (
+    MAX_DELAY,
+    MAX_INT,
+    MAX_TIMEOUT,
+    MIN_INT,
+    check_queue_concurrency,
+    check_queue_name,
+    integer,
+    seconds,
+)
 from .bulk import RowInsert, insert_rows
 from .handles import Handle, owner_label
 from .loop import wake_loop
@@ -177,20 +185,10 @@ class QueueChoice:
         unknown = sorted(set(value) - {"name", "max_concurrency"})
         if unknown:
             raise ValueError(f"Unknown queue option(s): {', '.join(unknown)}.")
-        name = value.get("name")
-        if not isinstance(name, str) or not name or len(name) > 200:
-            raise ValueError(
-                f"A queue name must be a non-empty string of at most 200 characters, not {name!r}."
-            )
+        name = check_queue_name(value.get("name"))
         limit = value.get("max_concurrency")
-        ceiling = ratequeue_settings()["MAX_QUEUE_CONCURRENCY"]
-        if limit is not None and (
-            isinstance(limit, bool) or not isinstance(limit, int) or not 0 <= limit <= ceiling
-        ):
-            raise ValueError(
-                f"max_concurrency of queue {name!r} must be an integer from 0 (paused) to "
-                f"MAX_QUEUE_CONCURRENCY ({ceiling}), got {limit!r}."
-            )
+        if limit is not None:
+            check_queue_concurrency(name, limit, ratequeue_settings().MAX_QUEUE_CONCURRENCY)
         return cls(name=name, max_concurrency=limit)
 
 
@@ -235,7 +233,7 @@ class JobTemplate:
     def check_size(self, args: str, kwargs: str, what: str = "") -> None:
         """Refuse arguments (JSON text) that with the context exceed MAX_ARGUMENTS_BYTES:
         rows that big would slow every read of the queue's tables."""
-        limit = ratequeue_settings()["MAX_ARGUMENTS_BYTES"]
+        limit = ratequeue_settings().MAX_ARGUMENTS_BYTES
         size = len(args) + len(kwargs) + self.context_size
         if size > limit:
             raise ValueError(
@@ -312,7 +310,7 @@ class JobOptions:
 
     values: Mapping[str, Any] = field(default_factory=dict)
     # path -> (the settings it was checked under, its template)
-    _templates: dict[str, tuple[dict[str, Any], JobTemplate]] = field(
+    _templates: dict[str, tuple[RateQueueSettings, JobTemplate]] = field(
         default_factory=dict, init=False, repr=False, compare=False
     )
 
@@ -354,7 +352,8 @@ class JobOptions:
             start_at = _start_at(options["start_at"])
         elif options.get("run_after") is not None:
             run_after = timedelta(seconds=seconds("run_after", options["run_after"], MAX_DELAY))
-        retry = Retry.coerce(options.get("retries"))
+        retries = options.get("retries")
+        retry = ratequeue_settings().DEFAULT_RETRIES if retries is None else Retry.coerce(retries)
         priority = integer("priority", options.get("priority", 0), MIN_INT, MAX_INT)
         timeout = options.get("timeout")
         if timeout is not None:
@@ -403,24 +402,13 @@ class JobOptions:
 ENQUEUE_LIMIT_NAME = "ratequeue:enqueue"
 
 
-def enqueue_rate_config() -> RateLimitConfig | None:
-    """ENQUEUE_RATE_LIMIT as a rate-limit config (a token bucket unless its dict names
-    another kind); None when it is off. Raises ``ValueError`` when it does not parse."""
-    config = ratequeue_settings()["ENQUEUE_RATE_LIMIT"]
-    if config is None:
-        return None
-    if isinstance(config, Mapping):
-        config = {"kind": "token bucket", **config}
-    return parse_config(config)
-
-
 def check_enqueue_rate(count: int) -> None:
     """Draw ``count`` from ENQUEUE_RATE_LIMIT (a leaky bucket), or raise
     :class:`EnqueueRateLimited` before anything is written. Off when the setting is None.
 
     It is drawn in the caller's transaction, so a rolled-back enqueue gives its tokens back.
     """
-    config = enqueue_rate_config()
+    config = ratequeue_settings().ENQUEUE_RATE_LIMIT
     if config is None:
         return
     from ..ratelimit.api import rate_limit
@@ -434,7 +422,8 @@ def check_reservation_room(queue: str, cost: int) -> None:
     """Refuse work for a rate-gated queue whose limit has reserved ``max_reserved`` tokens
     ahead already: :class:`RateLimited` says when it would be admitted. Only a read; the
     loop reserves the tokens when the job could start."""
-    limit = (ratequeue_settings()["QUEUES"].get(queue) or {}).get("rate_limit")
+    config = ratequeue_settings().QUEUES.get(queue)
+    limit = config.rate_limit if config else None
     if limit is None or cost == 0:
         return
     from ..ratelimit.api import check_rate_limit
@@ -576,8 +565,8 @@ def _enqueue_one(
     check_reservation_room(template.queue, template.cost)
     settings = ratequeue_settings()
     stamp = template.stamp(clock.now())
-    if template.id is None and settings["ENQUEUE_RATE_LIMIT"] is None:
-        template.insert(args_json, kwargs_json, stamp, settings["ENQUEUE_ASYNC_COMMIT"])
+    if template.id is None and settings.ENQUEUE_RATE_LIMIT is None:
+        template.insert(args_json, kwargs_json, stamp, settings.ENQUEUE_ASYNC_COMMIT)
     else:
         try:
             with transaction.atomic():
@@ -606,7 +595,7 @@ def wake_after_enqueue(start_at: datetime, enqueued_at: datetime) -> None:
     loop running less than a SEGMENT ago, shortly before the job was enqueued (see the
     module docstring for why that is safe, and what it may cost)."""
     global _seen_running_at
-    segment = ratequeue_settings()["SEGMENT"]
+    segment = ratequeue_settings().SEGMENT
     seen = _seen_running_at
     if (
         start_at <= enqueued_at

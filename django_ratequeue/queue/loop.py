@@ -137,7 +137,7 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from .. import clock
-from ..conf import ratequeue_settings
+from ..conf import QueueConfig, ratequeue_settings
 from ..exceptions import AttemptTimedOut, WorkerLost, class_path
 from .bounds import LATEST, later
 from .bulk import update_rows
@@ -199,11 +199,11 @@ def _now() -> datetime:
 
 
 def _lease() -> timedelta:
-    return timedelta(seconds=ratequeue_settings()["LOOP_LEASE"])
+    return timedelta(seconds=ratequeue_settings().LOOP_LEASE)
 
 
 def _segment_ceiling(moment: datetime) -> datetime:
-    segment = ratequeue_settings()["SEGMENT"]
+    segment = ratequeue_settings().SEGMENT
     moment = min(moment, LATEST)  # a start at 23:59:59 on 31/12/9999 rounds to year 10000
     if segment <= 0:
         return moment
@@ -296,7 +296,7 @@ def watch_loop() -> datetime | None:
     generation, state, next_wake_at, lease_end = ensure_loop_state()
     now = _now()
     if state == LoopStatus.RUNNING:
-        grace = timedelta(seconds=2 * ratequeue_settings()["WATCHDOG_INTERVAL"])
+        grace = timedelta(seconds=2 * ratequeue_settings().WATCHDOG_INTERVAL)
         if lease_end is None or lease_end - _lease() < now - grace:
             if lease_end is None or lease_end < now:
                 logger.warning("Main loop lease lapsed (generation %s); taking over", generation)
@@ -359,25 +359,26 @@ class QueueLimits:
     def of(cls, name: str, overrides: dict[str, QueueSetting] | None = None) -> QueueLimits:
         """``overrides``: :func:`queue_overrides` read once by the caller; read here if None."""
         settings = ratequeue_settings()
-        config = settings["QUEUES"].get(name) or {}
+        configured_queue = settings.QUEUES.get(name)
+        config = configured_queue or QueueConfig()
         if overrides is None:
             overrides = {s.name: s for s in QueueSetting.objects.filter(name=name)}
         override = overrides.get(name) or QueueSetting(name=name)
         limit = override.max_concurrency
-        if limit is None and name in settings["QUEUES"]:
-            limit = config.get("max_concurrency", 1)
+        if limit is None and configured_queue is not None:
+            limit = configured_queue.max_concurrency
         elif limit is None and name == "default":
-            limit = settings["MAX_CONCURRENCY"]
+            limit = settings.MAX_CONCURRENCY
         paused = override.paused
         if paused is None:
-            paused = bool(config.get("paused"))
+            paused = config.paused
         # Where the effective value comes from: the pause if paused, else the limit.
         changed_at_runtime = override.paused if paused else override.max_concurrency
         configured = limit is not None or paused
         return cls(
             max_concurrency=0 if paused else limit,
-            key_concurrency=config.get("key_concurrency", 1),
-            rate_limit=config.get("rate_limit"),
+            key_concurrency=config.key_concurrency,
+            rate_limit=config.rate_limit,
             source="runtime"
             if changed_at_runtime is not None
             else "settings"
@@ -422,11 +423,11 @@ class Loop:
     def run(self, in_watchdog: bool = False) -> None:
         if in_watchdog:
             # Short, and no job runs in the watchdog thread: its heartbeats must go on.
-            self.work(self.settings["HEARTBEAT_INTERVAL"], linger=False)
+            self.work(self.settings.HEARTBEAT_INTERVAL, linger=False)
             if self.inline_batch:
                 _enqueue_task(RUNNER_TASK, self.inline_batch)
             return
-        until = time.monotonic() + self.settings["LOOP_LEASE"] / 2
+        until = time.monotonic() + self.settings.LOOP_LEASE / 2
         self.work(until - time.monotonic())
         if self.inline_batch:
             # This worker is free now: run one batch here rather than through the broker,
@@ -485,7 +486,7 @@ class Loop:
         pass (:func:`.runner.run_batch`). None once a SEGMENT has passed since the rest."""
         if self.rest_state != LoopStatus.IDLE or self.inline_batch:
             return None
-        segment = self.settings["SEGMENT"]
+        segment = self.settings.SEGMENT
         left = rested_at + segment - time.monotonic()
         return min(left, segment / 4) if left > 0 else None
 
@@ -494,7 +495,7 @@ class Loop:
         if self.next_wake is None:
             return None
         pause = (self.next_wake - _now()).total_seconds()
-        return max(pause, 0.0) if pause <= self.settings["WATCHDOG_INTERVAL"] else None
+        return max(pause, 0.0) if pause <= self.settings.WATCHDOG_INTERVAL else None
 
     def hand_over(self) -> None:
         """Continue in a fresh django-q2 task (which bumps the generation)."""
@@ -589,7 +590,7 @@ class Loop:
         none of our jobs (the pass holding their batch died, or the broker lost its task;
         while every worker is busy, a task simply waits in the broker). An attempt that
         never started is not a try: :meth:`finish` puts its job back to WAITING."""
-        interval = self.settings["WATCHDOG_INTERVAL"]
+        interval = self.settings.WATCHDOG_INTERVAL
         if time.monotonic() - self._last_recovery < interval:
             return False
         self._last_recovery = time.monotonic()
@@ -600,7 +601,7 @@ class Loop:
         )
         if not candidates:
             return False
-        dead_after = timedelta(seconds=self.settings["WORKER_DEAD_AFTER"])
+        dead_after = timedelta(seconds=self.settings.WORKER_DEAD_AFTER)
         alive = set(
             WorkerHeartbeat.objects.filter(seen_at__gte=now - dead_after).values_list(
                 "id", flat=True
@@ -721,7 +722,7 @@ class Loop:
         for attempt in resuming:
             needs_queue_slot = not holds_queue_slot(attempt)
             limit = QueueLimits.of(attempt.queue).limit_for(own_limits.get(attempt.job_id))
-            if environment >= self.settings["MAX_CONCURRENCY"] or (
+            if environment >= self.settings.MAX_CONCURRENCY or (
                 needs_queue_slot and per_queue[attempt.queue] >= limit
             ):
                 continue
@@ -753,7 +754,7 @@ class Loop:
         queues = waiting_queues(after=self.queue_cursor)
         if not queues:
             return [], False
-        env_free = self.settings["MAX_CONCURRENCY"] - sum(map(holds_environment_slot, running))
+        env_free = self.settings.MAX_CONCURRENCY - sum(map(holds_environment_slot, running))
         if env_free <= 0:
             return [], True
         per_queue = Counter(a.queue for a in running if holds_queue_slot(a))
@@ -838,7 +839,7 @@ class Loop:
             return []
         if name in self.rate_limited_until and self.rate_limited_until[name] > now:
             return []
-        ceiling = limits.max_concurrency or self.settings["MAX_QUEUE_CONCURRENCY"]
+        ceiling = limits.max_concurrency or self.settings.MAX_QUEUE_CONCURRENCY
         room = min(ceiling - per_queue[name], env_free)
         if room <= 0:
             return []
@@ -916,9 +917,9 @@ class Loop:
     def batches(self, attempt_ids: list[int], now: datetime) -> Iterable[list[int]]:
         """Deal the attempts round-robin into one batch per live worker (priority order is
         kept within each), at most DISPATCH_BATCH_SIZE each."""
-        dead_after = timedelta(seconds=self.settings["WORKER_DEAD_AFTER"])
+        dead_after = timedelta(seconds=self.settings.WORKER_DEAD_AFTER)
         workers = WorkerHeartbeat.objects.filter(seen_at__gte=now - dead_after).count()
-        size = self.settings["DISPATCH_BATCH_SIZE"]
+        size = self.settings.DISPATCH_BATCH_SIZE
         count = min(len(attempt_ids), max(workers, 1, math.ceil(len(attempt_ids) / size)))
         return [attempt_ids[i::count] for i in range(count)]
 
@@ -938,10 +939,10 @@ class Loop:
         wakes.extend(self.reserved_starts)
         if running:
             # Look again for dead workers and overruns even if no completion arrives.
-            wakes.append(now + timedelta(seconds=self.settings["WORKER_DEAD_AFTER"]))
+            wakes.append(now + timedelta(seconds=self.settings.WORKER_DEAD_AFTER))
         wake = _segment_ceiling(min(wakes)) if wakes else None
         holding = sum(map(holds_environment_slot, running))
-        if waiting_left and holding >= self.settings["MAX_CONCURRENCY"]:
+        if waiting_left and holding >= self.settings.MAX_CONCURRENCY:
             return LoopStatus.SATURATED, wake
         if wake is not None or waiting_left:
             return LoopStatus.SCHEDULED, wake
@@ -1016,7 +1017,7 @@ def create_callbacks(finished: list[Job], now: datetime) -> None:
     """Create the on_complete job of each finished job that asked for one, owned by the
     same owner."""
     callbacks = []
-    retry = Retry.coerce(None).to_json()
+    retry = ratequeue_settings().DEFAULT_RETRIES.to_json()
     for job in finished:
         if not job.on_complete:
             continue

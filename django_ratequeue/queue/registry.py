@@ -17,13 +17,11 @@ own code registered runs, and a name is looked up here without importing anythin
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from importlib import import_module
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, cast
 
-from django.apps import AppConfig
 from django.conf import settings
-from django.core.checks import CheckMessage, Error, register
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import autodiscover_modules
 
@@ -119,9 +117,10 @@ def autodiscover() -> None:
     tasks: dict[str, dict[str, Any]] = getattr(settings, "TASKS", {})
     if HAS_DJANGO_TASKS and any(p.get("BACKEND") == BACKEND_PATH for p in tasks.values()):
         autodiscover_modules("tasks")
-    modules = ratequeue_settings()["JOB_MODULES"]
-    if not _is_module_list(modules):
-        return  # check_job_modules says what is wrong
+    try:
+        modules = ratequeue_settings().JOB_MODULES
+    except ImproperlyConfigured:
+        return  # the system checks say what is wrong; nothing runs on invalid settings
     for name in modules:
         try:
             import_module(name)
@@ -131,25 +130,3 @@ def autodiscover() -> None:
             raise ImproperlyConfigured(
                 f"RATEQUEUE['JOB_MODULES'] names {name!r}, which does not exist."
             ) from exc
-
-
-def _is_module_list(value: Any) -> bool:
-    return isinstance(value, list | tuple) and all(
-        isinstance(name, str) and name for name in value
-    )
-
-
-@register()
-def check_job_modules(
-    app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
-) -> list[CheckMessage]:
-    if _is_module_list(ratequeue_settings()["JOB_MODULES"]):
-        return []
-    return [
-        Error(
-            'RATEQUEUE["JOB_MODULES"] must be a list of module names, imported at start-up '
-            "so that the jobs they define are registered.",
-            hint='e.g. ["myproject.jobs"]; installed apps\' jobs.py are found without it.',
-            id="django_ratequeue.E220",
-        )
-    ]

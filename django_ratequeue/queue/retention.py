@@ -24,7 +24,7 @@ _next_background_prune = 0.0
 
 def prune_batch(limit: int) -> int:
     """Delete up to ``limit`` jobs finished more than RETENTION ago; return how many."""
-    cutoff = timezone.now() - timedelta(seconds=ratequeue_settings()["RETENTION"])
+    cutoff = timezone.now() - timedelta(seconds=ratequeue_settings().RETENTION)
     with transaction.atomic():
         ids = list(Job.objects.filter(finished_at__lt=cutoff).values_list("pk", flat=True)[:limit])
         if ids:

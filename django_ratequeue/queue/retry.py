@@ -6,7 +6,6 @@ import random
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from ..conf import ratequeue_settings
 from .bounds import MAX_BACKOFF_FACTOR, MAX_DELAY, MAX_RETRY_COUNT, integer, seconds
 
 
@@ -60,10 +59,8 @@ class Retry:
 
     @classmethod
     def coerce(cls, value: Any) -> Retry:
-        """Build a policy from the ``retries`` option: None (the default), an int, a dict or a
-        Retry."""
-        if value is None:
-            value = ratequeue_settings()["DEFAULT_RETRIES"]
+        """Build a policy from a ``retries`` option or the DEFAULT_RETRIES setting: an int,
+        a dict or a Retry."""
         if isinstance(value, Retry):
             return value
         if isinstance(value, dict):

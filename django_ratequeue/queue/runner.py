@@ -85,7 +85,7 @@ def run_batch(attempt_ids: list[int], until: float | None = None) -> None:
     turn saves two broker round trips, the kick's and the batch's."""
     global _chunk
     if until is None:
-        until = time.monotonic() + ratequeue_settings()["LOOP_LEASE"] / 2
+        until = time.monotonic() + ratequeue_settings().LOOP_LEASE / 2
     runner = Runner(beat(), _chunk)
     while attempt_ids:
         runner.run(attempt_ids)
@@ -130,7 +130,7 @@ class Runner:
 
     def help(self) -> None:
         """Run attempts dealt to batches that are still queued, or whose worker is busy."""
-        for _ in range(ratequeue_settings()["DISPATCH_BATCH_SIZE"]):
+        for _ in range(ratequeue_settings().DISPATCH_BATCH_SIZE):
             spare = list(
                 Attempt.objects.filter(active=True, worker="", ended_at=None)
                 .order_by("pk")
@@ -179,7 +179,7 @@ class Runner:
         self.report(ran)
         self.unreported = self.unreported or bool(ran)
         # After a slow job at once; after quick ones at most every SEGMENT seconds.
-        if time.monotonic() - self.last_wake >= ratequeue_settings()["SEGMENT"]:
+        if time.monotonic() - self.last_wake >= ratequeue_settings().SEGMENT:
             self.wake()
         return rest
 
@@ -348,7 +348,7 @@ def run_attempt(attempt: Attempt) -> None:
     finally:
         current_attempt.reset(token)
         # PostgreSQL text cannot hold a NUL: an error that quotes one keeps it escaped.
-        limit = ratequeue_settings()["MAX_ERROR_BYTES"]
+        limit = ratequeue_settings().MAX_ERROR_BYTES
         for field in ("error", "traceback", "exception_class_path"):
             text = getattr(attempt, field).replace("\x00", "\\x00")
             setattr(attempt, field, clip(text, limit))
@@ -370,7 +370,7 @@ def check_result_size(result: Any) -> None:
     text = json.dumps(result, allow_nan=False)
     check_no_nul("return value", text)
     size = len(text)
-    limit = ratequeue_settings()["MAX_RESULT_BYTES"]
+    limit = ratequeue_settings().MAX_RESULT_BYTES
     if size > limit:
         raise ValueError(
             f"The job's result is {size} bytes of JSON; the most is "

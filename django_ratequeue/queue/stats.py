@@ -178,7 +178,7 @@ def _limit(name: str, limits: QueueLimits, set_at_enqueue: int | None) -> tuple[
     if limits.max_concurrency is not None:
         if at_runtime:
             return limits.max_concurrency, "set at runtime"
-        configured = name in ratequeue_settings()["QUEUES"]
+        configured = name in ratequeue_settings().QUEUES
         return limits.max_concurrency, "" if configured else "MAX_CONCURRENCY"
     note = "not configured" if set_at_enqueue is None else "set at enqueue"
     return limits.limit_for(set_at_enqueue), note
@@ -187,7 +187,7 @@ def _limit(name: str, limits: QueueLimits, set_at_enqueue: int | None) -> tuple[
 def queue_overview() -> QueueOverview:
     """Every configured queue and every queue that has jobs, with the loop and its workers."""
     settings = ratequeue_settings()
-    counts = {name: _empty_counts() for name in [DEFAULT_QUEUE, *settings["QUEUES"]]}
+    counts = {name: _empty_counts() for name in [DEFAULT_QUEUE, *settings.QUEUES]}
     capped: dict[str, set[str]] = {}
     for status, queue, jobs in _capped_counts():
         counts.setdefault(queue, _empty_counts())[status] = min(jobs, COUNT_LIMIT)
@@ -223,7 +223,7 @@ def queue_overview() -> QueueOverview:
         next_wake_at=state.next_wake_at,
         updated_at=state.updated_at,
     )
-    live_since = clock.now() - timedelta(seconds=settings["WORKER_DEAD_AFTER"])
+    live_since = clock.now() - timedelta(seconds=settings.WORKER_DEAD_AFTER)
     workers = [
         WorkerInfo(id=w.id, host=w.host, pid=w.pid, seen_at=w.seen_at)
         for w in WorkerHeartbeat.objects.filter(seen_at__gte=live_since).order_by("host", "pid")
@@ -270,7 +270,7 @@ def queue_names() -> list[str]:
             _queues_by_status("SELECT name FROM q WHERE name IS NOT NULL"), Status.values
         )
         with_jobs = {name for (name,) in cursor.fetchall()}
-    configured = {DEFAULT_QUEUE, *ratequeue_settings()["QUEUES"], *queue_overrides()}
+    configured = {DEFAULT_QUEUE, *ratequeue_settings().QUEUES, *queue_overrides()}
     return sorted(with_jobs | configured)
 
 

@@ -88,7 +88,7 @@ def workers_exhausted(parent: Attempt, child_id: str) -> bool:
     started = Attempt.objects.filter(job_id=child_id, active=True).exclude(started_at=None)
     if started.exists():
         return False
-    dead_after = timedelta(seconds=ratequeue_settings()["WORKER_DEAD_AFTER"])
+    dead_after = timedelta(seconds=ratequeue_settings().WORKER_DEAD_AFTER)
     live = set(
         WorkerHeartbeat.objects.filter(seen_at__gte=clock.now() - dead_after).values_list(
             "id", flat=True

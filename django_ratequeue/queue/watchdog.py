@@ -55,10 +55,7 @@ def beat(force: bool = False) -> str:
     global _last_beat
     identity = worker_id()
     with _beat_lock:
-        if (
-            not force
-            and time.monotonic() - _last_beat < ratequeue_settings()["HEARTBEAT_INTERVAL"]
-        ):
+        if not force and time.monotonic() - _last_beat < ratequeue_settings().HEARTBEAT_INTERVAL:
             return identity
         _last_beat = time.monotonic()
     now = clock.now()
@@ -88,7 +85,7 @@ def wake_forgotten_work() -> None:
     state, last_step = next(iter(row), (LoopStatus.IDLE, None))
     waiting = Job.objects.filter(status=Status.WAITING)
     if state == LoopStatus.SCHEDULED and last_step is not None:
-        segment = timedelta(seconds=ratequeue_settings()["SEGMENT"])
+        segment = timedelta(seconds=ratequeue_settings().SEGMENT)
         since = last_step - 2 * segment - STAMP_MARGIN
         until = clock.now() + STAMP_MARGIN
         waiting = waiting.filter(pk__range=(_id_prefix(since), _id_prefix(until)))
@@ -107,7 +104,7 @@ def watch() -> None:
     """The watchdog thread's body."""
     from .loop import wake_loop, watch_loop
 
-    interval = ratequeue_settings()["WATCHDOG_INTERVAL"]
+    interval = ratequeue_settings().WATCHDOG_INTERVAL
     first = True
     rounds = 0
     while True:

@@ -21,13 +21,10 @@ import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from functools import cache
 from typing import Any
 
-from django.core.signals import setting_changed
 from django.db import transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
-from django.dispatch import receiver
 
 from .. import clock
 from ..conf import ratequeue_settings
@@ -43,14 +40,13 @@ from .algebra import (
     two_choices,
     with_jitter,
 )
-from .config import RateLimitConfig, parse_config
+from .config import RateLimitConfig, check_limit_name, parse_config
 from .models import RateLimitState
 
 logger = logging.getLogger(__name__)
 
 ConfigLike = RateLimitConfig | Mapping[str, Any]
 
-NAME_MAX_LENGTH = RateLimitState._meta.get_field("name").max_length or 200
 KEY_MAX_LENGTH = RateLimitState._meta.get_field("key").max_length or 255
 
 
@@ -74,30 +70,12 @@ class RateLimitResult:
 # --- configuration ---------------------------------------------------------------------
 
 
-@cache
-def configured_rate_limits() -> dict[str, RateLimitConfig]:
-    """Every limit in ``settings.RATEQUEUE["RATE_LIMITS"]``, parsed, by name."""
-    limits: dict[str, RateLimitConfig] = {}
-    for name, value in (ratequeue_settings()["RATE_LIMITS"] or {}).items():
-        try:
-            limits[name] = parse_config(value)
-        except ValueError as error:
-            raise ValueError(f'RATEQUEUE["RATE_LIMITS"][{name!r}]: {error}') from None
-    return limits
-
-
-@receiver(setting_changed)
-def _forget_configured_limits(*, setting: str, **kwargs: Any) -> None:
-    if setting == "RATEQUEUE":
-        configured_rate_limits.cache_clear()
-
-
 def get_rate_limit_config(name: str, config: ConfigLike | None = None) -> RateLimitConfig:
     """The configuration of ``name``: ``config`` if given, else the one in settings."""
-    _check_name(name)
+    check_limit_name(name)
     if config is not None:
         return parse_config(config)
-    limits = configured_rate_limits()
+    limits = ratequeue_settings().RATE_LIMITS
     try:
         return limits[name]
     except KeyError:
@@ -106,14 +84,6 @@ def get_rate_limit_config(name: str, config: ConfigLike | None = None) -> RateLi
             f"Unknown rate limit {name!r}: pass config=TokenBucket(...) or FixedWindow(...) "
             f'or add it to settings.RATEQUEUE["RATE_LIMITS"] (configured: {known}).'
         ) from None
-
-
-def _check_name(name: str) -> None:
-    if not isinstance(name, str) or not name or len(name) > NAME_MAX_LENGTH:
-        raise ValueError(
-            f"A rate-limit name must be a non-empty string of at most {NAME_MAX_LENGTH} "
-            f"characters, got {name!r}."
-        )
 
 
 def _row_key(key: str | None) -> str:
@@ -175,7 +145,7 @@ def check_rate_limit(
 def reset_rate_limit(name: str, *, key: str | None = None, all_keys: bool = False) -> None:
     """Forget the state of ``name`` for ``key`` (every shard), or for every key with
     ``all_keys=True``: the limit is full again."""
-    _check_name(name)
+    check_limit_name(name)
     connection = storage.connection_for_write()
     if not all_keys:
         storage.delete_rows(connection, name, _row_key(key))
@@ -256,7 +226,7 @@ def _take_in_one_statement(connection: BaseDatabaseWrapper, request: _Request) -
     # waiting for the WAL flush (about twice the decisions per second); a PostgreSQL crash
     # may then forget the consumes of its last fraction of a second. Rate-limit state is
     # soft, and a caller's transaction keeps its own durability.
-    async_commit = ratequeue_settings()["RATE_LIMIT_ASYNC_COMMIT"] and connection.get_autocommit()
+    async_commit = ratequeue_settings().RATE_LIMIT_ASYNC_COMMIT and connection.get_autocommit()
     while True:
         now = clock.timestamp()
         taken = sql.take(
@@ -413,7 +383,7 @@ def project_row_value(
     """The tokens ``row`` holds now (its share, for a shard); ``None`` if its name is no
     longer configured (and no ``config`` is given) or has fewer shards now."""
     if config is None:
-        config = configured_rate_limits().get(row.name)
+        config = ratequeue_settings().RATE_LIMITS.get(row.name)
         if config is None:
             return None
     if row.shard >= config.shard_count:
@@ -432,7 +402,7 @@ class RateLimits:
     def __init__(self, limits: Mapping[str, ConfigLike]) -> None:
         parsed: dict[str, RateLimitConfig] = {}
         for name, value in limits.items():
-            _check_name(name)
+            check_limit_name(name)
             try:
                 parsed[name] = parse_config(value)
             except ValueError as error:

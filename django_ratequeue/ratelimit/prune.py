@@ -21,8 +21,9 @@ from django.db import transaction
 from django.db.models import F, FloatField, Value
 from django.db.models.functions import Cast
 
+from ..conf import ratequeue_settings
 from .algebra import State, project
-from .api import _phase, configured_rate_limits
+from .api import _phase
 from .config import RateLimitConfig
 from .models import RateLimitState
 
@@ -34,7 +35,7 @@ def prune_full_rows(batch_size: int = BATCH_SIZE) -> int:
     now = time.time()
     return sum(
         _prune_limit(name, limit, now, batch_size)
-        for name, limit in configured_rate_limits().items()
+        for name, limit in ratequeue_settings().RATE_LIMITS.items()
     )
 
 

@@ -12,8 +12,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from .. import clock
+from ..conf import ratequeue_settings
 from .algebra import State
-from .api import configured_rate_limits, shard_states
+from .api import shard_states
 from .config import FixedWindow, RateLimitConfig, parse_config
 
 _PERIOD_NAMES = {1: "second", 60: "minute", 3600: "hour", 86400: "day", 604800: "week"}
@@ -21,7 +22,9 @@ _PERIOD_NAMES = {1: "second", 60: "minute", 3600: "hour", 86400: "day", 604800: 
 
 def config_for(name: str, config: Any = None) -> RateLimitConfig | None:
     """The inline ``config`` if given, else the configured one, else ``None``."""
-    return parse_config(config) if config is not None else configured_rate_limits().get(name)
+    return (
+        parse_config(config) if config is not None else ratequeue_settings().RATE_LIMITS.get(name)
+    )
 
 
 def describe(config: RateLimitConfig | None) -> str:

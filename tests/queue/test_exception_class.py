@@ -54,7 +54,7 @@ def test_the_class_a_job_raised_is_kept(func: Any, path: str) -> None:
 def test_a_hostile_class_path_is_stored_escaped_and_cut() -> None:
     handle = enqueue(jobs.fail_with_a_hostile_class, retries=0)
     path = failure(handle).exception_class_path
-    limit = ratequeue_settings()["MAX_ERROR_BYTES"]
+    limit = ratequeue_settings().MAX_ERROR_BYTES
     assert path.startswith("a\\x00bccc") and path.endswith("ccc.Hostile")
     assert len(path.encode()) <= limit and "bytes cut" in path
 

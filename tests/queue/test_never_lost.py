@@ -41,7 +41,7 @@ def labels_run(path: Path) -> Counter[str]:
 
 def age_dispatches() -> None:
     """As if WORKER_DEAD_AFTER had passed since the attempts were dispatched."""
-    past = timedelta(seconds=ratequeue_settings()["WORKER_DEAD_AFTER"] + 1)
+    past = timedelta(seconds=ratequeue_settings().WORKER_DEAD_AFTER + 1)
     Attempt.objects.update(dispatched_at=F("dispatched_at") - past)
 
 

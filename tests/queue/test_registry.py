@@ -17,9 +17,10 @@ from django.db import transaction
 from django.test import Client, override_settings
 
 from django_ratequeue import Status, enqueue, enqueue_many, job
+from django_ratequeue.checks import check_settings
 from django_ratequeue.models import Attempt, Job
 from django_ratequeue.queue.models import Outcome
-from django_ratequeue.queue.registry import autodiscover, check_job_modules, registered_job
+from django_ratequeue.queue.registry import autodiscover, registered_job
 from django_ratequeue.queue.runner import run_attempt
 from tests.integration.test_queue_admin import run_action
 from tests.queue import jobs
@@ -166,14 +167,14 @@ def test_a_job_module_that_does_not_exist_stops_the_start() -> None:
 )
 def test_job_modules_are_checked(value: Any, message: str) -> None:
     with override_settings(RATEQUEUE={"JOB_MODULES": value}):
-        errors = check_job_modules()
+        errors = check_settings()
     assert [e.id for e in errors] == ["django_ratequeue.E220"]
     assert message in errors[0].msg
 
 
 def test_good_job_modules_pass_the_check() -> None:
     with override_settings(RATEQUEUE={"JOB_MODULES": ["tests.queue.jobs"]}):
-        assert check_job_modules() == []
+        assert check_settings() == []
 
 
 @pytest.mark.django_db  # the runner reads the time on the database's clock

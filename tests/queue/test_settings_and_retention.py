@@ -21,6 +21,7 @@ def check_ids(**settings: object) -> list[str]:
         return sorted(e.id for e in checks.run_checks() if e.id.startswith("django_ratequeue.E2"))
 
 
+@pytest.mark.django_db  # Django 6's checks read the database
 def test_queue_settings_are_checked() -> None:
     assert check_ids(QUEUES={"emails": {"max_concurrency": 2, "key_concurrency": 2}}) == []
     assert check_ids(QUEUES={"emails": {"max_concurrency": 101}}) == ["django_ratequeue.E213"]

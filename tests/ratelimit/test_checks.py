@@ -8,16 +8,16 @@ import pytest
 from django.core.checks import run_checks
 from django.test import override_settings
 
-from django_ratequeue.ratelimit.checks import check_async_commit, check_rate_limits
+from django_ratequeue.checks import check_settings
 
 
 def errors_for(limits: Any) -> list[tuple[str, str]]:
     with override_settings(RATEQUEUE={"RATE_LIMITS": limits}):
-        return [(error.id or "", error.msg) for error in check_rate_limits()]
+        return [(error.id or "", error.msg) for error in check_settings()]
 
 
 def test_the_example_project_limits_are_valid() -> None:
-    assert check_rate_limits() == []
+    assert check_settings() == []
     assert not [e for e in run_checks() if (e.id or "").startswith("django_ratequeue.E1")]
 
 
@@ -65,8 +65,8 @@ def test_each_bad_limit_is_reported_by_name(config: Any, message: str) -> None:
 @pytest.mark.parametrize("value", [True, False])
 def test_async_commit_is_a_boolean(value: bool) -> None:
     with override_settings(RATEQUEUE={"RATE_LIMIT_ASYNC_COMMIT": value}):
-        assert check_async_commit() == []
+        assert check_settings() == []
     with override_settings(RATEQUEUE={"RATE_LIMIT_ASYNC_COMMIT": "yes"}):
-        [error] = check_async_commit()
+        [error] = check_settings()
     assert error.id == "django_ratequeue.E104"
     assert "must be True or False, got 'yes'" in error.msg

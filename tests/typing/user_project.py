@@ -30,6 +30,7 @@ from django_ratequeue import (
     rate_limit,
     reset_rate_limit,
 )
+from django_ratequeue.conf import RateQueueSettings, ratequeue_settings
 from django_ratequeue.contrib.drf import RateLimitThrottle
 from django_ratequeue.decorators import ratelimit
 from django_ratequeue.ratelimit.api import RateLimits
@@ -134,3 +135,14 @@ class ReportsView(APIView):
         assert_type(throttle.allow_request(request, self), bool)
         assert_type(throttle.wait(), float | None)
         return Response({})
+
+
+def settings_read_as_attributes() -> None:
+    settings = ratequeue_settings()
+    assert_type(settings, RateQueueSettings)
+    assert_type(settings.MAX_CONCURRENCY, int)
+    assert_type(settings.RETENTION, float)
+    assert_type(settings.QUEUES["emails"].max_concurrency, int)
+    assert_type(settings.QUEUES["emails"].rate_limit, str | None)
+    assert_type(settings.DEFAULT_RETRIES, Retry)
+    assert_type(settings.JOB_MODULES, tuple[str, ...])

@@ -5,6 +5,7 @@ error."""
 from __future__ import annotations
 
 from django_ratequeue import enqueue, job
+from django_ratequeue.conf import ratequeue_settings
 
 
 @job
@@ -23,3 +24,7 @@ def wrong_arguments() -> None:
 
 def wrong_result() -> str:
     return add.enqueue(1, 2).result()  # E: Incompatible return value type (got "int", expected
+
+
+def settings_read_as_a_dict() -> object:
+    return ratequeue_settings()["MAX_CONCURRENCY"]  # E: Value of type "RateQueueSettings" is not

@@ -11,7 +11,8 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db.models import Count
 
 from ... import clock
-from ...ratelimit.api import configured_rate_limits, project_row_value, reset_rate_limit
+from ...conf import ratequeue_settings
+from ...ratelimit.api import project_row_value, reset_rate_limit
 from ...ratelimit.config import RateLimitConfig
 from ...ratelimit.models import RateLimitState
 from ...ratelimit.prune import BATCH_SIZE, prune_all_full_rows
@@ -62,7 +63,7 @@ class Command(BaseCommand):
         stored = dict(
             RateLimitState.objects.values_list("name").annotate(rows=Count("id")).order_by()
         )
-        configured = configured_rate_limits()
+        configured = ratequeue_settings().RATE_LIMITS
         if not configured and not stored:
             self.stdout.write("No rate limits are configured or stored.")
             return
@@ -122,7 +123,7 @@ class Command(BaseCommand):
         """The limit's configuration; ``None`` for a name only stored (an inline config)."""
         config = config_for(name)
         if config is None and not RateLimitState.objects.filter(name=name).exists():
-            known = ", ".join(sorted(configured_rate_limits())) or "none"
+            known = ", ".join(sorted(ratequeue_settings().RATE_LIMITS)) or "none"
             raise CommandError(
                 f"Unknown rate limit {name!r}: it is neither in RATEQUEUE['RATE_LIMITS'] "
                 f"(configured: {known}) nor stored."

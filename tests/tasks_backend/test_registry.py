@@ -35,6 +35,7 @@ def test_a_task_registers_as_it_is_defined_for_this_backend() -> None:
     assert registered_task("tests.tasks_backend.tasks.add") is tasks.add
 
 
+@pytest.mark.django_db  # the runner reads the time on the database's clock
 @pytest.mark.parametrize("name", [f"{SIDE_EFFECT}.wipe", "os.system", "builtins.exec"])
 def test_a_forged_task_name_is_neither_imported_nor_run(name: str) -> None:
     """A task job whose task name was changed in the database fails for good."""

@@ -8,11 +8,17 @@ adds poison jobs."""
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import pytest
+from django.db import connection, transaction
 
 from bench.faults import SETTINGS, Drill, KillLoop, KillWorker, TerminateConnections, plan
+from django_ratequeue import enqueue, enqueue_many
+from django_ratequeue.models import Job, LoopState
+from django_ratequeue.queue.loop import ensure_loop_state
+from tests.queue import jobs
 from tests.queue.conftest import child_pids
 
 
@@ -39,3 +45,41 @@ def test_fault_drill_loses_nothing_runs_nothing_twice_and_keeps_the_limits(
     assert report.findings.twice == {}, details
     assert report.findings.exceeded == [], details
     assert report.findings.peaks["all"] >= 2, details  # the observer saw jobs side by side
+
+
+@pytest.mark.postgres_only
+def test_an_enqueue_whose_wake_up_fails_after_its_commit_returns_its_handles(
+    transactional_db: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The drill's producer died of this: the loop's kick, run after the job's commit, hit a
+    lost connection, and Django, logging the failure of that robust ``on_commit`` callback,
+    raised ``AttributeError`` (a bare ``functools.partial`` has no ``__qualname__``)."""
+    ensure_loop_state()
+    locked, release = threading.Event(), threading.Event()
+
+    def hold_the_loop_row() -> None:
+        try:
+            with transaction.atomic():
+                LoopState.objects.select_for_update().get(pk=LoopState.SINGLETON)
+                locked.set()
+                release.wait(timeout=30)
+        finally:
+            connection.close()
+
+    holder = threading.Thread(target=hold_the_loop_row)
+    holder.start()
+    try:
+        assert locked.wait(timeout=30)
+        with connection.cursor() as cursor:
+            cursor.execute("SET statement_timeout = 200")  # the kick's UPDATE then fails
+        try:
+            handle = enqueue(jobs.add, 1, 1)
+            handles = enqueue_many(jobs.add, [[2, 2]])
+        finally:
+            with connection.cursor() as cursor:
+                cursor.execute("SET statement_timeout = 0")
+    finally:
+        release.set()
+        holder.join(timeout=30)
+    assert Job.objects.filter(pk__in=[handle.id, handles[0].id]).count() == 2
+    assert "Error calling wake_after_enqueue in on_commit()" in caplog.text

@@ -75,7 +75,10 @@ def run_batch(attempt_ids: list[int], until: float | None = None) -> None:
     global _chunk
     if until is None:
         until = time.monotonic() + ratequeue_settings()["LOOP_LEASE"] / 2
-    runner = Runner(beat(), _chunk)
+    # Through reconnects from the first statement on: this worker's connection may have
+    # been cut while it waited for the task (a database restart), and a batch that fails
+    # here leaves its attempts dispatched with nobody to run them.
+    runner = Runner(through_reconnects(beat), _chunk)
     while attempt_ids:
         runner.run(attempt_ids)
         attempt_ids = runner.next_pass(until)
@@ -111,9 +114,11 @@ class Runner:
 
     def run(self, attempt_ids: list[int]) -> None:
         """Run a batch."""
-        Attempt.objects.filter(
-            pk__in=attempt_ids, worker="", started_at=None, ended_at=None
-        ).update(worker=self.worker)
+        through_reconnects(
+            lambda: Attempt.objects.filter(
+                pk__in=attempt_ids, worker="", started_at=None, ended_at=None
+            ).update(worker=self.worker)
+        )
         todo = list(attempt_ids)
         while todo:
             todo = self.run_chunk(todo)

@@ -15,9 +15,11 @@ import pytest
 from django.db import connection, transaction
 
 from bench.faults import SETTINGS, Drill, KillLoop, KillWorker, TerminateConnections, plan
-from django_ratequeue import enqueue, enqueue_many
+from django_ratequeue import Status, enqueue, enqueue_many
 from django_ratequeue.models import Job, LoopState
-from django_ratequeue.queue.loop import ensure_loop_state
+from django_ratequeue.queue.loop import Loop, ensure_loop_state
+from django_ratequeue.queue.runner import run_batch
+from django_ratequeue.queue.watchdog import beat
 from tests.queue import jobs
 from tests.queue.conftest import child_pids
 
@@ -83,3 +85,40 @@ def test_an_enqueue_whose_wake_up_fails_after_its_commit_returns_its_handles(
         holder.join(timeout=30)
     assert Job.objects.filter(pk__in=[handle.id, handles[0].id]).count() == 2
     assert "Error calling wake_after_enqueue in on_commit()" in caplog.text
+
+
+@pytest.mark.postgres_only
+@pytest.mark.parametrize("beaten", [True, False], ids=["heartbeat due", "heartbeat recent"])
+def test_a_batch_whose_connection_was_cut_while_it_waited_still_runs(
+    transactional_db: None, tmp_path: Path, beaten: bool
+) -> None:
+    """The drill's terminated connections left attempts dispatched and never claimed, all
+    slots held for good: a worker's connection, cut while it waited for a task, failed the
+    first statement of its next batch (its heartbeat, or its claim when the watchdog had
+    just beaten), so the django-q2 task failed and no one ran them."""
+    log = tmp_path / "runs.log"
+    handle = enqueue(jobs.record, str(log), "once")
+    generation = ensure_loop_state()[0] + 1
+    LoopState.objects.update(generation=generation)
+    loop = Loop(generation)
+    loop.step()  # starts the job; its batch is the pass's to run
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        (backend,) = cursor.fetchone()
+
+    def cut() -> None:
+        try:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_terminate_backend(%s)", [backend])
+        finally:
+            connection.close()
+
+    if not beaten:
+        beat(force=True)  # the batch skips its own heartbeat: its claim comes first
+    cutter = threading.Thread(target=cut)
+    cutter.start()
+    cutter.join(timeout=30)
+    run_batch(loop.inline_batch)
+    assert [line.split()[0] for line in log.read_text().splitlines()] == ["once"]
+    loop.step()  # takes the outcome in
+    assert handle.status() == Status.COMPLETE

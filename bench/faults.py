@@ -1,39 +1,43 @@
 """A fault drill: a steady load of jobs while the database and the processes fail, measured.
 
-    .venv/bin/python -m bench.faults            # about two minutes
-    .venv/bin/python -m bench.faults --quick    # smoke run (400 jobs)
+    .venv/bin/python -m bench.faults            # 3 to 8 minutes (longer when faults stick)
+    .venv/bin/python -m bench.faults --quick    # 400 jobs
 
 The drill runs on a PostgreSQL server of its own: ``initdb`` into a temporary directory
 (as the ``postgres`` user when run as root) and ``pg_ctl start`` on 127.0.0.1, port 55432
 unless ``--port`` says otherwise, with the binaries of the newest
 ``/usr/lib/postgresql/*/bin`` (or ``--pg-bin``). It restarts that server and no other; the
-server and its directory are gone at the end. ``--terminate`` replaces the restart by
-``pg_terminate_backend`` of every connection to the drill's database, as the CI test does.
+server and its directory are gone at the end.
 
-A ``qcluster`` (``--workers`` workers) runs the jobs; a producer thread in this process
-enqueues ``--jobs`` jobs at ``--rate`` per second over three queues with concurrency limits
-(``alpha`` 2, ``beta`` 1, ``gamma`` 2 in all and 1 per concurrency key, four keys; at most 4
-jobs at once in all), each job sleeping 20 to 80 ms. While it runs, the faults come one
-after another, each once the one before has recovered:
+A ``qcluster`` (``--workers`` workers, ratequeue's timings at their defaults) runs the jobs;
+a producer thread in this process enqueues ``--jobs`` jobs at ``--rate`` per second over
+three queues with concurrency limits (``alpha`` 2, ``beta`` 1, ``gamma`` 2 in all and 1 per
+concurrency key, four keys; at most 4 jobs at once in all), each job sleeping 20 to 80 ms.
+While it runs, the faults (``--faults``) come one after another, each once the one before
+has recovered, or 60 s later; one not recovered by then is followed by a restart of the
+cluster, as a supervisor would do it, so that the next fault meets a working cluster:
 
-- PostgreSQL restarted (``pg_ctl restart -m fast``);
-- the loop's process killed: ``kill -9`` of the worker whose transaction holds the loop's
-  row (a loop step in progress);
-- a worker killed (``kill -9``) in the middle of a job;
-- a poison job that raises ``SystemExit``;
-- a poison job that fails, with a retry interval of ``sys.maxsize`` seconds.
+- ``restart``: PostgreSQL restarted (``pg_ctl restart -m fast``); or ``terminate``:
+  ``pg_terminate_backend`` of every other connection to the drill's database (the CI test);
+- ``kill-loop``: ``kill -9`` of the worker whose transaction holds the loop's row (a loop
+  step in progress), while its pass runs as a django-q2 task;
+- ``kill-worker``: ``kill -9`` of a worker in the middle of a job;
+- ``kill-idle``: ``kill -9`` of a worker waiting for a task;
+- ``poison-exit``: a poison job that raises ``SystemExit``;
+- ``poison-retry``: a poison job that fails, with a retry interval of ``sys.maxsize`` s.
 
 The observer: every job appends its start and its end, with its process id, to a file (it
 outlives restarts and kills; a run killed by the drill ends at the kill). From it:
 
 - *recovered in*: from the fault until every job that was running when it hit (an active
   attempt), the poison, and a probe job enqueued once the fault was over, have finished;
-- *jobs lost*: jobs the drill enqueued (load, probes) that are not complete at the end;
+- *jobs lost*: jobs the drill enqueued (load, probes) that are not complete at the end,
+  counted in the row of the fault they last ran (or were enqueued) under;
 - *run twice at once*: jobs with two runs that overlap in time;
 - *limits exceeded*: starts that took a queue, a concurrency key or the whole environment
   past its limit;
-- *re-run*: jobs hit by the fault that ran again (allowed: an attempt cut short runs again,
-  see docs/operations.md).
+- *re-run*: jobs that ran again (allowed: an attempt cut short runs again, see
+  docs/operations.md).
 """
 
 from __future__ import annotations
@@ -495,7 +499,7 @@ class Report:
     started: float
     hits: list[Hit]
     enqueued: int
-    lost: dict[str, float]  # job → when it was last seen (its last start, or its enqueue)
+    lost: dict[str, float]  # job → when it was last seen (its last start, or its creation)
     findings: Findings
     limit: dict[str, int]
     notes: list[str]
@@ -570,9 +574,9 @@ class Drill:
 
     ``cluster_pids`` lists the processes of the cluster under test (whose workers may be
     killed). Each fault waits ``pause`` seconds of steady load after the previous one
-    recovered; a fault not recovered in ``recovery_limit`` seconds is reported as such, and
-    then ``restart_cluster``, if given, restarts the cluster as a supervisor would, so that
-    the next fault meets a working one.
+    recovered (see :meth:`await_recovery`); a fault not recovered in ``recovery_limit``
+    seconds is reported as such, and then ``restart_cluster``, if given, restarts the
+    cluster as a supervisor would, so that the next fault meets a working one.
     """
 
     def __init__(
@@ -585,6 +589,7 @@ class Drill:
         pause: float = 3.0,
         recovery_limit: float = 90.0,
         stall_limit: float = 45.0,
+        confirm_after: float = 12.0,
         restart_cluster: Callable[[], None] | None = None,
         print_progress: bool = False,
     ) -> None:
@@ -593,6 +598,7 @@ class Drill:
         self.pause, self.recovery_limit, self.stall_limit = pause, recovery_limit, stall_limit
         self.print_progress = print_progress
         self.restart_cluster = restart_cluster
+        self.confirm_after = confirm_after
         self.jobs = {job.label: job for job in jobs}
         self.killed: dict[int, float] = {}
         self.producer = Producer(log, jobs, rate)
@@ -629,7 +635,7 @@ class Drill:
                 probe = Planned(f"probe{n}", PROBE_QUEUE, seconds=0.01, priority=10)
                 self.add(probe)
                 hit.watch.append(probe.label)
-                hit.recovered_at = self.await_recovery(hit)
+                hit.recovered_at = self.await_recovery(hit, n)
                 hit.resumed_at = self.resumed(hit)
                 for job_id in hit.watch[:-1] + hit.parked:  # the poison, not the probe
                     hit.note = f"{hit.note}; " if hit.note else ""
@@ -638,7 +644,7 @@ class Drill:
                 if hit.recovered_at is None and self.restart_cluster is not None:
                     self.say("restarting the cluster, as a supervisor would")
                     self.restart_cluster()
-                    after = self.await_recovery(hit)
+                    after = self.await_recovery(hit, n)
                     hit.note = (f"{hit.note}; " if hit.note else "") + (
                         f"not recovered in {self.recovery_limit:g} s: the drill restarted the "
                         "cluster, "
@@ -732,31 +738,38 @@ class Drill:
                 raise DrillError(f"timed out after {limit:g} s waiting for {what}")
             time.sleep(0.05)
 
-    def await_recovery(self, hit: Hit) -> float | None:
+    def await_recovery(self, hit: Hit, n: int) -> float | None:
         """When the jobs the fault hit, and those it watches, had all ended, and those it
-        parks had left RUNNING (None: not within ``recovery_limit``)."""
+        parks had left RUNNING (None: not within ``recovery_limit``). Confirmed by one more
+        probe, enqueued ``confirm_after`` seconds after the fault, completing too (passes a
+        runner runs itself keep a cluster going a while without its task queue)."""
         from django_ratequeue.queue.models import FINAL_STATUSES, Job, Status
 
         ended = set(hit.in_flight) | set(hit.watch)
+        confirm = Planned(f"confirm{n}", PROBE_QUEUE, seconds=0.01, priority=10)
         deadline = time.monotonic() + self.recovery_limit
-        parked_at = 0.0
+        parked_at = recovered_at = 0.0
         while time.monotonic() < deadline:
+            if confirm.label not in self.jobs and time.time() > hit.at + self.confirm_after:
+                self.add(confirm)
             rows = through_outages(
                 lambda: list(
-                    Job.objects.filter(pk__in=ended | set(hit.parked)).values_list(
-                        "pk", "status", "finished_at"
-                    )
+                    Job.objects.filter(
+                        pk__in=ended | set(hit.parked) | {confirm.label}
+                    ).values_list("pk", "status", "finished_at")
                 )
             )
-            done = [(pk, finished) for pk, status, finished in rows if status in FINAL_STATUSES]
+            done = {pk: finished for pk, status, finished in rows if status in FINAL_STATUSES}
             left = {pk for pk, status, _ in rows if status not in (Status.RUNNING, Status.WAITING)}
             if not parked_at and left >= set(hit.parked):
                 parked_at = time.time()
-            if len(done) == len(ended) and parked_at:
-                return max(
+            if not recovered_at and ended <= set(done) and parked_at:
+                recovered_at = max(
                     [parked_at if hit.parked else 0.0]
-                    + [finished.timestamp() for _, finished in done if finished]
+                    + [moment.timestamp() for pk in ended if (moment := done[pk])]
                 )
+            if recovered_at and confirm.label in done:
+                return recovered_at
             time.sleep(0.1)
         return None
 
@@ -778,7 +791,7 @@ class Drill:
             return f"{job_id} is gone"
         tries = ", ".join(outcome or "no outcome" for outcome in outcomes) or "none"
         error = f" ({status[1][:120]})" if status[1] else ""
-        return f"ended {status[0]}{error}; attempts: {tries}"
+        return f"is {status[0]}{error}; its attempts: {tries}"
 
     def resumed(self, hit: Hit) -> float | None:
         """When the first job completed after ``hit`` struck."""
@@ -846,18 +859,21 @@ class Drill:
         from django_ratequeue.queue.models import Job, Status
 
         expected = self.expected()
-        rows = dict(
-            through_outages(
-                lambda: list(Job.objects.filter(pk__in=expected).values_list("pk", "status"))
+        rows = {
+            pk: (status, created.timestamp())
+            for pk, status, created in through_outages(
+                lambda: list(
+                    Job.objects.filter(pk__in=expected).values_list("pk", "status", "created_at")
+                )
             )
-        )
-        last_start: dict[str, float] = {}
+        }
+        last_seen: dict[str, float] = {label: created for label, (_, created) in rows.items()}
         for run in read_runs(self.log, self.killed):
-            last_start[run.label] = max(run.start, last_start.get(run.label, 0.0))
+            last_seen[run.label] = max(run.start, last_seen.get(run.label, 0.0))
         return {
-            label: last_start.get(label, self.started)
+            label: last_seen.get(label, self.started)
             for label in expected
-            if rows.get(label) != Status.COMPLETE
+            if rows.get(label, ("missing", 0.0))[0] != Status.COMPLETE
         }
 
 
@@ -926,7 +942,7 @@ def private_postgres(bin_dir: Path, port: int) -> Iterator[tuple[str, Callable[[
 
 
 # The drill's faults, in their order (``--faults``).
-FAULTS = ["restart", "kill-loop", "kill-worker", "poison-exit", "poison-retry", "kill-idle"]
+FAULTS = ["restart", "kill-loop", "kill-worker", "kill-idle", "poison-exit", "poison-retry"]
 
 
 def parse_arguments(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -1023,6 +1039,7 @@ def drill_with(
             plan(args.jobs),
             args.rate,
             lambda: group_pids(running[0].processes[0].pid),
+            recovery_limit=60,
             restart_cluster=restart_cluster,
             print_progress=True,
         )

@@ -38,6 +38,7 @@ def test_fault_drill_loses_nothing_runs_nothing_twice_and_keeps_the_limits(
         pause=1.0,
         recovery_limit=60,
         stall_limit=30,
+        confirm_after=5,  # past the fixture's LOOP_LEASE of 2 s
     )
     report = drill.run([TerminateConnections(), KillLoop(as_task=True), KillWorker()])
     details = "\n".join([report.table(), *report.details()])

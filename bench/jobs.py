@@ -1,10 +1,11 @@
-"""The jobs the queue benchmark runs, plain functions that ours and django-q2 both call.
+"""The jobs the benchmarks run, plain functions that ours and django-q2 both call.
 
 Nothing here imports django-ratequeue: django-q2 "alone" runs them without our app.
 """
 
 from __future__ import annotations
 
+import os
 import time
 
 
@@ -18,3 +19,35 @@ def record_start(seq: int) -> None:
 
     started = time.time()
     JobStart.objects.create(seq=seq, started=started)
+
+
+def observed_run(log: str, label: str, seconds: float) -> str:
+    """A job of the fault drill: append its start and its end (with this process's id) to
+    ``log``. A file, not a table, so that the record survives what the drill does to the
+    database and to processes; a run cut short by ``kill -9`` has no end line."""
+    pid = os.getpid()
+    _append(log, f"start {label} {pid} {time.time():.6f}")
+    try:
+        time.sleep(seconds)
+    finally:
+        _append(log, f"end {label} {pid} {time.time():.6f}")
+    return label
+
+
+def exit_worker() -> None:
+    """A poison job of the fault drill: what ``sys.exit()`` deep inside a library does."""
+    raise SystemExit(3)
+
+
+def fail() -> None:
+    """A job that always fails (the drill gives it an absurd retry interval)."""
+    raise RuntimeError("this job always fails")
+
+
+def _append(path: str, line: str) -> None:
+    """One ``write`` with ``O_APPEND``: lines of concurrent writers stay whole."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, f"{line}\n".encode())
+    finally:
+        os.close(fd)

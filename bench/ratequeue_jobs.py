@@ -9,7 +9,11 @@ from __future__ import annotations
 
 from django_ratequeue import job
 
-from .jobs import noop, record_start
+from .jobs import exit_worker, fail, noop, observed_run, record_start
 
 job(noop)
 job(record_start)
+# bench.faults: the observed load and its poisons
+job(observed_run)
+job(exit_worker)
+job(fail)

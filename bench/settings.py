@@ -6,7 +6,8 @@ out, for a django-q2 cluster that runs nothing of ours.
 
 ``DATABASE_URL`` picks the database (default ``postgres://root@127.0.0.1:5432/ratequeue_bench``,
 created and migrated by the benchmark); ``BENCH_REDIS_URL`` the Redis database that DRF's
-throttle, django-ratelimit and ``limits`` share.
+throttle, django-ratelimit and ``limits`` share; ``BENCH_WORKERS`` the qcluster's workers
+(default 2).
 """
 
 import json
@@ -39,7 +40,7 @@ INSTALLED_APPS += (
 )
 TASKS = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend"}}
 
-Q_CLUSTER = {**Q_CLUSTER, "workers": 2}
+Q_CLUSTER = {**Q_CLUSTER, "workers": int(os.environ.get("BENCH_WORKERS", "2"))}
 # Ours at the library's default concurrency unless the queue benchmark asks for another.
 RATEQUEUE = {
     **RATEQUEUE,

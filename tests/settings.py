@@ -21,10 +21,10 @@ if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
 
 # The tests' jobs and tasks are not in an installed app's jobs.py or tasks.py: import them at
 # start-up so that they are registered (only registered jobs run), in the test process and
-# in the qcluster workers the tests start.
+# in the qcluster workers the tests start. The fault drill's test runs the drill's jobs.
 RATEQUEUE = {
     **RATEQUEUE,
-    "JOB_MODULES": ["tests.queue.jobs"]
+    "JOB_MODULES": ["tests.queue.jobs", "bench.ratequeue_jobs"]
     + (["tests.tasks_backend.tasks"] if django.VERSION >= (6, 0) else []),
 }
 

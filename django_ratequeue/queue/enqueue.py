@@ -576,9 +576,7 @@ def _enqueue_one(
             # "ignore" hands out the existing job's handle: only when the job is the caller's.
             if not template.ignore_duplicates or not _owned_by(stamp.id, template.owner):
                 raise DuplicateJobId(stamp.id) from None
-    transaction.on_commit(
-        partial(wake_after_enqueue, stamp.start_at, stamp.created_at), robust=True
-    )
+    transaction.on_commit(_wake_up(stamp.start_at, stamp.created_at), robust=True)
     return Handle(stamp.id, owner=template.owner)
 
 
@@ -606,6 +604,13 @@ def wake_after_enqueue(start_at: datetime, enqueued_at: datetime) -> None:
     before = clock.timestamp()
     if wake_loop(start_at) == LoopStatus.RUNNING:
         _seen_running_at = before
+
+
+def _wake_up(start_at: datetime, enqueued_at: datetime) -> Callable[[], None]:
+    """:func:`wake_after_enqueue` as an ``on_commit`` callback that keeps its name: Django
+    logs a robust callback's failure (a lost connection) by ``__qualname__``, which a bare
+    ``partial`` lacks, and the enqueue, already committed, would raise AttributeError."""
+    return update_wrapper(partial(wake_after_enqueue, start_at, enqueued_at), wake_after_enqueue)
 
 
 def _item_call(item: Any) -> tuple[list[Any], dict[str, Any]]:
@@ -668,7 +673,7 @@ def enqueue_many(
             if first is not None:
                 raise DuplicateJobId(first)
             Job.objects.bulk_create(rows, batch_size=1000, ignore_conflicts=True)
-    transaction.on_commit(partial(wake_after_enqueue, rows[0].start_at, now), robust=True)
+    transaction.on_commit(_wake_up(rows[0].start_at, now), robust=True)
     return [Handle(r.id, owner=r.owner) for r in rows]
 
 

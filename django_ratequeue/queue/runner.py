@@ -86,7 +86,10 @@ def run_batch(attempt_ids: list[int], until: float | None = None) -> None:
     global _chunk
     if until is None:
         until = time.monotonic() + ratequeue_settings().LOOP_LEASE / 2
-    runner = Runner(beat(), _chunk)
+    # Through reconnects from the first statement on: this worker's connection may have
+    # been cut while it waited for the task (a database restart), and a batch that fails
+    # here leaves its attempts dispatched with nobody to run them.
+    runner = Runner(through_reconnects(beat), _chunk)
     while attempt_ids:
         runner.run(attempt_ids)
         attempt_ids = runner.next_pass(until)

@@ -1,0 +1,125 @@
+"""The fault drill of ``bench.faults``, in its light form: while a steady load runs over
+three queues with concurrency limits, every connection to the test database is
+terminated, then the loop's process and a worker are killed (``kill -9``). No job is lost,
+none runs twice at once, no limit is exceeded, and each fault is recovered from.
+
+The full drill (``python -m bench.faults``) restarts a PostgreSQL server of its own and
+adds poison jobs."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+from django.db import connection, transaction
+
+from bench.faults import SETTINGS, Drill, KillLoop, KillWorker, TerminateConnections, plan
+from django_ratequeue import Status, enqueue, enqueue_many
+from django_ratequeue.models import Job, LoopState
+from django_ratequeue.queue.loop import Loop, ensure_loop_state
+from django_ratequeue.queue.runner import run_batch
+from django_ratequeue.queue.watchdog import beat
+from tests.queue import jobs
+from tests.queue.conftest import child_pids
+
+
+@pytest.mark.cluster
+@pytest.mark.postgres_only
+def test_fault_drill_loses_nothing_runs_nothing_twice_and_keeps_the_limits(
+    cluster, tmp_path: Path
+) -> None:
+    running = cluster(workers=5, WORKER_DEAD_AFTER=3.0, **SETTINGS)
+    drill = Drill(
+        tmp_path / "runs.log",
+        plan(300),
+        rate=25,
+        cluster_pids=lambda: child_pids(running.process.pid),
+        pause=1.0,
+        recovery_limit=60,
+        stall_limit=30,
+        confirm_after=5,  # past the fixture's LOOP_LEASE of 2 s
+    )
+    report = drill.run([TerminateConnections(), KillLoop(as_task=True), KillWorker()])
+    details = "\n".join([report.table(), *report.details()])
+    assert drill.producer.error is None, details
+    assert [hit.recovered_at is not None for hit in report.hits] == [True] * 3, details
+    assert report.lost == {}, details
+    assert report.findings.twice == {}, details
+    assert report.findings.exceeded == [], details
+    assert report.findings.peaks["all"] >= 2, details  # the observer saw jobs side by side
+
+
+@pytest.mark.postgres_only
+def test_an_enqueue_whose_wake_up_fails_after_its_commit_returns_its_handles(
+    transactional_db: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The drill's producer died of this: the loop's kick, run after the job's commit, hit a
+    lost connection, and Django, logging the failure of that robust ``on_commit`` callback,
+    raised ``AttributeError`` (a bare ``functools.partial`` has no ``__qualname__``)."""
+    ensure_loop_state()
+    locked, release = threading.Event(), threading.Event()
+
+    def hold_the_loop_row() -> None:
+        try:
+            with transaction.atomic():
+                LoopState.objects.select_for_update().get(pk=LoopState.SINGLETON)
+                locked.set()
+                release.wait(timeout=30)
+        finally:
+            connection.close()
+
+    holder = threading.Thread(target=hold_the_loop_row)
+    holder.start()
+    try:
+        assert locked.wait(timeout=30)
+        with connection.cursor() as cursor:
+            cursor.execute("SET statement_timeout = 200")  # the kick's UPDATE then fails
+        try:
+            handle = enqueue(jobs.add, args=[1, 1])
+            handles = enqueue_many(jobs.add, [[2, 2]])
+        finally:
+            with connection.cursor() as cursor:
+                cursor.execute("SET statement_timeout = 0")
+    finally:
+        release.set()
+        holder.join(timeout=30)
+    assert Job.objects.filter(pk__in=[handle.id, handles[0].id]).count() == 2
+    assert "Error calling wake_after_enqueue in on_commit()" in caplog.text
+
+
+@pytest.mark.postgres_only
+@pytest.mark.parametrize("beaten", [True, False], ids=["heartbeat due", "heartbeat recent"])
+def test_a_batch_whose_connection_was_cut_while_it_waited_still_runs(
+    transactional_db: None, tmp_path: Path, beaten: bool
+) -> None:
+    """The drill's terminated connections left attempts dispatched and never claimed, all
+    slots held for good: a worker's connection, cut while it waited for a task, failed the
+    first statement of its next batch (its heartbeat, or its claim when the watchdog had
+    just beaten), so the django-q2 task failed and no one ran them."""
+    log = tmp_path / "runs.log"
+    handle = enqueue(jobs.record, args=[str(log), "once"])
+    generation = ensure_loop_state()[0] + 1
+    LoopState.objects.update(generation=generation)
+    loop = Loop(generation)
+    loop.step()  # starts the job; its batch is the pass's to run
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        (backend,) = cursor.fetchone()
+
+    def cut() -> None:
+        try:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_terminate_backend(%s)", [backend])
+        finally:
+            connection.close()
+
+    if not beaten:
+        beat(force=True)  # the batch skips its own heartbeat: its claim comes first
+    cutter = threading.Thread(target=cut)
+    cutter.start()
+    cutter.join(timeout=30)
+    run_batch(loop.inline_batch)
+    assert [line.split()[0] for line in log.read_text().splitlines()] == ["once"]
+    loop.step()  # takes the outcome in
+    assert handle.status() == Status.COMPLETE

@@ -1,6 +1,6 @@
 """The queue's tables.
 
-Who writes what (see :mod:`django_ratequeue.queue.loop` for the full story):
+Who writes what (docs/concepts.md, "The queue engine", tells the full story):
 
 - producers INSERT :class:`Job` rows (``enqueue``) and :class:`CancelRequest` rows (``cancel``);
 - the runner claims and ends the :class:`Attempt` rows the loop handed it (conditional UPDATEs);
@@ -11,11 +11,16 @@ Who writes what (see :mod:`django_ratequeue.queue.loop` for the full story):
 from __future__ import annotations
 
 import secrets
+from datetime import datetime
+from typing import Any
 
-from django.db import models
+from django.db import connections, models, router
+from django.db.backends.base.base import BaseDatabaseWrapper
 
 from .. import clock
 from ..exceptions import JobDoesNotExist
+from .bounds import later
+from .retry import Retry
 
 
 class Status(models.TextChoices):
@@ -106,6 +111,25 @@ class Job(models.Model):
     def __str__(self) -> str:
         return f"{self.func} [{self.id}]"
 
+    def settle(self, attempt: Attempt, now: datetime) -> None:
+        """Apply the outcome of ``attempt``, which ran, to this job (not saved): complete,
+        canceled, failed, or retrying after its policy's back-off."""
+        if attempt.outcome == Outcome.SUCCEEDED:
+            self.status = Status.CANCELED if self.cancel_requested else Status.COMPLETE
+            self.result = attempt.result
+            self.error = self.traceback = self.exception_class_path = ""
+            return
+        self.error, self.traceback = attempt.error, attempt.traceback
+        self.exception_class_path = attempt.exception_class_path
+        policy = Retry(**self.retry)
+        if self.cancel_requested:
+            self.status = Status.CANCELED
+        elif attempt.outcome == Outcome.NON_RETRYABLE or self.attempts > policy.retry_count:
+            self.status = Status.FAILED
+        else:
+            self.status = Status.RETRYING
+            self.start_at = later(now, policy.delay(self.attempts))
+
 
 # The package's own exception, rather than the class the model metaclass made, so that a
 # missing job raises the same class everywhere: from the ORM, a handle or the backend, and
@@ -164,6 +188,16 @@ class Attempt(models.Model):
     def __str__(self) -> str:
         return f"attempt {self.number} of {self.job_id}"
 
+    @property
+    def holds_environment_slot(self) -> bool:
+        """An attempt waiting on a subtask gives its ``MAX_CONCURRENCY`` slot back."""
+        return self.wait == Wait.NONE
+
+    @property
+    def holds_queue_slot(self) -> bool:
+        """A waiting attempt keeps its queue slot unless the job it waits on runs in its queue."""
+        return self.wait == Wait.NONE or self.wait_queue != self.queue
+
 
 class CancelRequest(models.Model):
     """A producer's request to cancel one job, a queue's jobs (``queue``), or all (neither)."""
@@ -186,6 +220,42 @@ class LoopStatus(models.TextChoices):
     SATURATED = "saturated", "Saturated"
 
 
+class LoopStateQuerySet(models.QuerySet["LoopState"]):
+    """The lease's conditional UPDATEs: each wins only while the row still has the
+    ``generation`` (and whatever else) its caller saw, so of several contenders one wins."""
+
+    def take(self, generation: int, until: datetime, now: datetime, **seen: Any) -> bool:
+        """Start the pass after ``generation``: the new generation is the winner's."""
+        return bool(
+            self.filter(pk=LoopState.SINGLETON, generation=generation, **seen).update(
+                generation=generation + 1,
+                state=LoopStatus.RUNNING,
+                lease_expires_at=until,
+                updated_at=now,
+            )
+        )
+
+    def mark_running(self, generation: int, until: datetime, now: datetime, **seen: Any) -> bool:
+        """Mark the loop running for a pass still to be enqueued (a kick, a hand-over)."""
+        return bool(
+            self.filter(pk=LoopState.SINGLETON, generation=generation, **seen).update(
+                state=LoopStatus.RUNNING, lease_expires_at=until, updated_at=now
+            )
+        )
+
+    def renew(self, generation: int, until: datetime, now: datetime) -> bool:
+        """Extend the lease of the pass that owns ``generation``; False if it lost it."""
+        return bool(
+            self.filter(pk=LoopState.SINGLETON, generation=generation).update(
+                lease_expires_at=until, updated_at=now
+            )
+        )
+
+    def rest(self, state: str, wake: datetime | None) -> None:
+        """Record what a step left the loop doing (inside that step's renewed lease)."""
+        self.filter(pk=LoopState.SINGLETON).update(state=state, next_wake_at=wake)
+
+
 class LoopState(models.Model):
     """The main loop's singleton row (pk 1); its ``generation`` admits one loop at a time."""
 
@@ -201,6 +271,8 @@ class LoopState(models.Model):
     key_cursors = models.JSONField(default=dict, blank=True)
     # The queue that got the last start: the next step's turn over the queues begins after it.
     queue_cursor = models.CharField(max_length=200, blank=True, default="")
+
+    objects = LoopStateQuerySet.as_manager()
 
     class Meta:
         verbose_name = "loop state"
@@ -240,3 +312,13 @@ class WorkerHeartbeat(models.Model):
 
     def __str__(self) -> str:
         return f"{self.host}:{self.pid}"
+
+
+def queue_db() -> str:
+    """The database alias the queue's tables live on, as the project's routers say."""
+    return router.db_for_write(Job)
+
+
+def queue_connection() -> BaseDatabaseWrapper:
+    """The connection to :func:`queue_db`, for the queue's raw SQL."""
+    return connections[queue_db()]

@@ -23,8 +23,9 @@ from datetime import timedelta
 from .. import clock
 from ..conf import ratequeue_settings
 from ..exceptions import RecursiveWaitDeadlock
-from .loop import QueueLimits, wake_loop
+from .limits import QueueLimits
 from .models import Attempt, Job, Status, Wait, WorkerHeartbeat
+from .wakeup import wake_loop
 
 # The attempt the runner is executing in this context, if any.
 current_attempt: ContextVar[Attempt | None] = ContextVar("ratequeue_attempt", default=None)

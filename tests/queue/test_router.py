@@ -10,6 +10,7 @@ from django.db import models
 from django.db.utils import ConnectionDoesNotExist
 from django.test import override_settings
 
+from django_ratequeue import clock
 from django_ratequeue.checks import check_broker_database
 from django_ratequeue.queue import dispatch, keys, stats
 from django_ratequeue.queue.bulk import update_rows
@@ -65,8 +66,17 @@ def test_an_orm_broker_on_another_database_is_refused() -> None:
         lambda: keys.next_jobs("q", {"": 1}),
         lambda: update_rows(Job, [Job(pk="x")], ["status"]),
         lambda: stats.queue_names(),
+        lambda: clock._measure(None),
     ],
-    ids=["loop state", "waiting queues", "keys", "next jobs", "update rows", "queue names"],
+    ids=[
+        "loop state",
+        "waiting queues",
+        "keys",
+        "next jobs",
+        "update rows",
+        "queue names",
+        "database clock",
+    ],
 )
 def test_the_queues_raw_sql_goes_where_the_router_sends_its_models(
     raw_sql: Callable[[], object],

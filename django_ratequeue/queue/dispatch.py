@@ -16,8 +16,6 @@ from datetime import datetime, timedelta
 from functools import partial
 from typing import Any, Literal
 
-from django.db.models import F
-
 from ..conf import RateQueueSettings
 from ..ratelimit.api import rate_limit
 from .keys import keys_in_turn, next_jobs
@@ -83,9 +81,7 @@ class Dispatch:
             per_queue[attempt.queue] += needs_queue_slot
             attempt.wait, attempt.wait_queue = Wait.NONE, ""
             granted.append(attempt.pk)
-        Attempt.objects.filter(pk__in=granted, wait=Wait.RESUMING).update(
-            wait=Wait.NONE, wait_queue=""
-        )
+        Attempt.objects.filter(pk__in=granted, wait=Wait.RESUMING).resume()
         return bool(granted)
 
     def start_ready(self, running: list[Attempt], now: datetime) -> tuple[list[Attempt], bool]:
@@ -139,9 +135,7 @@ class Dispatch:
                 for job in chosen
             ]
         )
-        Job.objects.filter(pk__in=[job.pk for job in chosen]).update(
-            status=Status.RUNNING, attempts=F("attempts") + 1, tokens_reserved=False
-        )
+        Job.objects.filter(pk__in=[job.pk for job in chosen]).start()
         return attempts, len(offers) > len(chosen) or len(chosen) == env_free or bool(
             self.reserved_starts
         )
@@ -252,7 +246,7 @@ class Dispatch:
             job.tokens_reserved = True
             if decision.retry_at is not None and decision.retry_at > job.start_at:
                 job.start_at = decision.retry_at
-            Job.objects.filter(pk=job.pk).update(tokens_reserved=True, start_at=job.start_at)
+            Job.objects.filter(pk=job.pk).reserve(job.start_at)
         if job.start_at > now:
             self.reserved_starts.append(job.start_at)
             return "later"

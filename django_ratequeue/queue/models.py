@@ -46,6 +46,52 @@ def new_job_id() -> str:
     return f"{int(clock.timestamp() * 1_000_000):013x}{secrets.token_hex(10)}"
 
 
+class JobQuerySet(models.QuerySet["Job"]):
+    """The status changes of jobs, applied to a set of rows in one UPDATE each (only the
+    main loop calls them: producers insert, they never move a job)."""
+
+    def due(self, now: datetime) -> JobQuerySet:
+        """SCHEDULED and RETRYING jobs whose ``start_at`` has come."""
+        return self.filter(status__in=DEFERRED_STATUSES, start_at__lte=now)
+
+    def not_started(self) -> JobQuerySet:
+        """The jobs a cancel ends at once: waiting, scheduled or retrying."""
+        return self.filter(status__in=[Status.WAITING, *DEFERRED_STATUSES])
+
+    def promote(self) -> int:
+        """Make the deferred ones among these jobs WAITING (their time came)."""
+        return self.filter(status__in=DEFERRED_STATUSES).update(status=Status.WAITING)
+
+    def start(self) -> int:
+        """Mark these jobs RUNNING with one more attempt (whose tokens it consumes)."""
+        return self.update(
+            status=Status.RUNNING, attempts=models.F("attempts") + 1, tokens_reserved=False
+        )
+
+    def reserve(self, start_at: datetime) -> int:
+        """Record that their cost is reserved from their queue's rate limit until ``start_at``."""
+        return self.update(tokens_reserved=True, start_at=start_at)
+
+    def cancel(self, now: datetime) -> int:
+        """End these (not started) jobs CANCELED."""
+        return self.update(status=Status.CANCELED, finished_at=now)
+
+    def request_cancel(self) -> int:
+        """Ask these running jobs to end CANCELED when their attempt ends."""
+        return self.update(cancel_requested=True)
+
+    def fail(self, error: str, now: datetime) -> int:
+        """FAIL those of these jobs not final yet with ``error``: the loop's own verdict, so
+        with no traceback nor exception class."""
+        return self.exclude(status__in=FINAL_STATUSES).update(
+            status=Status.FAILED,
+            error=error,
+            traceback="",
+            exception_class_path="",
+            finished_at=now,
+        )
+
+
 class Job(models.Model):
     """One unit of work, from enqueue to its final status; kept for RETENTION afterwards."""
 
@@ -81,6 +127,8 @@ class Job(models.Model):
     # The class of the exception, as "builtins.ValueError" (empty if it raised none).
     exception_class_path = models.TextField(blank=True, default="")
     finished_at = models.DateTimeField(null=True, blank=True)
+
+    objects = JobQuerySet.as_manager()
 
     class Meta:
         verbose_name = "job"
@@ -154,6 +202,34 @@ class Wait(models.TextChoices):
     RESUMING = "resuming", "Asking for its slots back"
 
 
+class AttemptQuerySet(models.QuerySet["Attempt"]):
+    """The changes of attempts the loop and subtask waits make; the runner's claims and
+    reports are conditional UPDATEs of their own (:mod:`.runner`)."""
+
+    def finalize(self) -> int:
+        """The loop took these attempts' outcomes in: they hold no slot any more."""
+        return self.update(active=False)
+
+    def end_unstarted(self, now: datetime, error: str) -> int:
+        """End those of these attempts no runner started yet (a runner's claim needs
+        ``started_at`` still empty, so exactly one side wins)."""
+        return self.filter(active=True, started_at=None, ended_at=None).update(
+            ended_at=now, error=error
+        )
+
+    def wait_on(self, queue: str) -> int:
+        """These attempts wait on a job of ``queue``: their slots are free meanwhile."""
+        return self.update(wait=Wait.WAITING, wait_queue=queue)
+
+    def ask_to_resume(self) -> int:
+        return self.update(wait=Wait.RESUMING)
+
+    def resume(self) -> int:
+        """Give these attempts their slots back (the loop grants a resume, or a wait ends
+        with every worker blocked)."""
+        return self.update(wait=Wait.NONE, wait_queue="")
+
+
 class Attempt(models.Model):
     """One try at a job: created by the loop, claimed and ended by a runner.
 
@@ -180,6 +256,8 @@ class Attempt(models.Model):
     traceback = models.TextField(blank=True, default="")
     # The class of the exception, as "builtins.ValueError" (empty if it raised none).
     exception_class_path = models.TextField(blank=True, default="")
+
+    objects = AttemptQuerySet.as_manager()
 
     class Meta:
         verbose_name = "attempt"

@@ -22,7 +22,6 @@ from ..exceptions import AttemptTimedOut, WorkerLost, class_path, describe
 from .bounds import later
 from .bulk import update_rows
 from .models import (
-    DEFERRED_STATUSES,
     FINAL_STATUSES,
     Attempt,
     CancelRequest,
@@ -85,7 +84,7 @@ def finish(ended_ids: list[int], now: datetime) -> None:
             job.finished_at = now
             finals.append(job)
         changed.append(job)
-    Attempt.objects.filter(pk__in=[a.pk for a in ended]).update(active=False)
+    Attempt.objects.filter(pk__in=[a.pk for a in ended]).finalize()
     if released:
         Attempt.objects.filter(pk__in=released).delete()
     update_rows(Job, changed, JOB_OUTCOME_FIELDS)
@@ -171,23 +170,19 @@ def apply_cancels(now: datetime) -> tuple[bool, bool]:
         elif request.queue:
             scope &= Q(queue=request.queue)
         pending = list(
-            Job.objects.filter(scope, status__in=[Status.WAITING, *DEFERRED_STATUSES]).only(
-                "on_complete", "context", "result", "owner"
-            )[:budget]
+            Job.objects.filter(scope)
+            .not_started()
+            .only("on_complete", "context", "result", "owner")[:budget]
         )
         for job in pending:
             job.status, job.finished_at = Status.CANCELED, now
-        Job.objects.filter(pk__in=[j.pk for j in pending]).update(
-            status=Status.CANCELED, finished_at=now
-        )
+        Job.objects.filter(pk__in=[j.pk for j in pending]).cancel(now)
         create_callbacks(pending, now)
         running = Job.objects.filter(scope, status=Status.RUNNING, cancel_requested=False)
         # An attempt not started yet never will be: end it now (a runner's claim needs
         # started_at still empty, so exactly one side wins).
-        Attempt.objects.filter(
-            job__in=running, active=True, started_at=None, ended_at=None
-        ).update(ended_at=now, error="Canceled before it started.")
-        running.update(cancel_requested=True)
+        Attempt.objects.filter(job__in=running).end_unstarted(now, "Canceled before it started.")
+        running.request_cancel()
         budget -= len(pending)
         if budget <= 0:
             break
@@ -198,13 +193,9 @@ def apply_cancels(now: datetime) -> tuple[bool, bool]:
 
 def promote_due(now: datetime) -> int:
     """Turn due SCHEDULED and RETRYING jobs WAITING, at most STEP_LIMIT; how many."""
-    due = list(
-        Job.objects.filter(status__in=DEFERRED_STATUSES, start_at__lte=now).values_list(
-            "pk", flat=True
-        )[:STEP_LIMIT]
-    )
+    due = list(Job.objects.due(now).values_list("pk", flat=True)[:STEP_LIMIT])
     if due:
-        Job.objects.filter(pk__in=due, status__in=DEFERRED_STATUSES).update(status=Status.WAITING)
+        Job.objects.filter(pk__in=due).promote()
     return len(due)
 
 
@@ -231,9 +222,7 @@ def fail_job(job: Job, error: str, now: datetime) -> None:
     no traceback, no exception class."""
     job.status, job.error, job.finished_at = Status.FAILED, error, now
     job.traceback = job.exception_class_path = ""
-    Job.objects.filter(pk=job.pk).exclude(status__in=FINAL_STATUSES).update(
-        status=Status.FAILED, error=error, traceback="", exception_class_path="", finished_at=now
-    )
+    Job.objects.filter(pk=job.pk).fail(error, now)
     create_callbacks([job], now)
 
 

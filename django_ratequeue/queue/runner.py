@@ -279,7 +279,7 @@ class Runner:
 
     def release(self, attempt_ids: list[int]) -> None:
         """Hand back claimed attempts that did not start, for another runner (or the
-        loop's recovery, see :meth:`.loop.Loop.recover`) to take."""
+        loop's recovery, see :func:`.transitions.recover`) to take."""
         Attempt.objects.filter(
             pk__in=attempt_ids, worker=self.worker, started_at=None, ended_at=None
         ).update(worker="")

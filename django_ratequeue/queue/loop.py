@@ -199,7 +199,7 @@ class Loop:
         if time.monotonic() - self._last_recovery < self.settings.WATCHDOG_INTERVAL:
             return False
         self._last_recovery = time.monotonic()
-        return recover(now)
+        return recover(now, timedelta(seconds=self.settings.WORKER_DEAD_AFTER))
 
     def deal(self, started: list[Attempt], now: datetime) -> None:
         """Keep the first batch of the started attempts to run here; the others become

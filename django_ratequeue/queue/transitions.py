@@ -96,7 +96,7 @@ def _settle(job: Job, attempt: Attempt, now: datetime) -> bool:
     return True
 
 
-def recover(now: datetime) -> bool:
+def recover(now: datetime, dead_after: timedelta) -> bool:
     """End attempts whose worker died, that overran their timeout, or that no worker
     claimed within ``WORKER_DEAD_AFTER`` of their dispatch although a live worker runs
     none of our jobs (the pass holding their batch died, or the broker lost its task;
@@ -109,7 +109,6 @@ def recover(now: datetime) -> bool:
     )
     if not candidates:
         return False
-    dead_after = timedelta(seconds=ratequeue_settings().WORKER_DEAD_AFTER)
     alive = set(
         WorkerHeartbeat.objects.filter(seen_at__gte=now - dead_after).values_list("id", flat=True)
     )

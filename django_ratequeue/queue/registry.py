@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from importlib import import_module
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import django
 from django.conf import settings
@@ -79,7 +79,7 @@ def register_job(job: J) -> J:
     options); another function at that path (a reloaded module) replaces it."""
     known = _jobs.get(job.path)
     if known is not None and known.func is job.func:
-        return known  # type: ignore[return-value]  # the same function, so the same type
+        return cast("J", known)  # the same function, so the same type
     _jobs[job.path] = job
     return job
 

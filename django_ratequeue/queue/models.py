@@ -1,4 +1,4 @@
-"""The queue's tables.
+"""The queue's tables, and the state changes of their rows (on the models and querysets).
 
 Who writes what (docs/concepts.md, "The queue engine", tells the full story):
 

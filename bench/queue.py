@@ -623,9 +623,10 @@ def loop_cycles(slots: int, cycles: int) -> list[Cycle]:
 
     from bench.jobs import noop
     from django_ratequeue import enqueue_many
-    from django_ratequeue.queue.loop import Loop, ensure_loop_state
+    from django_ratequeue.queue.loop import Loop
     from django_ratequeue.queue.models import Attempt, LoopState
     from django_ratequeue.queue.runner import run_batch
+    from django_ratequeue.queue.wakeup import ensure_loop_state
 
     generation = ensure_loop_state()[0] + 1
     LoopState.objects.update(generation=F("generation") + 1)

@@ -25,9 +25,10 @@ if TYPE_CHECKING:
         UnknownJob,
     )
     from .queue.control import pause_queue, resume_queue, set_queue_concurrency
-    from .queue.enqueue import EnqueueOptions, JobFunction, enqueue, enqueue_many, job
+    from .queue.enqueue import JobFunction, enqueue, enqueue_many, job
     from .queue.handles import Handle, cancel_all, get_handle
     from .queue.models import Status
+    from .queue.options import EnqueueOptions
     from .queue.retry import Retry
     from .ratelimit.api import (
         RateLimitResult,
@@ -66,7 +67,7 @@ _EXPORTS: dict[str, str] = {
     # jobs and queues
     "job": ".queue.enqueue",
     "JobFunction": ".queue.enqueue",
-    "EnqueueOptions": ".queue.enqueue",
+    "EnqueueOptions": ".queue.options",
     "enqueue": ".queue.enqueue",
     "enqueue_many": ".queue.enqueue",
     "Retry": ".queue.retry",

@@ -30,11 +30,11 @@ from django.core.exceptions import ImproperlyConfigured
 from django.utils import timezone
 
 from .exceptions import JobCanceled, UnknownJob, class_path
-from .queue.enqueue import JobFunction, JobOptions, QueueChoice, function_path, job
+from .queue.enqueue import JobFunction, job
 from .queue.handles import AttemptInfo, Handle
-from .queue.loop import settle
 from .queue.models import FINAL_STATUSES, Attempt, Job, Outcome, Status
-from .queue.registry import register_task, registered_task
+from .queue.options import JobOptions, QueueChoice
+from .queue.registry import BACKEND_PATH, function_path, register_task, registered_task
 from .queue.runner import check_result_size
 from .queue.subtasks import current_attempt
 
@@ -60,7 +60,6 @@ else:
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
 
-BACKEND_PATH = f"{__name__}.RateQueueBackend"
 NEEDS_DJANGO_6 = (
     f"{BACKEND_PATH} needs Django 6.0 or later (django.tasks); this is Django "
     f"{django.get_version()}. Upgrade Django, or enqueue with django_ratequeue.enqueue()."
@@ -145,7 +144,7 @@ def take_in_ended_attempt(job: Job) -> None:
     )
     if attempt is None or attempt.ended_at is None:
         return
-    settle(job, attempt, now=attempt.ended_at)
+    job.settle(attempt, now=attempt.ended_at)
     if job.status in FINAL_STATUSES:
         job.finished_at = attempt.ended_at
 

@@ -2,8 +2,9 @@
 
 The rules are the ones the app applies when it reads the settings
 (:func:`~django_ratequeue.conf.parse_settings`); this check reports each problem as an
-error with its id: E0xx the dict as a whole, E1xx rate limits, E2xx queues and the loop.
-It also imports the other checks so that they register.
+error with its id: E0xx the dict as a whole, E1xx rate limits, E2xx queues and the loop,
+E3xx the services around it (E302: django-q2's ORM broker on the queue's database). It
+also imports the other checks so that they register.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from django.core.checks import CheckMessage, Error, register
 
 from . import backends as tasks_backend_checks  # noqa: F401
 from .conf import parse_settings
+from .queue.models import queue_db
 
 
 @register()
@@ -25,3 +27,25 @@ def check_settings(
 ) -> list[CheckMessage]:
     _values, problems = parse_settings(getattr(settings, "RATEQUEUE", None))
     return [Error(p.message, hint=p.hint or None, id=p.id) for p in problems]
+
+
+@register()
+def check_broker_database(
+    app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
+) -> list[CheckMessage]:
+    """The loop writes the django-q2 tasks of its batches in its own transaction when the
+    broker is the ORM's, so that a batch exists exactly when its attempts do: that holds
+    only if the broker's database is the one the router gives the queue's tables."""
+    cluster = getattr(settings, "Q_CLUSTER", None)
+    broker = cluster.get("orm") if isinstance(cluster, dict) else None
+    if not broker or broker == queue_db():
+        return []
+    return [
+        Error(
+            f"Q_CLUSTER['orm'] is {broker!r}, but ratequeue's tables are on {queue_db()!r} "
+            "(the database router's db_for_write for its models).",
+            hint="Run django-q2's ORM broker on the database that holds ratequeue's tables, "
+            "or route ratequeue's models to the broker's.",
+            id="django_ratequeue.E302",
+        )
+    ]

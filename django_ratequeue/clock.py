@@ -18,7 +18,8 @@ import logging
 import time
 from datetime import UTC, datetime
 
-from django.db import DatabaseError, connection
+from django.apps import apps
+from django.db import DatabaseError, connections, router
 
 # Seconds between two measurements of the offset; and the jump of the local clock against
 # the monotonic one that makes us measure again at once.
@@ -67,7 +68,10 @@ def now() -> datetime:
 
 def _measure(known: _Offset | None) -> _Offset:
     """Read the database's clock between two readings of ours. Should the database not
-    answer, the last offset is kept (none: the local clock) and measured again soon."""
+    answer, the last offset is kept (none: the local clock) and measured again soon.
+    The database is the queue's (found through the app registry: this module is below
+    the models), as the router gives it."""
+    connection = connections[router.db_for_write(apps.get_model("django_ratequeue", "Job"))]
     sql = SERVER_TIME.get(connection.vendor)
     before, steady = time.time(), time.monotonic()
     if sql is None:

@@ -109,3 +109,9 @@ def class_path(cls: type[BaseException]) -> str:
     """The dotted path of an exception class, as stored on attempts and in
     ``TaskError.exception_class_path`` (``builtins.ValueError`` for a built-in)."""
     return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def describe(error: BaseException) -> str:
+    """``Type: message`` of an exception, as errors are shown on jobs."""
+    message = str(error)
+    return f"{type(error).__name__}: {message}" if message else type(error).__name__

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it:
-#   ruff (lint + format) and mypy;
+#   ruff (lint + format), mypy, and lint-imports (the import layers in pyproject.toml);
 #   pytest on SQLite and on PostgreSQL with the newest Django 5.2 on python3;
 #   the same with Django 6.1 on Python 3.13 when such an interpreter is installed.
 # Extra arguments go to every pytest run, e.g. `scripts/test.sh -k ratelimit -x`.
@@ -27,6 +27,7 @@ make_venv .venv python3 "Django>=5.2,<5.3"
 echo "==> ruff check";      .venv/bin/ruff check . || failures+=("ruff check")
 echo "==> ruff format";     .venv/bin/ruff format --check . || failures+=("ruff format")
 echo "==> mypy";            .venv/bin/mypy || failures+=("mypy")
+echo "==> lint-imports";    .venv/bin/lint-imports --no-logo || failures+=("lint-imports")
 run_suite .venv "Django 5.2, $(python3 --version)" "$@"
 
 skipped=""

@@ -19,8 +19,9 @@ from django.utils import timezone
 
 from django_ratequeue import TokenBucket, enqueue, rate_limit
 from django_ratequeue.models import Attempt, WorkerHeartbeat
-from django_ratequeue.queue.loop import Loop, ensure_loop_state, take_resting_pass, watch_loop
-from django_ratequeue.queue.watchdog import beat
+from django_ratequeue.queue.loop import Loop, take_resting_pass
+from django_ratequeue.queue.wakeup import ensure_loop_state
+from django_ratequeue.queue.watchdog import beat, watch_loop
 from tests.queue import jobs
 from tests.queue.conftest import wait_for
 

@@ -14,12 +14,18 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from django.db import connection
+from django.db import connections, router
+from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import Field, JSONField, Model
 
 from ..db import ServerStatement, sql_to_run
 
 CHUNK = 200
+
+
+def _connection(model: type[Model]) -> BaseDatabaseWrapper:
+    """The connection ``model``'s rows are written on, as the project's routers say."""
+    return connections[router.db_for_write(model)]
 
 
 def update_rows(
@@ -29,6 +35,7 @@ def update_rows(
     table (aliased ``t``), e.g. ``"t.ended_at IS NULL"``. Returns the rows changed."""
     if not objects:
         return 0
+    connection = _connection(model)
     quote = connection.ops.quote_name
     meta = model._meta
     by_name = {field.name: field for field in meta.concrete_fields}
@@ -72,6 +79,7 @@ def update_rows(
 def insert_rows(model: type[Model], objects: Sequence[Model]) -> None:
     """INSERT many new rows: with COPY on PostgreSQL (several times faster than a multi-row
     INSERT for tens of thousands of jobs), with ``bulk_create`` elsewhere."""
+    connection = _connection(model)
     if connection.vendor != "postgresql":
         model._default_manager.bulk_create(objects, batch_size=1000)
         return
@@ -110,6 +118,8 @@ class RowInsert:
         missing = {field.attname for field in fields} - set(fixed) - set(varying)
         if missing:
             raise ValueError(f"No value for column(s) {', '.join(sorted(missing))}.")
+        connection = _connection(model)
+        self.model = model
         literal = None
         if connection.vendor == "postgresql":
             from psycopg.sql import Literal
@@ -141,6 +151,7 @@ class RowInsert:
         """INSERT the row whose ``varying`` columns hold ``values``, in their order, each as
         the database takes it (what ``Field.get_db_prep_save`` returns)."""
         params = [value if index is None else values[index] for index, value in self.params]
+        connection = _connection(self.model)
         relax = async_commit and not connection.in_atomic_block
         with connection.cursor() as cursor:
             cursor.execute(sql_to_run(connection, self.statements[relax]), params)
@@ -149,7 +160,7 @@ class RowInsert:
 def _insert_statement(model: type[Model], arguments: str, async_commit: bool) -> ServerStatement:
     """The INSERT of one row with ``arguments`` for its columns. Every such statement of a
     model is prepared from the same text with numbered parameters, under one name."""
-    quote = connection.ops.quote_name
+    quote = _connection(model).ops.quote_name
     fields = model._meta.concrete_fields
     columns = ", ".join(quote(str(field.column)) for field in fields)
     numbered = ", ".join(f"${i}" for i in range(1, len(fields) + 1))

@@ -16,8 +16,8 @@ from django.db import transaction
 from ..conf import ratequeue_settings
 from .bounds import check_queue_concurrency as queue_concurrency
 from .bounds import check_queue_name
-from .loop import wake_loop
-from .models import QueueSetting
+from .models import QueueSetting, queue_db
+from .wakeup import wake_loop
 
 
 def check_queue_concurrency(name: str, limit: Any) -> int:
@@ -34,7 +34,7 @@ def change_queue(name: str, **changes: Any) -> QueueSetting:
         raise ValueError(f"Unknown queue setting(s): {', '.join(unknown)}.")
     if changes.get("max_concurrency") is not None:
         check_queue_concurrency(name, changes["max_concurrency"])
-    with transaction.atomic():
+    with transaction.atomic(using=queue_db()):
         setting, _created = QueueSetting.objects.select_for_update().get_or_create(name=name)
         for field, value in changes.items():
             setattr(setting, field, value)
@@ -42,7 +42,7 @@ def change_queue(name: str, **changes: Any) -> QueueSetting:
             setting.delete()
         else:
             setting.save()
-        transaction.on_commit(wake_loop, robust=True)
+        transaction.on_commit(wake_loop, using=queue_db(), robust=True)
     return setting
 
 

@@ -10,9 +10,9 @@ from typing import Any, Generic, TypeVar
 from django.db import models, transaction
 
 from ..exceptions import JobCanceled, JobDoesNotExist, JobFailed, RecursiveWaitDeadlock
-from .loop import wake_loop
-from .models import FINAL_STATUSES, Attempt, CancelRequest, Job, Status
+from .models import FINAL_STATUSES, Attempt, CancelRequest, Job, Status, queue_db
 from .subtasks import check_wait, current_attempt, slots_released, workers_exhausted
+from .wakeup import wake_loop
 
 R_co = TypeVar("R_co", covariant=True)
 
@@ -140,7 +140,7 @@ class Handle(Generic[R_co]):
         ends."""
         self._job("status")
         CancelRequest.objects.create(job_id=self.id)
-        transaction.on_commit(wake_loop, robust=True)
+        transaction.on_commit(wake_loop, using=queue_db(), robust=True)
 
     def attempts(self) -> list[AttemptInfo]:
         self._job("status")
@@ -180,4 +180,4 @@ def missing_job(id: str) -> str:
 def cancel_all(queue: str | None = None) -> None:
     """Cancel every unfinished job, or those of one queue."""
     CancelRequest.objects.create(queue=queue or "")
-    transaction.on_commit(wake_loop, robust=True)
+    transaction.on_commit(wake_loop, using=queue_db(), robust=True)

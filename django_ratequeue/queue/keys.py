@@ -9,9 +9,7 @@ key with 10,000 waiting jobs takes one turn like a key with 10.
 
 from __future__ import annotations
 
-from django.db import connection
-
-from .models import Job, Status
+from .models import Job, Status, queue_connection
 
 # Fields the loop needs to decide on and start a job.
 CANDIDATE_FIELDS = (
@@ -30,6 +28,7 @@ CANDIDATE_FIELDS = (
 
 def _keys_from(queue: str, first: str, limit: int) -> list[str]:
     """Up to ``limit`` keys with WAITING jobs in ``queue``, from ``first`` on (included)."""
+    connection = queue_connection()
     table = connection.ops.quote_name(Job._meta.db_table)
     where = f"status = '{Status.WAITING.value}' AND queue = %s"
     sql = (
@@ -60,6 +59,7 @@ def keys_in_turn(queue: str, cursor: str | None, limit: int) -> list[str]:
 def next_jobs(queue: str, takes: dict[str, int]) -> list[Job]:
     """The next ``takes[key]`` WAITING jobs of each key, by priority then arrival: one
     bounded index range per key, all in one statement."""
+    connection = queue_connection()
     table = connection.ops.quote_name(Job._meta.db_table)
     # Plain fields: their columns are their names.
     columns = ", ".join(connection.ops.quote_name(name) for name in ("id", *CANDIDATE_FIELDS))

@@ -1,6 +1,6 @@
-"""The queue's tables.
+"""The queue's tables, and the state changes of their rows (on the models and querysets).
 
-Who writes what (see :mod:`django_ratequeue.queue.loop` for the full story):
+Who writes what (docs/concepts.md, "The queue engine", tells the full story):
 
 - producers INSERT :class:`Job` rows (``enqueue``) and :class:`CancelRequest` rows (``cancel``);
 - the runner claims and ends the :class:`Attempt` rows the loop handed it (conditional UPDATEs);
@@ -11,11 +11,16 @@ Who writes what (see :mod:`django_ratequeue.queue.loop` for the full story):
 from __future__ import annotations
 
 import secrets
+from datetime import datetime
+from typing import Any
 
-from django.db import models
+from django.db import connections, models, router
+from django.db.backends.base.base import BaseDatabaseWrapper
 
 from .. import clock
 from ..exceptions import JobDoesNotExist
+from .bounds import later
+from .retry import Retry
 
 
 class Status(models.TextChoices):
@@ -39,6 +44,52 @@ def new_job_id() -> str:
     """A random id that sorts by creation time (like a UUIDv7), so that the primary key
     index grows at its end instead of being written all over."""
     return f"{int(clock.timestamp() * 1_000_000):013x}{secrets.token_hex(10)}"
+
+
+class JobQuerySet(models.QuerySet["Job"]):
+    """The status changes of jobs, applied to a set of rows in one UPDATE each (only the
+    main loop calls them: producers insert, they never move a job)."""
+
+    def due(self, now: datetime) -> JobQuerySet:
+        """SCHEDULED and RETRYING jobs whose ``start_at`` has come."""
+        return self.filter(status__in=DEFERRED_STATUSES, start_at__lte=now)
+
+    def not_started(self) -> JobQuerySet:
+        """The jobs a cancel ends at once: waiting, scheduled or retrying."""
+        return self.filter(status__in=[Status.WAITING, *DEFERRED_STATUSES])
+
+    def promote(self) -> int:
+        """Make the deferred ones among these jobs WAITING (their time came)."""
+        return self.filter(status__in=DEFERRED_STATUSES).update(status=Status.WAITING)
+
+    def start(self) -> int:
+        """Mark these jobs RUNNING with one more attempt (whose tokens it consumes)."""
+        return self.update(
+            status=Status.RUNNING, attempts=models.F("attempts") + 1, tokens_reserved=False
+        )
+
+    def reserve(self, start_at: datetime) -> int:
+        """Record that their cost is reserved from their queue's rate limit until ``start_at``."""
+        return self.update(tokens_reserved=True, start_at=start_at)
+
+    def cancel(self, now: datetime) -> int:
+        """End these (not started) jobs CANCELED."""
+        return self.update(status=Status.CANCELED, finished_at=now)
+
+    def request_cancel(self) -> int:
+        """Ask these running jobs to end CANCELED when their attempt ends."""
+        return self.update(cancel_requested=True)
+
+    def fail(self, error: str, now: datetime) -> int:
+        """FAIL those of these jobs not final yet with ``error``: the loop's own verdict, so
+        with no traceback nor exception class."""
+        return self.exclude(status__in=FINAL_STATUSES).update(
+            status=Status.FAILED,
+            error=error,
+            traceback="",
+            exception_class_path="",
+            finished_at=now,
+        )
 
 
 class Job(models.Model):
@@ -77,6 +128,8 @@ class Job(models.Model):
     exception_class_path = models.TextField(blank=True, default="")
     finished_at = models.DateTimeField(null=True, blank=True)
 
+    objects = JobQuerySet.as_manager()
+
     class Meta:
         verbose_name = "job"
         indexes = [
@@ -106,6 +159,25 @@ class Job(models.Model):
     def __str__(self) -> str:
         return f"{self.func} [{self.id}]"
 
+    def settle(self, attempt: Attempt, now: datetime) -> None:
+        """Apply the outcome of ``attempt``, which ran, to this job (not saved): complete,
+        canceled, failed, or retrying after its policy's back-off."""
+        if attempt.outcome == Outcome.SUCCEEDED:
+            self.status = Status.CANCELED if self.cancel_requested else Status.COMPLETE
+            self.result = attempt.result
+            self.error = self.traceback = self.exception_class_path = ""
+            return
+        self.error, self.traceback = attempt.error, attempt.traceback
+        self.exception_class_path = attempt.exception_class_path
+        policy = Retry(**self.retry)
+        if self.cancel_requested:
+            self.status = Status.CANCELED
+        elif attempt.outcome == Outcome.NON_RETRYABLE or self.attempts > policy.retry_count:
+            self.status = Status.FAILED
+        else:
+            self.status = Status.RETRYING
+            self.start_at = later(now, policy.delay(self.attempts))
+
 
 # The package's own exception, rather than the class the model metaclass made, so that a
 # missing job raises the same class everywhere: from the ORM, a handle or the backend, and
@@ -128,6 +200,34 @@ class Wait(models.TextChoices):
     NONE = "", "Holding its slots"
     WAITING = "waiting", "Waiting on a subtask"
     RESUMING = "resuming", "Asking for its slots back"
+
+
+class AttemptQuerySet(models.QuerySet["Attempt"]):
+    """The changes of attempts the loop and subtask waits make; the runner's claims and
+    reports are conditional UPDATEs of their own (:mod:`.runner`)."""
+
+    def finalize(self) -> int:
+        """The loop took these attempts' outcomes in: they hold no slot any more."""
+        return self.update(active=False)
+
+    def end_unstarted(self, now: datetime, error: str) -> int:
+        """End those of these attempts no runner started yet (a runner's claim needs
+        ``started_at`` still empty, so exactly one side wins)."""
+        return self.filter(active=True, started_at=None, ended_at=None).update(
+            ended_at=now, error=error
+        )
+
+    def wait_on(self, queue: str) -> int:
+        """These attempts wait on a job of ``queue``: their slots are free meanwhile."""
+        return self.update(wait=Wait.WAITING, wait_queue=queue)
+
+    def ask_to_resume(self) -> int:
+        return self.update(wait=Wait.RESUMING)
+
+    def resume(self) -> int:
+        """Give these attempts their slots back (the loop grants a resume, or a wait ends
+        with every worker blocked)."""
+        return self.update(wait=Wait.NONE, wait_queue="")
 
 
 class Attempt(models.Model):
@@ -157,12 +257,24 @@ class Attempt(models.Model):
     # The class of the exception, as "builtins.ValueError" (empty if it raised none).
     exception_class_path = models.TextField(blank=True, default="")
 
+    objects = AttemptQuerySet.as_manager()
+
     class Meta:
         verbose_name = "attempt"
         indexes = [models.Index(fields=["active"], name="ratequeue_attempt_active")]
 
     def __str__(self) -> str:
         return f"attempt {self.number} of {self.job_id}"
+
+    @property
+    def holds_environment_slot(self) -> bool:
+        """An attempt waiting on a subtask gives its ``MAX_CONCURRENCY`` slot back."""
+        return self.wait == Wait.NONE
+
+    @property
+    def holds_queue_slot(self) -> bool:
+        """A waiting attempt keeps its queue slot unless the job it waits on runs in its queue."""
+        return self.wait == Wait.NONE or self.wait_queue != self.queue
 
 
 class CancelRequest(models.Model):
@@ -186,6 +298,42 @@ class LoopStatus(models.TextChoices):
     SATURATED = "saturated", "Saturated"
 
 
+class LoopStateQuerySet(models.QuerySet["LoopState"]):
+    """The lease's conditional UPDATEs: each wins only while the row still has the
+    ``generation`` (and whatever else) its caller saw, so of several contenders one wins."""
+
+    def take(self, generation: int, until: datetime, now: datetime, **seen: Any) -> bool:
+        """Start the pass after ``generation``: the new generation is the winner's."""
+        return bool(
+            self.filter(pk=LoopState.SINGLETON, generation=generation, **seen).update(
+                generation=generation + 1,
+                state=LoopStatus.RUNNING,
+                lease_expires_at=until,
+                updated_at=now,
+            )
+        )
+
+    def mark_running(self, generation: int, until: datetime, now: datetime, **seen: Any) -> bool:
+        """Mark the loop running for a pass still to be enqueued (a kick, a hand-over)."""
+        return bool(
+            self.filter(pk=LoopState.SINGLETON, generation=generation, **seen).update(
+                state=LoopStatus.RUNNING, lease_expires_at=until, updated_at=now
+            )
+        )
+
+    def renew(self, generation: int, until: datetime, now: datetime) -> bool:
+        """Extend the lease of the pass that owns ``generation``; False if it lost it."""
+        return bool(
+            self.filter(pk=LoopState.SINGLETON, generation=generation).update(
+                lease_expires_at=until, updated_at=now
+            )
+        )
+
+    def rest(self, state: str, wake: datetime | None) -> None:
+        """Record what a step left the loop doing (inside that step's renewed lease)."""
+        self.filter(pk=LoopState.SINGLETON).update(state=state, next_wake_at=wake)
+
+
 class LoopState(models.Model):
     """The main loop's singleton row (pk 1); its ``generation`` admits one loop at a time."""
 
@@ -201,6 +349,8 @@ class LoopState(models.Model):
     key_cursors = models.JSONField(default=dict, blank=True)
     # The queue that got the last start: the next step's turn over the queues begins after it.
     queue_cursor = models.CharField(max_length=200, blank=True, default="")
+
+    objects = LoopStateQuerySet.as_manager()
 
     class Meta:
         verbose_name = "loop state"
@@ -240,3 +390,13 @@ class WorkerHeartbeat(models.Model):
 
     def __str__(self) -> str:
         return f"{self.host}:{self.pid}"
+
+
+def queue_db() -> str:
+    """The database alias the queue's tables live on, as the project's routers say."""
+    return router.db_for_write(Job)
+
+
+def queue_connection() -> BaseDatabaseWrapper:
+    """The connection to :func:`queue_db`, for the queue's raw SQL."""
+    return connections[queue_db()]

@@ -19,8 +19,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from importlib import import_module
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, cast
+from typing import Any, TypeVar, cast
 
+import django
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import autodiscover_modules
@@ -28,14 +29,24 @@ from django.utils.module_loading import autodiscover_modules
 from ..conf import ratequeue_settings
 from ..exceptions import UnknownJob
 
-if TYPE_CHECKING:
-    from .enqueue import JobFunction
+# The django.tasks backend: the app finds the tasks modules when a TASKS entry uses it.
+BACKEND_PATH = "django_ratequeue.backends.RateQueueBackend"
+HAS_DJANGO_TASKS = django.VERSION >= (6, 0)
 
-P = ParamSpec("P")
-R = TypeVar("R")
+
+class Registered:
+    """A function registered under its dotted path: the base of ``@job`` functions
+    (:class:`.enqueue.JobFunction`), which add their options and ``enqueue``."""
+
+    def __init__(self, func: Callable[..., Any]) -> None:
+        self.func = func
+        self.path = job_path(func)
+
+
+J = TypeVar("J", bound=Registered)
 
 # dotted path -> the registered job, or (for tasks) the django.tasks Task
-_jobs: dict[str, JobFunction[..., Any]] = {}
+_jobs: dict[str, Registered] = {}
 _tasks: dict[str, Any] = {}
 
 FIX = (
@@ -62,20 +73,18 @@ def job_path(func: Callable[..., Any], what: str = "job function") -> str:
     return f"{module}.{qualname}"
 
 
-def register_job(job: JobFunction[P, R]) -> JobFunction[P, R]:
+def register_job(job: J) -> J:
     """Register ``job`` under its path and return the registered job. A path names one
     job: decorating the same function again keeps the first registration (and its
     options); another function at that path (a reloaded module) replaces it."""
     known = _jobs.get(job.path)
     if known is not None and known.func is job.func:
-        return cast("JobFunction[P, R]", known)  # the same function, so the same types
+        return cast("J", known)  # the same function, so the same type
     _jobs[job.path] = job
     return job
 
 
-def registered_job(
-    func: Callable[..., Any] | str, what: str = "job function"
-) -> JobFunction[..., Any]:
+def registered_job(func: Callable[..., Any] | str, what: str = "job function") -> Registered:
     """The registered job that ``func`` names: the ``@job`` function, the plain function it
     decorates, or their dotted path. Raises :class:`UnknownJob` naming the fix; never
     imports anything."""
@@ -84,6 +93,14 @@ def registered_job(
     if known is None or not (isinstance(func, str) or func is known.func or func is known):
         raise UnknownJob(f"Unknown {what} {_shown(path)}: only registered jobs run; {FIX}.")
     return known
+
+
+def function_path(func: Callable[..., Any] | str, what: str = "job function") -> str:
+    """The dotted path of the registered job that ``func`` (a function, a ``@job`` copy, or
+    its path) names; :class:`UnknownJob` otherwise. Nothing is imported."""
+    if isinstance(func, Registered):
+        func = func.func
+    return registered_job(func, what).path
 
 
 def register_task(task: Any) -> None:
@@ -111,8 +128,6 @@ def _shown(name: Any) -> str:
 
 def autodiscover() -> None:
     """Import the modules that register jobs (see the module docstring)."""
-    from ..backends import BACKEND_PATH, HAS_DJANGO_TASKS
-
     autodiscover_modules("jobs")
     tasks: dict[str, dict[str, Any]] = getattr(settings, "TASKS", {})
     if HAS_DJANGO_TASKS and any(p.get("BACKEND") == BACKEND_PATH for p in tasks.values()):

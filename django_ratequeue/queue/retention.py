@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from ..conf import ratequeue_settings
 from ..ratelimit.prune import prune_full_rows
-from .models import Attempt, Job, WorkerHeartbeat
+from .models import Attempt, Job, WorkerHeartbeat, queue_db
 
 BACKGROUND_EVERY = 60.0
 BACKGROUND_BATCH = 500
@@ -25,7 +25,7 @@ _next_background_prune = 0.0
 def prune_batch(limit: int) -> int:
     """Delete up to ``limit`` jobs finished more than RETENTION ago; return how many."""
     cutoff = timezone.now() - timedelta(seconds=ratequeue_settings().RETENTION)
-    with transaction.atomic():
+    with transaction.atomic(using=queue_db()):
         ids = list(Job.objects.filter(finished_at__lt=cutoff).values_list("pk", flat=True)[:limit])
         if ids:
             Attempt.objects.filter(job_id__in=ids).delete()

@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from functools import cache
 from typing import Any, TypeVar
 
-from django.db import InterfaceError, OperationalError, connection
+from django.db import InterfaceError, OperationalError
 from django.db.models import Case, DateTimeField, Q, Value, When
 
 from .. import clock
@@ -35,14 +35,16 @@ from ..exceptions import (
     RecursiveWaitDeadlock,
     UnknownJob,
     class_path,
+    describe,
 )
 from .bounds import MAX_TIMEOUT, clip
 from .bulk import update_rows
-from .enqueue import check_no_nul
-from .loop import describe, take_resting_pass, wake_loop
-from .models import Attempt, Job, Outcome
+from .loop import take_pass, take_resting_pass
+from .models import Attempt, Job, Outcome, queue_connection
+from .options import check_no_nul
 from .registry import registered_job
 from .subtasks import current_attempt
+from .wakeup import wake_loop
 from .watchdog import beat
 
 logger = logging.getLogger(__name__)
@@ -73,6 +75,20 @@ def time_limit(seconds: float | None) -> Iterator[None]:
         if previous_delay:
             remaining = previous_delay - (time.monotonic() - started)
             signal.setitimer(signal.ITIMER_REAL, max(remaining, 0.001))
+
+
+def main_loop(generation: int) -> bool:
+    """The django-q2 task of a pass of the main loop (:data:`.wakeup.LOOP_TASK`): the pass
+    after ``generation``, then, this worker being free, the batch the pass kept, which
+    saves a broker round trip on the way from enqueue to start. False at once if another
+    pass already took over from ``generation``."""
+    loop = take_pass(generation)
+    if loop is None:
+        return False
+    loop.run()
+    if loop.inline_batch:
+        run_batch(loop.inline_batch, until=loop.until)
+    return True
 
 
 def run_batch(attempt_ids: list[int], until: float | None = None) -> None:
@@ -248,6 +264,7 @@ class Runner:
         short statement per job; on PostgreSQL it does not wait for the WAL flush (the
         claim, which makes the attempt ours, did; the report writes the time again)."""
         stamp = clock.now()
+        connection = queue_connection()
         params = [connection.ops.adapt_datetimefield_value(stamp), attempt.pk, self.worker]
         statement = _start_statement(
             connection.vendor == "postgresql" and not connection.in_atomic_block
@@ -265,7 +282,7 @@ class Runner:
 
     def release(self, attempt_ids: list[int]) -> None:
         """Hand back claimed attempts that did not start, for another runner (or the
-        loop's recovery, see :meth:`.loop.Loop.recover`) to take."""
+        loop's recovery, see :func:`.transitions.recover`) to take."""
         Attempt.objects.filter(
             pk__in=attempt_ids, worker=self.worker, started_at=None, ended_at=None
         ).update(worker="")
@@ -283,7 +300,7 @@ def _start_statement(async_commit: bool) -> ServerStatement:
     """The start of a claimed attempt, in plain SQL, prepared on the server from a
     session's second use (see :mod:`django_ratequeue.db`): the ORM, and planning the
     statement each time, would cost more than running it."""
-    table = connection.ops.quote_name(Attempt._meta.db_table)
+    table = queue_connection().ops.quote_name(Attempt._meta.db_table)
     text = "UPDATE {} SET started_at = {} WHERE id = {} AND worker = {} AND ended_at IS NULL{}"
     relax = " RETURNING set_config('synchronous_commit', 'off', true)" if async_commit else ""
     return ServerStatement(
@@ -301,6 +318,7 @@ def through_reconnects(action: Callable[[], T]) -> T:
     workers and timeouts). Should the database stay away, django-q2's timeout ends this
     worker, and recovery then takes its attempts as lost."""
     pause = 0.05
+    connection = queue_connection()
     while True:
         try:
             return action()

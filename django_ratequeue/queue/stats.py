@@ -16,14 +16,22 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import connection
 from django.db.models import Count
 
 from .. import clock
 from ..conf import ratequeue_settings
-from .enqueue import DEFAULT_QUEUE
-from .loop import QueueLimits, queue_overrides
-from .models import FINAL_STATUSES, Attempt, Job, LoopState, LoopStatus, Status, WorkerHeartbeat
+from .limits import QueueLimits, queue_overrides
+from .models import (
+    FINAL_STATUSES,
+    Attempt,
+    Job,
+    LoopState,
+    LoopStatus,
+    Status,
+    WorkerHeartbeat,
+    queue_connection,
+)
+from .options import DEFAULT_QUEUE
 
 # Counts stop here and show as "10000+": counting further would read the whole history.
 COUNT_LIMIT = 10_000
@@ -235,6 +243,7 @@ def _queues_by_status(then: str) -> str:
     """SQL naming, as ``q(status, name)``, each status with each queue that has jobs in it,
     found by skipping through the dispatch index (a probe per queue), followed by ``then``
     (a SELECT from ``q``; ``{table}`` is the jobs table). Parameters: the statuses."""
+    connection = queue_connection()
     table = connection.ops.quote_name(Job._meta.db_table)
     statuses = " UNION ALL ".join(["SELECT %s AS status"] * len(Status.values))
     return (
@@ -257,6 +266,7 @@ def _capped_counts() -> list[tuple[str, str, int]]:
         " SELECT 1 FROM {table} j WHERE j.status = q.status AND j.queue = q.name LIMIT %s"
         ") bounded) FROM q WHERE q.name IS NOT NULL"
     )
+    connection = queue_connection()
     with connection.cursor() as cursor:
         cursor.execute(sql, [*Status.values, COUNT_LIMIT + 1])
         return [(status, queue, jobs) for status, queue, jobs in cursor.fetchall()]
@@ -265,6 +275,7 @@ def _capped_counts() -> list[tuple[str, str, int]]:
 def queue_names() -> list[str]:
     """Every configured queue, every queue changed at runtime and every queue with jobs,
     without counting (for the admin's queue filter)."""
+    connection = queue_connection()
     with connection.cursor() as cursor:
         cursor.execute(
             _queues_by_status("SELECT name FROM q WHERE name IS NOT NULL"), Status.values

@@ -23,8 +23,9 @@ from datetime import timedelta
 from .. import clock
 from ..conf import ratequeue_settings
 from ..exceptions import RecursiveWaitDeadlock
-from .loop import QueueLimits, wake_loop
+from .limits import QueueLimits
 from .models import Attempt, Job, Status, Wait, WorkerHeartbeat
+from .wakeup import wake_loop
 
 # The attempt the runner is executing in this context, if any.
 current_attempt: ContextVar[Attempt | None] = ContextVar("ratequeue_attempt", default=None)
@@ -105,7 +106,7 @@ def workers_exhausted(parent: Attempt, child_id: str) -> bool:
 @contextmanager
 def slots_released(parent: Attempt, child: Job) -> Iterator[None]:
     """Give the parent's slots back for the duration of the block, then take them back."""
-    Attempt.objects.filter(pk=parent.pk).update(wait=Wait.WAITING, wait_queue=child.queue)
+    Attempt.objects.filter(pk=parent.pk).wait_on(child.queue)
     wake_loop()
     try:
         yield
@@ -113,7 +114,7 @@ def slots_released(parent: Attempt, child: Job) -> Iterator[None]:
         # Every worker is blocked, so no loop pass could run to grant the slots back: take
         # them back directly. Whatever the loop started meanwhile cannot run before one of
         # these workers is free, so no more jobs run at once than the limits allow.
-        Attempt.objects.filter(pk=parent.pk).update(wait=Wait.NONE, wait_queue="")
+        Attempt.objects.filter(pk=parent.pk).resume()
         raise
     except BaseException:
         _take_slots_back(parent)
@@ -123,7 +124,7 @@ def slots_released(parent: Attempt, child: Job) -> Iterator[None]:
 
 def _take_slots_back(parent: Attempt) -> None:
     """Ask the loop for the slots back and wait until it grants them."""
-    Attempt.objects.filter(pk=parent.pk).update(wait=Wait.RESUMING)
+    Attempt.objects.filter(pk=parent.pk).ask_to_resume()
     wake_loop()
     pause = 0.005
     while Attempt.objects.filter(pk=parent.pk, wait=Wait.RESUMING, active=True).exists():

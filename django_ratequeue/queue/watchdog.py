@@ -2,7 +2,7 @@
 
 django-q2 sends ``post_spawn`` in each worker process it starts. There we start a thread that
 every ``WATCHDOG_INTERVAL`` seconds refreshes this process's heartbeat (at most every
-``HEARTBEAT_INTERVAL``) and asks :func:`~.loop.watch_loop` to wake a loop whose
+``HEARTBEAT_INTERVAL``) and asks :func:`watch_loop` to wake a loop whose
 ``next_wake_at`` passed or to run a pass that does not progress (its process died, or its
 django-q2 task waits behind busy workers) in this thread. Every ``FORGOTTEN_WORK_CHECKS``
 intervals it also looks for work a resting loop was not told about
@@ -21,13 +21,15 @@ import uuid
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import close_old_connections, connection
+from django.db import close_old_connections
 from django.dispatch import receiver
 from django_q.signals import post_spawn
 
 from .. import clock
 from ..conf import ratequeue_settings
-from .models import Job, LoopState, LoopStatus, Status, WorkerHeartbeat
+from .loop import take_pass
+from .models import Job, LoopState, LoopStatus, Status, WorkerHeartbeat, queue_connection
+from .wakeup import ensure_loop_state, lease_end, start_pass, wake_loop
 
 # Every how many watchdog intervals to look for work that a resting loop was not told about.
 FORGOTTEN_WORK_CHECKS = 4
@@ -79,8 +81,6 @@ def wake_forgotten_work() -> None:
     an idle loop has no WAITING job at all, and a scheduled one none created (by the time
     ordered ids of the hot path) after its last step, so both reads are short index probes.
     """
-    from .loop import wake_loop
-
     row = LoopState.objects.filter(pk=LoopState.SINGLETON).values_list("state", "updated_at")
     state, last_step = next(iter(row), (LoopStatus.IDLE, None))
     waiting = Job.objects.filter(status=Status.WAITING)
@@ -100,10 +100,34 @@ def _id_prefix(moment: datetime) -> str:
     return f"{int(moment.timestamp() * 1_000_000):013x}"
 
 
+def watch_loop() -> datetime | None:
+    """The watchdog's check: run a pass that does not progress (its process died, or its
+    task waits behind busy workers) right here; wake a resting loop whose time came.
+
+    Returns when a resting loop wants waking next, so that the watchdog can sleep until
+    then rather than a whole interval: scheduled starts and reserved rate-limit times are
+    then met within a broker hand-off, not within a watchdog interval."""
+    generation, state, next_wake_at, expires = ensure_loop_state()
+    now = clock.now()
+    if state == LoopStatus.RUNNING:
+        grace = timedelta(seconds=2 * ratequeue_settings().WATCHDOG_INTERVAL)
+        # Not renewed for ``grace``: it was renewed last before now - grace.
+        if expires is None or expires < lease_end(now - grace):
+            if expires is None or expires < now:
+                logger.warning("Main loop lease lapsed (generation %s); taking over", generation)
+            loop = take_pass(generation)
+            if loop is not None:
+                loop.run(in_watchdog=True)
+    elif state != LoopStatus.IDLE and next_wake_at is not None:
+        if next_wake_at <= now:
+            start_pass(generation, state=state)
+        else:
+            return next_wake_at
+    return None
+
+
 def watch() -> None:
     """The watchdog thread's body."""
-    from .loop import wake_loop, watch_loop
-
     interval = ratequeue_settings().WATCHDOG_INTERVAL
     first = True
     rounds = 0
@@ -121,7 +145,7 @@ def watch() -> None:
                 wake_forgotten_work()
         except Exception:
             logger.exception("ratequeue watchdog check failed")
-            connection.close()
+            queue_connection().close()
             next_wake_at = None
         pause = interval
         if next_wake_at is not None:

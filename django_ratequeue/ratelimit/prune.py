@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import time
 
-from django.db import transaction
+from django.db import router, transaction
 from django.db.models import F, FloatField, Value
 from django.db.models.functions import Cast
 
@@ -58,7 +58,7 @@ def _prune_limit(name: str, limit: RateLimitConfig, now: float, batch_size: int)
         shard__lt=limit.shard_count,
         value__gte=Cast(Value(capacity) - refilled, FloatField()),
     )
-    with transaction.atomic():
+    with transaction.atomic(using=router.db_for_write(RateLimitState)):
         rows = surely_full.select_for_update(skip_locked=True).values_list(
             "pk", "key", "shard", "value", "ts"
         )[:batch_size]

@@ -12,7 +12,7 @@ from django.test import Client
 
 from django_ratequeue import enqueue, pause_queue
 from django_ratequeue.models import CancelRequest, QueueSetting
-from django_ratequeue.queue.loop import QueueLimits
+from django_ratequeue.queue.limits import QueueLimits
 from tests.queue import jobs
 
 QUEUES = "/admin/django_ratequeue/queuesetting/"

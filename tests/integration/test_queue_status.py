@@ -13,7 +13,8 @@ from django.utils import timezone
 from django_ratequeue import Status, enqueue
 from django_ratequeue.models import Attempt, Job
 from django_ratequeue.queue import stats
-from django_ratequeue.queue.loop import Loop, ensure_loop_state
+from django_ratequeue.queue.loop import Loop
+from django_ratequeue.queue.wakeup import ensure_loop_state
 from tests.queue import jobs
 from tests.queue.conftest import cluster, wait_for  # noqa: F401 (the cluster fixture)
 

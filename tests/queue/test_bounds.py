@@ -21,7 +21,9 @@ from django.utils import timezone
 from django_ratequeue import Retry, Status, enqueue, enqueue_many, get_handle
 from django_ratequeue.models import Attempt, Job, WorkerHeartbeat
 from django_ratequeue.queue.bounds import LATEST, clip, later
-from django_ratequeue.queue.loop import Loop, ensure_loop_state, main_loop
+from django_ratequeue.queue.loop import Loop
+from django_ratequeue.queue.runner import main_loop
+from django_ratequeue.queue.wakeup import ensure_loop_state
 from tests.queue import jobs
 from tests.queue.conftest import wait_for
 from tests.queue.test_settings_and_retention import check_ids

@@ -11,9 +11,9 @@ from django.utils import timezone
 
 from django_ratequeue import JobCanceled, Status, enqueue
 from django_ratequeue.models import Job, LoopState
-from django_ratequeue.queue.enqueue import JobOptions
 from django_ratequeue.queue.handles import Handle
 from django_ratequeue.queue.models import LoopStatus
+from django_ratequeue.queue.options import JobOptions
 from tests.queue import jobs
 from tests.queue.conftest import wait_for
 

@@ -15,8 +15,9 @@ from django_ratequeue import Handle, JobFailed, enqueue
 from django_ratequeue.conf import ratequeue_settings
 from django_ratequeue.exceptions import AttemptTimedOut, WorkerLost, class_path
 from django_ratequeue.models import Attempt, Job
-from django_ratequeue.queue.loop import Loop, ensure_loop_state, main_loop
-from django_ratequeue.queue.runner import Runner
+from django_ratequeue.queue.loop import Loop
+from django_ratequeue.queue.runner import Runner, main_loop
+from django_ratequeue.queue.wakeup import ensure_loop_state
 from django_ratequeue.queue.watchdog import beat
 from tests.queue import jobs
 

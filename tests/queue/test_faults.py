@@ -17,8 +17,9 @@ from django.db import connection, transaction
 from bench.faults import SETTINGS, Drill, KillLoop, KillWorker, TerminateConnections, plan
 from django_ratequeue import Status, enqueue, enqueue_many
 from django_ratequeue.models import Job, LoopState
-from django_ratequeue.queue.loop import Loop, ensure_loop_state
+from django_ratequeue.queue.loop import Loop
 from django_ratequeue.queue.runner import run_batch
+from django_ratequeue.queue.wakeup import ensure_loop_state
 from django_ratequeue.queue.watchdog import beat
 from tests.queue import jobs
 from tests.queue.conftest import child_pids

@@ -22,8 +22,10 @@ from django_ratequeue import (
     set_queue_concurrency,
 )
 from django_ratequeue.models import Attempt, Job, QueueSetting
-from django_ratequeue.queue.loop import QueueLimits, ensure_loop_state, main_loop
+from django_ratequeue.queue.limits import QueueLimits
+from django_ratequeue.queue.runner import main_loop
 from django_ratequeue.queue.stats import queue_overview
+from django_ratequeue.queue.wakeup import ensure_loop_state
 from django_ratequeue.ratelimit.api import rate_limit
 from tests.queue import jobs
 

@@ -8,8 +8,10 @@ from django.utils import timezone
 
 from django_ratequeue import Retry, Status
 from django_ratequeue.models import Attempt, Job
-from django_ratequeue.queue.loop import QUEUES_PER_STEP, Loop, ensure_loop_state
+from django_ratequeue.queue.dispatch import QUEUES_PER_STEP
+from django_ratequeue.queue.loop import Loop
 from django_ratequeue.queue.models import Outcome
+from django_ratequeue.queue.wakeup import ensure_loop_state
 
 
 def end_every_running_attempt() -> None:

@@ -24,8 +24,9 @@ from django_q.models import OrmQ
 from django_ratequeue import JobFailed, Status, enqueue, enqueue_many
 from django_ratequeue.conf import ratequeue_settings
 from django_ratequeue.models import Attempt, Job, WorkerHeartbeat
-from django_ratequeue.queue.loop import Loop, ensure_loop_state, main_loop
-from django_ratequeue.queue.runner import Runner
+from django_ratequeue.queue.loop import Loop
+from django_ratequeue.queue.runner import Runner, main_loop
+from django_ratequeue.queue.wakeup import ensure_loop_state
 from django_ratequeue.queue.watchdog import beat
 from tests.queue import jobs
 from tests.queue.conftest import wait_for

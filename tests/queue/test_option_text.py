@@ -18,8 +18,9 @@ from hypothesis import strategies as st
 from django_ratequeue import Handle, JobFailed, Status, enqueue, enqueue_many
 from django_ratequeue.db import _sessions
 from django_ratequeue.models import Job
-from django_ratequeue.queue.loop import Loop, ensure_loop_state
+from django_ratequeue.queue.loop import Loop
 from django_ratequeue.queue.runner import Runner
+from django_ratequeue.queue.wakeup import ensure_loop_state
 from tests.queue import jobs
 
 pytestmark = pytest.mark.django_db

@@ -12,8 +12,9 @@ from django.contrib.auth.models import AnonymousUser, User
 from django_ratequeue import DuplicateJobId, Handle, Status, enqueue, enqueue_many, get_handle
 from django_ratequeue.models import CancelRequest, Job
 from django_ratequeue.queue.handles import missing_job
-from django_ratequeue.queue.loop import Loop, ensure_loop_state
+from django_ratequeue.queue.loop import Loop
 from django_ratequeue.queue.runner import Runner
+from django_ratequeue.queue.wakeup import ensure_loop_state
 from tests.queue import jobs
 
 pytestmark = pytest.mark.django_db

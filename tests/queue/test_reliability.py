@@ -18,9 +18,10 @@ from django.utils import timezone
 
 from django_ratequeue import Status, enqueue, enqueue_many
 from django_ratequeue.models import Attempt, Job, LoopState
-from django_ratequeue.queue.loop import Loop, ensure_loop_state, main_loop
+from django_ratequeue.queue.loop import Loop
 from django_ratequeue.queue.models import LoopStatus
-from django_ratequeue.queue.runner import Runner, run_batch
+from django_ratequeue.queue.runner import Runner, main_loop, run_batch
+from django_ratequeue.queue.wakeup import ensure_loop_state
 from tests.queue import jobs
 from tests.queue.conftest import wait_for
 

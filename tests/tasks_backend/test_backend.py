@@ -22,8 +22,9 @@ from django_ratequeue import Status, enqueue, get_handle
 from django_ratequeue.backends import BACKEND_PATH, RateQueueBackend, attempt_error
 from django_ratequeue.models import Attempt, Job
 from django_ratequeue.queue.handles import AttemptInfo
-from django_ratequeue.queue.loop import Loop, ensure_loop_state, main_loop
-from django_ratequeue.queue.runner import Runner
+from django_ratequeue.queue.loop import Loop
+from django_ratequeue.queue.runner import Runner, main_loop
+from django_ratequeue.queue.wakeup import ensure_loop_state
 
 from . import tasks
 from .conftest import wait_for

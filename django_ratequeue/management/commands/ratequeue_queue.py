@@ -8,7 +8,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from ...queue.control import change_queue
-from ...queue.loop import QueueLimits
+from ...queue.limits import QueueLimits
 
 
 class Command(BaseCommand):

@@ -1,0 +1,62 @@
+"""The limits a queue runs under: ``RATEQUEUE["QUEUES"]`` with the runtime overrides of
+:mod:`.control` on top, read afresh at every step of the loop."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..conf import QueueConfig, ratequeue_settings
+from .models import QueueSetting
+
+
+@dataclass(frozen=True)
+class QueueLimits:
+    """The limits of one queue: ``RATEQUEUE["QUEUES"]`` with the runtime overrides of
+    :mod:`.control` on top (None: not configured). ``source`` says where
+    ``max_concurrency`` comes from: "settings", "runtime" or "" (not configured)."""
+
+    max_concurrency: int | None
+    key_concurrency: int = 1
+    rate_limit: str | None = None
+    source: str = ""
+
+    @classmethod
+    def of(cls, name: str, overrides: dict[str, QueueSetting] | None = None) -> QueueLimits:
+        """``overrides``: :func:`queue_overrides` read once by the caller; read here if None."""
+        settings = ratequeue_settings()
+        configured_queue = settings.QUEUES.get(name)
+        config = configured_queue or QueueConfig()
+        if overrides is None:
+            overrides = {s.name: s for s in QueueSetting.objects.filter(name=name)}
+        override = overrides.get(name) or QueueSetting(name=name)
+        limit = override.max_concurrency
+        if limit is None and configured_queue is not None:
+            limit = configured_queue.max_concurrency
+        elif limit is None and name == "default":
+            limit = settings.MAX_CONCURRENCY
+        paused = override.paused
+        if paused is None:
+            paused = config.paused
+        # Where the effective value comes from: the pause if paused, else the limit.
+        changed_at_runtime = override.paused if paused else override.max_concurrency
+        configured = limit is not None or paused
+        return cls(
+            max_concurrency=0 if paused else limit,
+            key_concurrency=config.key_concurrency,
+            rate_limit=config.rate_limit,
+            source="runtime"
+            if changed_at_runtime is not None
+            else "settings"
+            if configured
+            else "",
+        )
+
+    def limit_for(self, job_max_concurrency: int | None) -> int:
+        if self.max_concurrency is not None:
+            return self.max_concurrency
+        return 1 if job_max_concurrency is None else job_max_concurrency
+
+
+def queue_overrides() -> dict[str, QueueSetting]:
+    """Every runtime override, by queue name: one query on a table of a few rows."""
+    return {setting.name: setting for setting in QueueSetting.objects.all()}

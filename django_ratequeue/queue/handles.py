@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 from datetime import datetime
@@ -94,6 +95,7 @@ class Handle(Generic[R_co]):
         job, it gives that job's slots back while it waits (see :mod:`.subtasks`) and
         raises :class:`RecursiveWaitDeadlock` if the wait could never end.
         """
+        check_timeout(timeout)
         parent = current_attempt.get()
         if parent is None:
             return self._wait(timeout)
@@ -181,3 +183,20 @@ def cancel_all(queue: str | None = None) -> None:
     """Cancel every unfinished job, or those of one queue."""
     CancelRequest.objects.create(queue=queue or "")
     transaction.on_commit(wake_loop, using=queue_db(), robust=True)
+
+
+def check_timeout(timeout: float | None) -> None:
+    """A wait's ``timeout`` is ``None`` (no limit) or a finite number of seconds, 0 or more:
+    ``nan`` would never expire, and a negative one is a mistake worth naming."""
+    if timeout is None:
+        return
+    if (
+        isinstance(timeout, bool)
+        or not isinstance(timeout, int | float)
+        or not math.isfinite(timeout)
+        or timeout < 0
+    ):
+        raise ValueError(
+            f"timeout must be None (wait as long as it takes) or a finite number of seconds, "
+            f"0 or more, not {timeout!r}."
+        )

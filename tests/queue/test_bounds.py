@@ -80,6 +80,16 @@ def test_hostile_numbers_are_refused_at_enqueue_and_write_nothing(
     assert not Job.objects.exists()
 
 
+@pytest.mark.django_db
+@pytest.mark.parametrize("timeout", [NAN, -1, INF, -INF, "5", True])
+def test_a_wait_for_a_result_is_bounded(timeout: Any) -> None:
+    """``nan`` never expires (``now >= nan`` is false): a wait that could hang for good is
+    refused with the fix, as a negative or non-numeric one is."""
+    handle = enqueue(jobs.add, args=[1, 2])
+    with pytest.raises(ValueError, match=r"timeout must be None .* or a finite number"):
+        handle.result(timeout=timeout)
+
+
 def test_a_retry_policy_is_bounded_when_built() -> None:
     with pytest.raises(ValueError, match="initial_interval"):
         Retry(initial_interval=sys.maxsize)

@@ -31,7 +31,7 @@ SETTINGS: dict[str, Any] = {
     "QUEUES": {
         "narrow": {"max_concurrency": 4},
         "tenants": {"max_concurrency": 100},
-        "fair": {"max_concurrency": 4, "key_concurrency": 4},
+        "fair": {"max_concurrency": 4, "total_concurrency": 4},
         "llm": {"max_concurrency": 20, "rate_limit": "llm"},
     },
     "RATE_LIMITS": {

@@ -69,16 +69,23 @@ class Dispatch:
         )
         environment = sum(a.holds_environment_slot for a in running)
         per_queue = Counter(a.queue for a in running if a.holds_queue_slot)
+        per_copy = copies_in_use(running)
         granted = []
         for attempt in resuming:
             needs_queue_slot = not attempt.holds_queue_slot
-            limit = QueueLimits.of(attempt.queue).limit_for(own_limits.get(attempt.job_id))
+            limits = QueueLimits.of(attempt.queue)
+            copy = (attempt.queue, attempt.concurrency_key)
             if environment >= self.settings.MAX_CONCURRENCY or (
-                needs_queue_slot and per_queue[attempt.queue] >= limit
+                needs_queue_slot
+                and (
+                    per_copy[copy] >= limits.limit_for(own_limits.get(attempt.job_id))
+                    or per_queue[attempt.queue] >= (limits.total_concurrency or math.inf)
+                )
             ):
                 continue
             environment += 1
             per_queue[attempt.queue] += needs_queue_slot
+            per_copy[copy] += needs_queue_slot
             attempt.wait, attempt.wait_queue = Wait.NONE, ""
             granted.append(attempt.pk)
         Attempt.objects.filter(pk__in=granted, wait=Wait.RESUMING).resume()
@@ -105,7 +112,7 @@ class Dispatch:
         if env_free <= 0:
             return [], True
         per_queue = Counter(a.queue for a in running if a.holds_queue_slot)
-        per_key = Counter((a.queue, a.concurrency_key) for a in running if a.concurrency_key)
+        per_copy = copies_in_use(running)
         overrides = queue_overrides()
         cursors = self.key_cursors or {}
         offers: list[tuple[Job, int, int]] = []
@@ -114,7 +121,7 @@ class Dispatch:
             offers.extend(
                 (job, round_, turn)
                 for job, round_ in self.queue_candidates(
-                    name, limits, cursors.get(name), per_queue, per_key, env_free, now
+                    name, limits, cursors.get(name), per_queue, per_copy, env_free, now
                 )
             )
         offers.sort(key=lambda offer: (-offer[0].priority, offer[1], offer[2]))
@@ -167,27 +174,26 @@ class Dispatch:
         limits: QueueLimits,
         cursor: str | None,
         per_queue: Counter[str],
-        per_key: Counter[tuple[str, str]],
+        per_copy: Counter[tuple[str, str]],
         env_free: int,
         now: datetime,
     ) -> list[tuple[Job, int]]:
         """The jobs queue ``name`` can start now, each with its round: the keys with work
         ready are visited in turn from ``cursor`` on, and round n offers each key's n-th
         next job (by priority, then arrival), so every key gets a start before any key
-        gets two. Jobs without a key share the key ``""``."""
+        gets two. Each key is its own copy of the queue, under ``max_concurrency``; jobs
+        without a key share the copy ``""``; ``total_concurrency`` caps them together."""
         if limits.max_concurrency == 0:
             return []
         if name in self.rate_limited_until and self.rate_limited_until[name] > now:
             return []
-        ceiling = limits.max_concurrency or self.settings.MAX_QUEUE_CONCURRENCY
-        room = min(ceiling - per_queue[name], env_free)
+        total = limits.total_concurrency or self.settings.MAX_QUEUE_CONCURRENCY
+        room = min(total - per_queue[name], env_free)
         if room <= 0:
             return []
         keys = keys_in_turn(name, cursor, room + KEY_LOOKAHEAD)
-        takes = {
-            key: min(room, limits.key_concurrency - per_key[(name, key)] if key else room)
-            for key in keys
-        }
+        per_key_limit = limits.max_concurrency or self.settings.MAX_QUEUE_CONCURRENCY
+        takes = {key: min(room, per_key_limit - per_copy[(name, key)]) for key in keys}
         turn = {key: position for position, key in enumerate(keys)}
         jobs = next_jobs(name, takes)
         jobs.sort(key=lambda job: (turn[job.concurrency_key], -job.priority, job.created_at))
@@ -199,12 +205,10 @@ class Dispatch:
         jobs.sort(key=lambda job: (-job.priority, rounds[job.pk], turn[job.concurrency_key]))
         chosen: list[tuple[Job, int]] = []
         for job in jobs:
-            if per_queue[name] >= ceiling or len(chosen) >= env_free:
+            if per_queue[name] >= total or len(chosen) >= env_free:
                 break
-            if per_queue[name] >= limits.limit_for(job.max_concurrency):
-                continue
-            key = (name, job.concurrency_key)
-            if job.concurrency_key and per_key[key] >= limits.key_concurrency:
+            copy = (name, job.concurrency_key)
+            if per_copy[copy] >= limits.limit_for(job.max_concurrency):
                 continue
             gate: TokenGate = "now"
             if limits.rate_limit:
@@ -220,8 +224,7 @@ class Dispatch:
                     continue
             # A job whose tokens are reserved for later holds its slots until then.
             per_queue[name] += 1
-            if job.concurrency_key:
-                per_key[key] += 1
+            per_copy[copy] += 1
             if gate == "now":
                 chosen.append((job, rounds[job.pk]))
         return chosen
@@ -260,6 +263,12 @@ class Dispatch:
         size = self.settings.DISPATCH_BATCH_SIZE
         count = min(len(attempt_ids), max(workers, 1, math.ceil(len(attempt_ids) / size)))
         return [attempt_ids[i::count] for i in range(count)]
+
+
+def copies_in_use(running: list[Attempt]) -> Counter[tuple[str, str]]:
+    """The slots held per copy of a queue: (queue, concurrency key), the key "" for jobs
+    without one."""
+    return Counter((a.queue, a.concurrency_key) for a in running if a.holds_queue_slot)
 
 
 def waiting_queues(after: str = "") -> list[str]:

@@ -12,11 +12,13 @@ from .models import QueueSetting
 @dataclass(frozen=True)
 class QueueLimits:
     """The limits of one queue: ``RATEQUEUE["QUEUES"]`` with the runtime overrides of
-    :mod:`.control` on top (None: not configured). ``source`` says where
-    ``max_concurrency`` comes from: "settings", "runtime" or "" (not configured)."""
+    :mod:`.control` on top (None: not configured). ``max_concurrency`` limits each copy
+    of the queue: one per concurrency key, and one for the jobs without a key;
+    ``total_concurrency`` (None: no cap) limits all of them together. ``source`` says
+    where ``max_concurrency`` comes from: "settings", "runtime" or "" (not configured)."""
 
     max_concurrency: int | None
-    key_concurrency: int = 1
+    total_concurrency: int | None = None
     rate_limit: str | None = None
     source: str = ""
 
@@ -42,7 +44,7 @@ class QueueLimits:
         configured = limit is not None or paused
         return cls(
             max_concurrency=0 if paused else limit,
-            key_concurrency=config.key_concurrency,
+            total_concurrency=config.total_concurrency,
             rate_limit=config.rate_limit,
             source="runtime"
             if changed_at_runtime is not None

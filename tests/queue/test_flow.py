@@ -156,7 +156,7 @@ def test_paused_queue_starts_nothing_until_resumed(cluster) -> None:
 
 @pytest.mark.cluster
 def test_small_key_is_not_delayed_by_a_big_backlog(cluster) -> None:
-    cluster(QUEUES={"tenants": {"max_concurrency": 2, "key_concurrency": 2}})
+    cluster(QUEUES={"tenants": {"max_concurrency": 2, "total_concurrency": 2}})
     big = enqueue_many(jobs.sleep, [[0.01]] * 300, queue="tenants", concurrency_key="big")
     mark = Attempt.objects.aggregate(last=Max("pk"))["last"] or 0
     small = enqueue_many(jobs.sleep, [[0.01]] * 5, queue="tenants", concurrency_key="small")

@@ -16,6 +16,7 @@ from django.db import transaction
 from ..conf import ratequeue_settings
 from .bounds import check_queue_concurrency as queue_concurrency
 from .bounds import check_queue_name
+from .limits import store_queue_changes
 from .models import QueueSetting, queue_db
 from .wakeup import wake_loop
 
@@ -35,13 +36,7 @@ def change_queue(name: str, **changes: Any) -> QueueSetting:
     if changes.get("max_concurrency") is not None:
         check_queue_concurrency(name, changes["max_concurrency"])
     with transaction.atomic(using=queue_db()):
-        setting, _created = QueueSetting.objects.select_for_update().get_or_create(name=name)
-        for field, value in changes.items():
-            setattr(setting, field, value)
-        if setting.paused is None and setting.max_concurrency is None:
-            setting.delete()
-        else:
-            setting.save()
+        setting = store_queue_changes(name, **changes)
         transaction.on_commit(wake_loop, using=queue_db(), robust=True)
     return setting
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from ..conf import QueueConfig, ratequeue_settings
 from .models import QueueSetting
@@ -57,6 +58,20 @@ class QueueLimits:
         if self.max_concurrency is not None:
             return self.max_concurrency
         return 1 if job_max_concurrency is None else job_max_concurrency
+
+
+def store_queue_changes(name: str, **changes: Any) -> QueueSetting:
+    """Write ``changes`` (checked by the caller) into queue ``name``'s runtime override, in
+    the caller's transaction; a row left with nothing to override is deleted. The one
+    writer of :class:`QueueSetting`, for :mod:`.control` and enqueue-time limits alike."""
+    setting, _created = QueueSetting.objects.select_for_update().get_or_create(name=name)
+    for field, value in changes.items():
+        setattr(setting, field, value)
+    if setting.paused is None and setting.max_concurrency is None:
+        setting.delete()
+    else:
+        setting.save()
+    return setting
 
 
 def queue_overrides() -> dict[str, QueueSetting]:

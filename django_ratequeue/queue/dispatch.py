@@ -19,7 +19,7 @@ from typing import Any, Literal
 from ..conf import RateQueueSettings
 from ..ratelimit.api import rate_limit
 from .keys import keys_in_turn, next_jobs
-from .limits import QueueLimits, queue_overrides
+from .limits import QueueLimits, environment_limit, queue_overrides
 from .models import (
     Attempt,
     Job,
@@ -44,6 +44,8 @@ class Dispatch:
 
     def __init__(self, settings: RateQueueSettings) -> None:
         self.settings = settings
+        # MAX_CONCURRENCY as in force for this step (read_limits).
+        self.max_concurrency = settings.MAX_CONCURRENCY
         # Queues whose rate limit refused a start, and when to try again.
         self.rate_limited_until: dict[str, datetime] = {}
         # Per queue, the concurrency key served last (LoopState.key_cursors, read once),
@@ -52,6 +54,10 @@ class Dispatch:
         self.queue_cursor = ""
         # When the jobs whose tokens are reserved for later may start (set by start_ready).
         self.reserved_starts: list[datetime] = []
+
+    def read_limits(self) -> None:
+        """Take in a runtime change of ``MAX_CONCURRENCY``: once per step."""
+        self.max_concurrency = environment_limit()
 
     def wakes(self) -> list[datetime]:
         """When a resting loop must look again for the sake of dispatch."""
@@ -75,7 +81,7 @@ class Dispatch:
             needs_queue_slot = not attempt.holds_queue_slot
             limits = QueueLimits.of(attempt.queue)
             copy = (attempt.queue, attempt.concurrency_key)
-            if environment >= self.settings.MAX_CONCURRENCY or (
+            if environment >= self.max_concurrency or (
                 needs_queue_slot
                 and (
                     per_copy[copy] >= limits.limit_for(own_limits.get(attempt.job_id))
@@ -108,7 +114,7 @@ class Dispatch:
         queues = waiting_queues(after=self.queue_cursor)
         if not queues:
             return [], False
-        env_free = self.settings.MAX_CONCURRENCY - sum(a.holds_environment_slot for a in running)
+        env_free = self.max_concurrency - sum(a.holds_environment_slot for a in running)
         if env_free <= 0:
             return [], True
         per_queue = Counter(a.queue for a in running if a.holds_queue_slot)

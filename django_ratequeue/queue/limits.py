@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..conf import QueueConfig, ratequeue_settings
-from .models import QueueSetting
+from .models import LoopState, QueueSetting
 
 
 @dataclass(frozen=True)
@@ -36,7 +36,7 @@ class QueueLimits:
         if limit is None and configured_queue is not None:
             limit = configured_queue.max_concurrency
         elif limit is None and name == "default":
-            limit = settings.MAX_CONCURRENCY
+            limit = environment_limit()
         paused = override.paused
         if paused is None:
             paused = config.paused
@@ -45,7 +45,9 @@ class QueueLimits:
         configured = limit is not None or paused
         return cls(
             max_concurrency=0 if paused else limit,
-            total_concurrency=config.total_concurrency,
+            total_concurrency=config.total_concurrency
+            if override.total_concurrency is None
+            else override.total_concurrency,
             rate_limit=config.rate_limit,
             source="runtime"
             if changed_at_runtime is not None
@@ -67,11 +69,23 @@ def store_queue_changes(name: str, **changes: Any) -> QueueSetting:
     setting, _created = QueueSetting.objects.select_for_update().get_or_create(name=name)
     for field, value in changes.items():
         setattr(setting, field, value)
-    if setting.paused is None and setting.max_concurrency is None:
+    overrides = (setting.paused, setting.max_concurrency, setting.total_concurrency)
+    if all(value is None for value in overrides):
         setting.delete()
     else:
         setting.save()
     return setting
+
+
+def environment_limit() -> int:
+    """``MAX_CONCURRENCY`` as in force: the runtime change (:mod:`.control`), else the
+    setting. One read by primary key, made at every step of the loop."""
+    changed = (
+        LoopState.objects.filter(pk=LoopState.SINGLETON)
+        .values_list("max_concurrency", flat=True)
+        .first()
+    )
+    return ratequeue_settings().MAX_CONCURRENCY if changed is None else changed
 
 
 def queue_overrides() -> dict[str, QueueSetting]:

@@ -78,7 +78,7 @@ def test_management_command_changes_a_queue() -> None:
     assert "max_concurrency 7 (runtime)" in out.getvalue()
     with pytest.raises(CommandError, match="MAX_QUEUE_CONCURRENCY"):
         call_command("ratequeue_queue", "set", "emails", "-3")
-    with pytest.raises(CommandError, match="only with 'set'"):
+    with pytest.raises(CommandError, match="only with them"):
         call_command("ratequeue_queue", "pause", "emails", "3")
     call_command("ratequeue_queue", "reset", "emails", stdout=out)
     assert QueueLimits.of("emails").max_concurrency == 0  # paused again, as in settings

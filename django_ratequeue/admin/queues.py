@@ -13,7 +13,12 @@ from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
-from ..queue.control import change_queue, check_queue_concurrency, check_queue_name
+from ..queue.control import (
+    change_queue,
+    check_queue_concurrency,
+    check_queue_name,
+    check_total_concurrency,
+)
 from ..queue.models import QueueSetting
 from .actions import PermittedActionsMixin
 
@@ -30,7 +35,7 @@ class QueueSettingForm(forms.ModelForm):
             if data.get("max_concurrency") is not None:
                 check_queue_concurrency(name, data["max_concurrency"])
             if data.get("total_concurrency") is not None:
-                check_queue_concurrency(name, data["total_concurrency"])
+                check_total_concurrency(name, data["total_concurrency"])
         except ValueError as error:
             raise forms.ValidationError(str(error)) from None
         return data

@@ -27,6 +27,12 @@ def check_queue_concurrency(name: str, limit: Any) -> int:
     return queue_concurrency(name, limit, ratequeue_settings().MAX_QUEUE_CONCURRENCY)
 
 
+def check_total_concurrency(name: str, limit: Any) -> int:
+    """``limit`` if it can be queue ``name``'s total_concurrency: 1 to MAX_QUEUE_CONCURRENCY."""
+    ceiling = ratequeue_settings().MAX_QUEUE_CONCURRENCY
+    return integer(f"total_concurrency of queue {name!r}", limit, 1, ceiling)
+
+
 def change_queue(name: str, **changes: Any) -> QueueSetting:
     """Store ``changes`` (``paused``, ``max_concurrency``, ``total_concurrency``; None for
     the setting) for queue ``name`` and kick the
@@ -38,8 +44,7 @@ def change_queue(name: str, **changes: Any) -> QueueSetting:
     if changes.get("max_concurrency") is not None:
         check_queue_concurrency(name, changes["max_concurrency"])
     if changes.get("total_concurrency") is not None:
-        ceiling = ratequeue_settings().MAX_QUEUE_CONCURRENCY
-        integer(f"total_concurrency of queue {name!r}", changes["total_concurrency"], 1, ceiling)
+        check_total_concurrency(name, changes["total_concurrency"])
     with transaction.atomic(using=queue_db()):
         setting = store_queue_changes(name, **changes)
         transaction.on_commit(wake_loop, using=queue_db(), robust=True)

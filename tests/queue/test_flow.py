@@ -98,6 +98,10 @@ def test_admin_edits_queue_settings(admin_client) -> None:
         {"action": "resume", "_selected_action": ["emails"]},
     )
     assert QueueLimits.of("emails").max_concurrency == 3
+    response = admin_client.post(url, {"name": "llm", "total_concurrency": "0"})
+    assert response.status_code == 200 and b"total_concurrency" in response.content
+    admin_client.post(url, {"name": "llm", "total_concurrency": "4"})
+    assert QueueLimits.of("llm").total_concurrency == 4
 
 
 @pytest.mark.django_db

@@ -193,8 +193,8 @@ class Dispatch:
             return []
         if name in self.rate_limited_until and self.rate_limited_until[name] > now:
             return []
-        total = limits.total_concurrency or self.settings.MAX_QUEUE_CONCURRENCY
-        room = min(total - per_queue[name], env_free)
+        total = limits.total_concurrency or math.inf  # None: no cap over the keys
+        room = env_free if total == math.inf else min(int(total) - per_queue[name], env_free)
         if room <= 0:
             return []
         keys = keys_in_turn(name, cursor, room + KEY_LOOKAHEAD)

@@ -58,3 +58,13 @@ def test_total_concurrency_caps_all_keys_together() -> None:
     first = started_per_key()
     assert sum(first.values()) == 3 and max(first.values()) == 1  # keys take turns
     assert started_per_key() == first  # nothing more while the three run
+
+
+@pytest.mark.django_db
+@override_settings(
+    RATEQUEUE={"MAX_CONCURRENCY": 300, "QUEUES": {"tenants": {"max_concurrency": 1}}}
+)
+def test_without_total_concurrency_keys_are_not_capped_together() -> None:
+    """Not even by MAX_QUEUE_CONCURRENCY (100), which bounds a limit, not the keys' sum."""
+    waiting("tenants", [f"k{n}" for n in range(150)], per_key=2)
+    assert started_per_key() == {f"k{n}": 1 for n in range(150)}

@@ -10,9 +10,11 @@ import pytest
 from django.test import override_settings
 from django.utils import timezone
 
-from django_ratequeue import Retry, Status
+from django_ratequeue import RecursiveWaitDeadlock, Retry, Status
 from django_ratequeue.models import Attempt, Job
 from django_ratequeue.queue.loop import Loop
+from django_ratequeue.queue.models import Wait
+from django_ratequeue.queue.subtasks import check_wait
 from django_ratequeue.queue.wakeup import ensure_loop_state
 
 
@@ -68,3 +70,18 @@ def test_without_total_concurrency_keys_are_not_capped_together() -> None:
     """Not even by MAX_QUEUE_CONCURRENCY (100), which bounds a limit, not the keys' sum."""
     waiting("tenants", [f"k{n}" for n in range(150)], per_key=2)
     assert started_per_key() == {f"k{n}": 1 for n in range(150)}
+
+
+@pytest.mark.django_db
+@override_settings(RATEQUEUE={"QUEUES": {"solo": {"max_concurrency": 1}}})
+def test_a_key_lending_its_slot_does_not_refuse_a_wait_in_another_key() -> None:
+    """Key "a"'s one slot is lent to its parent's subtask; key "b" still has its own."""
+    waiting("solo", ["a", "b"], per_key=2)
+    started_per_key()  # job-a-0 and job-b-0 run
+    lender = Attempt.objects.get(job_id="job-a-0")
+    lender.wait, lender.wait_queue = Wait.WAITING, "solo"
+    lender.save()
+    parent = Attempt.objects.get(job_id="job-b-0")
+    check_wait(parent, Job.objects.get(pk="job-b-1"))  # b's slot is its own: no deadlock
+    with pytest.raises(RecursiveWaitDeadlock, match="slot\\(s\\) are all lent"):
+        check_wait(parent, Job.objects.get(pk="job-a-1"))

@@ -69,7 +69,7 @@ T = TypeVar("T")
 QUEUES: dict[str, dict[str, int]] = {
     "alpha": {"max_concurrency": 2},
     "beta": {"max_concurrency": 1},
-    "gamma": {"max_concurrency": 2, "key_concurrency": 1},
+    "gamma": {"max_concurrency": 1, "total_concurrency": 2},
 }
 KEYS = ["k0", "k1", "k2", "k3"]  # gamma's concurrency keys
 SETTINGS: dict[str, Any] = {"MAX_CONCURRENCY": 4, "QUEUES": QUEUES}
@@ -283,9 +283,11 @@ def limits(settings: dict[str, Any]) -> dict[str, int]:
     """Each group's limit, from ``RATEQUEUE`` settings."""
     found = {"all": settings["MAX_CONCURRENCY"]}
     for name, queue in settings["QUEUES"].items():
-        found[name] = queue.get("max_concurrency", 1)
+        # Each key is a copy of the queue under max_concurrency; only gamma has keys, and
+        # its total_concurrency caps them together.
+        found[name] = queue.get("total_concurrency") or queue.get("max_concurrency", 1)
         for key in KEYS:
-            found[f"{name}/{key}"] = queue.get("key_concurrency", 1)
+            found[f"{name}/{key}"] = queue.get("max_concurrency", 1)
     return found
 
 

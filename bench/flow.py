@@ -30,8 +30,8 @@ SETTINGS: dict[str, Any] = {
     "MAX_CONCURRENCY": 100,
     "QUEUES": {
         "narrow": {"max_concurrency": 4},
-        "tenants": {"max_concurrency": 100},
-        "fair": {"max_concurrency": 4, "key_concurrency": 4},
+        "tenants": {"max_concurrency": 1, "total_concurrency": 100},
+        "fair": {"max_concurrency": 4, "total_concurrency": 4},
         "llm": {"max_concurrency": 20, "rate_limit": "llm"},
     },
     "RATE_LIMITS": {

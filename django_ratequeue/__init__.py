@@ -24,7 +24,12 @@ if TYPE_CHECKING:
         RecursiveWaitDeadlock,
         UnknownJob,
     )
-    from .queue.control import pause_queue, resume_queue, set_queue_concurrency
+    from .queue.control import (
+        pause_queue,
+        resume_queue,
+        set_max_concurrency,
+        set_queue_concurrency,
+    )
     from .queue.enqueue import JobFunction, enqueue, enqueue_many, job
     from .queue.handles import Handle, cancel_all, get_handle
     from .queue.models import Status
@@ -77,6 +82,7 @@ _EXPORTS: dict[str, str] = {
     "cancel_all": ".queue.handles",
     "pause_queue": ".queue.control",
     "resume_queue": ".queue.control",
+    "set_max_concurrency": ".queue.control",
     "set_queue_concurrency": ".queue.control",
 }
 
@@ -112,6 +118,7 @@ __all__ = [
     "rate_limit",
     "reset_rate_limit",
     "resume_queue",
+    "set_max_concurrency",
     "set_queue_concurrency",
 ]
 

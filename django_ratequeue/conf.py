@@ -61,10 +61,11 @@ DEFAULTS: dict[str, Any] = {
 class QueueConfig:
     """One entry of ``QUEUES``; runtime changes override it (see queue/control.py)."""
 
-    # Jobs of the queue running at once (0 pauses it), at most MAX_QUEUE_CONCURRENCY.
+    # Jobs of the queue running at once (0 pauses it), at most MAX_QUEUE_CONCURRENCY. Each
+    # concurrency_key is its own copy of the queue, with this limit.
     max_concurrency: int = 1
-    # Jobs running at once per concurrency_key.
-    key_concurrency: int = 1
+    # Jobs running at once across all the queue's concurrency keys; None: no cap.
+    total_concurrency: int | None = None
     # A RATE_LIMITS name: each job reserves its cost and starts when the reservation says.
     rate_limit: str | None = None
     paused: bool = False
@@ -228,7 +229,15 @@ class _Parser:
             if not isinstance(options, Mapping):
                 self.problem("E211", f"{where} must be a dict of options.", QUEUES_EXAMPLE)
                 continue
-            unknown = sorted(map(str, set(options) - QUEUE_OPTIONS))
+            if "key_concurrency" in options:
+                self.problem(
+                    "E214",
+                    f"{where}['key_concurrency'] is no longer an option: each concurrency "
+                    "key is now its own copy of the queue, with the queue's max_concurrency.",
+                    "Set max_concurrency to the jobs one key may run at once, and "
+                    "total_concurrency to cap all keys together.",
+                )
+            unknown = sorted(map(str, set(options) - QUEUE_OPTIONS - {"key_concurrency"}))
             if unknown:
                 known = ", ".join(sorted(QUEUE_OPTIONS))
                 self.problem(
@@ -242,10 +251,16 @@ class _Parser:
                     check_queue_concurrency(name, config.max_concurrency, ceiling)
                 except ValueError as error:
                     self.problem("E213", f"{where}: {error}", QUEUES_EXAMPLE)
-            try:
-                integer(f"{where}['key_concurrency']", config.key_concurrency, 1, MAX_INT)
-            except ValueError as error:
-                self.problem("E214", str(error))
+            if config.total_concurrency is not None:
+                try:
+                    integer(
+                        f"{where}['total_concurrency']",
+                        config.total_concurrency,
+                        1,
+                        ceiling or MAX_INT,
+                    )
+                except ValueError as error:
+                    self.problem("E218", str(error), "None (no cap) or e.g. 10")
             rate_limit = config.rate_limit
             if rate_limit is not None and (
                 not isinstance(rate_limit, str) or rate_limit not in limits

@@ -144,7 +144,7 @@ RATEQUEUE = {
     "QUEUES": {
         "emails": {"max_concurrency": 2},
         # Per user (concurrency_key): one call at a time each, four in all, within the budget.
-        "llm": {"max_concurrency": 4, "key_concurrency": 1, "rate_limit": "llm_tokens"},
+        "llm": {"max_concurrency": 1, "total_concurrency": 4, "rate_limit": "llm_tokens"},
     },
 }
 

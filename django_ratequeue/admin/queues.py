@@ -13,7 +13,12 @@ from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
-from ..queue.control import change_queue, check_queue_concurrency, check_queue_name
+from ..queue.control import (
+    change_queue,
+    check_queue_concurrency,
+    check_queue_name,
+    check_total_concurrency,
+)
 from ..queue.models import QueueSetting
 from .actions import PermittedActionsMixin
 
@@ -21,7 +26,7 @@ from .actions import PermittedActionsMixin
 class QueueSettingForm(forms.ModelForm):
     class Meta:
         model = QueueSetting
-        fields = ["name", "paused", "max_concurrency"]
+        fields = ["name", "paused", "max_concurrency", "total_concurrency"]
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}
@@ -29,6 +34,8 @@ class QueueSettingForm(forms.ModelForm):
             name = check_queue_name(data.get("name") or getattr(self.instance, "name", ""))
             if data.get("max_concurrency") is not None:
                 check_queue_concurrency(name, data["max_concurrency"])
+            if data.get("total_concurrency") is not None:
+                check_total_concurrency(name, data["total_concurrency"])
         except ValueError as error:
             raise forms.ValidationError(str(error)) from None
         return data
@@ -37,7 +44,7 @@ class QueueSettingForm(forms.ModelForm):
 @admin.register(QueueSetting)
 class QueueSettingAdmin(PermittedActionsMixin, admin.ModelAdmin):
     form = QueueSettingForm
-    list_display = ["name", "paused", "max_concurrency", "updated_at"]
+    list_display = ["name", "paused", "max_concurrency", "total_concurrency", "updated_at"]
     actions = ["pause", "resume"]
 
     def get_readonly_fields(self, request: HttpRequest, obj: QueueSetting | None = None) -> Any:
@@ -45,10 +52,15 @@ class QueueSettingAdmin(PermittedActionsMixin, admin.ModelAdmin):
 
     def save_model(self, request: HttpRequest, obj: QueueSetting, form: Any, change: bool) -> None:
         # Through change_queue: validated again, and the loop is kicked after commit.
-        change_queue(obj.name, paused=obj.paused, max_concurrency=obj.max_concurrency)
+        change_queue(
+            obj.name,
+            paused=obj.paused,
+            max_concurrency=obj.max_concurrency,
+            total_concurrency=obj.total_concurrency,
+        )
 
     def delete_model(self, request: HttpRequest, obj: QueueSetting) -> None:
-        change_queue(obj.name, paused=None, max_concurrency=None)
+        change_queue(obj.name, paused=None, max_concurrency=None, total_concurrency=None)
 
     def delete_queryset(self, request: HttpRequest, queryset: QuerySet[QueueSetting]) -> None:
         for setting in queryset:

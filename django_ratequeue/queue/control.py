@@ -1,10 +1,11 @@
 """Changing a queue's limits at runtime, without a deploy.
 
 A :class:`~.models.QueueSetting` row overrides the queue's entry in ``RATEQUEUE["QUEUES"]``:
-``paused`` (True/False, or None for the setting) and ``max_concurrency`` (None for the
-setting). The loop reads the table at every step, and a change kicks a resting loop after
-its commit, so it takes effect at once. The admin, ``manage.py ratequeue_queue`` and the
-functions below all go through :func:`change_queue`.
+``paused`` (True/False, or None for the setting), ``max_concurrency`` and
+``total_concurrency`` (None for the setting). The loop reads the table at every step, and a
+change kicks a resting loop after its commit, so it takes effect at once. The admin,
+``manage.py ratequeue_queue`` and the functions below all go through :func:`change_queue`.
+``MAX_CONCURRENCY`` is changed the same way, on the loop's row (:func:`set_max_concurrency`).
 """
 
 from __future__ import annotations
@@ -14,10 +15,11 @@ from typing import Any
 from django.db import transaction
 
 from ..conf import ratequeue_settings
+from .bounds import MAX_INT, check_queue_name, integer
 from .bounds import check_queue_concurrency as queue_concurrency
-from .bounds import check_queue_name
-from .models import QueueSetting, queue_db
-from .wakeup import wake_loop
+from .limits import store_queue_changes
+from .models import LoopState, QueueSetting, queue_db
+from .wakeup import ensure_loop_state, wake_loop
 
 
 def check_queue_concurrency(name: str, limit: Any) -> int:
@@ -25,23 +27,26 @@ def check_queue_concurrency(name: str, limit: Any) -> int:
     return queue_concurrency(name, limit, ratequeue_settings().MAX_QUEUE_CONCURRENCY)
 
 
+def check_total_concurrency(name: str, limit: Any) -> int:
+    """``limit`` if it can be queue ``name``'s total_concurrency: 1 to MAX_QUEUE_CONCURRENCY."""
+    ceiling = ratequeue_settings().MAX_QUEUE_CONCURRENCY
+    return integer(f"total_concurrency of queue {name!r}", limit, 1, ceiling)
+
+
 def change_queue(name: str, **changes: Any) -> QueueSetting:
-    """Store ``changes`` (``paused``, ``max_concurrency``) for queue ``name`` and kick the
+    """Store ``changes`` (``paused``, ``max_concurrency``, ``total_concurrency``; None for
+    the setting) for queue ``name`` and kick the
     loop once they are committed. A row left with nothing to override is deleted."""
     check_queue_name(name)
-    unknown = sorted(set(changes) - {"paused", "max_concurrency"})
+    unknown = sorted(set(changes) - {"paused", "max_concurrency", "total_concurrency"})
     if unknown:
         raise ValueError(f"Unknown queue setting(s): {', '.join(unknown)}.")
     if changes.get("max_concurrency") is not None:
         check_queue_concurrency(name, changes["max_concurrency"])
+    if changes.get("total_concurrency") is not None:
+        check_total_concurrency(name, changes["total_concurrency"])
     with transaction.atomic(using=queue_db()):
-        setting, _created = QueueSetting.objects.select_for_update().get_or_create(name=name)
-        for field, value in changes.items():
-            setattr(setting, field, value)
-        if setting.paused is None and setting.max_concurrency is None:
-            setting.delete()
-        else:
-            setting.save()
+        setting = store_queue_changes(name, **changes)
         transaction.on_commit(wake_loop, using=queue_db(), robust=True)
     return setting
 
@@ -62,4 +67,16 @@ def set_queue_concurrency(name: str, max_concurrency: int | None) -> None:
     change_queue(name, max_concurrency=max_concurrency)
 
 
-__all__ = ["pause_queue", "resume_queue", "set_queue_concurrency"]
+def set_max_concurrency(limit: int | None) -> None:
+    """Run at most ``limit`` jobs at once in the whole environment, whatever
+    ``RATEQUEUE["MAX_CONCURRENCY"]`` says; None goes back to the setting. Running jobs
+    finish; the loop applies the limit at its next step, which this kicks."""
+    if limit is not None:
+        integer("MAX_CONCURRENCY", limit, 1, MAX_INT)
+    ensure_loop_state()
+    with transaction.atomic(using=queue_db()):
+        LoopState.objects.filter(pk=LoopState.SINGLETON).update(max_concurrency=limit)
+        transaction.on_commit(wake_loop, using=queue_db(), robust=True)
+
+
+__all__ = ["pause_queue", "resume_queue", "set_max_concurrency", "set_queue_concurrency"]

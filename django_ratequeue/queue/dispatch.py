@@ -19,7 +19,7 @@ from typing import Any, Literal
 from ..conf import RateQueueSettings
 from ..ratelimit.api import rate_limit
 from .keys import keys_in_turn, next_jobs
-from .limits import QueueLimits, queue_overrides
+from .limits import QueueLimits, environment_limit, queue_overrides
 from .models import (
     Attempt,
     Job,
@@ -44,6 +44,8 @@ class Dispatch:
 
     def __init__(self, settings: RateQueueSettings) -> None:
         self.settings = settings
+        # MAX_CONCURRENCY as in force for this step (read_limits).
+        self.max_concurrency = settings.MAX_CONCURRENCY
         # Queues whose rate limit refused a start, and when to try again.
         self.rate_limited_until: dict[str, datetime] = {}
         # Per queue, the concurrency key served last (LoopState.key_cursors, read once),
@@ -52,6 +54,10 @@ class Dispatch:
         self.queue_cursor = ""
         # When the jobs whose tokens are reserved for later may start (set by start_ready).
         self.reserved_starts: list[datetime] = []
+
+    def read_limits(self) -> None:
+        """Take in a runtime change of ``MAX_CONCURRENCY``: once per step."""
+        self.max_concurrency = environment_limit()
 
     def wakes(self) -> list[datetime]:
         """When a resting loop must look again for the sake of dispatch."""
@@ -69,16 +75,23 @@ class Dispatch:
         )
         environment = sum(a.holds_environment_slot for a in running)
         per_queue = Counter(a.queue for a in running if a.holds_queue_slot)
+        per_copy = copies_in_use(running)
         granted = []
         for attempt in resuming:
             needs_queue_slot = not attempt.holds_queue_slot
-            limit = QueueLimits.of(attempt.queue).limit_for(own_limits.get(attempt.job_id))
-            if environment >= self.settings.MAX_CONCURRENCY or (
-                needs_queue_slot and per_queue[attempt.queue] >= limit
+            limits = QueueLimits.of(attempt.queue)
+            copy = (attempt.queue, attempt.concurrency_key)
+            if environment >= self.max_concurrency or (
+                needs_queue_slot
+                and (
+                    per_copy[copy] >= limits.limit_for(own_limits.get(attempt.job_id))
+                    or per_queue[attempt.queue] >= (limits.total_concurrency or math.inf)
+                )
             ):
                 continue
             environment += 1
             per_queue[attempt.queue] += needs_queue_slot
+            per_copy[copy] += needs_queue_slot
             attempt.wait, attempt.wait_queue = Wait.NONE, ""
             granted.append(attempt.pk)
         Attempt.objects.filter(pk__in=granted, wait=Wait.RESUMING).resume()
@@ -101,11 +114,11 @@ class Dispatch:
         queues = waiting_queues(after=self.queue_cursor)
         if not queues:
             return [], False
-        env_free = self.settings.MAX_CONCURRENCY - sum(a.holds_environment_slot for a in running)
+        env_free = self.max_concurrency - sum(a.holds_environment_slot for a in running)
         if env_free <= 0:
             return [], True
         per_queue = Counter(a.queue for a in running if a.holds_queue_slot)
-        per_key = Counter((a.queue, a.concurrency_key) for a in running if a.concurrency_key)
+        per_copy = copies_in_use(running)
         overrides = queue_overrides()
         cursors = self.key_cursors or {}
         offers: list[tuple[Job, int, int]] = []
@@ -114,7 +127,7 @@ class Dispatch:
             offers.extend(
                 (job, round_, turn)
                 for job, round_ in self.queue_candidates(
-                    name, limits, cursors.get(name), per_queue, per_key, env_free, now
+                    name, limits, cursors.get(name), per_queue, per_copy, env_free, now
                 )
             )
         offers.sort(key=lambda offer: (-offer[0].priority, offer[1], offer[2]))
@@ -167,27 +180,26 @@ class Dispatch:
         limits: QueueLimits,
         cursor: str | None,
         per_queue: Counter[str],
-        per_key: Counter[tuple[str, str]],
+        per_copy: Counter[tuple[str, str]],
         env_free: int,
         now: datetime,
     ) -> list[tuple[Job, int]]:
         """The jobs queue ``name`` can start now, each with its round: the keys with work
         ready are visited in turn from ``cursor`` on, and round n offers each key's n-th
         next job (by priority, then arrival), so every key gets a start before any key
-        gets two. Jobs without a key share the key ``""``."""
+        gets two. Each key is its own copy of the queue, under ``max_concurrency``; jobs
+        without a key share the copy ``""``; ``total_concurrency`` caps them together."""
         if limits.max_concurrency == 0:
             return []
         if name in self.rate_limited_until and self.rate_limited_until[name] > now:
             return []
-        ceiling = limits.max_concurrency or self.settings.MAX_QUEUE_CONCURRENCY
-        room = min(ceiling - per_queue[name], env_free)
+        total = limits.total_concurrency or math.inf  # None: no cap over the keys
+        room = env_free if total == math.inf else min(int(total) - per_queue[name], env_free)
         if room <= 0:
             return []
         keys = keys_in_turn(name, cursor, room + KEY_LOOKAHEAD)
-        takes = {
-            key: min(room, limits.key_concurrency - per_key[(name, key)] if key else room)
-            for key in keys
-        }
+        per_key_limit = limits.max_concurrency or self.settings.MAX_QUEUE_CONCURRENCY
+        takes = {key: min(room, per_key_limit - per_copy[(name, key)]) for key in keys}
         turn = {key: position for position, key in enumerate(keys)}
         jobs = next_jobs(name, takes)
         jobs.sort(key=lambda job: (turn[job.concurrency_key], -job.priority, job.created_at))
@@ -199,12 +211,10 @@ class Dispatch:
         jobs.sort(key=lambda job: (-job.priority, rounds[job.pk], turn[job.concurrency_key]))
         chosen: list[tuple[Job, int]] = []
         for job in jobs:
-            if per_queue[name] >= ceiling or len(chosen) >= env_free:
+            if per_queue[name] >= total or len(chosen) >= env_free:
                 break
-            if per_queue[name] >= limits.limit_for(job.max_concurrency):
-                continue
-            key = (name, job.concurrency_key)
-            if job.concurrency_key and per_key[key] >= limits.key_concurrency:
+            copy = (name, job.concurrency_key)
+            if per_copy[copy] >= limits.limit_for(job.max_concurrency):
                 continue
             gate: TokenGate = "now"
             if limits.rate_limit:
@@ -220,8 +230,7 @@ class Dispatch:
                     continue
             # A job whose tokens are reserved for later holds its slots until then.
             per_queue[name] += 1
-            if job.concurrency_key:
-                per_key[key] += 1
+            per_copy[copy] += 1
             if gate == "now":
                 chosen.append((job, rounds[job.pk]))
         return chosen
@@ -260,6 +269,12 @@ class Dispatch:
         size = self.settings.DISPATCH_BATCH_SIZE
         count = min(len(attempt_ids), max(workers, 1, math.ceil(len(attempt_ids) / size)))
         return [attempt_ids[i::count] for i in range(count)]
+
+
+def copies_in_use(running: list[Attempt]) -> Counter[tuple[str, str]]:
+    """The slots held per copy of a queue: (queue, concurrency key), the key "" for jobs
+    without one."""
+    return Counter((a.queue, a.concurrency_key) for a in running if a.holds_queue_slot)
 
 
 def waiting_queues(after: str = "") -> list[str]:

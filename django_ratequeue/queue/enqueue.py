@@ -22,10 +22,12 @@ from ..conf import ratequeue_settings
 from ..exceptions import DuplicateJobId
 from .bulk import insert_rows
 from .handles import Handle
-from .models import Job, LoopStatus, queue_db
+from .limits import store_queue_changes
+from .models import Job, LoopStatus, QueueSetting, queue_db
 from .options import (
     EnqueueOptions,
     JobOptions,
+    JobTemplate,
     check_enqueue_rate,
     check_json,
     check_reservation_room,
@@ -173,12 +175,14 @@ def _enqueue_one(
     check_reservation_room(template.queue, template.cost)
     settings = ratequeue_settings()
     stamp = template.stamp(clock.now())
-    if template.id is None and settings.ENQUEUE_RATE_LIMIT is None:
+    plain = template.max_concurrency is None and template.id is None
+    if plain and settings.ENQUEUE_RATE_LIMIT is None:
         template.insert(args_json, kwargs_json, stamp, settings.ENQUEUE_ASYNC_COMMIT)
     else:
         try:
             with transaction.atomic(using=queue_db()):
                 check_enqueue_rate(1)
+                apply_queue_limit(template)
                 template.job(args, kwargs, stamp).save(force_insert=True)
         except IntegrityError:
             # "ignore" hands out the existing job's handle: only when the job is the caller's.
@@ -188,6 +192,17 @@ def _enqueue_one(
         _wake_up(stamp.start_at, stamp.created_at), using=queue_db(), robust=True
     )
     return Handle(stamp.id, owner=template.owner)
+
+
+def apply_queue_limit(template: JobTemplate) -> None:
+    """``queue={"name": ..., "max_concurrency": n}`` sets the queue's limit as a runtime
+    change does (the loop reads it at its next step, which the enqueue's wake-up starts),
+    in the enqueue's transaction: the job and the limit it asked for commit together."""
+    limit = template.max_concurrency
+    if limit is None:
+        return
+    if not QueueSetting.objects.filter(name=template.queue, max_concurrency=limit).exists():
+        store_queue_changes(template.queue, max_concurrency=limit)
 
 
 def _owned_by(job_id: str, owner: str) -> bool:
@@ -273,6 +288,7 @@ def enqueue_many(
     check_reservation_room(template.queue, template.cost)
     with transaction.atomic(using=queue_db()):
         check_enqueue_rate(len(rows))
+        apply_queue_limit(template)
         if template.id is None:
             insert_rows(Job, rows)
         else:

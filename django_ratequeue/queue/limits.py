@@ -4,19 +4,22 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from ..conf import QueueConfig, ratequeue_settings
-from .models import QueueSetting
+from .models import LoopState, QueueSetting
 
 
 @dataclass(frozen=True)
 class QueueLimits:
     """The limits of one queue: ``RATEQUEUE["QUEUES"]`` with the runtime overrides of
-    :mod:`.control` on top (None: not configured). ``source`` says where
-    ``max_concurrency`` comes from: "settings", "runtime" or "" (not configured)."""
+    :mod:`.control` on top (None: not configured). ``max_concurrency`` limits each copy
+    of the queue: one per concurrency key, and one for the jobs without a key;
+    ``total_concurrency`` (None: no cap) limits all of them together. ``source`` says
+    where ``max_concurrency`` comes from: "settings", "runtime" or "" (not configured)."""
 
     max_concurrency: int | None
-    key_concurrency: int = 1
+    total_concurrency: int | None = None
     rate_limit: str | None = None
     source: str = ""
 
@@ -33,7 +36,7 @@ class QueueLimits:
         if limit is None and configured_queue is not None:
             limit = configured_queue.max_concurrency
         elif limit is None and name == "default":
-            limit = settings.MAX_CONCURRENCY
+            limit = environment_limit()
         paused = override.paused
         if paused is None:
             paused = config.paused
@@ -42,7 +45,9 @@ class QueueLimits:
         configured = limit is not None or paused
         return cls(
             max_concurrency=0 if paused else limit,
-            key_concurrency=config.key_concurrency,
+            total_concurrency=config.total_concurrency
+            if override.total_concurrency is None
+            else override.total_concurrency,
             rate_limit=config.rate_limit,
             source="runtime"
             if changed_at_runtime is not None
@@ -55,6 +60,32 @@ class QueueLimits:
         if self.max_concurrency is not None:
             return self.max_concurrency
         return 1 if job_max_concurrency is None else job_max_concurrency
+
+
+def store_queue_changes(name: str, **changes: Any) -> QueueSetting:
+    """Write ``changes`` (checked by the caller) into queue ``name``'s runtime override, in
+    the caller's transaction; a row left with nothing to override is deleted. The one
+    writer of :class:`QueueSetting`, for :mod:`.control` and enqueue-time limits alike."""
+    setting, _created = QueueSetting.objects.select_for_update().get_or_create(name=name)
+    for field, value in changes.items():
+        setattr(setting, field, value)
+    overrides = (setting.paused, setting.max_concurrency, setting.total_concurrency)
+    if all(value is None for value in overrides):
+        setting.delete()
+    else:
+        setting.save()
+    return setting
+
+
+def environment_limit() -> int:
+    """``MAX_CONCURRENCY`` as in force: the runtime change (:mod:`.control`), else the
+    setting. One read by primary key, made at every step of the loop."""
+    changed = (
+        LoopState.objects.filter(pk=LoopState.SINGLETON)
+        .values_list("max_concurrency", flat=True)
+        .first()
+    )
+    return ratequeue_settings().MAX_CONCURRENCY if changed is None else changed
 
 
 def queue_overrides() -> dict[str, QueueSetting]:

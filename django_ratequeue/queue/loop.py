@@ -174,6 +174,7 @@ class Loop:
                 finish(ended[:STEP_LIMIT], now)
                 did_work = True
             running = [a for a in active if a.ended_at is None]
+            self.dispatch.read_limits()
             did_work |= self.dispatch.grant_resumes(running)
             promoted = promote_due(now)
             self.more_work |= promoted == STEP_LIMIT
@@ -230,7 +231,7 @@ class Loop:
             wakes.append(now + timedelta(seconds=self.settings.WORKER_DEAD_AFTER))
         wake = segment_ceiling(min(wakes)) if wakes else None
         holding = sum(a.holds_environment_slot for a in running)
-        if waiting_left and holding >= self.settings.MAX_CONCURRENCY:
+        if waiting_left and holding >= self.dispatch.max_concurrency:
             return LoopStatus.SATURATED, wake
         if wake is not None or waiting_left:
             return LoopStatus.SCHEDULED, wake

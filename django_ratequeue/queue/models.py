@@ -349,6 +349,8 @@ class LoopState(models.Model):
     key_cursors = models.JSONField(default=dict, blank=True)
     # The queue that got the last start: the next step's turn over the queues begins after it.
     queue_cursor = models.CharField(max_length=200, blank=True, default="")
+    # MAX_CONCURRENCY as changed at runtime (queue/control.py); None: the setting.
+    max_concurrency = models.PositiveIntegerField(null=True, blank=True)
 
     objects = LoopStateQuerySet.as_manager()
 
@@ -368,6 +370,7 @@ class QueueSetting(models.Model):
     # None: as configured in settings.
     paused = models.BooleanField(null=True, blank=True)
     max_concurrency = models.PositiveIntegerField(null=True, blank=True)
+    total_concurrency = models.PositiveIntegerField(null=True, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:

@@ -142,22 +142,39 @@ class Runner:
         self.last_wake = time.monotonic()
 
     def run(self, attempt_ids: list[int]) -> None:
-        """Run a batch."""
+        """Run a batch: chunk after chunk of :meth:`next_chunk`, from the batch or of a
+        higher priority than its attempts, until nobody's are left in it. When a chunk
+        was another batch's, what is left of this one is read again: whoever claimed
+        its attempts runs them."""
         todo = list(attempt_ids)
         while todo:
-            todo = self.run_chunk(todo)
+            taken = self.next_chunk()
+            if not taken:
+                return  # every attempt of the batch was claimed, by us or another runner
+            self.run_chunk(taken)
+            rest = [pk for pk in todo if pk not in taken]
+            if rest and not set(taken) <= set(todo):
+                unclaimed = Attempt.objects.filter(pk__in=rest, worker="", ended_at=None)
+                rest = list(unclaimed.values_list("pk", flat=True))
+            todo = rest
 
     def help(self) -> None:
         """Run attempts dealt to batches that are still queued, or whose worker is busy."""
         for _ in range(ratequeue_settings().DISPATCH_BATCH_SIZE):
-            spare = list(
-                Attempt.objects.filter(active=True, worker="", ended_at=None)
-                .order_by("pk")
-                .values_list("pk", flat=True)[: self.chunk]
-            )
+            spare = self.next_chunk()
             if not spare:
                 break
             self.run_chunk(spare)
+
+    def next_chunk(self) -> list[int]:
+        """The ``chunk`` unclaimed attempts to run next, whichever batch they were dealt to:
+        by priority, then dispatch order. So a free worker never starts a lower priority
+        while a higher one waits in the batch of a busy worker."""
+        return list(
+            Attempt.objects.filter(active=True, worker="", ended_at=None)
+            .order_by("-job__priority", "pk")
+            .values_list("pk", flat=True)[: self.chunk]
+        )
 
     def next_pass(self, until: float) -> list[int]:
         """If this runner freed slots and the loop rests, run its next pass here; returns
@@ -172,15 +189,14 @@ class Runner:
         loop.work(until - time.monotonic())
         return loop.inline_batch
 
-    def run_chunk(self, todo: list[int]) -> list[int]:
-        """Claim the first ``chunk`` attempts of ``todo``, start and run them one after
-        the other, and report them together; return the rest.
+    def run_chunk(self, taken: list[int]) -> None:
+        """Claim the attempts ``taken`` (those nobody claimed yet), start and run them one
+        after the other, and report them together.
 
         Should something stop this process in the middle (a ``BaseException`` that is not
         the job's own ``SystemExit`` or ``KeyboardInterrupt``), the attempts that ran are
         reported first and the claimed ones that did not start are handed back: they wait
         again, and none of them counts as a try."""
-        taken, rest = todo[: self.chunk], todo[self.chunk :]
         claimed = self.claim(taken)
         ran: list[Attempt] = []
         began = time.monotonic()
@@ -200,7 +216,6 @@ class Runner:
         # After a slow job at once; after quick ones at most every SEGMENT seconds.
         if time.monotonic() - self.last_wake >= ratequeue_settings().SEGMENT:
             self.wake()
-        return rest
 
     def report(self, attempts: list[Attempt]) -> None:
         """Write the outcomes of attempts that ran, with their start times should a

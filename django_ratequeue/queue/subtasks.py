@@ -54,7 +54,8 @@ def check_wait(parent: Attempt, child: Job) -> None:
         ancestor = (
             Job.objects.filter(pk=ancestor).values_list("parent_id", flat=True).first() or ""
         )
-    limit = QueueLimits.of(child.queue).limit_for(child.max_concurrency)
+    limits = QueueLimits.of(child.queue)
+    limit = limits.limit_for(child.max_concurrency)
     if limit == 0 and child.status in NOT_STARTED:
         raise RecursiveWaitDeadlock(
             f"Job {parent.job_id} waits on job {child.pk} in queue {child.queue!r}, which is "
@@ -63,25 +64,32 @@ def check_wait(parent: Attempt, child: Job) -> None:
             chain=[child.pk, parent.job_id],
         )
     if child.queue == parent.queue and child.status in NOT_STARTED:
-        # A wait on the same queue lends the parent's queue slot to the child, but a queue
-        # lends at most as many slots as its limit: past that, the child could only start
-        # by running more jobs in the queue than it allows.
-        lent = Attempt.objects.filter(
+        # A wait on the same queue lends the parent's queue slot to the child, but a copy of
+        # the queue (the child's concurrency key) lends at most as many slots as its limit,
+        # and the queue as many as its total_concurrency: past that, the child could only
+        # start by running more jobs than they allow.
+        lending = Attempt.objects.filter(
             active=True,
             ended_at=None,
             queue=child.queue,
             wait=Wait.WAITING,
             wait_queue=child.queue,
-        ).count()
-        if lent >= limit:
-            raise RecursiveWaitDeadlock(
-                f"Job {parent.job_id} waits on job {child.pk} in its own queue "
-                f"{child.queue!r}, whose {limit} slot(s) are all lent to jobs already waiting "
-                f"on subtasks (chain: {' <- '.join(chain)}): raise the queue's max_concurrency "
-                "or run the subtask on another queue.",
-                queue=child.queue,
-                chain=chain,
-            )
+        )
+        total = limits.total_concurrency
+        if lending.filter(concurrency_key=child.concurrency_key).count() >= limit:
+            slots, which = limit, "max_concurrency"
+        elif total is not None and lending.count() >= total:
+            slots, which = total, "total_concurrency"
+        else:
+            return
+        raise RecursiveWaitDeadlock(
+            f"Job {parent.job_id} waits on job {child.pk} in its own queue "
+            f"{child.queue!r}, whose {slots} slot(s) are all lent to jobs already waiting "
+            f"on subtasks (chain: {' <- '.join(chain)}): raise the queue's {which} "
+            "or run the subtask on another queue.",
+            queue=child.queue,
+            chain=chain,
+        )
 
 
 def workers_exhausted(parent: Attempt, child_id: str) -> bool:

@@ -43,7 +43,7 @@ def test_table_counts_jobs_per_queue_and_status() -> None:
     assert rows["default"].split() == ["default", "8", "(MAX_CONCURRENCY)", "1", "1"] + ["0"] * 6
     assert rows["emails"].split() == ["emails", "2", "0", "3"] + ["0"] * 6
     assert (
-        rows["reports"].split() == ["reports", "3", "(set", "at", "enqueue)", "0", "1"] + ["0"] * 6
+        rows["reports"].split() == ["reports", "3", "(set", "at", "runtime)", "0", "1"] + ["0"] * 6
     )
     assert rows["(all)"].split() == ["(all)", "1", "5"] + ["0"] * 6
     # Counts are right-aligned under their headers.

@@ -78,7 +78,7 @@ def test_management_command_changes_a_queue() -> None:
     assert "max_concurrency 7 (runtime)" in out.getvalue()
     with pytest.raises(CommandError, match="MAX_QUEUE_CONCURRENCY"):
         call_command("ratequeue_queue", "set", "emails", "-3")
-    with pytest.raises(CommandError, match="only with 'set'"):
+    with pytest.raises(CommandError, match="only with them"):
         call_command("ratequeue_queue", "pause", "emails", "3")
     call_command("ratequeue_queue", "reset", "emails", stdout=out)
     assert QueueLimits.of("emails").max_concurrency == 0  # paused again, as in settings
@@ -98,6 +98,10 @@ def test_admin_edits_queue_settings(admin_client) -> None:
         {"action": "resume", "_selected_action": ["emails"]},
     )
     assert QueueLimits.of("emails").max_concurrency == 3
+    response = admin_client.post(url, {"name": "llm", "total_concurrency": "0"})
+    assert response.status_code == 200 and b"total_concurrency" in response.content
+    admin_client.post(url, {"name": "llm", "total_concurrency": "4"})
+    assert QueueLimits.of("llm").total_concurrency == 4
 
 
 @pytest.mark.django_db
@@ -156,7 +160,7 @@ def test_paused_queue_starts_nothing_until_resumed(cluster) -> None:
 
 @pytest.mark.cluster
 def test_small_key_is_not_delayed_by_a_big_backlog(cluster) -> None:
-    cluster(QUEUES={"tenants": {"max_concurrency": 2, "key_concurrency": 2}})
+    cluster(QUEUES={"tenants": {"max_concurrency": 2, "total_concurrency": 2}})
     big = enqueue_many(jobs.sleep, [[0.01]] * 300, queue="tenants", concurrency_key="big")
     mark = Attempt.objects.aggregate(last=Max("pk"))["last"] or 0
     small = enqueue_many(jobs.sleep, [[0.01]] * 5, queue="tenants", concurrency_key="small")

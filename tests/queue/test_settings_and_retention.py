@@ -23,7 +23,12 @@ def check_ids(**settings: object) -> list[str]:
 
 @pytest.mark.django_db  # Django 6's checks read the database
 def test_queue_settings_are_checked() -> None:
-    assert check_ids(QUEUES={"emails": {"max_concurrency": 2, "key_concurrency": 2}}) == []
+    assert check_ids(QUEUES={"emails": {"max_concurrency": 2, "total_concurrency": 8}}) == []
+    assert check_ids(QUEUES={"emails": {"key_concurrency": 2}}) == ["django_ratequeue.E214"]
+    for hostile in [0, -1, 101, 1e308, float("inf"), float("nan"), True, "3"]:
+        assert check_ids(QUEUES={"emails": {"total_concurrency": hostile}}) == [
+            "django_ratequeue.E218"
+        ], hostile
     assert check_ids(QUEUES={"emails": {"max_concurrency": 101}}) == ["django_ratequeue.E213"]
     assert check_ids(QUEUES={"emails": {"concurrency": 2}}) == ["django_ratequeue.E212"]
     assert check_ids(QUEUES={"x": {"rate_limit": "nope"}}) == ["django_ratequeue.E215"]

@@ -1,5 +1,6 @@
-"""``manage.py ratequeue_queue pause|resume|set|reset NAME [N]``: change a queue's limits at
-runtime (they override RATEQUEUE["QUEUES"]; the loop applies them at once)."""
+"""``manage.py ratequeue_queue pause|resume|set|total|reset NAME [N]``: change a queue's
+limits at runtime (they override RATEQUEUE["QUEUES"]; the loop applies them at once).
+``manage.py ratequeue_queue max-concurrency N|reset``: the same for MAX_CONCURRENCY."""
 
 from __future__ import annotations
 
@@ -7,40 +8,64 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from ...queue.control import change_queue
-from ...queue.limits import QueueLimits
+from ...queue.control import change_queue, set_max_concurrency
+from ...queue.limits import QueueLimits, environment_limit
 
 
 class Command(BaseCommand):
     help = (
-        "Pause or resume a queue, set its max_concurrency, or reset it to the settings, "
-        "without a deploy."
+        "Pause or resume a queue, set its max_concurrency or total_concurrency, or reset it "
+        "to the settings; or set MAX_CONCURRENCY (max-concurrency N|reset); without a deploy."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("action", choices=["pause", "resume", "set", "reset"])
-        parser.add_argument("name", help="The queue's name.")
         parser.add_argument(
-            "max_concurrency", nargs="?", type=int, help="For 'set': the new limit."
+            "action", choices=["pause", "resume", "set", "total", "reset", "max-concurrency"]
+        )
+        parser.add_argument(
+            "name", help="The queue's name; for 'max-concurrency': the limit, or 'reset'."
+        )
+        parser.add_argument(
+            "limit", nargs="?", type=int, help="For 'set' and 'total': the new limit."
         )
 
     def handle(
-        self, *args: Any, action: str, name: str, max_concurrency: int | None, **options: Any
+        self, *args: Any, action: str, name: str, limit: int | None, **options: Any
     ) -> None:
-        if (action == "set") != (max_concurrency is not None):
-            raise CommandError("Give a max_concurrency with 'set', and only with 'set'.")
+        if action == "max-concurrency":
+            self.change_environment(name)
+            return
+        if (action in ("set", "total")) != (limit is not None):
+            raise CommandError("Give a limit with 'set' and 'total', and only with them.")
         choices: dict[str, dict[str, Any]] = {
             "pause": {"paused": True},
             "resume": {"paused": False},
-            "set": {"max_concurrency": max_concurrency},
-            "reset": {"paused": None, "max_concurrency": None},
+            "set": {"max_concurrency": limit},
+            "total": {"total_concurrency": limit},
+            "reset": {"paused": None, "max_concurrency": None, "total_concurrency": None},
         }
         try:
             change_queue(name, **choices[action])
         except ValueError as error:
             raise CommandError(str(error)) from None
         limits = QueueLimits.of(name)
-        limit = "paused" if limits.max_concurrency == 0 else limits.max_concurrency or "unset"
+        shown = "paused" if limits.max_concurrency == 0 else limits.max_concurrency or "unset"
+        total = limits.total_concurrency or "no cap"
         self.stdout.write(
-            f"Queue {name!r}: max_concurrency {limit} ({limits.source or 'default'})."
+            f"Queue {name!r}: max_concurrency {shown} ({limits.source or 'default'}), "
+            f"total_concurrency {total}."
         )
+
+    def change_environment(self, value: str) -> None:
+        if value == "reset":
+            limit = None
+        else:
+            try:
+                limit = int(value)
+            except ValueError:
+                raise CommandError(f"Give a number or 'reset', not {value!r}.") from None
+        try:
+            set_max_concurrency(limit)
+        except ValueError as error:
+            raise CommandError(str(error)) from None
+        self.stdout.write(f"MAX_CONCURRENCY {environment_limit()}.")

@@ -1,0 +1,46 @@
+"""Priority holds when workers are busy: a free worker never starts a lower-priority job
+while a higher-priority one waits, unclaimed, in a batch dealt to a busy worker. In
+process: one loop step deals two batches; only the free worker's runner runs."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from django_ratequeue import Retry, Status
+from django_ratequeue.conf import ratequeue_settings
+from django_ratequeue.models import Attempt, Job
+from django_ratequeue.queue.dispatch import Dispatch
+from django_ratequeue.queue.loop import Loop
+from django_ratequeue.queue.models import WorkerHeartbeat
+from django_ratequeue.queue.runner import Runner
+from django_ratequeue.queue.wakeup import ensure_loop_state
+
+
+@pytest.mark.django_db
+def test_a_free_worker_starts_the_highest_priority_waiting_anywhere() -> None:
+    now = timezone.now()
+    for worker in ("busy", "free"):
+        WorkerHeartbeat.objects.create(id=worker, pid=1, host="h", seen_at=now)
+    priorities = [20, 20, 10, 2, -2]
+    Job.objects.bulk_create(
+        Job(id=f"job-{n}", func="tests.queue.jobs.add", args=[1, 1], priority=priority,
+            status=Status.WAITING, start_at=now, created_at=now + timedelta(microseconds=n),
+            retry=Retry().to_json())
+        for n, priority in enumerate(priorities)
+    )  # fmt: skip
+    Loop(ensure_loop_state()[0]).step()
+    dispatched = list(Attempt.objects.order_by("pk").values_list("pk", flat=True))
+    busy_batch, free_batch = Dispatch(ratequeue_settings()).batches(dispatched, now)
+    assert busy_batch and free_batch  # one batch each: the busy worker never gets to its own
+
+    Runner("free").run(free_batch)
+
+    ran = list(
+        Attempt.objects.filter(worker="free")
+        .order_by("started_at", "pk")
+        .values_list("job__priority", flat=True)
+    )
+    assert ran == sorted(priorities, reverse=True)[: len(ran)]

@@ -1,0 +1,102 @@
+"""Limits changed while the app runs: at enqueue (``queue={"name", "max_concurrency"}``)
+and at runtime (``MAX_CONCURRENCY``). Run step by step with the loop in this process,
+counting the attempts each step starts."""
+
+from __future__ import annotations
+
+from io import StringIO
+
+import pytest
+from django.core.management import CommandError, call_command
+from django.test import override_settings
+
+from django_ratequeue import enqueue, enqueue_many, set_max_concurrency
+from django_ratequeue.conf import ratequeue_settings
+from django_ratequeue.models import Attempt, LoopState, QueueSetting
+from django_ratequeue.queue.control import change_queue
+from django_ratequeue.queue.limits import QueueLimits
+from django_ratequeue.queue.loop import Loop
+from django_ratequeue.queue.wakeup import ensure_loop_state
+from tests.queue import jobs
+
+
+def started_after_a_step() -> int:
+    Loop(ensure_loop_state()[0]).step()
+    return Attempt.objects.filter(active=True, ended_at=None).count()
+
+
+@pytest.mark.django_db
+@override_settings(RATEQUEUE={"QUEUES": {"reports": {"max_concurrency": 1}}})
+def test_a_limit_given_at_enqueue_applies_to_a_configured_queue() -> None:
+    for _ in range(3):
+        enqueue(jobs.add, args=[1, 2], queue={"name": "reports", "max_concurrency": 3})
+    assert started_after_a_step() == 3
+    assert QueueLimits.of("reports").source == "runtime"
+
+
+@pytest.mark.django_db
+@override_settings(RATEQUEUE={"QUEUES": {"reports": {"max_concurrency": 1}}})
+def test_a_limit_given_to_enqueue_many_applies_too() -> None:
+    enqueue_many(jobs.add, [[1, 2]] * 4, queue={"name": "reports", "max_concurrency": 2})
+    assert started_after_a_step() == 2
+    assert QueueSetting.objects.get(name="reports").max_concurrency == 2
+
+
+@pytest.mark.django_db
+def test_a_refused_enqueue_changes_no_limit() -> None:
+    with pytest.raises(ValueError):
+        enqueue(jobs.add, args=[float("nan")], queue={"name": "reports", "max_concurrency": 3})
+    with pytest.raises(ValueError):
+        enqueue(jobs.add, args=[1, 2], queue={"name": "reports", "max_concurrency": 1e308})
+    assert not QueueSetting.objects.exists()
+
+
+def waiting_jobs(count: int, queue: str = "default", key: str = "") -> None:
+    enqueue_many(jobs.add, [[1, 2]] * count, queue=queue, concurrency_key=key)
+
+
+@pytest.mark.django_db
+@override_settings(RATEQUEUE={"MAX_CONCURRENCY": 2})
+def test_max_concurrency_changes_at_runtime() -> None:
+    waiting_jobs(6)
+    assert started_after_a_step() == 2
+    set_max_concurrency(5)
+    assert started_after_a_step() == 5
+    set_max_concurrency(None)  # back to the setting: the five run on, nothing more starts
+    assert started_after_a_step() == 5
+    assert LoopState.objects.get().max_concurrency is None
+
+
+@pytest.mark.django_db
+def test_a_hostile_max_concurrency_is_refused_and_nothing_written() -> None:
+    for hostile in [0, -1, 2**31, 1e308, float("inf"), float("nan"), True, "3"]:
+        with pytest.raises(ValueError, match="MAX_CONCURRENCY"):
+            set_max_concurrency(hostile)  # type: ignore[arg-type]
+    assert not LoopState.objects.exclude(max_concurrency=None).exists()
+
+
+@pytest.mark.django_db
+def test_max_concurrency_from_the_command() -> None:
+    out = StringIO()
+    call_command("ratequeue_queue", "max-concurrency", "7", stdout=out)
+    assert "MAX_CONCURRENCY 7." in out.getvalue()
+    with pytest.raises(CommandError):
+        call_command("ratequeue_queue", "max-concurrency", "inf")
+    call_command("ratequeue_queue", "max-concurrency", "reset", stdout=out)
+    setting = ratequeue_settings().MAX_CONCURRENCY
+    assert out.getvalue().endswith(f"MAX_CONCURRENCY {setting}.\n")
+
+
+@pytest.mark.django_db
+@override_settings(RATEQUEUE={"QUEUES": {"tenants": {"max_concurrency": 2}}})
+def test_total_concurrency_changes_at_runtime() -> None:
+    for key in "abc":
+        waiting_jobs(2, queue="tenants", key=key)
+    change_queue("tenants", total_concurrency=3)
+    assert started_after_a_step() == 3
+    with pytest.raises(ValueError, match="total_concurrency"):
+        change_queue("tenants", total_concurrency=float("nan"))
+    call_command("ratequeue_queue", "total", "tenants", "5", stdout=StringIO())
+    assert started_after_a_step() == 5
+    call_command("ratequeue_queue", "reset", "tenants", stdout=StringIO())
+    assert not QueueSetting.objects.exists()

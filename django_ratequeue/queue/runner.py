@@ -154,8 +154,7 @@ class Runner:
             self.run_chunk(taken)
             rest = [pk for pk in todo if pk not in taken]
             if rest and not set(taken) <= set(todo):
-                unclaimed = Attempt.objects.filter(pk__in=rest, worker="", ended_at=None)
-                rest = list(unclaimed.values_list("pk", flat=True))
+                rest = self.unclaimed(rest)
             todo = rest
 
     def help(self) -> None:
@@ -169,12 +168,19 @@ class Runner:
     def next_chunk(self) -> list[int]:
         """The ``chunk`` unclaimed attempts to run next, whichever batch they were dealt to:
         by priority, then dispatch order. So a free worker never starts a lower priority
-        while a higher one waits in the batch of a busy worker."""
-        return list(
+        while a higher one waits in the batch of a busy worker. Through lost connections,
+        as claims and reports are (:func:`through_reconnects`): it is a batch's first read."""
+        unclaimed = (
             Attempt.objects.filter(active=True, worker="", ended_at=None)
             .order_by("-job__priority", "pk")
-            .values_list("pk", flat=True)[: self.chunk]
+            .values_list("pk", flat=True)
         )
+        return through_reconnects(lambda: list(unclaimed[: self.chunk]))
+
+    def unclaimed(self, attempt_ids: list[int]) -> list[int]:
+        """Those of ``attempt_ids`` nobody has claimed yet (through lost connections)."""
+        query = Attempt.objects.filter(pk__in=attempt_ids, worker="", ended_at=None)
+        return through_reconnects(lambda: list(query.values_list("pk", flat=True)))
 
     def next_pass(self, until: float) -> list[int]:
         """If this runner freed slots and the loop rests, run its next pass here; returns

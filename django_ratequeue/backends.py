@@ -31,11 +31,11 @@ from django.utils import timezone
 
 from .exceptions import JobCanceled, UnknownJob, class_path
 from .queue.enqueue import JobFunction, job
+from .queue.execution import check_result_size
 from .queue.handles import AttemptInfo, Handle
 from .queue.models import FINAL_STATUSES, Attempt, Job, Outcome, Status
 from .queue.options import JobOptions, QueueChoice
 from .queue.registry import BACKEND_PATH, function_path, register_task, registered_task
-from .queue.runner import check_result_size
 from .queue.subtasks import current_attempt
 
 if TYPE_CHECKING or django.VERSION >= (6, 0):

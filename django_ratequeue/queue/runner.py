@@ -12,16 +12,11 @@ so one slow job does not hold up the jobs dealt to its batch.
 
 from __future__ import annotations
 
-import json
 import logging
-import signal
-import threading
 import time
-import traceback as tb
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from functools import cache
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from django.db import InterfaceError, OperationalError
 from django.db.models import Case, DateTimeField, Q, Value, When
@@ -29,52 +24,15 @@ from django.db.models import Case, DateTimeField, Q, Value, When
 from .. import clock
 from ..conf import ratequeue_settings
 from ..db import ServerStatement, sql_to_run
-from ..exceptions import (
-    AttemptTimedOut,
-    NonRetryableError,
-    RecursiveWaitDeadlock,
-    UnknownJob,
-    class_path,
-    describe,
-)
-from .bounds import MAX_TIMEOUT, clip
 from .bulk import update_rows
+from .execution import run_attempt
 from .loop import take_pass, take_resting_pass
-from .models import Attempt, Job, Outcome, queue_connection
-from .options import check_no_nul
-from .registry import registered_job
-from .subtasks import current_attempt
+from .models import Attempt, queue_connection
 from .wakeup import wake_loop
 from .watchdog import beat
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
-
-
-@contextmanager
-def time_limit(seconds: float | None) -> Iterator[None]:
-    """Interrupt the job with :class:`AttemptTimedOut` after ``seconds`` (SIGALRM, main
-    thread only; the loop's recovery covers the rest). django-q2's own alarm is restored.
-    A timeout beyond MAX_TIMEOUT (a row changed behind the app's back) counts as that."""
-    if not seconds or not seconds > 0 or threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    seconds = min(seconds, MAX_TIMEOUT.total_seconds())
-
-    def interrupt(signum: int, frame: Any) -> None:
-        raise AttemptTimedOut(f"The attempt ran past its timeout of {seconds:g} seconds.")
-
-    started = time.monotonic()
-    previous_handler = signal.signal(signal.SIGALRM, interrupt)
-    previous_delay, _interval = signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous_handler)
-        if previous_delay:
-            remaining = previous_delay - (time.monotonic() - started)
-            signal.setitimer(signal.ITIMER_REAL, max(remaining, 0.001))
 
 
 def main_loop(generation: int) -> bool:
@@ -350,72 +308,3 @@ def through_reconnects(action: Callable[[], T]) -> T:
             connection.close()
             time.sleep(pause)
             pause = min(pause * 2, 2.0)
-
-
-def run_attempt(attempt: Attempt) -> None:
-    """Run one claimed attempt and record its outcome on it (written by the caller).
-
-    The job's function is looked up among the registered jobs, never imported: a row whose
-    function is not one (changed in the database, or from a deploy that registers other
-    jobs) fails at once, without retries, with an error that says how to register it."""
-    job: Job = attempt.job
-    attempt.result, attempt.error, attempt.traceback = None, "", ""
-    attempt.outcome, attempt.exception_class_path = Outcome.SUCCEEDED, ""
-    token = current_attempt.set(attempt)
-    try:
-        func = registered_job(job.func).func
-        if not isinstance(job.args, list) or not isinstance(job.kwargs, dict):
-            raise NonRetryableError(
-                "The job's row holds malformed arguments: args must be a JSON list and "
-                "kwargs a JSON object."
-            )
-        with time_limit(attempt.timeout):
-            result = func(*job.args, **job.kwargs)
-        check_result_size(result)
-        attempt.result = result
-    except AttemptTimedOut as exc:
-        failed(attempt, exc, Outcome.TIMED_OUT, str(exc))
-    except (NonRetryableError, RecursiveWaitDeadlock, UnknownJob) as exc:
-        failed(attempt, exc, Outcome.NON_RETRYABLE, describe(exc))
-    except Exception as exc:
-        failed(attempt, exc, Outcome.FAILED, describe(exc))
-    except (SystemExit, KeyboardInterrupt) as exc:
-        # The job's own (django-q2's workers ignore SIGINT): it fails, the worker goes on.
-        error = f"{describe(exc)} (a job cannot stop its worker: this attempt failed)"
-        failed(attempt, exc, Outcome.FAILED, error)
-    except BaseException as exc:
-        # Anything else stops the process: record the attempt for the caller to report.
-        failed(attempt, exc, Outcome.FAILED, f"{describe(exc)} (its worker stopped)")
-        raise
-    finally:
-        current_attempt.reset(token)
-        # PostgreSQL text cannot hold a NUL: an error that quotes one keeps it escaped.
-        limit = ratequeue_settings().MAX_ERROR_BYTES
-        for field in ("error", "traceback", "exception_class_path"):
-            text = getattr(attempt, field).replace("\x00", "\\x00")
-            setattr(attempt, field, clip(text, limit))
-        attempt.ended_at = clock.now()
-
-
-def failed(attempt: Attempt, exc: BaseException, outcome: str, error: str) -> None:
-    """Record how an attempt failed: its outcome, error and traceback, and the class of
-    the exception by its path (what ``JobFailed`` and django.tasks' ``TaskError`` give
-    back, read from the row rather than from the traceback's text)."""
-    attempt.outcome, attempt.error = outcome, error
-    attempt.traceback = "".join(tb.format_exception(exc))
-    attempt.exception_class_path = class_path(type(exc))
-
-
-def check_result_size(result: Any) -> None:
-    """Refuse a result that is not JSON, holds a NUL, or is bigger than MAX_RESULT_BYTES:
-    the attempt fails rather than store it (and hand it to every reader and callback)."""
-    text = json.dumps(result, allow_nan=False)
-    check_no_nul("return value", text)
-    size = len(text)
-    limit = ratequeue_settings().MAX_RESULT_BYTES
-    if size > limit:
-        raise ValueError(
-            f"The job's result is {size} bytes of JSON; the most is "
-            f'RATEQUEUE["MAX_RESULT_BYTES"] ({limit}). Store big output elsewhere (a file, '
-            "a row) and return a reference to it."
-        )

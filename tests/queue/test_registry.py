@@ -19,9 +19,9 @@ from django.test import Client, override_settings
 from django_ratequeue import Status, enqueue, enqueue_many, job
 from django_ratequeue.checks import check_settings
 from django_ratequeue.models import Attempt, Job
+from django_ratequeue.queue.execution import run_attempt
 from django_ratequeue.queue.models import Outcome
 from django_ratequeue.queue.registry import autodiscover, registered_job
-from django_ratequeue.queue.runner import run_attempt
 from tests.integration.test_queue_admin import run_action
 from tests.queue import jobs
 from tests.queue.conftest import ROOT, wait_for

@@ -12,9 +12,9 @@ pytest.importorskip("django.tasks")
 
 from django_ratequeue.backends import run_task
 from django_ratequeue.models import Attempt, Job
+from django_ratequeue.queue.execution import run_attempt
 from django_ratequeue.queue.models import Outcome
 from django_ratequeue.queue.registry import registered_task
-from django_ratequeue.queue.runner import run_attempt
 
 from . import tasks
 

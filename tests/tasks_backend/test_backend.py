@@ -233,7 +233,6 @@ def test_a_task_that_exits_fails_alone_and_the_tasks_behind_it_run(settings: Any
     assert [r.return_value for r in added] == [2 * i for i in range(12)]
 
 
-@pytest.mark.cluster
 def test_tasks_run_on_the_cluster(
     cluster: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:

@@ -1,6 +1,6 @@
 """Real qcluster processes for the tests, and the helpers that wait on them.
 
-The root conftest's ``cluster`` fixture starts clusters with :func:`start_cluster`; any test
+The root conftest's ``cluster`` fixture starts clusters with :func:`launch`; any test
 that uses it is marked ``cluster`` automatically (``-m "not cluster"`` skips them).
 """
 

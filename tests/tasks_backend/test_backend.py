@@ -25,9 +25,9 @@ from django_ratequeue.queue.handles import AttemptInfo
 from django_ratequeue.queue.loop import Loop
 from django_ratequeue.queue.runner import Runner, main_loop
 from django_ratequeue.queue.wakeup import ensure_loop_state
+from tests.cluster import wait_for
 
 from . import tasks
-from .conftest import wait_for
 
 pytestmark = pytest.mark.django_db
 

@@ -1,5 +1,13 @@
+"""The root fixtures: the database vendor, and real qcluster processes (``cluster``)."""
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
 import pytest
 from django.db import connection
+
+from tests.cluster import FAST_TIMINGS, Cluster, launch
 
 
 @pytest.fixture
@@ -7,10 +15,39 @@ def on_postgres() -> bool:
     return connection.vendor == "postgresql"
 
 
+@pytest.fixture
+def cluster(
+    transactional_db: None, settings: Any, tmp_path: Path
+) -> Iterator[Callable[..., Cluster]]:
+    """``cluster(workers=2, wait=True, **RATEQUEUE overrides)`` starts ``manage.py qcluster``
+    on the test database and, with ``wait``, returns once every worker has reported; the test
+    process uses the same overrides. Call it twice for two clusters (two hosts). Every
+    cluster's process group is killed at teardown."""
+    started: list[Cluster] = []
+    base = dict(settings.RATEQUEUE)
+
+    def start(workers: int = 2, wait: bool = True, **overrides: Any) -> Cluster:
+        options = {**FAST_TIMINGS, **overrides}
+        settings.RATEQUEUE = {**base, **options}
+        running = launch(options, workers, tmp_path / f"qcluster-{len(started)}.log")
+        started.append(running)
+        if wait:
+            running.wait_for_workers(workers)
+        return running
+
+    yield start
+    for running in started:
+        running.kill()
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Skip ``@pytest.mark.postgres_only`` tests when the suite runs on SQLite."""
+    """Mark every test that starts a real cluster ``cluster``; skip
+    ``@pytest.mark.postgres_only`` tests when the suite runs on SQLite."""
     from django.conf import settings
 
+    for item in items:
+        if "cluster" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.cluster)
     if settings.DATABASES["default"]["ENGINE"].endswith("postgresql"):
         return
     skip = pytest.mark.skip(reason="needs PostgreSQL (row locks across processes)")

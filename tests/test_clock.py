@@ -22,8 +22,8 @@ from django_ratequeue.models import Attempt, WorkerHeartbeat
 from django_ratequeue.queue.loop import Loop, take_resting_pass
 from django_ratequeue.queue.wakeup import ensure_loop_state
 from django_ratequeue.queue.watchdog import beat, watch_loop
+from tests.cluster import wait_for
 from tests.queue import jobs
-from tests.queue.conftest import wait_for
 
 pytestmark = pytest.mark.django_db
 

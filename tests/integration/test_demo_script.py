@@ -16,9 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.queue.conftest import wait_for
+from tests.cluster import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
+# The demo starts its own qcluster, not through the `cluster` fixture: mark it by hand.
 pytestmark = pytest.mark.cluster
 
 

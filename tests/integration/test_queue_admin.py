@@ -14,8 +14,8 @@ from django.test.utils import CaptureQueriesContext
 from django_ratequeue import Retry, Status, enqueue, get_handle
 from django_ratequeue.models import CancelRequest, Job
 from django_ratequeue.queue import stats
+from tests.cluster import wait_for
 from tests.queue import jobs
-from tests.queue.conftest import cluster, wait_for  # noqa: F401 (the cluster fixture)
 
 CHANGELIST = "/admin/django_ratequeue/job/"
 OVERVIEW = "/admin/django_ratequeue/job/overview/"
@@ -132,7 +132,7 @@ def test_retry_copies_the_call_of_a_function_with_parameters_named_like_options(
     )
 
 
-def test_failed_job_page_shows_attempts_and_traceback(admin_client: Client, cluster) -> None:  # noqa: F811
+def test_failed_job_page_shows_attempts_and_traceback(admin_client: Client, cluster) -> None:
     cluster()
     handle = enqueue(
         jobs.fail,
@@ -153,7 +153,7 @@ def test_failed_job_page_shows_attempts_and_traceback(admin_client: Client, clus
     assert page.count("Failed</td>") == 2
 
 
-def test_cancel_then_retry_through_the_admin(admin_client: Client, cluster) -> None:  # noqa: F811
+def test_cancel_then_retry_through_the_admin(admin_client: Client, cluster) -> None:
     cluster()
     later = enqueue(
         jobs.add, args=[2, 3], run_after=timedelta(hours=1), queue="emails", priority=5

@@ -9,7 +9,7 @@ from django.test import Client
 
 from django_ratequeue import Status
 from django_ratequeue.models import CancelRequest, Job
-from tests.queue.conftest import cluster, wait_for  # noqa: F401 (the cluster fixture)
+from tests.cluster import wait_for
 
 FINAL = {Status.COMPLETE, Status.FAILED, Status.CANCELED}
 
@@ -64,7 +64,7 @@ def test_cancel_button_files_a_cancel_request(client: Client) -> None:
     assert client.post("/queue/jobs/no-such-job/cancel/").status_code == 404
 
 
-def test_bursts_run_on_the_cluster_to_complete_or_failed(client: Client, cluster) -> None:  # noqa: F811
+def test_bursts_run_on_the_cluster_to_complete_or_failed(client: Client, cluster) -> None:
     cluster()
     for kind in ["fast", "flaky", "broken"]:
         client.post("/queue/enqueue/", {"kind": kind})

@@ -15,8 +15,8 @@ from django_ratequeue.models import Attempt, Job
 from django_ratequeue.queue import stats
 from django_ratequeue.queue.loop import Loop
 from django_ratequeue.queue.wakeup import ensure_loop_state
+from tests.cluster import wait_for
 from tests.queue import jobs
-from tests.queue.conftest import cluster, wait_for  # noqa: F401 (the cluster fixture)
 
 
 def status(*args: str) -> str:
@@ -81,7 +81,7 @@ def test_json_for_machines() -> None:
     assert data["workers"] == []
 
 
-def test_shows_the_loop_and_live_workers(cluster) -> None:  # noqa: F811
+def test_shows_the_loop_and_live_workers(cluster) -> None:
     cluster(workers=2)
     assert enqueue(jobs.add, args=[2, 2]).result(timeout=30) == 4
 

@@ -70,6 +70,15 @@ def record(path: str, label: str) -> str:
 
 
 @job
+def span(path: str, label: str, seconds: float) -> str:
+    """Sleep ``seconds`` and record the run: label, pid, start and end (epoch seconds)."""
+    start = time.time()
+    time.sleep(seconds)
+    append_line(path, f"{label} {os.getpid()} {start:.6f} {time.time():.6f}")
+    return label
+
+
+@job
 def fail_then_record(path: str, label: str) -> None:
     """Record the attempt's time and fail, so that the test can read the back-off."""
     record(path, label)

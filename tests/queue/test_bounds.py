@@ -24,8 +24,8 @@ from django_ratequeue.queue.bounds import LATEST, clip, later
 from django_ratequeue.queue.loop import Loop
 from django_ratequeue.queue.runner import main_loop
 from django_ratequeue.queue.wakeup import ensure_loop_state
+from tests.cluster import wait_for
 from tests.queue import jobs
-from tests.queue.conftest import wait_for
 from tests.queue.test_settings_and_retention import check_ids
 
 INF, NAN = math.inf, math.nan
@@ -330,7 +330,6 @@ def test_a_cost_raised_behind_our_back_beyond_its_rate_limit(
 # -- end to end, with a real cluster --------------------------------------------------------
 
 
-@pytest.mark.cluster
 def test_poison_rows_do_not_stop_a_real_cluster(cluster: Any, tmp_path: Path) -> None:
     cluster(workers=2)
     far = enqueue(jobs.add, args=[1, 2], run_after=3600)

@@ -14,10 +14,8 @@ from django_ratequeue.models import Job, LoopState
 from django_ratequeue.queue.handles import Handle
 from django_ratequeue.queue.models import LoopStatus
 from django_ratequeue.queue.options import JobOptions
+from tests.cluster import wait_for
 from tests.queue import jobs
-from tests.queue.conftest import wait_for
-
-pytestmark = pytest.mark.cluster
 
 
 def lines(path: Path) -> list[str]:

@@ -21,11 +21,10 @@ from django_ratequeue.queue.loop import Loop
 from django_ratequeue.queue.runner import run_batch
 from django_ratequeue.queue.wakeup import ensure_loop_state
 from django_ratequeue.queue.watchdog import beat
+from tests.cluster import child_pids
 from tests.queue import jobs
-from tests.queue.conftest import child_pids
 
 
-@pytest.mark.cluster
 @pytest.mark.postgres_only
 def test_fault_drill_loses_nothing_runs_nothing_twice_and_keeps_the_limits(
     cluster, tmp_path: Path

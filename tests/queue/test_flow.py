@@ -147,7 +147,6 @@ def test_a_cost_the_limit_can_never_grant_fails_the_job() -> None:
     assert "cannot be reserved from 'small'" in job.error and "can never fit" in job.error
 
 
-@pytest.mark.cluster
 def test_paused_queue_starts_nothing_until_resumed(cluster) -> None:
     cluster(QUEUES={"emails": {"max_concurrency": 2}})
     pause_queue("emails")
@@ -158,7 +157,6 @@ def test_paused_queue_starts_nothing_until_resumed(cluster) -> None:
     assert held.result(timeout=30) == 3
 
 
-@pytest.mark.cluster
 def test_small_key_is_not_delayed_by_a_big_backlog(cluster) -> None:
     cluster(QUEUES={"tenants": {"max_concurrency": 2, "total_concurrency": 2}})
     big = enqueue_many(jobs.sleep, [[0.01]] * 300, queue="tenants", concurrency_key="big")
@@ -176,7 +174,6 @@ def test_small_key_is_not_delayed_by_a_big_backlog(cluster) -> None:
     assert Job.objects.filter(pk__in=[h.id for h in big], status=Status.WAITING).exists()
 
 
-@pytest.mark.cluster
 def test_rate_gated_queue_never_overspends(cluster) -> None:
     rate, capacity = 40.0, 10
     cluster(

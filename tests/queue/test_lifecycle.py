@@ -21,10 +21,8 @@ from django_ratequeue import (
     get_handle,
 )
 from django_ratequeue.models import Job
+from tests.cluster import wait_for
 from tests.queue import jobs
-from tests.queue.conftest import wait_for
-
-pytestmark = pytest.mark.cluster
 
 NO_JITTER = {"initial_interval": 0.2, "backoff_factor": 2, "randomize_interval": False}
 

@@ -28,8 +28,8 @@ from django_ratequeue.queue.loop import Loop
 from django_ratequeue.queue.runner import Runner, main_loop
 from django_ratequeue.queue.wakeup import ensure_loop_state
 from django_ratequeue.queue.watchdog import beat
+from tests.cluster import wait_for
 from tests.queue import jobs
-from tests.queue.conftest import wait_for
 
 
 def lines(path: Path) -> list[str]:
@@ -149,7 +149,6 @@ def test_a_job_that_exits_fails_alone_and_its_batch_runs_on(
     assert set(labels_run(log).values()) == {1} and len(labels_run(log)) == 11
 
 
-@pytest.mark.cluster
 def test_a_job_that_exits_does_not_take_its_worker_or_batch_with_it(
     cluster: Any, tmp_path: Path
 ) -> None:
@@ -211,7 +210,6 @@ def test_a_worker_stopped_mid_chunk_reports_what_ran_and_hands_back_the_rest(
     assert labels_run(log) == {"r0": 1, "r1": 1, "n0": 1, "n1": 1}
 
 
-@pytest.mark.cluster
 def test_a_worker_killed_mid_chunk_counts_only_what_started(cluster: Any, tmp_path: Path) -> None:
     """Quick jobs grow the chunk, so the blocking ninth job runs in a chunk with others
     behind it. The worker is killed while it blocks: the jobs behind it had not started,

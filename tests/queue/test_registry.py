@@ -22,9 +22,9 @@ from django_ratequeue.models import Attempt, Job
 from django_ratequeue.queue.execution import run_attempt
 from django_ratequeue.queue.models import Outcome
 from django_ratequeue.queue.registry import autodiscover, registered_job
+from tests.cluster import ROOT, wait_for
 from tests.integration.test_queue_admin import run_action
 from tests.queue import jobs
-from tests.queue.conftest import ROOT, wait_for
 from tests.queue.side_effect import LOG
 
 SIDE_EFFECT = "tests.queue.side_effect"
@@ -200,7 +200,6 @@ def test_the_admin_does_not_retry_an_unregistered_function(admin_client: Client)
     assert list(Job.objects.values_list("id", flat=True)) == [handle.id]
 
 
-@pytest.mark.cluster
 def test_workers_run_no_forged_function_and_innocent_jobs_go_on(
     cluster: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

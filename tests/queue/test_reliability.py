@@ -22,10 +22,8 @@ from django_ratequeue.queue.loop import Loop
 from django_ratequeue.queue.models import LoopStatus
 from django_ratequeue.queue.runner import Runner, main_loop, run_batch
 from django_ratequeue.queue.wakeup import ensure_loop_state
+from tests.cluster import wait_for
 from tests.queue import jobs
-from tests.queue.conftest import wait_for
-
-pytestmark = pytest.mark.cluster
 
 
 def lines(path: Path) -> list[str]:

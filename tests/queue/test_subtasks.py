@@ -8,8 +8,6 @@ from django_ratequeue import JobFailed, enqueue
 from django_ratequeue.models import Job
 from tests.queue import jobs
 
-pytestmark = pytest.mark.cluster
-
 
 def test_waiting_parent_gives_its_slots_to_the_subtask(cluster) -> None:
     # One slot in all, and one in the "solo" queue: the children can only run because

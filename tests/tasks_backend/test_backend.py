@@ -25,9 +25,9 @@ from django_ratequeue.queue.handles import AttemptInfo
 from django_ratequeue.queue.loop import Loop
 from django_ratequeue.queue.runner import Runner, main_loop
 from django_ratequeue.queue.wakeup import ensure_loop_state
+from tests.cluster import wait_for
 
 from . import tasks
-from .conftest import wait_for
 
 pytestmark = pytest.mark.django_db
 
@@ -233,7 +233,6 @@ def test_a_task_that_exits_fails_alone_and_the_tasks_behind_it_run(settings: Any
     assert [r.return_value for r in added] == [2 * i for i in range(12)]
 
 
-@pytest.mark.cluster
 def test_tasks_run_on_the_cluster(
     cluster: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:

@@ -1,8 +1,7 @@
-"""Real qcluster processes for the queue tests.
+"""Real qcluster processes for the tests, and the helpers that wait on them.
 
-``cluster(workers=2, **RATEQUEUE overrides)`` starts ``manage.py qcluster`` on the test
-database in its own process group, waits until every worker's watchdog has reported, and
-kills the whole group at teardown. The test process uses the same overrides.
+The root conftest's ``cluster`` fixture starts clusters with :func:`launch`; any test
+that uses it is marked ``cluster`` automatically (``-m "not cluster"`` skips them).
 """
 
 from __future__ import annotations
@@ -13,17 +12,16 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pytest
 from django.db import connection
 
 from django_ratequeue.models import WorkerHeartbeat
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 FAST_TIMINGS = {
     "LOOP_LEASE": 2.0,
     "WATCHDOG_INTERVAL": 0.1,
@@ -71,53 +69,44 @@ class Cluster:
     def output(self) -> str:
         return self.log.read_text(errors="replace")
 
+    def pids(self) -> list[int]:
+        """The pids of the cluster's processes (its workers among them)."""
+        return child_pids(self.process.pid)
 
-@pytest.fixture
-def cluster(
-    transactional_db: None, settings: Any, tmp_path: Path
-) -> Iterator[Callable[..., Cluster]]:
-    started: list[Cluster] = []
-    base = dict(settings.RATEQUEUE)
+    def wait_for_workers(self, workers: int) -> None:
+        """Return once ``workers`` of its workers' watchdogs have reported."""
+        since = time.time()
+        wait_for(
+            lambda: (
+                self.process.poll() is not None
+                or WorkerHeartbeat.objects.filter(pid__in=self.pids()).count() >= workers
+            ),
+            timeout=60,
+            message=f"{workers} qcluster workers to report (since {since})",
+        )
+        assert self.process.poll() is None, self.output()
 
-    def start(workers: int = 2, wait: bool = True, **overrides: Any) -> Cluster:
-        options = {**FAST_TIMINGS, **overrides}
-        settings.RATEQUEUE = {**base, **options}
-        env = {
-            **os.environ,
-            "DATABASE_URL": database_url(),
-            "DJANGO_SETTINGS_MODULE": "tests.queue.cluster_settings",
-            "RATEQUEUE_OVERRIDES": json.dumps(options),
-            "Q_WORKERS": str(workers),
-        }
-        log = tmp_path / f"qcluster-{len(started)}.log"
-        with log.open("wb") as out:
-            process = subprocess.Popen(
-                [sys.executable, "manage.py", "qcluster"],
-                cwd=ROOT,
-                env=env,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        running = Cluster(process, log)
-        started.append(running)
-        if wait:
-            since = time.time()
-            wait_for(
-                lambda: (
-                    process.poll() is not None
-                    or WorkerHeartbeat.objects.filter(pid__in=child_pids(process.pid)).count()
-                    >= workers
-                ),
-                timeout=60,
-                message=f"{workers} qcluster workers to report (since {since})",
-            )
-            assert process.poll() is None, running.output()
-        return running
 
-    yield start
-    for running in started:
-        running.kill()
+def launch(options: dict[str, Any], workers: int, log: Path) -> Cluster:
+    """Start ``manage.py qcluster`` with ``workers`` workers and the RATEQUEUE ``options`` on
+    the test database, in its own process group, its output in ``log``."""
+    env = {
+        **os.environ,
+        "DATABASE_URL": database_url(),
+        "DJANGO_SETTINGS_MODULE": "tests.queue.cluster_settings",
+        "RATEQUEUE_OVERRIDES": json.dumps(options),
+        "Q_WORKERS": str(workers),
+    }
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            [sys.executable, "manage.py", "qcluster"],
+            cwd=ROOT,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    return Cluster(process, log)
 
 
 def child_pids(pid: int) -> list[int]:

@@ -1,1 +1,0 @@
-from tests.queue.conftest import cluster, wait_for  # noqa: F401  (the real qcluster fixture)

@@ -503,10 +503,11 @@ def insert_backlog(count: int) -> float:
             f"""
             INSERT INTO {table} (id, func, args, kwargs, queue, concurrency_key, priority,
                 status, start_at, created_at, attempts, retry, on_complete, owner, cost,
-                cancel_requested, tokens_reserved, parent_id, error, traceback)
+                cancel_requested, tokens_reserved, parent_id, error, traceback,
+                exception_class_path)
             SELECT 'backlog-' || i, %s, '[]', '{{}}', 'default', '', -1,
                 %s, now(), now() + i * interval '1 microsecond', 0, %s, '', '', 1,
-                false, false, '', '', ''
+                false, false, '', '', '', ''
             FROM generate_series(1, %s) AS i
             """,
             [NOOP, Status.WAITING.value, json.dumps(retry), count],

@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import math
 from datetime import UTC, datetime, timedelta
-from functools import cache
 from typing import Any
 
-from django.apps import apps
+from ..columns import check_name
 
 # How far ahead a job may be scheduled (start_at, run_after) or a retry may wait.
 MAX_DELAY = timedelta(days=3650)
@@ -51,22 +50,9 @@ def integer(name: str, value: Any, low: int, high: int) -> int:
     return value
 
 
-@cache
-def _queue_name_max_length() -> int:
-    # Read from the model, so that the length is written there alone.
-    field = apps.get_model("django_ratequeue", "Job")._meta.get_field("queue")
-    return field.max_length or 0
-
-
 def check_queue_name(name: Any) -> str:
     """``name`` if it can name a queue: a non-empty string the ``queue`` columns hold."""
-    longest = _queue_name_max_length()
-    if not isinstance(name, str) or not name or len(name) > longest:
-        raise ValueError(
-            f"A queue name must be a non-empty string of at most {longest} characters, "
-            f"not {name!r}."
-        )
-    return name
+    return check_name("A queue name", name, "Job", "queue")
 
 
 def check_queue_concurrency(name: str, limit: Any, ceiling: int) -> int:

@@ -17,11 +17,11 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from functools import cache, lru_cache
+from functools import lru_cache
 from numbers import Real
 from typing import Any, ClassVar, Self
 
-from django.apps import apps
+from ..columns import check_name
 
 # The most tokens a limit adds, holds, reserves or is asked for at once.
 MAX_TOKENS = 1e15
@@ -223,22 +223,9 @@ KINDS: dict[str, type[TokenBucket] | type[FixedWindow]] = {
 }
 
 
-@cache
-def _name_max_length() -> int:
-    # Read from the model, so that the length is written there alone.
-    field = apps.get_model("django_ratequeue", "RateLimitState")._meta.get_field("name")
-    return field.max_length or 0
-
-
 def check_limit_name(name: Any) -> str:
     """``name`` if it can name a limit: a non-empty string its rows' column holds."""
-    longest = _name_max_length()
-    if not isinstance(name, str) or not name or len(name) > longest:
-        raise ValueError(
-            f"A rate-limit name must be a non-empty string of at most {longest} "
-            f"characters, got {name!r}."
-        )
-    return name
+    return check_name("A rate-limit name", name, "RateLimitState", "name")
 
 
 def parse_config(value: RateLimitConfig | Mapping[str, Any]) -> RateLimitConfig:

@@ -50,7 +50,9 @@ DEFAULTS: dict[str, Any] = {
     "WATCHDOG_INTERVAL": 0.5,
     "HEARTBEAT_INTERVAL": 2.0,
     "WORKER_DEAD_AFTER": 10.0,
-    "DISPATCH_BATCH_SIZE": 50,
+    "POLL_INTERVAL": 0.05,
+    "RUNNER_IDLE": 10.0,
+    "RUNNER_TURN": 30.0,
     "MAX_ARGUMENTS_BYTES": 1024 * 1024,
     "MAX_RESULT_BYTES": 1024 * 1024,
     "MAX_ERROR_BYTES": 64 * 1024,
@@ -112,8 +114,12 @@ class RateQueueSettings:
     WATCHDOG_INTERVAL: float
     HEARTBEAT_INTERVAL: float
     WORKER_DEAD_AFTER: float
-    # Jobs one django-q2 task carries at most.
-    DISPATCH_BATCH_SIZE: int
+    # How often a waiter looks for work where the database sends no signals (SQLite).
+    POLL_INTERVAL: float
+    # A runner hands its django-q2 worker back after this long without work, and after
+    # its turn in any case (the loop asks for a new one when there is work).
+    RUNNER_IDLE: float
+    RUNNER_TURN: float
     # Caps on what a job's row holds, in bytes: the JSON of its arguments and context
     # together (bigger: ValueError at enqueue), of its result (bigger: the attempt fails),
     # and the text of an error message or a traceback (each cut to this size).
@@ -133,7 +139,6 @@ class Problem(NamedTuple):
 POSITIVE_INTEGERS = (
     "MAX_CONCURRENCY",
     "MAX_QUEUE_CONCURRENCY",
-    "DISPATCH_BATCH_SIZE",
     "MAX_ARGUMENTS_BYTES",
     "MAX_RESULT_BYTES",
     "MAX_ERROR_BYTES",
@@ -144,7 +149,14 @@ DURATIONS = (
     "WATCHDOG_INTERVAL",
     "HEARTBEAT_INTERVAL",
     "WORKER_DEAD_AFTER",
+    "POLL_INTERVAL",
+    "RUNNER_IDLE",
+    "RUNNER_TURN",
 )
+# Settings that no longer exist, and why: their presence is an error that says so.
+REMOVED = {
+    "DISPATCH_BATCH_SIZE": "runners claim attempts themselves; there are no batches to size.",
+}
 FLAGS = {"RATE_LIMIT_ASYNC_COMMIT": "E104", "ENQUEUE_ASYNC_COMMIT": "E208"}
 QUEUE_OPTIONS = {f.name for f in fields(QueueConfig)}
 RATE_LIMITS_EXAMPLE = '{"login": {"kind": "token bucket", "rate": 10, "period": 3600}}'
@@ -366,9 +378,11 @@ class _Parser:
             WATCHDOG_INTERVAL=durations["WATCHDOG_INTERVAL"],
             HEARTBEAT_INTERVAL=durations["HEARTBEAT_INTERVAL"],
             WORKER_DEAD_AFTER=durations["WORKER_DEAD_AFTER"],
+            POLL_INTERVAL=durations["POLL_INTERVAL"],
+            RUNNER_IDLE=durations["RUNNER_IDLE"],
+            RUNNER_TURN=durations["RUNNER_TURN"],
             MAX_CONCURRENCY=numbers["MAX_CONCURRENCY"],
             MAX_QUEUE_CONCURRENCY=numbers["MAX_QUEUE_CONCURRENCY"],
-            DISPATCH_BATCH_SIZE=numbers["DISPATCH_BATCH_SIZE"],
             MAX_ARGUMENTS_BYTES=numbers["MAX_ARGUMENTS_BYTES"],
             MAX_RESULT_BYTES=numbers["MAX_RESULT_BYTES"],
             MAX_ERROR_BYTES=numbers["MAX_ERROR_BYTES"],
@@ -383,7 +397,9 @@ def parse_settings(configured: Any) -> tuple[RateQueueSettings | None, list[Prob
         message = f"settings.RATEQUEUE must be a dict, got {configured!r}."
         return None, [Problem("django_ratequeue.E002", message)]
     parser = _Parser({**DEFAULTS, **configured})
-    unknown = sorted(map(str, set(configured) - set(DEFAULTS)))
+    for name in sorted(set(configured) & set(REMOVED)):
+        parser.problem("E001", f'RATEQUEUE["{name}"] was removed: {REMOVED[name]}')
+    unknown = sorted(map(str, set(configured) - set(DEFAULTS) - set(REMOVED)))
     if unknown:
         parser.problem(
             "E001",

@@ -18,12 +18,12 @@ import pytest
 from django.utils import timezone
 
 from django_ratequeue import TokenBucket, enqueue, rate_limit
-from django_ratequeue.models import Attempt, WorkerHeartbeat
-from django_ratequeue.queue.loop import Loop, take_resting_pass
-from django_ratequeue.queue.wakeup import ensure_loop_state
-from django_ratequeue.queue.watchdog import beat, watch_loop
+from django_ratequeue.models import Attempt, LoopState, WorkerHeartbeat
+from django_ratequeue.queue.agent import take_lapsed_lease
+from django_ratequeue.queue.heartbeat import beat
 from tests.cluster import wait_for
 from tests.queue import jobs
+from tests.queue.steps import leading_loop
 
 pytestmark = pytest.mark.django_db
 
@@ -55,22 +55,22 @@ def test_the_clock_is_the_database_servers() -> None:
 
 def test_a_worker_whose_clock_is_behind_is_not_taken_for_dead(tmp_path: Path) -> None:
     handle = enqueue(jobs.record, args=[str(tmp_path / "runs.log"), "x"])
-    Loop(ensure_loop_state()[0]).step()  # dispatches the job
+    leading_loop().step()  # dispatches the job
     with skewed_clock(-30):  # WORKER_DEAD_AFTER is 10 s
         worker = beat(force=True)
         Attempt.objects.update(worker=worker, started_at=timezone.now())
-    Loop(ensure_loop_state()[0]).step()  # recovery looks at the heartbeat
+    leading_loop().step()  # recovery looks at the heartbeat
     (attempt,) = handle.attempts()
     assert attempt.ended_at is None and attempt.outcome == ""
     assert WorkerHeartbeat.objects.get(pk=worker).seen_at > timezone.now() - timedelta(seconds=1)
 
 
-def test_a_pass_on_a_host_whose_clock_is_behind_is_not_taken_over() -> None:
+def test_a_leader_on_a_host_whose_clock_is_behind_is_not_taken_over() -> None:
     with skewed_clock(-5):
-        live = take_resting_pass()  # a pass starts (and takes its lease) on that host
+        live = take_lapsed_lease()  # a leader (and its lease) on that host
     assert live is not None
-    watch_loop()  # another host's watchdog looks: the lease was just renewed
-    assert ensure_loop_state()[0] == live.generation
+    assert take_lapsed_lease() is None  # another host looks: the lease was just renewed
+    assert LoopState.objects.ensure().generation == live.generation
 
 
 def test_a_host_whose_clock_is_behind_cannot_make_a_limit_over_admit() -> None:

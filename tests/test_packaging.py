@@ -20,11 +20,12 @@ def test_drf_is_an_extra_and_psycopg_is_not_its_binary_build() -> None:
     required = meta["dependencies"]
     assert isinstance(required, list)
     assert not [r for r in required if r.lower().startswith("djangorestframework")]
-    assert [r for r in required if r.startswith("psycopg")] == ["psycopg>=3.1"]
+    # 3.2: the waiters' notifies(timeout=...).
+    assert [r for r in required if r.startswith("psycopg")] == ["psycopg>=3.2"]
     extras = meta["optional-dependencies"]
     assert isinstance(extras, dict)
     assert extras["drf"] == ["djangorestframework>=3.15"]
-    assert extras["binary"] == ["psycopg[binary]>=3.1"]
+    assert extras["binary"] == ["psycopg[binary]>=3.2"]
     # The tests and the example project need both, on a fresh machine.
     assert "django-ratequeue[drf,binary]" in extras["dev"]
 

@@ -110,10 +110,17 @@ class RowInsert:
 
     ``execute(async_commit=True)`` (PostgreSQL, outside a transaction only) commits the row
     without waiting for the WAL flush: ``synchronous_commit`` is read at commit, so the
-    statement turns it off for its own transaction in its ``RETURNING``.
+    statement turns it off for its own transaction in its ``RETURNING``. ``returning`` is
+    an expression evaluated there too, on PostgreSQL (an enqueue's signal to the loop).
     """
 
-    def __init__(self, model: type[Model], fixed: dict[str, Any], varying: Sequence[str]) -> None:
+    def __init__(
+        self,
+        model: type[Model],
+        fixed: dict[str, Any],
+        varying: Sequence[str],
+        returning: str = "",
+    ) -> None:
         fields = model._meta.concrete_fields
         missing = {field.attname for field in fields} - set(fixed) - set(varying)
         if missing:
@@ -142,8 +149,14 @@ class RowInsert:
             else:
                 arguments.append("%s")
                 self.params.append((None, value))
+        on_postgresql = literal is not None
         self.statements = {
-            relax: _insert_statement(model, ", ".join(arguments), relax and literal is not None)
+            relax: _insert_statement(
+                model,
+                ", ".join(arguments),
+                relax and on_postgresql,
+                returning if on_postgresql else "",
+            )
             for relax in (False, True)
         }
 
@@ -157,14 +170,19 @@ class RowInsert:
             cursor.execute(sql_to_run(connection, self.statements[relax]), params)
 
 
-def _insert_statement(model: type[Model], arguments: str, async_commit: bool) -> ServerStatement:
+def _insert_statement(
+    model: type[Model], arguments: str, async_commit: bool, returning: str
+) -> ServerStatement:
     """The INSERT of one row with ``arguments`` for its columns. Every such statement of a
     model is prepared from the same text with numbered parameters, under one name."""
     quote = _connection(model).ops.quote_name
     fields = model._meta.concrete_fields
     columns = ", ".join(quote(str(field.column)) for field in fields)
     numbered = ", ".join(f"${i}" for i in range(1, len(fields) + 1))
-    relax = " RETURNING set_config('synchronous_commit', 'off', true)" if async_commit else ""
+    expressions = [returning] if returning else []
+    if async_commit:
+        expressions.append("set_config('synchronous_commit', 'off', true)")
+    relax = f" RETURNING {', '.join(expressions)}" if expressions else ""
     insert = f"INSERT INTO {quote(model._meta.db_table)} ({columns}) VALUES "
     return ServerStatement(
         name=f"ratequeue_insert_{model._meta.db_table}{'_async' if async_commit else ''}",

@@ -19,7 +19,7 @@ from .bounds import MAX_INT, check_queue_name, integer
 from .bounds import check_queue_concurrency as queue_concurrency
 from .limits import store_queue_changes
 from .models import LoopState, QueueSetting, queue_db
-from .wakeup import ensure_loop_state, wake_loop
+from .wakeup import LOOP, signal
 
 
 def check_queue_concurrency(name: str, limit: Any) -> int:
@@ -47,7 +47,7 @@ def change_queue(name: str, **changes: Any) -> QueueSetting:
         check_total_concurrency(name, changes["total_concurrency"])
     with transaction.atomic(using=queue_db()):
         setting = store_queue_changes(name, **changes)
-        transaction.on_commit(wake_loop, using=queue_db(), robust=True)
+        signal(LOOP)
     return setting
 
 
@@ -73,10 +73,10 @@ def set_max_concurrency(limit: int | None) -> None:
     finish; the loop applies the limit at its next step, which this kicks."""
     if limit is not None:
         integer("MAX_CONCURRENCY", limit, 1, MAX_INT)
-    ensure_loop_state()
+    LoopState.objects.ensure()
     with transaction.atomic(using=queue_db()):
         LoopState.objects.filter(pk=LoopState.SINGLETON).update(max_concurrency=limit)
-        transaction.on_commit(wake_loop, using=queue_db(), robust=True)
+        signal(LOOP)
 
 
 __all__ = ["pause_queue", "resume_queue", "set_max_concurrency", "set_queue_concurrency"]

@@ -3,15 +3,14 @@
 :class:`Dispatch` is the loop's memory of turns over queues and concurrency keys and of
 rate-gated queues; per step it gives resuming subtask waits their slots back, then picks
 jobs by priority, round over the keys and the queues' turn (:mod:`.keys` reads the
-candidates), reserves their cost from a queue's rate limit, and creates their attempts.
-docs/concepts.md ("The main loop", "Dispatch to django-q2 workers") tells why.
+candidates), reserves their cost from a queue's rate limit, and creates their attempts, for runners
+to claim. docs/concepts.md ("The main loop", "Runners") tells why.
 """
 
 from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Iterable
 from datetime import datetime, timedelta
 from functools import partial
 from typing import Any, Literal
@@ -26,7 +25,6 @@ from .models import (
     LoopState,
     Status,
     Wait,
-    WorkerHeartbeat,
     queue_connection,
 )
 from .transitions import fail_job, isolated
@@ -260,15 +258,6 @@ class Dispatch:
             self.reserved_starts.append(job.start_at)
             return "later"
         return "now"
-
-    def batches(self, attempt_ids: list[int], now: datetime) -> Iterable[list[int]]:
-        """Deal the attempts round-robin into one batch per live worker (priority order is
-        kept within each), at most DISPATCH_BATCH_SIZE each."""
-        dead_after = timedelta(seconds=self.settings.WORKER_DEAD_AFTER)
-        workers = WorkerHeartbeat.objects.filter(seen_at__gte=now - dead_after).count()
-        size = self.settings.DISPATCH_BATCH_SIZE
-        count = min(len(attempt_ids), max(workers, 1, math.ceil(len(attempt_ids) / size)))
-        return [attempt_ids[i::count] for i in range(count)]
 
 
 def copies_in_use(running: list[Attempt]) -> Counter[tuple[str, str]]:

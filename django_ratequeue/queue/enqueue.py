@@ -3,16 +3,15 @@
 Everything is validated before anything is written (:mod:`.options`), and one enqueue is
 one INSERT of the job row: the main loop finds WAITING jobs through an index, so enqueue
 never touches a row the loop owns. Inside a caller's transaction the job commits or rolls
-back with it; the loop is woken after commit, unless this process saw it running a moment
-ago (docs/concepts.md, "Kicks and the watchdog", says why that is safe).
+back with it, and so does the ``LOOP`` signal that wakes the loop (:mod:`.wakeup`),
+which the INSERT raises itself on PostgreSQL.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterable, Mapping
-from datetime import datetime, timedelta
-from functools import partial, update_wrapper
+from datetime import timedelta
+from functools import update_wrapper
 from typing import Any, Generic, ParamSpec, Protocol, TypeVar, Unpack, cast, overload
 
 from django.db import IntegrityError, transaction
@@ -23,7 +22,7 @@ from ..exceptions import DuplicateJobId
 from .bulk import insert_rows
 from .handles import Handle
 from .limits import store_queue_changes
-from .models import Job, LoopStatus, QueueSetting, queue_db
+from .models import Job, QueueSetting, queue_db
 from .options import (
     EnqueueOptions,
     JobOptions,
@@ -33,7 +32,7 @@ from .options import (
     check_reservation_room,
 )
 from .registry import Registered, function_path, register_job, registered_job
-from .wakeup import wake_loop
+from .wakeup import LOOP, signal
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -184,13 +183,11 @@ def _enqueue_one(
                 check_enqueue_rate(1)
                 apply_queue_limit(template)
                 template.job(args, kwargs, stamp).save(force_insert=True)
+                signal(LOOP)
         except IntegrityError:
             # "ignore" hands out the existing job's handle: only when the job is the caller's.
             if not template.ignore_duplicates or not _owned_by(stamp.id, template.owner):
                 raise DuplicateJobId(stamp.id) from None
-    transaction.on_commit(
-        _wake_up(stamp.start_at, stamp.created_at), using=queue_db(), robust=True
-    )
     return Handle(stamp.id, owner=template.owner)
 
 
@@ -207,35 +204,6 @@ def apply_queue_limit(template: JobTemplate) -> None:
 
 def _owned_by(job_id: str, owner: str) -> bool:
     return Job.objects.filter(pk=job_id, owner=owner).exists()
-
-
-# When this process last read the loop's state as running (clock.timestamp()).
-_seen_running_at = -math.inf
-
-
-def wake_after_enqueue(start_at: datetime, enqueued_at: datetime) -> None:
-    """Kick the loop for a committed job, unless it is due now and this process saw the
-    loop running less than a SEGMENT ago, shortly before the job was enqueued (see the
-    module docstring for why that is safe, and what it may cost)."""
-    global _seen_running_at
-    segment = ratequeue_settings().SEGMENT
-    seen = _seen_running_at
-    if (
-        start_at <= enqueued_at
-        and clock.timestamp() - seen <= segment
-        and enqueued_at.timestamp() >= seen - segment
-    ):
-        return
-    before = clock.timestamp()
-    if wake_loop(start_at) == LoopStatus.RUNNING:
-        _seen_running_at = before
-
-
-def _wake_up(start_at: datetime, enqueued_at: datetime) -> Callable[[], None]:
-    """:func:`wake_after_enqueue` as an ``on_commit`` callback that keeps its name: Django
-    logs a robust callback's failure (a lost connection) by ``__qualname__``, which a bare
-    ``partial`` lacks, and the enqueue, already committed, would raise AttributeError."""
-    return update_wrapper(partial(wake_after_enqueue, start_at, enqueued_at), wake_after_enqueue)
 
 
 def _item_call(item: Any) -> tuple[list[Any], dict[str, Any]]:
@@ -299,7 +267,7 @@ def enqueue_many(
             if first is not None:
                 raise DuplicateJobId(first)
             Job.objects.bulk_create(rows, batch_size=1000, ignore_conflicts=True)
-    transaction.on_commit(_wake_up(rows[0].start_at, now), using=queue_db(), robust=True)
+        signal(LOOP)
     return [Handle(r.id, owner=r.owner) for r in rows]
 
 

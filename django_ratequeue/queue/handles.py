@@ -8,12 +8,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Generic, TypeVar
 
-from django.db import models, transaction
+from django.db import models
 
 from ..exceptions import JobCanceled, JobDoesNotExist, JobFailed, RecursiveWaitDeadlock
-from .models import FINAL_STATUSES, Attempt, CancelRequest, Job, Status, queue_db
+from .models import FINAL_STATUSES, Attempt, CancelRequest, Job, Status
 from .subtasks import check_wait, current_attempt, slots_released, workers_exhausted
-from .wakeup import wake_loop
+from .wakeup import LOOP, signal
 
 R_co = TypeVar("R_co", covariant=True)
 
@@ -142,7 +142,7 @@ class Handle(Generic[R_co]):
         ends."""
         self._job("status")
         CancelRequest.objects.create(job_id=self.id)
-        transaction.on_commit(wake_loop, using=queue_db(), robust=True)
+        signal(LOOP)
 
     def attempts(self) -> list[AttemptInfo]:
         self._job("status")
@@ -182,7 +182,7 @@ def missing_job(id: str) -> str:
 def cancel_all(queue: str | None = None) -> None:
     """Cancel every unfinished job, or those of one queue."""
     CancelRequest.objects.create(queue=queue or "")
-    transaction.on_commit(wake_loop, using=queue_db(), robust=True)
+    signal(LOOP)
 
 
 def check_timeout(timeout: float | None) -> None:

@@ -313,14 +313,6 @@ class LoopStateQuerySet(models.QuerySet["LoopState"]):
             )
         )
 
-    def mark_running(self, generation: int, until: datetime, now: datetime, **seen: Any) -> bool:
-        """Mark the loop running for a pass still to be enqueued (a kick, a hand-over)."""
-        return bool(
-            self.filter(pk=LoopState.SINGLETON, generation=generation, **seen).update(
-                state=LoopStatus.RUNNING, lease_expires_at=until, updated_at=now
-            )
-        )
-
     def renew(self, generation: int, until: datetime, now: datetime) -> bool:
         """Extend the lease of the pass that owns ``generation``; False if it lost it."""
         return bool(
@@ -328,6 +320,11 @@ class LoopStateQuerySet(models.QuerySet["LoopState"]):
                 lease_expires_at=until, updated_at=now
             )
         )
+
+    def ensure(self) -> LoopState:
+        """The singleton, created if it does not exist yet."""
+        state, _created = self.get_or_create(pk=LoopState.SINGLETON)
+        return state
 
     def rest(self, state: str, wake: datetime | None) -> None:
         """Record what a step left the loop doing (inside that step's renewed lease)."""
@@ -381,12 +378,14 @@ class QueueSetting(models.Model):
 
 
 class WorkerHeartbeat(models.Model):
-    """Proof of life of one django-q2 worker process, refreshed by its watchdog thread."""
+    """Proof of life of one django-q2 worker process, refreshed by its agent thread; and
+    whether a runner serves the queue in it now (the loop asks for runners by this)."""
 
     id = models.CharField(primary_key=True, max_length=64)
     pid = models.PositiveIntegerField()
     host = models.CharField(max_length=255)
     seen_at = models.DateTimeField()
+    serving = models.BooleanField(default=False)
 
     class Meta:
         verbose_name = "worker heartbeat"

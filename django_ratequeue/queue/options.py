@@ -38,6 +38,7 @@ from .models import Job, Status, new_job_id, queue_connection
 from .registry import function_path
 from .retry import Retry
 from .subtasks import current_job_id
+from .wakeup import LOOP, notify_clause
 
 
 class QueueSpec(TypedDict, total=False):
@@ -238,7 +239,7 @@ class JobTemplate:
 
     @cached_property
     def row_insert(self) -> RowInsert:
-        return RowInsert(Job, self.columns, PER_JOB_COLUMNS)
+        return RowInsert(Job, self.columns, PER_JOB_COLUMNS, returning=notify_clause(LOOP))
 
     def stamp(self, now: datetime, job_id: str | None = None) -> JobStamp:
         """Id, status and times of a job enqueued ``now``."""

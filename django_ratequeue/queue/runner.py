@@ -1,93 +1,93 @@
-"""Running attempts on a django-q2 worker.
+"""Runners: what serves the queue on a django-q2 worker.
 
-``run_batch`` receives attempt ids only (never client data). Attempts are claimed with a
-conditional UPDATE (nobody's yet, not ended), so an attempt that already ran or was
-recovered never runs again, even when django-q2 delivers the same task twice, and each
-records its start time as it really starts. A job that raises ``SystemExit`` or
-``KeyboardInterrupt`` fails like any other; the worker and the rest of its batch go on.
-When its own batch is done, the runner runs the resting loop's next pass itself, and else
-takes over attempts that were dispatched but not claimed yet (other batches still queued),
-so one slow job does not hold up the jobs dealt to its batch.
+A runner is the django-q2 task :func:`serve`, which the loop asks for when attempts wait
+and too few runners serve (:meth:`.loop.Loop.keep_runners`). It claims the dispatched
+attempts of the highest priority itself, in chunks, with one UPDATE that skips rows other
+runners are claiming (``FOR UPDATE SKIP LOCKED`` on PostgreSQL; SQLite writes one at a
+time); runs them; reports their outcomes with one statement that signals the loop; and
+when nothing is left to claim, waits for the loop's ``WORK`` signal. It hands its worker
+back to django-q2 after ``RUNNER_IDLE`` seconds without work, or at the end of its turn
+(``RUNNER_TURN``), so that the cluster's other tasks get their turn too.
+
+Only attempt ids go through the database (never client data). A claim takes attempts
+nobody's yet and not ended, so an attempt that already ran or was recovered never runs
+again, and each records its start time as it really starts. A job that raises
+``SystemExit`` or ``KeyboardInterrupt`` fails like any other; the worker goes on.
 """
 
 from __future__ import annotations
 
 import logging
+import random
 import time
 from collections.abc import Callable
 from functools import cache
 from typing import TypeVar
 
 from django.db import InterfaceError, OperationalError
-from django.db.models import Case, DateTimeField, Q, Value, When
 
 from .. import clock
 from ..conf import ratequeue_settings
 from ..db import ServerStatement, sql_to_run
 from .bulk import update_rows
 from .execution import run_attempt
-from .loop import take_pass, take_resting_pass
-from .models import Attempt, queue_connection
-from .wakeup import wake_loop
-from .watchdog import beat
+from .heartbeat import beat, mark_serving
+from .models import Attempt, Job, queue_connection
+from .wakeup import LOOP, WORK, Waiter, signal
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-def main_loop(generation: int) -> bool:
-    """The django-q2 task of a pass of the main loop (:data:`.wakeup.LOOP_TASK`): the pass
-    after ``generation``, then, this worker being free, the batch the pass kept, which
-    saves a broker round trip on the way from enqueue to start. False at once if another
-    pass already took over from ``generation``."""
-    loop = take_pass(generation)
-    if loop is None:
-        return False
-    loop.run()
-    if loop.inline_batch:
-        run_batch(loop.inline_batch, until=loop.until)
-    return True
+def serve() -> None:
+    """The django-q2 task of a runner (:data:`.wakeup.SERVE_TASK`): claim and run attempts,
+    and wait for more, until ``RUNNER_IDLE`` seconds pass without work or the turn ends.
 
-
-def run_batch(attempt_ids: list[int], until: float | None = None) -> None:
-    """The django-q2 task: run the given attempts, then help with undelivered ones.
-
-    When its attempts freed slots and the loop rests, this worker, about to go idle, runs
-    the loop's next pass itself before it helps others (the pass deals new work to every
-    worker, so they keep busy meanwhile), then that pass's own batch, and so on while the
-    task is younger than half a lease (or than ``until``, a ``time.monotonic()``): each
-    turn saves two broker round trips, the kick's and the batch's."""
+    Through reconnects from the first statement on: this worker's connection may have
+    been cut while it waited for the task (a database restart)."""
     global _chunk
-    if until is None:
-        until = time.monotonic() + ratequeue_settings().LOOP_LEASE / 2
-    # Through reconnects from the first statement on: this worker's connection may have
-    # been cut while it waited for the task (a database restart), and a batch that fails
-    # here leaves its attempts dispatched with nobody to run them.
-    runner = Runner(through_reconnects(beat), _chunk)
-    while attempt_ids:
-        runner.run(attempt_ids)
-        attempt_ids = runner.next_pass(until)
-        if not attempt_ids:
-            runner.help()
-            attempt_ids = runner.next_pass(until)
-    runner.wake()
-    _chunk = runner.chunk
+    settings = ratequeue_settings()
+    worker = through_reconnects(lambda: beat(force=True))
+    through_reconnects(lambda: mark_serving(worker, True))
+    runner = Runner(worker, _chunk)
+    waiter = Waiter((WORK,))
+    # Turns of different lengths, so that the runners of a cluster do not all hand their
+    # workers back at the same moment.
+    turn_ends = time.monotonic() + settings.RUNNER_TURN * random.uniform(0.8, 1.0)
+    idle_since = time.monotonic()
+    try:
+        while time.monotonic() < turn_ends:
+            if runner.run_next():
+                idle_since = time.monotonic()
+                continue
+            left = min(idle_since + settings.RUNNER_IDLE, turn_ends) - time.monotonic()
+            if left <= 0:
+                break
+            waiter.wait(left)
+    finally:
+        waiter.close()
+        _chunk = runner.chunk
+
+        def leave() -> None:
+            mark_serving(worker, False)
+            signal(LOOP)  # the loop asks for another runner if there is work
+
+        through_reconnects(leave)
 
 
-# The chunk size this worker process's last batch ended with: the next batch starts there.
+# The chunk size this worker process's last runner ended with: the next one starts there.
 _chunk = 1
 
 
 class Runner:
     """Claims, runs and reports attempts in chunks.
 
-    A chunk is claimed with one conditional UPDATE, each of its attempts records its
-    start with a short one as it really starts (so that its start time is true, and known
-    should the worker die), and their outcomes are reported with one statement. It
-    doubles (up to ``MAX_CHUNK``) while jobs finish quickly and falls back to one attempt
-    after a slow chunk, so quick jobs share their claims and reports while a slow job
-    holds others back at most once in a row. A worker's next batch starts with the chunk
-    its last one ended with.
+    A chunk is claimed with one UPDATE, each of its attempts records its start with a
+    short one as it really starts (so that its start time is true, and known should the
+    worker die), and their outcomes are reported with one statement. It doubles (up to
+    ``MAX_CHUNK``) while jobs finish quickly and falls back to one attempt after a slow
+    chunk, so quick jobs share their claims and reports while a slow job holds others
+    back at most once in a row.
     """
 
     MAX_CHUNK = 32
@@ -96,72 +96,60 @@ class Runner:
     def __init__(self, worker: str, chunk: int = 1) -> None:
         self.worker = worker
         self.chunk = chunk
-        self.unreported = False
-        self.last_wake = time.monotonic()
 
-    def run(self, attempt_ids: list[int]) -> None:
-        """Run a batch: chunk after chunk of :meth:`next_chunk`, from the batch or of a
-        higher priority than its attempts, until nobody's are left in it. When a chunk
-        was another batch's, what is left of this one is read again: whoever claimed
-        its attempts runs them."""
-        todo = list(attempt_ids)
-        while todo:
-            taken = self.next_chunk()
-            if not taken:
-                return  # every attempt of the batch was claimed, by us or another runner
-            self.run_chunk(taken)
-            rest = [pk for pk in todo if pk not in taken]
-            if rest and not set(taken) <= set(todo):
-                rest = self.unclaimed(rest)
-            todo = rest
+    def run_next(self) -> int:
+        """Claim a chunk and run it; how many attempts it ran (0: nothing to claim)."""
+        claimed = self.claim()
+        if not claimed:
+            return 0
+        return self.run_chunk(claimed)
 
-    def help(self) -> None:
-        """Run attempts dealt to batches that are still queued, or whose worker is busy."""
-        for _ in range(ratequeue_settings().DISPATCH_BATCH_SIZE):
-            spare = self.next_chunk()
-            if not spare:
-                break
-            self.run_chunk(spare)
+    def drain(self) -> int:
+        """Run chunks until nothing is left to claim; how many attempts ran."""
+        total = 0
+        while ran := self.run_next():
+            total += ran
+        return total
 
-    def next_chunk(self) -> list[int]:
-        """The ``chunk`` unclaimed attempts to run next, whichever batch they were dealt to:
-        by priority, then dispatch order. So a free worker never starts a lower priority
-        while a higher one waits in the batch of a busy worker. Through lost connections,
-        as claims and reports are (:func:`through_reconnects`): it is a batch's first read."""
-        unclaimed = (
-            Attempt.objects.filter(active=True, worker="", ended_at=None)
-            .order_by("-job__priority", "pk")
-            .values_list("pk", flat=True)
+    def claim(self) -> list[Attempt]:
+        """Take up to ``chunk`` dispatched attempts nobody claimed yet, the highest
+        priority first, then in dispatch order: so a free worker never starts a lower
+        priority while a higher one waits. One durable statement, through lost
+        connections (claiming again finds what the first try may have taken)."""
+
+        def take() -> list[int]:
+            connection = queue_connection()
+            with connection.cursor() as cursor:
+                cursor.execute(_claim_sql(connection.vendor), [self.chunk, self.worker])
+                ids = [row[0] for row in cursor.fetchall()]
+            if not ids:
+                ids = list(
+                    Attempt.objects.filter(
+                        worker=self.worker, started_at=None, ended_at=None, active=True
+                    ).values_list("pk", flat=True)
+                )
+            return ids
+
+        ids = through_reconnects(take)
+        if not ids:
+            return []
+        return through_reconnects(
+            lambda: list(
+                Attempt.objects.filter(pk__in=ids, worker=self.worker, ended_at=None)
+                .select_related("job")
+                .only("timeout", "queue", "started_at", "job__func", "job__args", "job__kwargs")
+                .order_by("-job__priority", "pk")
+            )
         )
-        return through_reconnects(lambda: list(unclaimed[: self.chunk]))
 
-    def unclaimed(self, attempt_ids: list[int]) -> list[int]:
-        """Those of ``attempt_ids`` nobody has claimed yet (through lost connections)."""
-        query = Attempt.objects.filter(pk__in=attempt_ids, worker="", ended_at=None)
-        return through_reconnects(lambda: list(query.values_list("pk", flat=True)))
-
-    def next_pass(self, until: float) -> list[int]:
-        """If this runner freed slots and the loop rests, run its next pass here; returns
-        that pass's own batch (empty when there is no pass to run, or it started nothing
-        for this worker)."""
-        if not self.unreported or time.monotonic() >= until:
-            return []
-        loop = take_resting_pass()
-        if loop is None:
-            return []
-        self.unreported = False  # the pass sees them at its first step
-        loop.work(until - time.monotonic())
-        return loop.inline_batch
-
-    def run_chunk(self, taken: list[int]) -> None:
-        """Claim the attempts ``taken`` (those nobody claimed yet), start and run them one
-        after the other, and report them together.
+    def run_chunk(self, claimed: list[Attempt]) -> int:
+        """Start and run claimed attempts one after the other, report them together, and
+        signal the loop; how many ran (an attempt canceled meanwhile does not start).
 
         Should something stop this process in the middle (a ``BaseException`` that is not
         the job's own ``SystemExit`` or ``KeyboardInterrupt``), the attempts that ran are
         reported first and the claimed ones that did not start are handed back: they wait
         again, and none of them counts as a try."""
-        claimed = self.claim(taken)
         ran: list[Attempt] = []
         began = time.monotonic()
         try:
@@ -176,17 +164,17 @@ class Runner:
         quick = time.monotonic() - began < self.QUICK * max(len(ran), 1)
         self.chunk = min(self.chunk * 2, self.MAX_CHUNK) if quick else 1
         self.report(ran)
-        self.unreported = self.unreported or bool(ran)
-        # After a slow job at once; after quick ones at most every SEGMENT seconds.
-        if time.monotonic() - self.last_wake >= ratequeue_settings().SEGMENT:
-            self.wake()
+        return len(ran)
 
     def report(self, attempts: list[Attempt]) -> None:
         """Write the outcomes of attempts that ran, with their start times should a
-        database crash have lost one (through lost connections, see
-        :func:`through_reconnects`)."""
-        through_reconnects(
-            lambda: update_rows(
+        database crash have lost one, and signal the loop, which takes them in (through
+        lost connections, see :func:`through_reconnects`)."""
+        if not attempts:
+            return
+
+        def write() -> None:
+            update_rows(
                 Attempt,
                 attempts,
                 [
@@ -201,40 +189,9 @@ class Runner:
                 # A recovered (superseded) attempt already ended: its late report is ignored.
                 condition="t.ended_at IS NULL",
             )
-        )
+            signal(LOOP)
 
-    def claim(self, attempt_ids: list[int]) -> list[Attempt]:
-        """Take the attempts nobody claimed yet (``worker`` empty); an attempt that
-        already ran, was claimed by another worker, or was recovered is skipped, so a task
-        django-q2 delivers twice runs nothing twice. One durable UPDATE for the chunk, which
-        also starts its first attempt (so a chunk of one, a slow job's, costs no more), and
-        claiming again after a lost connection finds what the first try may have taken."""
-        if not attempt_ids:
-            return []
-        first, stamp = min(attempt_ids), clock.now()
-
-        def take() -> list[Attempt]:
-            Attempt.objects.filter(
-                pk__in=attempt_ids, worker="", started_at=None, ended_at=None
-            ).update(
-                worker=self.worker,
-                started_at=Case(
-                    When(pk=first, then=Value(stamp)), default=None, output_field=DateTimeField()
-                ),
-            )
-            return list(
-                Attempt.objects.filter(
-                    Q(started_at=None) | Q(pk=first, started_at=stamp),
-                    pk__in=attempt_ids,
-                    worker=self.worker,
-                    ended_at=None,
-                )
-                .select_related("job")
-                .only("timeout", "queue", "started_at", "job__func", "job__args", "job__kwargs")
-                .order_by("pk")
-            )
-
-        return through_reconnects(take)
+        through_reconnects(write)
 
     def start(self, attempt: Attempt) -> bool:
         """Record that a claimed attempt starts now, unless it was ended meanwhile (a
@@ -266,13 +223,6 @@ class Runner:
             pk__in=attempt_ids, worker=self.worker, started_at=None, ended_at=None
         ).update(worker="")
 
-    def wake(self) -> None:
-        """Tell the loop that slots came free."""
-        if self.unreported:
-            wake_loop()
-            self.unreported = False
-        self.last_wake = time.monotonic()
-
 
 @cache
 def _start_statement(async_commit: bool) -> ServerStatement:
@@ -287,6 +237,28 @@ def _start_statement(async_commit: bool) -> ServerStatement:
         text=text.format(table, "%s", "%s", "%s", relax),
         prepared_text=text.format(table, "$1", "$2", "$3", relax),
         arguments="%s, %s, %s",
+    )
+
+
+@cache
+def _claim_sql(vendor: str) -> str:
+    """The claim: up to n dispatched attempts nobody's yet, by priority then dispatch
+    order, for worker w (parameters: w, n). The candidates are picked once, in a CTE (a
+    subquery under ``IN`` may be run again per row, and pick more than n). On PostgreSQL,
+    rows another runner is claiming at the same moment are skipped, not waited for."""
+    connection = queue_connection()
+    attempts = connection.ops.quote_name(Attempt._meta.db_table)
+    jobs = connection.ops.quote_name(Job._meta.db_table)
+    lock = " FOR UPDATE OF a SKIP LOCKED" if vendor == "postgresql" else ""
+    materialized = " MATERIALIZED" if vendor == "postgresql" else ""
+    return (
+        f"WITH picked AS{materialized} ("
+        f"SELECT a.id FROM {attempts} a JOIN {jobs} j ON j.id = a.job_id"
+        f" WHERE a.active AND a.worker = '' AND a.ended_at IS NULL"
+        f" ORDER BY j.priority DESC, a.id LIMIT %s{lock}"
+        f") UPDATE {attempts} SET worker = %s FROM picked"
+        f" WHERE {attempts}.id = picked.id AND {attempts}.worker = ''"
+        f" AND {attempts}.ended_at IS NULL RETURNING {attempts}.id"
     )
 
 

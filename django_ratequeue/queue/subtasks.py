@@ -25,7 +25,7 @@ from ..conf import ratequeue_settings
 from ..exceptions import RecursiveWaitDeadlock
 from .limits import QueueLimits
 from .models import Attempt, Job, Status, Wait, WorkerHeartbeat
-from .wakeup import wake_loop
+from .wakeup import LOOP, signal
 
 # The attempt the runner is executing in this context, if any.
 current_attempt: ContextVar[Attempt | None] = ContextVar("ratequeue_attempt", default=None)
@@ -115,7 +115,7 @@ def workers_exhausted(parent: Attempt, child_id: str) -> bool:
 def slots_released(parent: Attempt, child: Job) -> Iterator[None]:
     """Give the parent's slots back for the duration of the block, then take them back."""
     Attempt.objects.filter(pk=parent.pk).wait_on(child.queue)
-    wake_loop()
+    signal(LOOP)
     try:
         yield
     except RecursiveWaitDeadlock:
@@ -133,7 +133,7 @@ def slots_released(parent: Attempt, child: Job) -> Iterator[None]:
 def _take_slots_back(parent: Attempt) -> None:
     """Ask the loop for the slots back and wait until it grants them."""
     Attempt.objects.filter(pk=parent.pk).ask_to_resume()
-    wake_loop()
+    signal(LOOP)
     pause = 0.005
     while Attempt.objects.filter(pk=parent.pk, wait=Wait.RESUMING, active=True).exists():
         time.sleep(pause)

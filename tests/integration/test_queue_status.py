@@ -13,10 +13,9 @@ from django.utils import timezone
 from django_ratequeue import Status, enqueue
 from django_ratequeue.models import Attempt, Job
 from django_ratequeue.queue import stats
-from django_ratequeue.queue.loop import Loop
-from django_ratequeue.queue.wakeup import ensure_loop_state
 from tests.cluster import wait_for
 from tests.queue import jobs
+from tests.queue.steps import leading_loop
 
 
 def status(*args: str) -> str:
@@ -124,7 +123,7 @@ def test_dispatched_jobs_are_told_from_running_ones() -> None:
     """A job handed to a worker that has not started it is "dispatched", not "running"."""
     enqueue(jobs.add, args=[1, 2])
     enqueue(jobs.add, args=[3, 4])
-    loop = Loop(ensure_loop_state()[0])
+    loop = leading_loop()
     loop.step()  # dispatches both; no worker has claimed either
     first = Attempt.objects.order_by("pk").first()
     assert first is not None

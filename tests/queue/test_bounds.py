@@ -21,11 +21,9 @@ from django.utils import timezone
 from django_ratequeue import Retry, Status, enqueue, enqueue_many, get_handle
 from django_ratequeue.models import Attempt, Job, WorkerHeartbeat
 from django_ratequeue.queue.bounds import LATEST, clip, later
-from django_ratequeue.queue.loop import Loop
-from django_ratequeue.queue.runner import main_loop
-from django_ratequeue.queue.wakeup import ensure_loop_state
 from tests.cluster import wait_for
 from tests.queue import jobs
+from tests.queue.steps import leading_loop, run_pass
 from tests.queue.test_settings_and_retention import check_ids
 
 INF, NAN = math.inf, math.nan
@@ -164,7 +162,7 @@ def drive(done: Callable[[], bool], limit: float = 30) -> None:
     deadline = time.monotonic() + limit
     while not done():
         assert time.monotonic() < deadline, "the loop did not get there"
-        main_loop(ensure_loop_state()[0])
+        run_pass()
 
 
 @pytest.mark.django_db
@@ -249,7 +247,7 @@ def test_a_timeout_written_behind_our_back_does_not_stop_recovery(
     tmp_path: Path, timeout: float
 ) -> None:
     handle = enqueue(jobs.add, args=[1, 2], timeout=30)
-    Loop(ensure_loop_state()[0]).step()  # dispatches it; its batch is never run
+    leading_loop().step()  # dispatches it; its batch is never run
     WorkerHeartbeat.objects.create(id="w", pid=1, host="h", seen_at=timezone.now())
     Attempt.objects.filter(job_id=handle.id).update(
         worker="w", started_at=timezone.now() - timedelta(seconds=60), timeout=timeout
@@ -303,7 +301,7 @@ def test_a_rate_limit_removed_from_settings_while_its_jobs_wait(settings: Any) -
     handle = enqueue(jobs.add, args=[1, 2], queue="gated")
     settings.RATEQUEUE = {**base, "QUEUES": {"gated": {"rate_limit": "gone"}}}
     with pytest.raises(ImproperlyConfigured, match=r"E215: .*\['gated'\]\['rate_limit'\]"):
-        main_loop(ensure_loop_state()[0])
+        run_pass()
     assert handle.status() == Status.WAITING
     settings.RATEQUEUE = {**base, "QUEUES": {"gated": {"max_concurrency": 2}}}
     drive(lambda: handle.status() == Status.COMPLETE)

@@ -1,5 +1,5 @@
-"""The loop keeps going while every worker runs a slow job, and a resting loop finds work it
-was not told about; the fast enqueue path (prepared INSERT, skipped kicks, async commit)."""
+"""The loop keeps going while every worker runs a slow job, and the leader finds work whose
+signal was lost; the fast enqueue path (prepared INSERT, async commit)."""
 
 from __future__ import annotations
 
@@ -54,14 +54,14 @@ def test_cancels_and_starts_go_on_while_every_worker_is_busy(cluster, tmp_path: 
 
 
 def insert_without_kick(*args: int) -> Handle:
-    """A committed WAITING job that nobody told the loop about (as after a skipped kick)."""
+    """A committed WAITING job that raised no signal (as if its NOTIFY were lost)."""
     template = JobOptions().template("tests.queue.jobs.add")
     row = template.job(list(args), {}, template.stamp(timezone.now()))
     row.save(force_insert=True)
     return Handle(row.id)
 
 
-def test_watchdog_finds_work_a_resting_loop_was_not_told_about(cluster) -> None:
+def test_the_leader_finds_work_whose_signal_was_lost(cluster) -> None:
     cluster()
     assert enqueue(jobs.add, args=[1, 1]).result(timeout=30) == 2
     state = LoopState.objects.values_list("state", flat=True)

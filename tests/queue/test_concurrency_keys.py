@@ -12,10 +12,9 @@ from django.utils import timezone
 
 from django_ratequeue import RecursiveWaitDeadlock, Retry, Status
 from django_ratequeue.models import Attempt, Job
-from django_ratequeue.queue.loop import Loop
 from django_ratequeue.queue.models import Wait
 from django_ratequeue.queue.subtasks import check_wait
-from django_ratequeue.queue.wakeup import ensure_loop_state
+from tests.queue.steps import leading_loop
 
 
 def waiting(queue: str, keys: list[str], per_key: int) -> None:
@@ -32,7 +31,7 @@ def waiting(queue: str, keys: list[str], per_key: int) -> None:
 
 def started_per_key() -> Counter[str]:
     """One loop step; the attempts it started, per concurrency key."""
-    Loop(ensure_loop_state()[0]).step()
+    leading_loop().step()
     running = Attempt.objects.filter(active=True, ended_at=None)
     return Counter(running.values_list("concurrency_key", flat=True))
 

@@ -15,18 +15,17 @@ from django_ratequeue import Handle, JobFailed, enqueue
 from django_ratequeue.conf import ratequeue_settings
 from django_ratequeue.exceptions import AttemptTimedOut, WorkerLost, class_path
 from django_ratequeue.models import Attempt, Job
-from django_ratequeue.queue.loop import Loop
-from django_ratequeue.queue.runner import Runner, main_loop
-from django_ratequeue.queue.wakeup import ensure_loop_state
-from django_ratequeue.queue.watchdog import beat
+from django_ratequeue.queue.heartbeat import beat
+from django_ratequeue.queue.runner import Runner
 from tests.queue import jobs
+from tests.queue.steps import leading_loop, run_pass
 
 pytestmark = pytest.mark.django_db
 
 
 def failure(handle: Handle) -> JobFailed:
-    main_loop(ensure_loop_state()[0])  # starts the job and runs its batch inline
-    main_loop(ensure_loop_state()[0])  # takes in the outcome
+    run_pass()  # starts the job and runs its batch inline
+    run_pass()  # takes in the outcome
     with pytest.raises(JobFailed) as failed:
         handle.result(timeout=0)
     return failed.value
@@ -62,11 +61,11 @@ def test_a_hostile_class_path_is_stored_escaped_and_cut() -> None:
 
 def test_a_job_that_succeeds_after_a_failure_keeps_no_class(tmp_path: Any) -> None:
     handle = enqueue(jobs.fail_once, args=[str(tmp_path / "marker")], retries=1)
-    main_loop(ensure_loop_state()[0])
-    main_loop(ensure_loop_state()[0])
+    run_pass()
+    run_pass()
     Job.objects.filter(pk=handle.id).update(start_at=timezone.now())  # retry now
-    main_loop(ensure_loop_state()[0])
-    main_loop(ensure_loop_state()[0])
+    run_pass()
+    run_pass()
     assert handle.status() == "complete"
     assert [a.exception_class_path for a in handle.attempts()] == ["builtins.RuntimeError", ""]
     assert Job.objects.get(pk=handle.id).exception_class_path == ""
@@ -75,9 +74,9 @@ def test_a_job_that_succeeds_after_a_failure_keeps_no_class(tmp_path: Any) -> No
 def recovered_attempt(worker: str, *, started_ago: float = 0, timeout: float | None = None) -> Any:
     """A job whose only attempt a runner claimed ``started_ago`` seconds ago, then nothing."""
     handle = enqueue(jobs.sleep, args=[0], retries=0, timeout=timeout)
-    loop = Loop(ensure_loop_state()[0])
+    loop = leading_loop()
     loop.step()
-    (attempt,) = Runner(worker).claim(loop.inline_batch)
+    (attempt,) = Runner(worker).claim()
     Attempt.objects.filter(pk=attempt.pk).update(
         started_at=timezone.now() - timedelta(seconds=started_ago)
     )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.db import connection, transaction
@@ -18,9 +19,7 @@ from bench.faults import SETTINGS, Drill, KillLoop, KillWorker, TerminateConnect
 from django_ratequeue import Status, enqueue, enqueue_many
 from django_ratequeue.models import Job, LoopState
 from django_ratequeue.queue.loop import Loop
-from django_ratequeue.queue.runner import run_batch
-from django_ratequeue.queue.wakeup import ensure_loop_state
-from django_ratequeue.queue.watchdog import beat
+from django_ratequeue.queue.runner import serve
 from tests.cluster import child_pids
 from tests.queue import jobs
 
@@ -51,13 +50,11 @@ def test_fault_drill_loses_nothing_runs_nothing_twice_and_keeps_the_limits(
 
 
 @pytest.mark.postgres_only
-def test_an_enqueue_whose_wake_up_fails_after_its_commit_returns_its_handles(
-    transactional_db: None, caplog: pytest.LogCaptureFixture
-) -> None:
-    """The drill's producer died of this: the loop's kick, run after the job's commit, hit a
-    lost connection, and Django, logging the failure of that robust ``on_commit`` callback,
-    raised ``AttributeError`` (a bare ``functools.partial`` has no ``__qualname__``)."""
-    ensure_loop_state()
+def test_an_enqueue_never_waits_for_the_loops_row(transactional_db: None) -> None:
+    """The drill's producer once died of a kick that touched the loop's row after the
+    job's commit. Producers do not touch it at all now: a held lock on it (a step, a
+    takeover) cannot fail or slow down an enqueue."""
+    LoopState.objects.ensure()
     locked, release = threading.Event(), threading.Event()
 
     def hold_the_loop_row() -> None:
@@ -74,7 +71,7 @@ def test_an_enqueue_whose_wake_up_fails_after_its_commit_returns_its_handles(
     try:
         assert locked.wait(timeout=30)
         with connection.cursor() as cursor:
-            cursor.execute("SET statement_timeout = 200")  # the kick's UPDATE then fails
+            cursor.execute("SET statement_timeout = 200")  # waiting on the row would fail
         try:
             handle = enqueue(jobs.add, args=[1, 1])
             handles = enqueue_many(jobs.add, [[2, 2]])
@@ -85,24 +82,22 @@ def test_an_enqueue_whose_wake_up_fails_after_its_commit_returns_its_handles(
         release.set()
         holder.join(timeout=30)
     assert Job.objects.filter(pk__in=[handle.id, handles[0].id]).count() == 2
-    assert "Error calling wake_after_enqueue in on_commit()" in caplog.text
 
 
 @pytest.mark.postgres_only
-@pytest.mark.parametrize("beaten", [True, False], ids=["heartbeat due", "heartbeat recent"])
-def test_a_batch_whose_connection_was_cut_while_it_waited_still_runs(
-    transactional_db: None, tmp_path: Path, beaten: bool
+def test_a_runner_whose_connection_was_cut_while_it_waited_still_runs(
+    transactional_db: None, tmp_path: Path, settings: Any
 ) -> None:
     """The drill's terminated connections left attempts dispatched and never claimed, all
     slots held for good: a worker's connection, cut while it waited for a task, failed the
-    first statement of its next batch (its heartbeat, or its claim when the watchdog had
-    just beaten), so the django-q2 task failed and no one ran them."""
+    first statement of its next task, so the django-q2 task failed and no one ran them."""
+    settings.RATEQUEUE = {**settings.RATEQUEUE, "RUNNER_IDLE": 0.05}
     log = tmp_path / "runs.log"
     handle = enqueue(jobs.record, args=[str(log), "once"])
-    generation = ensure_loop_state()[0] + 1
+    generation = LoopState.objects.ensure().generation + 1
     LoopState.objects.update(generation=generation)
     loop = Loop(generation)
-    loop.step()  # starts the job; its batch is the pass's to run
+    loop.step()  # starts the job
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_backend_pid()")
         (backend,) = cursor.fetchone()
@@ -114,12 +109,10 @@ def test_a_batch_whose_connection_was_cut_while_it_waited_still_runs(
         finally:
             connection.close()
 
-    if not beaten:
-        beat(force=True)  # the batch skips its own heartbeat: its claim comes first
     cutter = threading.Thread(target=cut)
     cutter.start()
     cutter.join(timeout=30)
-    run_batch(loop.inline_batch)
+    serve()
     assert [line.split()[0] for line in log.read_text().splitlines()] == ["once"]
     loop.step()  # takes the outcome in
     assert handle.status() == Status.COMPLETE

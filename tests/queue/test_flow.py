@@ -23,11 +23,10 @@ from django_ratequeue import (
 )
 from django_ratequeue.models import Attempt, Job, QueueSetting
 from django_ratequeue.queue.limits import QueueLimits
-from django_ratequeue.queue.runner import main_loop
 from django_ratequeue.queue.stats import queue_overview
-from django_ratequeue.queue.wakeup import ensure_loop_state
 from django_ratequeue.ratelimit.api import rate_limit
 from tests.queue import jobs
+from tests.queue.steps import run_pass
 
 
 def limit_label(name: str) -> str:
@@ -141,7 +140,7 @@ def test_a_cost_the_limit_can_never_grant_fails_the_job() -> None:
     with override_settings(RATEQUEUE=gated):
         with pytest.raises(ValueError, match="can never fit"):
             enqueue(jobs.add, args=[1, 2], queue="gated", cost=5)  # refused at enqueue
-        main_loop(ensure_loop_state()[0])  # the loop fails the one enqueued before
+        run_pass()  # the loop fails the one enqueued before
     job = Job.objects.get(pk=handle.id)
     assert job.status == Status.FAILED
     assert "cannot be reserved from 'small'" in job.error and "can never fit" in job.error

@@ -9,9 +9,8 @@ from django.utils import timezone
 from django_ratequeue import Retry, Status
 from django_ratequeue.models import Attempt, Job
 from django_ratequeue.queue.dispatch import QUEUES_PER_STEP
-from django_ratequeue.queue.loop import Loop
 from django_ratequeue.queue.models import Outcome
-from django_ratequeue.queue.wakeup import ensure_loop_state
+from tests.queue.steps import leading_loop
 
 
 def end_every_running_attempt() -> None:
@@ -37,7 +36,7 @@ def test_every_queue_is_served_when_more_than_a_step_looks_at_have_work() -> Non
         for name in queues
         for n in range(2)
     )  # fmt: skip
-    loop = Loop(ensure_loop_state()[0])
+    loop = leading_loop()
 
     served: list[str] = []
     for _ in range(len(queues) // 150):

@@ -24,12 +24,11 @@ from django_q.models import OrmQ
 from django_ratequeue import JobFailed, Status, enqueue, enqueue_many
 from django_ratequeue.conf import ratequeue_settings
 from django_ratequeue.models import Attempt, Job, WorkerHeartbeat
-from django_ratequeue.queue.loop import Loop
-from django_ratequeue.queue.runner import Runner, main_loop
-from django_ratequeue.queue.wakeup import ensure_loop_state
-from django_ratequeue.queue.watchdog import beat
+from django_ratequeue.queue.heartbeat import beat
+from django_ratequeue.queue.runner import Runner
 from tests.cluster import wait_for
 from tests.queue import jobs
+from tests.queue.steps import leading_loop, run_pass
 
 
 def lines(path: Path) -> list[str]:
@@ -66,42 +65,37 @@ def roomy(settings: Any) -> None:
 
 
 @pytest.mark.django_db
-def test_an_attempt_whose_pass_died_before_running_its_batch_waits_again(
-    tmp_path: Path, idle_worker: str
-) -> None:
+def test_an_attempt_no_runner_claimed_waits_again(tmp_path: Path, idle_worker: str) -> None:
     log = tmp_path / "runs.log"
     handle = enqueue(jobs.record, args=[str(log), "once"])
-    Loop(ensure_loop_state()[0]).step()  # dispatches; the pass dies before its inline batch
-    main_loop(ensure_loop_state()[0])  # a pass soon after: a worker may still claim it
+    leading_loop().step()  # dispatches; no runner comes (its django-q2 task was lost)
+    leading_loop().run(30)  # the loop a moment later: a runner may still claim it
     assert handle.status() == Status.RUNNING and not lines(log)
 
     age_dispatches()
-    main_loop(ensure_loop_state()[0])  # takes it back, starts the job again and runs it
-    main_loop(ensure_loop_state()[0])  # takes in the outcome
+    run_pass()  # takes it back, starts the job again and runs it
+    run_pass()  # takes in the outcome
     assert handle.status() == Status.COMPLETE
     assert [a.outcome for a in handle.attempts()] == ["succeeded"]
     assert tries(handle) == 1 and labels_run(log) == {"once": 1}
 
 
 @pytest.mark.django_db
-def test_an_attempt_whose_broker_task_was_lost_waits_again(
-    tmp_path: Path, idle_worker: str
-) -> None:
+def test_runners_the_broker_lost_are_asked_for_again(tmp_path: Path, idle_worker: str) -> None:
     log = tmp_path / "runs.log"
     WorkerHeartbeat.objects.create(id="w2", pid=1, host="h", seen_at=timezone.now())
     first, second = enqueue_many(jobs.record, [[str(log), "first"], [str(log), "second"]])
-    loop = Loop(ensure_loop_state()[0])
-    loop.step()  # two live workers: one batch for this pass, one through the broker
-    OrmQ.objects.all().delete()  # the broker loses its task
-    Runner(idle_worker).run(loop.inline_batch)
+    loop = leading_loop()
+    loop.step()  # two attempts, two live workers, none serving: two runners asked for
+    assert OrmQ.objects.count() == 2
+    loop.step()  # asked for, waiting in the broker: not asked for twice
+    assert OrmQ.objects.count() == 2
+    OrmQ.objects.all().delete()  # the broker loses them
     loop.step()
-    assert first.status() == Status.COMPLETE and second.status() == Status.RUNNING
-
-    age_dispatches()
-    main_loop(ensure_loop_state()[0])
-    main_loop(ensure_loop_state()[0])
-    assert second.status() == Status.COMPLETE
-    assert [a.outcome for a in second.attempts()] == ["succeeded"] and tries(second) == 1
+    assert OrmQ.objects.count() == 2
+    Runner(idle_worker).drain()
+    loop.step()
+    assert first.status() == Status.COMPLETE and second.status() == Status.COMPLETE
     assert labels_run(log) == {"first": 1, "second": 1}
 
 
@@ -111,15 +105,16 @@ def test_while_every_worker_is_busy_an_unclaimed_attempt_waits_for_one(
 ) -> None:
     log = tmp_path / "runs.log"
     busy, queued = enqueue_many(jobs.record, [[str(log), "busy"], [str(log), "queued"]])
-    loop = Loop(ensure_loop_state()[0])
+    loop = leading_loop()
     loop.step()
     worker = beat(force=True)
-    (running,) = Runner(worker).claim([Attempt.objects.get(job_id=busy.id).pk])
+    Runner(worker).claim()  # the first job, which runs long
+    running = Attempt.objects.get(job_id=busy.id, worker=worker)
     Attempt.objects.filter(pk=running.pk).update(started_at=timezone.now())  # a long job
     age_dispatches()
-    Loop(ensure_loop_state()[0]).step()
+    leading_loop().step()
     (attempt,) = queued.attempts()
-    assert attempt.ended_at is None and tries(queued) == 1  # still in the broker, as is
+    assert attempt.ended_at is None and tries(queued) == 1  # waits for a runner, as is
 
 
 # -- jobs that try to end their worker -----------------------------------------------------
@@ -137,10 +132,10 @@ def test_a_job_that_exits_fails_alone_and_its_batch_runs_on(
     before = enqueue_many(jobs.record, [[str(log), f"b{i}"] for i in range(4)])
     exiting = enqueue(func, retries=0)
     after = enqueue_many(jobs.record, [[str(log), f"a{i}"] for i in range(7)])
-    loop = Loop(ensure_loop_state()[0])
+    loop = leading_loop()
     loop.step()
-    assert len(loop.inline_batch) == 12
-    Runner("a-worker", chunk=32).run(loop.inline_batch)  # one chunk: raises nothing
+    assert Attempt.objects.filter(active=True).count() == 12
+    Runner("a-worker", chunk=32).drain()  # one chunk: raises nothing
     loop.step()
     with pytest.raises(JobFailed, match=rf"{error} \(a job cannot stop its worker"):
         exiting.result(timeout=0)
@@ -172,9 +167,9 @@ def test_a_job_that_exits_does_not_take_its_worker_or_batch_with_it(
 @pytest.mark.django_db
 def test_each_attempt_of_a_chunk_starts_when_it_really_starts(roomy: None) -> None:
     enqueue_many(jobs.sleep, [[0.01]] * 4)
-    loop = Loop(ensure_loop_state()[0])
+    loop = leading_loop()
     loop.step()
-    Runner("a-worker", chunk=4).run(loop.inline_batch)
+    Runner("a-worker", chunk=4).drain()
     attempts = list(Attempt.objects.order_by("pk"))
     assert all(a.started_at is not None and a.ended_at is not None for a in attempts)
     for earlier, later in pairwise(attempts):
@@ -189,10 +184,10 @@ def test_a_worker_stopped_mid_chunk_reports_what_ran_and_hands_back_the_rest(
     ran = enqueue_many(jobs.record, [[str(log), "r0"], [str(log), "r1"]])
     stopper = enqueue(jobs.stop_process, retries=0)
     rest = enqueue_many(jobs.record, [[str(log), "n0"], [str(log), "n1"]])
-    loop = Loop(ensure_loop_state()[0])
+    loop = leading_loop()
     loop.step()
     with pytest.raises(jobs.ProcessStopping):
-        Runner("a-worker", chunk=8).run(loop.inline_batch)
+        Runner("a-worker", chunk=8).drain()
     loop.step()
     assert [h.status() for h in ran] == [Status.COMPLETE] * 2
     with pytest.raises(JobFailed, match=r"ProcessStopping: the process is going \(its worker"):
@@ -202,8 +197,8 @@ def test_a_worker_stopped_mid_chunk_reports_what_ran_and_hands_back_the_rest(
     assert Attempt.objects.get(job_id=stopper.id).started_at is not None
 
     age_dispatches()
-    main_loop(ensure_loop_state()[0])
-    main_loop(ensure_loop_state()[0])
+    run_pass()
+    run_pass()
     for handle in rest:
         assert handle.status() == Status.COMPLETE and tries(handle) == 1
         assert [a.outcome for a in handle.attempts()] == ["succeeded"]

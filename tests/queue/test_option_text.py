@@ -18,10 +18,9 @@ from hypothesis import strategies as st
 from django_ratequeue import Handle, JobFailed, Status, enqueue, enqueue_many
 from django_ratequeue.db import _sessions
 from django_ratequeue.models import Job
-from django_ratequeue.queue.loop import Loop
 from django_ratequeue.queue.runner import Runner
-from django_ratequeue.queue.wakeup import ensure_loop_state
 from tests.queue import jobs
+from tests.queue.steps import leading_loop
 
 pytestmark = pytest.mark.django_db
 
@@ -152,9 +151,9 @@ def test_a_nul_in_a_jobs_outcome_fails_that_job_alone(func: Any, error: str) -> 
     one is stored escaped, and the other outcomes reported with it are written."""
     bad = enqueue(func, retries=0)
     innocent = enqueue(jobs.add, args=[1, 2])
-    loop = Loop(ensure_loop_state()[0])
+    loop = leading_loop()
     loop.step()  # dispatches both, in one batch
-    Runner("a-worker").run(loop.inline_batch)
+    Runner("a-worker").drain()
     loop.step()
     assert innocent.result(timeout=0) == 3
     with pytest.raises(JobFailed, match=error) as failed:

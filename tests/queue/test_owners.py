@@ -12,10 +12,9 @@ from django.contrib.auth.models import AnonymousUser, User
 from django_ratequeue import DuplicateJobId, Handle, Status, enqueue, enqueue_many, get_handle
 from django_ratequeue.models import CancelRequest, Job
 from django_ratequeue.queue.handles import missing_job
-from django_ratequeue.queue.loop import Loop
 from django_ratequeue.queue.runner import Runner
-from django_ratequeue.queue.wakeup import ensure_loop_state
 from tests.queue import jobs
+from tests.queue.steps import leading_loop
 
 pytestmark = pytest.mark.django_db
 
@@ -95,10 +94,10 @@ def test_a_callback_job_belongs_to_the_owner_of_the_job_it_reports_on(tmp_path: 
     canceled = enqueue(
         jobs.add, args=[1, 2], owner="bob", on_complete=jobs.callback, context={"path": calls}
     )
-    loop = Loop(ensure_loop_state()[0])
+    loop = leading_loop()
     canceled.cancel()
     loop.step()  # cancels bob's job (a callback) and dispatches alice's
-    Runner("a-worker").run(loop.inline_batch)
+    Runner("a-worker").drain()
     loop.step()  # takes alice's result in (a callback)
     assert (done.status(), canceled.status()) == (Status.COMPLETE, Status.CANCELED)
     callbacks = Job.objects.filter(func="tests.queue.jobs.callback")

@@ -1,6 +1,7 @@
 """Priority holds when workers are busy: a free worker never starts a lower-priority job
-while a higher-priority one waits, unclaimed, in a batch dealt to a busy worker. In
-process: one loop step deals two batches; only the free worker's runner runs."""
+while a higher-priority one waits unclaimed. In process: one loop step dispatches five
+jobs; a busy worker has claimed one of them and runs it; the free worker's runner runs
+the rest."""
 
 from __future__ import annotations
 
@@ -10,13 +11,10 @@ import pytest
 from django.utils import timezone
 
 from django_ratequeue import Retry, Status
-from django_ratequeue.conf import ratequeue_settings
 from django_ratequeue.models import Attempt, Job
-from django_ratequeue.queue.dispatch import Dispatch
-from django_ratequeue.queue.loop import Loop
 from django_ratequeue.queue.models import WorkerHeartbeat
 from django_ratequeue.queue.runner import Runner
-from django_ratequeue.queue.wakeup import ensure_loop_state
+from tests.queue.steps import leading_loop
 
 
 @pytest.mark.django_db
@@ -31,16 +29,14 @@ def test_a_free_worker_starts_the_highest_priority_waiting_anywhere() -> None:
             retry=Retry().to_json())
         for n, priority in enumerate(priorities)
     )  # fmt: skip
-    Loop(ensure_loop_state()[0]).step()
-    dispatched = list(Attempt.objects.order_by("pk").values_list("pk", flat=True))
-    busy_batch, free_batch = Dispatch(ratequeue_settings()).batches(dispatched, now)
-    assert busy_batch and free_batch  # one batch each: the busy worker never gets to its own
+    leading_loop().step()
+    assert Runner("busy").claim()  # the highest priority: it runs long
 
-    Runner("free").run(free_batch)
+    Runner("free").drain()
 
     ran = list(
         Attempt.objects.filter(worker="free")
         .order_by("started_at", "pk")
         .values_list("job__priority", flat=True)
     )
-    assert ran == sorted(priorities, reverse=True)[: len(ran)]
+    assert ran == sorted(priorities, reverse=True)[1:]

@@ -18,12 +18,13 @@ from django.utils import timezone
 
 from django_ratequeue import Status, enqueue, enqueue_many
 from django_ratequeue.models import Attempt, Job, LoopState
-from django_ratequeue.queue.loop import Loop
+from django_ratequeue.queue.agent import take_lapsed_lease
+from django_ratequeue.queue.heartbeat import beat
 from django_ratequeue.queue.models import LoopStatus
-from django_ratequeue.queue.runner import Runner, main_loop, run_batch
-from django_ratequeue.queue.wakeup import ensure_loop_state
+from django_ratequeue.queue.runner import Runner
 from tests.cluster import wait_for
 from tests.queue import jobs
+from tests.queue.steps import leading_loop, run_pass
 
 
 def lines(path: Path) -> list[str]:
@@ -43,17 +44,19 @@ def test_killed_worker_attempt_is_recovered_and_retried(cluster, tmp_path: Path)
     assert len(pids) == 2 and pids[0] != pids[1]
 
 
-def test_lapsed_loop_lease_is_noticed_and_the_loop_restarted(cluster) -> None:
+def test_a_leader_that_stopped_renewing_its_lease_is_replaced(cluster) -> None:
     cluster()
     enqueue(jobs.add, args=[1, 1]).result(timeout=30)
-    # As if the process running a pass died: state says running, lease already over.
-    generation = ensure_loop_state()[0]
+    # As if a process that took the lease had died: a generation nobody renews, lapsed.
+    generation = LoopState.objects.ensure().generation + 1
     LoopState.objects.filter(pk=1).update(
-        state=LoopStatus.RUNNING, lease_expires_at=timezone.now() - timedelta(seconds=1)
+        generation=generation,
+        state=LoopStatus.RUNNING,
+        lease_expires_at=timezone.now() - timedelta(seconds=1),
     )
-    handle = enqueue(jobs.add, args=[2, 2])  # sees "running": does not kick
+    handle = enqueue(jobs.add, args=[2, 2])
     assert handle.result(timeout=30) == 4
-    assert ensure_loop_state()[0] > generation
+    assert LoopState.objects.ensure().generation > generation
 
 
 def test_killed_cluster_leaves_nothing_behind(cluster, tmp_path: Path) -> None:
@@ -123,16 +126,19 @@ def test_a_runner_reports_its_outcome_through_a_lost_connection(cluster, tmp_pat
     assert len(lines(started)) == 1
 
 
-def test_two_loops_racing_on_one_generation_exactly_one_proceeds(transactional_db) -> None:
+def test_two_processes_racing_for_a_lapsed_lease_exactly_one_leads(transactional_db) -> None:
     enqueue(jobs.add, args=[1, 2])
-    generation = ensure_loop_state()[0]
+    generation = LoopState.objects.ensure().generation
     barrier = threading.Barrier(2)
     outcomes: list[bool] = []
 
     def contender() -> None:
         try:
             barrier.wait()
-            outcomes.append(main_loop(generation))
+            loop = take_lapsed_lease()
+            if loop is not None:
+                loop.run(30)
+            outcomes.append(loop is not None)
         finally:
             connection.close()
 
@@ -142,8 +148,7 @@ def test_two_loops_racing_on_one_generation_exactly_one_proceeds(transactional_d
     for thread in threads:
         thread.join(timeout=60)
     assert sorted(outcomes) == [False, True]
-    # The winner took generation + 1 (its batch, run in its thread, may take more passes).
-    assert ensure_loop_state()[0] > generation
+    assert LoopState.objects.ensure().generation == generation + 1
     assert Attempt.objects.count() == 1  # the job was started once, by the winner
 
 
@@ -190,14 +195,13 @@ def test_a_thousand_jobs_none_lost_none_run_twice(cluster, tmp_path: Path) -> No
 
 
 @pytest.mark.django_db
-def test_a_redelivered_batch_runs_nothing_twice(tmp_path: Path) -> None:
+def test_an_attempt_that_ran_is_never_claimed_again(tmp_path: Path) -> None:
     log = tmp_path / "runs.log"
     handle = enqueue(jobs.record, args=[str(log), "once"])
-    main_loop(ensure_loop_state()[0])  # starts the job and, resting, runs its batch inline
-    (attempt,) = Attempt.objects.filter(job_id=handle.id)
-    run_batch([attempt.pk])  # django-q2 delivering the same task again after `retry`
-    run_batch([attempt.pk])
-    main_loop(ensure_loop_state()[0])  # takes the outcome into account
+    run_pass()  # starts the job and runs it
+    assert Runner("another-worker").drain() == 0  # more runners look: nothing to claim
+    assert Runner(beat()).drain() == 0
+    run_pass()  # takes the outcome into account
     assert lines(log)[0].startswith("once") and len(lines(log)) == 1
     assert handle.status() == Status.COMPLETE
 
@@ -206,13 +210,13 @@ def test_a_redelivered_batch_runs_nothing_twice(tmp_path: Path) -> None:
 def test_a_job_canceled_after_dispatch_but_before_start_never_runs(tmp_path: Path) -> None:
     log = tmp_path / "runs.log"
     handle = enqueue(jobs.record, args=[str(log), "never"])
-    loop = Loop(ensure_loop_state()[0])
+    loop = leading_loop()
     loop.step()  # dispatches the job; its batch is not run yet
     assert handle.status() == Status.RUNNING
     handle.cancel()
     loop.step()  # applies the cancel: the attempt that never started is ended
     loop.step()  # and its job finished
-    run_batch(loop.inline_batch)  # the batch arrives late
+    assert Runner("a-worker").drain() == 0  # a runner looks late: nothing to claim
     assert handle.status() == Status.CANCELED and not lines(log)
     # The attempt stays in the job's timeline, ended without having started.
     (attempt,) = handle.attempts()
@@ -227,9 +231,9 @@ def test_a_cancel_wins_over_an_end_the_loop_has_not_taken_in_yet(tmp_path: Path)
     ends CANCELED (it ran, but the caller canceled it before its end was taken in)."""
     log = tmp_path / "runs.log"
     handle = enqueue(jobs.record, args=[str(log), "ran"])
-    loop = Loop(ensure_loop_state()[0])
+    loop = leading_loop()
     loop.step()  # dispatches the job
-    Runner("a-worker").run(loop.inline_batch)  # runs and reports it, nothing more
+    Runner("a-worker").drain()  # runs and reports it, nothing more
     handle.cancel()
     loop.step()
     assert lines(log) and handle.status() == Status.CANCELED

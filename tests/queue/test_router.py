@@ -12,10 +12,10 @@ from django.test import override_settings
 
 from django_ratequeue import clock
 from django_ratequeue.checks import check_broker_database
-from django_ratequeue.queue import dispatch, keys, stats
+from django_ratequeue.queue import dispatch, keys, stats, wakeup
 from django_ratequeue.queue.bulk import update_rows
 from django_ratequeue.queue.models import Job, queue_db
-from django_ratequeue.queue.wakeup import ensure_loop_state
+from django_ratequeue.queue.runner import Runner
 
 ROUTER = f"{__name__}.QueueElsewhere"
 
@@ -60,7 +60,9 @@ def test_an_orm_broker_on_another_database_is_refused() -> None:
 @pytest.mark.parametrize(
     "raw_sql",
     [
-        ensure_loop_state,
+        lambda: wakeup.signal(wakeup.LOOP),
+        lambda: wakeup.Waiter((wakeup.LOOP,)).wait(0),
+        lambda: Runner("a-worker").claim(),
         lambda: dispatch.waiting_queues(),
         lambda: keys.keys_in_turn("q", None, 5),
         lambda: keys.next_jobs("q", {"": 1}),
@@ -69,7 +71,9 @@ def test_an_orm_broker_on_another_database_is_refused() -> None:
         lambda: clock._measure(None),
     ],
     ids=[
-        "loop state",
+        "signal",
+        "waiter",
+        "claim",
         "waiting queues",
         "keys",
         "next jobs",

@@ -15,13 +15,12 @@ from django_ratequeue.conf import ratequeue_settings
 from django_ratequeue.models import Attempt, LoopState, QueueSetting
 from django_ratequeue.queue.control import change_queue
 from django_ratequeue.queue.limits import QueueLimits
-from django_ratequeue.queue.loop import Loop
-from django_ratequeue.queue.wakeup import ensure_loop_state
 from tests.queue import jobs
+from tests.queue.steps import leading_loop
 
 
 def started_after_a_step() -> int:
-    Loop(ensure_loop_state()[0]).step()
+    leading_loop().step()
     return Attempt.objects.filter(active=True, ended_at=None).count()
 
 

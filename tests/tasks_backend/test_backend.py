@@ -22,10 +22,9 @@ from django_ratequeue import Status, enqueue, get_handle
 from django_ratequeue.backends import BACKEND_PATH, RateQueueBackend, attempt_error
 from django_ratequeue.models import Attempt, Job
 from django_ratequeue.queue.handles import AttemptInfo
-from django_ratequeue.queue.loop import Loop
-from django_ratequeue.queue.runner import Runner, main_loop
-from django_ratequeue.queue.wakeup import ensure_loop_state
+from django_ratequeue.queue.runner import Runner
 from tests.cluster import wait_for
+from tests.queue.steps import leading_loop, run_pass
 
 from . import tasks
 
@@ -180,7 +179,7 @@ def settle(*results: Any) -> None:
     """Run the loop in this process until every result is finished."""
 
     def settled() -> bool:
-        main_loop(ensure_loop_state()[0])  # starts, runs its batch, takes in the outcomes
+        run_pass()  # starts, runs its batch, takes in the outcomes
         for result in results:
             result.refresh()
         return all(result.is_finished for result in results)
@@ -215,7 +214,7 @@ def test_a_task_that_exits_fails_alone_and_the_tasks_behind_it_run(settings: Any
         finished.append((task_result.id, task_result.status))
 
     def settled() -> bool:
-        main_loop(ensure_loop_state()[0])  # starts, runs its batch, takes in the outcomes
+        run_pass()  # starts, runs its batch, takes in the outcomes
         for result in [leaving, *added]:
             result.refresh()
         return all(result.is_finished for result in [leaving, *added])
@@ -366,9 +365,9 @@ def test_a_result_outlives_its_queue_in_the_settings() -> None:
 def run_without_loop(*results: Any) -> None:
     """Start the jobs and run their attempts, but no loop afterwards (as when the cluster
     stopped): the jobs stay RUNNING in their rows, their attempts ended."""
-    loop = Loop(ensure_loop_state()[0])
+    loop = leading_loop()
     loop.step()
-    Runner("a-worker").run(loop.inline_batch)
+    Runner("a-worker").drain()
     for result in results:
         assert Job.objects.get(pk=result.id).status == Status.RUNNING
 
@@ -390,6 +389,6 @@ def test_a_job_whose_attempt_ended_while_no_loop_ran_shows_its_outcome() -> None
     for result in (broke, broke_for_good):
         assert [e.exception_class for e in result.errors] == [tasks.TaskBroke]
     # Once a loop runs, the rows say the same (finished_at is then the loop's time).
-    main_loop(ensure_loop_state()[0])
+    run_pass()
     assert Job.objects.get(pk=added.id).status == Status.COMPLETE
     assert Job.objects.get(pk=broke_for_good.id).status == Status.FAILED

@@ -1,0 +1,111 @@
+"""The agent: one daemon thread in every django-q2 worker process.
+
+It keeps the process's heartbeat and takes part in electing the loop's leader. Each
+:meth:`Agent.turn` is one move of a two-state machine, then the thread waits for a
+``LOOP`` signal or the time the turn asked for (:class:`.wakeup.Waiter`):
+
+- a **follower** looks at the lease every ``WATCHDOG_INTERVAL``; a lease not renewed for
+  two intervals (its leader died, or hangs) it takes with the next generation, and leads;
+- the **leader** steps the loop until nothing is left to do now, then waits until a
+  signal, the loop's next wake-up time, or ``WATCHDOG_INTERVAL`` (its lease must be
+  renewed), whichever comes first; a step that finds its generation taken makes it a
+  follower again.
+
+The loop runs here, not in a django-q2 task: no broker hop between a signal and a step.
+docs/concepts.md ("One wake-up protocol") tells the protocol and its invariants.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from datetime import timedelta
+from typing import Any
+
+from django.db import close_old_connections
+from django.dispatch import receiver
+from django_q.signals import post_spawn
+
+from .. import clock
+from ..conf import ratequeue_settings
+from .heartbeat import beat
+from .loop import Loop
+from .models import LoopState, queue_connection
+from .wakeup import LOOP, Waiter, lease_end
+
+logger = logging.getLogger("django_ratequeue.queue")
+
+
+def take_lapsed_lease() -> Loop | None:
+    """The loop, for this process to lead, if its lease was not renewed for two
+    ``WATCHDOG_INTERVAL`` (or nobody ever took it); None while a leader renews it, or if
+    another contender won it (the generation counter admits one)."""
+    state = LoopState.objects.ensure()
+    now = clock.now()
+    grace = timedelta(seconds=2 * ratequeue_settings().WATCHDOG_INTERVAL)
+    # Renewed last at (expires - LOOP_LEASE); lapsed when that is more than ``grace`` ago.
+    expires = state.lease_expires_at
+    if expires is not None and expires >= lease_end(now - grace):
+        return None
+    if expires is not None and expires > now:
+        logger.warning("The loop's leader stopped renewing its lease; taking over")
+    if not LoopState.objects.take(state.generation, lease_end(now), now):
+        return None
+    return Loop(state.generation + 1)
+
+
+class Agent:
+    """The state machine; ``loop`` is set while this process leads."""
+
+    def __init__(self) -> None:
+        self.loop: Loop | None = None
+        self.started = False
+
+    def turn(self) -> float:
+        """One move; returns how long to wait for a signal before the next."""
+        settings = ratequeue_settings()
+        beat(force=not self.started)
+        self.started = True
+        if self.loop is None:
+            self.loop = take_lapsed_lease()
+            if self.loop is None:
+                return settings.WATCHDOG_INTERVAL
+        if not self.loop.run(settings.WATCHDOG_INTERVAL):
+            self.loop = None  # another process took the lease: follow
+            return settings.WATCHDOG_INTERVAL
+        if not self.loop.rested:
+            return 0.0
+        pause = settings.WATCHDOG_INTERVAL
+        if self.loop.next_wake is not None:
+            pause = min(pause, (self.loop.next_wake - clock.now()).total_seconds())
+        return max(pause, 0.0)
+
+
+def run_agent() -> None:
+    """The agent thread's body: turns, and waits between them. Only the leader listens
+    for signals: a follower has nothing to do with them but look at the lease."""
+    agent = Agent()
+    waiter = Waiter((LOOP,))
+    while True:
+        try:
+            close_old_connections()
+            pause = agent.turn()
+        except Exception:
+            logger.exception("The ratequeue agent's turn failed")
+            queue_connection().close()
+            agent.loop = None
+            pause = ratequeue_settings().WATCHDOG_INTERVAL
+        if agent.loop is None:
+            waiter.close()
+            time.sleep(pause)
+        elif pause > 0:
+            waiter.wait(pause)
+
+
+@receiver(post_spawn)
+def start_agent(sender: Any = None, **kwargs: Any) -> None:
+    threading.Thread(target=run_agent, name="ratequeue-agent", daemon=True).start()
+
+
+__all__ = ["Agent", "run_agent", "take_lapsed_lease"]

@@ -1,0 +1,23 @@
+"""Driving the queue in this process, step by step, as a cluster's parts would."""
+
+from __future__ import annotations
+
+from django_ratequeue.models import LoopState
+from django_ratequeue.queue.heartbeat import beat
+from django_ratequeue.queue.loop import Loop
+from django_ratequeue.queue.runner import Runner
+
+
+def leading_loop() -> Loop:
+    """The loop, led by this process from the current generation (as if it held the
+    lease: its steps renew it)."""
+    return Loop(LoopState.objects.ensure().generation)
+
+
+def run_pass() -> Loop:
+    """Step the loop until it rests, then let a runner of this process run everything
+    dispatched (as the leader and a serving runner would)."""
+    loop = leading_loop()
+    loop.run(30)
+    Runner(beat(force=True)).drain()
+    return loop

@@ -452,8 +452,8 @@ def latency(contender: str, samples: int) -> Latency:
 
 
 def latency_breakdown() -> str:
-    """Where the latency went, from our timestamps: enqueue to the loop's dispatch (the kick,
-    the loop's task through the broker, its step) and dispatch to the runner's claim."""
+    """Where the latency went, from our timestamps: enqueue to the loop's dispatch (the
+    signal, the leader's step) and dispatch to the runner's start (the signal, its claim)."""
     to_dispatch, to_dispatch_99, to_start, to_start_99 = attempts_of_jobs(
         """
         percentile_cont(0.5) WITHIN GROUP (ORDER BY a.dispatched_at - j.created_at),
@@ -625,11 +625,10 @@ def loop_cycles(slots: int, cycles: int) -> list[Cycle]:
     from bench.jobs import noop
     from django_ratequeue import enqueue_many
     from django_ratequeue.queue.loop import Loop
-    from django_ratequeue.queue.models import Attempt, LoopState
-    from django_ratequeue.queue.runner import run_batch
-    from django_ratequeue.queue.wakeup import ensure_loop_state
+    from django_ratequeue.queue.models import LoopState
+    from django_ratequeue.queue.runner import Runner
 
-    generation = ensure_loop_state()[0] + 1
+    generation = LoopState.objects.ensure().generation + 1
     LoopState.objects.update(generation=F("generation") + 1)
     turns = []
     with override_settings(RATEQUEUE={**settings.RATEQUEUE, "MAX_CONCURRENCY": slots}):
@@ -637,10 +636,7 @@ def loop_cycles(slots: int, cycles: int) -> list[Cycle]:
         for turn in range(cycles + 1):
             enqueue_many(noop, [[]] * slots)
             step = statements(loop.step)
-            dispatched = list(
-                Attempt.objects.filter(active=True, started_at=None).values_list("pk", flat=True)
-            )
-            runner = statements(lambda ids=dispatched: run_batch(ids))
+            runner = statements(Runner("bench", chunk=Runner.MAX_CHUNK).drain)
             if turn:  # the first step has nothing to finish yet
                 turns.append(Cycle(step, runner))
         loop.step()
@@ -659,8 +655,7 @@ def profile(slots: int) -> list[str]:
 
     empty_tables()
     lines = []
-    # The first enqueue kicks the idle loop (later ones only read its state), the second
-    # prepares the INSERT on the server; from the third on an enqueue is steady.
+    # The second enqueue prepares the INSERT on the server; from the third on it is steady.
     enqueue(noop)
     enqueue(noop)
     found, elapsed = statements(lambda: enqueue(noop))
@@ -672,7 +667,7 @@ def profile(slots: int) -> list[str]:
     lines.append(
         f"loop step finishing {slots} and starting {slots}: {summary(*cycle.step, slots)}"
     )
-    lines.append(f"runner, one batch of {slots}: {summary(*cycle.runner, slots)}")
+    lines.append(f"runner, claiming {slots}: {summary(*cycle.runner, slots)}")
     empty_tables()
     return lines
 

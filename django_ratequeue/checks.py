@@ -3,7 +3,8 @@
 The rules are the ones the app applies when it reads the settings
 (:func:`~django_ratequeue.conf.parse_settings`); this check reports each problem as an
 error with its id: E0xx the dict as a whole, E1xx rate limits, E2xx queues and the loop,
-E3xx the services around it (E302: django-q2's ORM broker on the queue's database). It
+E3xx/W3xx the services around it (E302: django-q2's ORM broker on the queue's database;
+W303: a runner's turn longer than django-q2's ``retry``). It
 also imports the other checks so that they register.
 """
 
@@ -14,7 +15,7 @@ from typing import Any
 
 from django.apps import AppConfig
 from django.conf import settings
-from django.core.checks import CheckMessage, Error, register
+from django.core.checks import CheckMessage, Error, Warning, register
 
 from . import backends as tasks_backend_checks  # noqa: F401
 from .conf import parse_settings
@@ -33,8 +34,8 @@ def check_settings(
 def check_broker_database(
     app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
 ) -> list[CheckMessage]:
-    """The loop writes the django-q2 tasks of its batches in its own transaction when the
-    broker is the ORM's, so that a batch exists exactly when its attempts do: that holds
+    """The loop writes the django-q2 tasks that ask for runners in its own transaction when
+    the broker is the ORM's, so that they exist exactly when their attempts do: that holds
     only if the broker's database is the one the router gives the queue's tables."""
     cluster = getattr(settings, "Q_CLUSTER", None)
     broker = cluster.get("orm") if isinstance(cluster, dict) else None
@@ -47,5 +48,27 @@ def check_broker_database(
             hint="Run django-q2's ORM broker on the database that holds ratequeue's tables, "
             "or route ratequeue's models to the broker's.",
             id="django_ratequeue.E302",
+        )
+    ]
+
+
+@register()
+def check_runner_turn(
+    app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
+) -> list[CheckMessage]:
+    """django-q2 hands a task out again when it is not acknowledged within ``retry``
+    seconds: a runner's turn must end before that, or a second runner is started for it."""
+    cluster = getattr(settings, "Q_CLUSTER", None)
+    retry = cluster.get("retry", 60) if isinstance(cluster, dict) else 60
+    values, _problems = parse_settings(getattr(settings, "RATEQUEUE", None))
+    if values is None or not isinstance(retry, int | float) or retry > values.RUNNER_TURN:
+        return []
+    return [
+        Warning(
+            f'RATEQUEUE["RUNNER_TURN"] ({values.RUNNER_TURN:g} s) is not shorter than '
+            f"Q_CLUSTER['retry'] ({retry:g} s): django-q2 would hand a serving runner's "
+            "task out a second time.",
+            hint="Raise Q_CLUSTER['retry'] or lower RUNNER_TURN.",
+            id="django_ratequeue.W303",
         )
     ]

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import logging
 import math
-import select
 import time
 from contextlib import suppress
 from datetime import datetime, timedelta
@@ -148,10 +147,8 @@ class Waiter:
 
     def _drain(self) -> None:
         """Take the signals already received (the one wake covers them)."""
-        connection = self._listener
-        while select.select([connection.fileno()], [], [], 0)[0]:
-            if not any(True for _ in connection.notifies(timeout=0, stop_after=64)):
-                break
+        while any(True for _ in self._listener.notifies(timeout=0.0002, stop_after=64)):
+            pass
 
     def _poll(self, timeout: float) -> bool:
         deadline = time.monotonic() + timeout

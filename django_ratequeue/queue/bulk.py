@@ -29,10 +29,15 @@ def _connection(model: type[Model]) -> BaseDatabaseWrapper:
 
 
 def update_rows(
-    model: type[Model], objects: Sequence[Model], fields: Sequence[str], condition: str = ""
+    model: type[Model],
+    objects: Sequence[Model],
+    fields: Sequence[str],
+    condition: str = "",
+    returning: str = "",
 ) -> int:
     """Write ``fields`` of each object to its row; ``condition`` is extra SQL on the target
-    table (aliased ``t``), e.g. ``"t.ended_at IS NULL"``. Returns the rows changed."""
+    table (aliased ``t``), e.g. ``"t.ended_at IS NULL"``; ``returning`` an expression
+    evaluated per row changed (a signal). Returns the rows changed."""
     if not objects:
         return 0
     connection = _connection(model)
@@ -70,6 +75,8 @@ def update_rows(
             row = "(" + ", ".join(["%s"] * len(columns)) + ")"
             source = f"(VALUES {', '.join([row] * len(chunk))}) AS v"
         sql = f"UPDATE {quote(meta.db_table)} AS t SET {assignments} FROM {source} WHERE {where}"
+        if returning:
+            sql += f" RETURNING {returning}"
         with connection.cursor() as cursor:
             cursor.execute(sql, params)
             changed += cursor.rowcount

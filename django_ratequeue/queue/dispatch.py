@@ -53,9 +53,10 @@ class Dispatch:
         # When the jobs whose tokens are reserved for later may start (set by start_ready).
         self.reserved_starts: list[datetime] = []
 
-    def read_limits(self) -> None:
-        """Take in a runtime change of ``MAX_CONCURRENCY``: once per step."""
-        self.max_concurrency = environment_limit()
+    def read_limits(self, changed: int | None) -> None:
+        """Take in a runtime change of ``MAX_CONCURRENCY`` (``LoopState.max_concurrency``,
+        read by the step's renewal): once per step."""
+        self.max_concurrency = environment_limit(changed, read=False)
 
     def wakes(self) -> list[datetime]:
         """When a resting loop must look again for the sake of dispatch."""
@@ -77,7 +78,7 @@ class Dispatch:
         granted = []
         for attempt in resuming:
             needs_queue_slot = not attempt.holds_queue_slot
-            limits = QueueLimits.of(attempt.queue)
+            limits = QueueLimits.of(attempt.queue, environment=self.max_concurrency)
             copy = (attempt.queue, attempt.concurrency_key)
             if environment >= self.max_concurrency or (
                 needs_queue_slot
@@ -121,7 +122,7 @@ class Dispatch:
         cursors = self.key_cursors or {}
         offers: list[tuple[Job, int, int]] = []
         for turn, name in enumerate(queues):
-            limits = QueueLimits.of(name, overrides)
+            limits = QueueLimits.of(name, overrides, self.max_concurrency)
             offers.extend(
                 (job, round_, turn)
                 for job, round_ in self.queue_candidates(

@@ -24,8 +24,15 @@ class QueueLimits:
     source: str = ""
 
     @classmethod
-    def of(cls, name: str, overrides: dict[str, QueueSetting] | None = None) -> QueueLimits:
-        """``overrides``: :func:`queue_overrides` read once by the caller; read here if None."""
+    def of(
+        cls,
+        name: str,
+        overrides: dict[str, QueueSetting] | None = None,
+        environment: int | None = None,
+    ) -> QueueLimits:
+        """``overrides``: :func:`queue_overrides` read once by the caller; read here if
+        None. ``environment``: MAX_CONCURRENCY as in force, likewise (the limit of an
+        unconfigured "default" queue)."""
         settings = ratequeue_settings()
         configured_queue = settings.QUEUES.get(name)
         config = configured_queue or QueueConfig()
@@ -36,7 +43,7 @@ class QueueLimits:
         if limit is None and configured_queue is not None:
             limit = configured_queue.max_concurrency
         elif limit is None and name == "default":
-            limit = environment_limit()
+            limit = environment_limit() if environment is None else environment
         paused = override.paused
         if paused is None:
             paused = config.paused
@@ -77,14 +84,16 @@ def store_queue_changes(name: str, **changes: Any) -> QueueSetting:
     return setting
 
 
-def environment_limit() -> int:
+def environment_limit(changed: int | None = None, read: bool = True) -> int:
     """``MAX_CONCURRENCY`` as in force: the runtime change (:mod:`.control`), else the
-    setting. One read by primary key, made at every step of the loop."""
-    changed = (
-        LoopState.objects.filter(pk=LoopState.SINGLETON)
-        .values_list("max_concurrency", flat=True)
-        .first()
-    )
+    setting. ``changed`` is ``LoopState.max_concurrency`` when the caller read it
+    already (the loop's steps get it from their lease's renewal); else one read by key."""
+    if read:
+        changed = (
+            LoopState.objects.filter(pk=LoopState.SINGLETON)
+            .values_list("max_concurrency", flat=True)
+            .first()
+        )
     return ratequeue_settings().MAX_CONCURRENCY if changed is None else changed
 
 

@@ -13,9 +13,11 @@ the invariants.
 from __future__ import annotations
 
 import time
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from django.db import transaction
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 
 from .. import clock
 from ..conf import ratequeue_settings
@@ -48,6 +50,8 @@ class Loop:
         self.more_work = False
         self.rested = False
         self.next_wake: datetime | None = None
+        # The state and wake-up time the last step wrote.
+        self.recorded: tuple[str, datetime | None] | None = None
 
     def run(self, seconds: float) -> bool:
         """Step until nothing is left to do now, for at most ``seconds``; False if this
@@ -63,9 +67,10 @@ class Loop:
         """One transaction of loop work; None if this process lost its generation."""
         now = clock.now()
         with transaction.atomic(using=queue_db()):
-            if not LoopState.objects.renew(self.generation, lease_end(now), now):
+            renewed = renew_lease(self.generation, now)
+            if renewed is None:
                 return None
-            relax_commit()
+            (max_concurrency,) = renewed
             self.more_work = False
             did_work = self.recover(now)
             # Cancels before completions: a job canceled before the loop took in its
@@ -84,7 +89,7 @@ class Loop:
                 finish(ended[:STEP_LIMIT], now)
                 did_work = True
             running = [a for a in active if a.ended_at is None]
-            self.dispatch.read_limits()
+            self.dispatch.read_limits(max_concurrency)
             did_work |= self.dispatch.grant_resumes(running)
             promoted = promote_due(now)
             self.more_work |= promoted == STEP_LIMIT
@@ -102,7 +107,9 @@ class Loop:
             if self.rested:
                 state, wake = self.resting_state(running, waiting_left, now)
             self.next_wake = wake
-            LoopState.objects.rest(state, wake)
+            if (state, wake) != self.recorded:  # as the last step left it: nothing to write
+                LoopState.objects.rest(state, wake)
+                self.recorded = (state, wake)
         if not did_work:
             prune_in_background()
         return did_work
@@ -135,13 +142,7 @@ class Loop:
     ) -> tuple[str, datetime | None]:
         """The state a step leaves the loop in when nothing is left to do now, and when
         it wants waking: the next deferred start, rate-limit time, or recovery look."""
-        wakes = [
-            start
-            for status in DEFERRED_STATUSES
-            for start in Job.objects.filter(status=status)
-            .order_by("start_at")
-            .values_list("start_at", flat=True)[:1]
-        ]
+        wakes = next_deferred_starts()
         wakes.extend(self.dispatch.wakes())
         if running:
             # Look again for dead workers and overruns even if no completion arrives.
@@ -155,12 +156,46 @@ class Loop:
         return LoopStatus.IDLE, None
 
 
-def relax_commit() -> None:
-    """On PostgreSQL, let this step commit without waiting for the WAL flush. Safe: a
-    crash may forget the step, never half of it, and whatever a runner then did with its
-    attempts was flushed with the runner's own (durable) claim, which PostgreSQL writes
-    after the step it depends on."""
+def renew_lease(generation: int, now: datetime) -> tuple[int | None] | None:
+    """Renew the lease of ``generation`` in this step's transaction; None if another
+    process took it. Returns the row's runtime ``max_concurrency``, read by the same
+    statement. On PostgreSQL the statement also lets the step commit without waiting
+    for the WAL flush. Safe: a crash may forget the step, never half of it, and whatever a
+    runner then did with its attempts was flushed with the runner's own durable claim,
+    which PostgreSQL writes after the step it depends on."""
     connection = queue_connection()
-    if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
-            cursor.execute("SET LOCAL synchronous_commit = off")
+    table = connection.ops.quote_name(LoopState._meta.db_table)
+    relax = ", set_config('synchronous_commit', 'off', true)"
+    sql = (
+        f"UPDATE {table} SET lease_expires_at = %s, updated_at = %s"
+        f" WHERE id = %s AND generation = %s"
+        f" RETURNING max_concurrency{relax if connection.vendor == 'postgresql' else ''}"
+    )
+    adapt = connection.ops.adapt_datetimefield_value
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [adapt(lease_end(now)), adapt(now), LoopState.SINGLETON, generation])
+        row = cursor.fetchone()
+    return None if row is None else (row[0],)
+
+
+def next_deferred_starts() -> list[datetime]:
+    """The earliest start of a SCHEDULED job and of a RETRYING one (each through its
+    index), in one statement."""
+    connection = queue_connection()
+    table = connection.ops.quote_name(Job._meta.db_table)
+    head = f"SELECT start_at FROM {table} WHERE status = %s ORDER BY start_at LIMIT 1"
+    sql = " UNION ALL ".join(
+        f"SELECT * FROM ({head}) AS h{n}" for n, _ in enumerate(DEFERRED_STATUSES)
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [str(status) for status in DEFERRED_STATUSES])
+        rows = cursor.fetchall()
+    return [aware(start) for (start,) in rows]
+
+
+def aware(value: datetime | str) -> datetime:
+    """A datetime column read with raw SQL, as an aware datetime (SQLite gives naive UTC,
+    or text where a UNION hides the column's type)."""
+    moment = parse_datetime(value) if isinstance(value, str) else value
+    assert moment is not None
+    return moment.replace(tzinfo=UTC) if timezone.is_naive(moment) else moment

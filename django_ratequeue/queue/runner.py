@@ -17,14 +17,16 @@ again, and each records its start time as it really starts. A job that raises
 
 from __future__ import annotations
 
+import json
 import logging
 import random
 import time
 from collections.abc import Callable
 from functools import cache
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from django.db import InterfaceError, OperationalError
+from django.db.models import Q
 
 from .. import clock
 from ..conf import ratequeue_settings
@@ -33,7 +35,7 @@ from .bulk import update_rows
 from .execution import run_attempt
 from .heartbeat import beat, mark_serving
 from .models import Attempt, Job, queue_connection
-from .wakeup import LOOP, WORK, Waiter, signal
+from .wakeup import LOOP, WORK, Waiter, notifies, notify_clause, signal
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -114,33 +116,43 @@ class Runner:
     def claim(self) -> list[Attempt]:
         """Take up to ``chunk`` dispatched attempts nobody claimed yet, the highest
         priority first, then in dispatch order: so a free worker never starts a lower
-        priority while a higher one waits. One durable statement, through lost
-        connections (claiming again finds what the first try may have taken)."""
+        priority while a higher one waits. One durable statement, which also starts a
+        chunk of one (a slow job's claim costs no more) and, on PostgreSQL, returns what
+        the attempts run. Through lost connections: claiming again also finds what a
+        first try may have taken before its connection broke."""
+        connection = queue_connection()
+        stamp = clock.now() if self.chunk == 1 else None
+        params: list[Any] = [
+            self.chunk,
+            self.worker,
+            connection.ops.adapt_datetimefield_value(stamp),
+        ]
 
-        def take() -> list[int]:
-            connection = queue_connection()
+        def take() -> list[Attempt]:
             with connection.cursor() as cursor:
-                cursor.execute(_claim_sql(connection.vendor), [self.chunk, self.worker])
-                ids = [row[0] for row in cursor.fetchall()]
-            if not ids:
-                ids = list(
-                    Attempt.objects.filter(
-                        worker=self.worker, started_at=None, ended_at=None, active=True
-                    ).values_list("pk", flat=True)
-                )
-            return ids
-
-        ids = through_reconnects(take)
-        if not ids:
-            return []
-        return through_reconnects(
-            lambda: list(
-                Attempt.objects.filter(pk__in=ids, worker=self.worker, ended_at=None)
+                cursor.execute(_claim_sql(connection.vendor), params)
+                rows = cursor.fetchall()
+            if connection.vendor == "postgresql" and rows:
+                return sorted(map(_claimed, rows), key=lambda a: (-a.job.priority, a.pk))
+            # SQLite returns the attempts' own columns only: read the rest (and what a
+            # first try took, after a lost connection, comes back the same way).
+            return list(
+                Attempt.objects.filter(worker=self.worker, ended_at=None, active=True)
+                .filter(Q(pk__in=[row[0] for row in rows]) | Q(started_at=None))
                 .select_related("job")
-                .only("timeout", "queue", "started_at", "job__func", "job__args", "job__kwargs")
+                .only(
+                    "timeout",
+                    "queue",
+                    "started_at",
+                    "job__func",
+                    "job__args",
+                    "job__kwargs",
+                    "job__priority",
+                )
                 .order_by("-job__priority", "pk")
             )
-        )
+
+        return through_reconnects(take)
 
     def run_chunk(self, claimed: list[Attempt]) -> int:
         """Start and run claimed attempts one after the other, report them together, and
@@ -188,8 +200,9 @@ class Runner:
                 ],
                 # A recovered (superseded) attempt already ended: its late report is ignored.
                 condition="t.ended_at IS NULL",
+                # The loop's signal, raised by the statement itself (SQLite: none, it polls).
+                returning=notify_clause(LOOP) if notifies() else "",
             )
-            signal(LOOP)
 
         through_reconnects(write)
 
@@ -242,24 +255,50 @@ def _start_statement(async_commit: bool) -> ServerStatement:
 
 @cache
 def _claim_sql(vendor: str) -> str:
-    """The claim: up to n dispatched attempts nobody's yet, by priority then dispatch
-    order, for worker w (parameters: w, n). The candidates are picked once, in a CTE (a
-    subquery under ``IN`` may be run again per row, and pick more than n). On PostgreSQL,
-    rows another runner is claiming at the same moment are skipped, not waited for."""
+    """The claim of up to n dispatched attempts nobody's yet, by priority then dispatch
+    order, for worker w, started at s if not None (parameters: n, w, s). The candidates
+    are picked once, in a CTE (a subquery under ``IN`` may be run again per row, and pick
+    more than n). On PostgreSQL, rows another runner is claiming at the same moment are
+    skipped, not waited for, and the statement returns what the attempts are to run."""
     connection = queue_connection()
     attempts = connection.ops.quote_name(Attempt._meta.db_table)
     jobs = connection.ops.quote_name(Job._meta.db_table)
-    lock = " FOR UPDATE OF a SKIP LOCKED" if vendor == "postgresql" else ""
-    materialized = " MATERIALIZED" if vendor == "postgresql" else ""
+    postgresql = vendor == "postgresql"
+    lock = " FOR UPDATE OF a SKIP LOCKED" if postgresql else ""
+    returning = f"{attempts}.id"
+    source = "picked"
+    where = f"{attempts}.id = picked.id"
+    if postgresql:
+        returning += f", {', '.join(f'{attempts}.{c}' for c in CLAIMED_ATTEMPT)}"
+        returning += f", {', '.join(f'j.{c}' for c in CLAIMED_JOB)}"
+        source += f", {jobs} j"
+        where += f" AND j.id = {attempts}.job_id"
     return (
-        f"WITH picked AS{materialized} ("
+        f"WITH picked AS{' MATERIALIZED' if postgresql else ''} ("
         f"SELECT a.id FROM {attempts} a JOIN {jobs} j ON j.id = a.job_id"
         f" WHERE a.active AND a.worker = '' AND a.ended_at IS NULL"
         f" ORDER BY j.priority DESC, a.id LIMIT %s{lock}"
-        f") UPDATE {attempts} SET worker = %s FROM picked"
-        f" WHERE {attempts}.id = picked.id AND {attempts}.worker = ''"
-        f" AND {attempts}.ended_at IS NULL RETURNING {attempts}.id"
+        f") UPDATE {attempts} SET worker = %s, started_at = %s FROM {source}"
+        f" WHERE {where} AND {attempts}.worker = '' AND {attempts}.ended_at IS NULL"
+        f" RETURNING {returning}"
     )
+
+
+# The columns a PostgreSQL claim returns, after the attempt's id.
+CLAIMED_ATTEMPT = ("job_id", "timeout", "queue", "started_at")
+CLAIMED_JOB = ("func", "args", "kwargs", "priority")
+
+
+def _claimed(row: tuple[Any, ...]) -> Attempt:
+    """An attempt as a PostgreSQL claim returned it, with the part of its job it runs."""
+    values = dict(zip(("id", *CLAIMED_ATTEMPT), row, strict=False))
+    job_values = dict(zip(CLAIMED_JOB, row[1 + len(CLAIMED_ATTEMPT) :], strict=True))
+    for name in ("args", "kwargs"):  # JSON text, as Django's psycopg backend reads it
+        if isinstance(job_values[name], str):
+            job_values[name] = json.loads(job_values[name])
+    attempt = Attempt(**values)
+    attempt.job = Job(id=values["job_id"], **job_values)
+    return attempt
 
 
 def through_reconnects(action: Callable[[], T]) -> T:

@@ -146,9 +146,12 @@ class Waiter:
         return got
 
     def _drain(self) -> None:
-        """Take the signals already received (the one wake covers them)."""
-        while any(True for _ in self._listener.notifies(timeout=0.0002, stop_after=64)):
-            pass
+        """Take the signals already received (the one wake covers them): whatever the
+        socket holds now, read without waiting (libpq's ``PQconsumeInput``)."""
+        pgconn = self._listener.pgconn
+        pgconn.consume_input()
+        while pgconn.notifies() is not None:
+            pgconn.consume_input()
 
     def _poll(self, timeout: float) -> bool:
         deadline = time.monotonic() + timeout

@@ -132,14 +132,20 @@ def test_a_signal_arrives_at_commit_and_never_for_a_rollback(transactional_db: N
 
 
 @pytest.mark.postgres_only
-def test_signals_that_arrived_while_nobody_waited_make_one_wake(transactional_db: None) -> None:
+def test_signals_that_arrived_while_nobody_waited_share_their_wakes(
+    transactional_db: None,
+) -> None:
+    """A wake takes every signal received by then: twenty steps' worth of signals do not
+    make twenty steps (how many arrive together is up to the server's timing)."""
     waiter = Waiter((LOOP,))
     try:
         waiter.wait(0)
         for _ in range(20):
             signal(LOOP)
-        assert waiter.wait(5)
-        assert not waiter.wait(0.2)
+        wakes = 0
+        while waiter.wait(0.5):
+            wakes += 1
+        assert 1 <= wakes < 20
     finally:
         waiter.close()
 

@@ -11,7 +11,7 @@ rows with ``COPY``, and one row with a server-side prepared ``INSERT``.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from django.db import connections, router
@@ -83,25 +83,52 @@ def update_rows(
     return changed
 
 
-def insert_rows(model: type[Model], objects: Sequence[Model]) -> None:
-    """INSERT many new rows: with COPY on PostgreSQL (several times faster than a multi-row
-    INSERT for tens of thousands of jobs), with ``bulk_create`` elsewhere."""
-    connection = _connection(model)
-    if connection.vendor != "postgresql":
-        model._default_manager.bulk_create(objects, batch_size=1000)
-        return
-    fields = list(model._meta.concrete_fields)
-    as_json = [isinstance(field, JSONField) for field in fields]
-    quote = connection.ops.quote_name
-    columns = ", ".join(quote(str(field.column)) for field in fields)
-    sql = f"COPY {quote(model._meta.db_table)} ({columns}) FROM STDIN"
-    with connection.cursor() as cursor, cursor.cursor.copy(sql) as copy:
-        for obj in objects:
-            row = []
-            for field, is_json in zip(fields, as_json, strict=True):
-                value = getattr(obj, field.attname)
-                row.append(json.dumps(value) if is_json and value is not None else value)
-            copy.write_row(row)
+class RowCopy:
+    """COPY of many new rows into ``model`` (PostgreSQL) whose columns hold the same
+    values but for a few (``varying``), as :class:`RowInsert` for one row: a bulk
+    enqueue's rows are written without building a model instance per row. The ``fixed``
+    values are converted once; each row gives its ``varying`` values in their order, a
+    JSON column's as JSON text when ``json_text`` (an enqueue checked it as such), else
+    as the value to dump."""
+
+    def __init__(
+        self,
+        model: type[Model],
+        fixed: dict[str, Any],
+        varying: Sequence[str],
+        json_text: bool = True,
+    ) -> None:
+        fields = model._meta.concrete_fields
+        self.model = model
+        # Per column: the index of its value in a row's ``varying``, or its fixed value.
+        self.order: list[tuple[int | None, Any]] = []
+        self.dump: list[bool] = []
+        for field in fields:
+            as_json = isinstance(field, JSONField)
+            if field.attname in varying:
+                self.order.append((varying.index(field.attname), None))
+                self.dump.append(as_json and not json_text)
+                continue
+            value = fixed[field.attname]
+            self.order.append(
+                (None, json.dumps(value) if as_json and value is not None else value)
+            )
+            self.dump.append(False)
+        quote = _connection(model).ops.quote_name
+        columns = ", ".join(quote(str(field.column)) for field in fields)
+        self.sql = f"COPY {quote(model._meta.db_table)} ({columns}) FROM STDIN"
+
+    def copy(self, rows: Iterable[Sequence[Any]]) -> None:
+        order = list(zip(self.order, self.dump, strict=True))
+        with _connection(self.model).cursor() as cursor, cursor.cursor.copy(self.sql) as copy:
+            for values in rows:
+                row = []
+                for (index, fixed), dump in order:
+                    value = fixed if index is None else values[index]
+                    if dump and value is not None:
+                        value = json.dumps(value)
+                    row.append(value)
+                copy.write_row(row)
 
 
 class RowInsert:

@@ -9,6 +9,7 @@ which the INSERT raises itself on PostgreSQL.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable, Mapping
 from datetime import timedelta
 from functools import update_wrapper
@@ -19,13 +20,14 @@ from django.db import IntegrityError, transaction
 from .. import clock
 from ..conf import ratequeue_settings
 from ..exceptions import DuplicateJobId
-from .bulk import insert_rows
 from .handles import Handle
 from .limits import store_queue_changes
-from .models import Job, QueueSetting, queue_db
+from .models import Job, QueueSetting, queue_connection, queue_db
 from .options import (
+    PER_JOB_COLUMNS,
     EnqueueOptions,
     JobOptions,
+    JobStamp,
     JobTemplate,
     check_enqueue_rate,
     check_json,
@@ -237,38 +239,45 @@ def enqueue_many(
     path, defaults = _target(func)
     template = defaults.merge(options).template(path)
     now = clock.now()
-    rows = []
+    # Per job: its arguments as JSON text and its stamp (PER_JOB_COLUMNS' order).
+    calls: list[tuple[Any, ...]] = []
     for index, item in enumerate(params):
         args, kwargs = _item_call(item)
-        template.check_size(
-            check_json(f"arguments (item {index})", args),
-            check_json(f"keyword arguments (item {index})", kwargs),
-            f" (item {index})",
-        )
+        args_json = check_json(f"arguments (item {index})", args)
+        kwargs_json = check_json(f"keyword arguments (item {index})", kwargs)
+        template.check_size(args_json, kwargs_json, f" (item {index})")
         # Apart by a microsecond each, so that the items' order is their arrival order.
         enqueued_at = now + timedelta(microseconds=index)
         job_id = None if template.id is None else f"{template.id}-{index}"
-        rows.append(template.job(args, kwargs, template.stamp(enqueued_at, job_id)))
-    if not rows:
+        calls.append((args_json, kwargs_json, *template.stamp(enqueued_at, job_id)))
+    if not calls:
         return []
     # The same read-only check as one enqueue: the loop reserves each job's cost when it
     # could start, so a batch is refused exactly when its first job would be.
     check_reservation_room(template.queue, template.cost)
     with transaction.atomic(using=queue_db()):
-        check_enqueue_rate(len(rows))
+        check_enqueue_rate(len(calls))
         apply_queue_limit(template)
-        if template.id is None:
-            insert_rows(Job, rows)
+        if template.id is None and queue_connection().vendor == "postgresql":
+            template.row_copy.copy(calls)
         else:
-            taken = Job.objects.filter(id__in=[r.id for r in rows])
-            if template.ignore_duplicates:  # as for one job: only the caller's own is reused
-                taken = taken.exclude(owner=template.owner)
-            first = taken.values_list("id", flat=True).first()
-            if first is not None:
-                raise DuplicateJobId(first)
-            Job.objects.bulk_create(rows, batch_size=1000, ignore_conflicts=True)
+            rows = [
+                template.job(json.loads(args), json.loads(kwargs), JobStamp(*stamp))
+                for args, kwargs, *stamp in calls
+            ]
+            if template.id is not None:
+                taken = Job.objects.filter(id__in=[r.id for r in rows])
+                if template.ignore_duplicates:  # as for one job: only the caller's is reused
+                    taken = taken.exclude(owner=template.owner)
+                first = taken.values_list("id", flat=True).first()
+                if first is not None:
+                    raise DuplicateJobId(first)
+            Job.objects.bulk_create(
+                rows, batch_size=1000, ignore_conflicts=template.id is not None
+            )
         signal(LOOP)
-    return [Handle(r.id, owner=r.owner) for r in rows]
+    id_column = PER_JOB_COLUMNS.index("id")
+    return [Handle(call[id_column], owner=template.owner) for call in calls]
 
 
 __all__ = ["EnqueueOptions", "JobFunction", "JobOptions", "enqueue", "enqueue_many", "job"]

@@ -32,7 +32,7 @@ from .bounds import (
     integer,
     seconds,
 )
-from .bulk import RowInsert
+from .bulk import RowCopy, RowInsert
 from .handles import owner_label
 from .models import Job, Status, new_job_id, queue_connection
 from .registry import function_path
@@ -236,6 +236,10 @@ class JobTemplate:
             if field.attname not in decided and field.attname not in PER_JOB_COLUMNS
         }
         return {**defaults, **decided}
+
+    @cached_property
+    def row_copy(self) -> RowCopy:
+        return RowCopy(Job, self.columns, PER_JOB_COLUMNS)
 
     @cached_property
     def row_insert(self) -> RowInsert:

@@ -6,6 +6,11 @@ class Migration(migrations.Migration):
 
     operations = [
         migrations.AddField(
+            model_name="loopstate",
+            name="leader",
+            field=models.CharField(blank=True, default="", max_length=64),
+        ),
+        migrations.AddField(
             model_name="workerheartbeat",
             name="serving",
             field=models.BooleanField(default=False),

@@ -29,7 +29,7 @@ from django_q.signals import post_spawn
 
 from .. import clock
 from ..conf import ratequeue_settings
-from .heartbeat import beat
+from .heartbeat import beat, worker_id
 from .loop import Loop
 from .models import LoopState, queue_connection
 from .wakeup import LOOP, Waiter, lease_end
@@ -50,7 +50,7 @@ def take_lapsed_lease() -> Loop | None:
         return None
     if expires is not None and expires > now:
         logger.warning("The loop's leader stopped renewing its lease; taking over")
-    if not LoopState.objects.take(state.generation, lease_end(now), now):
+    if not LoopState.objects.take(state.generation, lease_end(now), now, leader=worker_id()):
         return None
     return Loop(state.generation + 1)
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import secrets
 from datetime import datetime
-from typing import Any
 
 from django.db import connections, models, router
 from django.db.backends.base.base import BaseDatabaseWrapper
@@ -302,22 +301,16 @@ class LoopStateQuerySet(models.QuerySet["LoopState"]):
     """The lease's conditional UPDATEs: each wins only while the row still has the
     ``generation`` (and whatever else) its caller saw, so of several contenders one wins."""
 
-    def take(self, generation: int, until: datetime, now: datetime, **seen: Any) -> bool:
-        """Start the pass after ``generation``: the new generation is the winner's."""
+    def take(self, generation: int, until: datetime, now: datetime, leader: str = "") -> bool:
+        """Lead the loop from the generation after ``generation``, if it is still the
+        current one: of several contenders one wins. ``leader``: the winner's worker id."""
         return bool(
-            self.filter(pk=LoopState.SINGLETON, generation=generation, **seen).update(
+            self.filter(pk=LoopState.SINGLETON, generation=generation).update(
                 generation=generation + 1,
                 state=LoopStatus.RUNNING,
                 lease_expires_at=until,
                 updated_at=now,
-            )
-        )
-
-    def renew(self, generation: int, until: datetime, now: datetime) -> bool:
-        """Extend the lease of the pass that owns ``generation``; False if it lost it."""
-        return bool(
-            self.filter(pk=LoopState.SINGLETON, generation=generation).update(
-                lease_expires_at=until, updated_at=now
+                leader=leader,
             )
         )
 
@@ -338,6 +331,8 @@ class LoopState(models.Model):
 
     id = models.PositiveSmallIntegerField(primary_key=True, default=SINGLETON)
     generation = models.BigIntegerField(default=0)
+    # The worker (WorkerHeartbeat id) whose agent leads the loop since it took ``generation``.
+    leader = models.CharField(max_length=64, blank=True, default="")
     state = models.CharField(max_length=10, choices=LoopStatus.choices, default=LoopStatus.IDLE)
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     next_wake_at = models.DateTimeField(null=True, blank=True)

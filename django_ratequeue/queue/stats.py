@@ -26,7 +26,6 @@ from .models import (
     Attempt,
     Job,
     LoopState,
-    LoopStatus,
     Status,
     WorkerHeartbeat,
     queue_connection,
@@ -103,13 +102,12 @@ class LoopInfo:
     lease_expires_at: datetime | None
     next_wake_at: datetime | None
     updated_at: datetime | None
+    leader: str
 
     @property
     def lease_lapsed(self) -> bool:
-        """A running loop whose lease ran out: its process died; the watchdog restarts it."""
-        return self.state == LoopStatus.RUNNING and (
-            self.lease_expires_at is None or self.lease_expires_at < clock.now()
-        )
+        """A lease that ran out: its leader died; a follower takes over."""
+        return self.lease_expires_at is not None and self.lease_expires_at < clock.now()
 
 
 @dataclass(frozen=True)
@@ -118,6 +116,8 @@ class WorkerInfo:
     host: str
     pid: int
     seen_at: datetime
+    serving: bool  # a runner serves the queue in it now
+    leads: bool  # its agent leads the loop
 
 
 @dataclass(frozen=True)
@@ -168,11 +168,19 @@ class QueueOverview:
                 "generation": self.loop.generation,
                 "lease_expires_at": iso(self.loop.lease_expires_at),
                 "lease_lapsed": self.loop.lease_lapsed,
+                "leader": self.loop.leader,
                 "next_wake_at": iso(self.loop.next_wake_at),
                 "updated_at": iso(self.loop.updated_at),
             },
             "workers": [
-                {"id": w.id, "host": w.host, "pid": w.pid, "seen_at": iso(w.seen_at)}
+                {
+                    "id": w.id,
+                    "host": w.host,
+                    "pid": w.pid,
+                    "seen_at": iso(w.seen_at),
+                    "serving": w.serving,
+                    "leads": w.leads,
+                }
                 for w in self.workers
             ],
         }
@@ -230,10 +238,18 @@ def queue_overview() -> QueueOverview:
         lease_expires_at=state.lease_expires_at,
         next_wake_at=state.next_wake_at,
         updated_at=state.updated_at,
+        leader=state.leader,
     )
     live_since = clock.now() - timedelta(seconds=settings.WORKER_DEAD_AFTER)
     workers = [
-        WorkerInfo(id=w.id, host=w.host, pid=w.pid, seen_at=w.seen_at)
+        WorkerInfo(
+            id=w.id,
+            host=w.host,
+            pid=w.pid,
+            seen_at=w.seen_at,
+            serving=w.serving,
+            leads=w.id == state.leader and not loop.lease_lapsed,
+        )
         for w in WorkerHeartbeat.objects.filter(seen_at__gte=live_since).order_by("host", "pid")
     ]
     return QueueOverview(queues=queues, loop=loop, workers=workers, count_limit=COUNT_LIMIT)

@@ -18,8 +18,10 @@ from django_ratequeue import clock, enqueue, enqueue_many
 from django_ratequeue.conf import ratequeue_settings
 from django_ratequeue.models import Attempt, LoopState
 from django_ratequeue.queue.agent import Agent
+from django_ratequeue.queue.heartbeat import beat, mark_serving
 from django_ratequeue.queue.models import LoopStatus
 from django_ratequeue.queue.runner import Runner
+from django_ratequeue.queue.stats import queue_overview
 from django_ratequeue.queue.wakeup import LOOP, WORK, Waiter, signal
 from tests.queue import jobs
 from tests.queue.steps import leading_loop
@@ -228,3 +230,16 @@ def test_runners_claiming_at_once_never_take_the_same_attempt(
     assert len(every) == len(set(every)) == 40
     for name, mine in claimed.items():
         assert set(Attempt.objects.filter(worker=name).values_list("pk", flat=True)) == set(mine)
+
+
+@pytest.mark.django_db
+def test_the_overview_says_which_worker_leads_and_which_serve(frozen: Clock) -> None:
+    agent = Agent()
+    agent.turn()  # this process's heartbeat, and the lease
+    mark_serving(beat(), True)
+    (worker,) = queue_overview().workers
+    assert worker.leads and worker.serving
+    frozen.advance(2 * ratequeue_settings().LOOP_LEASE)  # the loop stopped, the process not
+    beat(force=True)
+    overview = queue_overview()
+    assert overview.loop.lease_lapsed and not overview.workers[0].leads

@@ -57,7 +57,7 @@ class Command(BaseCommand):
     def write_loop(self, overview: QueueOverview) -> None:
         loop = overview.loop
         state = loop.state + (
-            " (lease lapsed: the watchdog restarts it)" if loop.lease_lapsed else ""
+            " (lease lapsed: a follower takes it over)" if loop.lease_lapsed else ""
         )
         self.stdout.write("")
         self.stdout.write(f"Main loop: {state}, generation {loop.generation}")
@@ -70,6 +70,9 @@ class Command(BaseCommand):
             return
         self.stdout.write(f"Live workers: {len(overview.workers)}")
         for worker in overview.workers:
+            roles = [role for role, on in (("leads the loop", worker.leads),
+                                            ("runner serving", worker.serving)) if on]  # fmt: skip
             self.stdout.write(
                 f"  {worker.host} pid {worker.pid}  last heartbeat {_time(worker.seen_at)}"
+                + (f"  ({', '.join(roles)})" if roles else "")
             )

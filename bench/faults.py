@@ -393,22 +393,17 @@ class TerminateConnections(Fault):
 
 
 class KillLoop(Fault):
-    """``kill -9`` of the process whose transaction holds the loop's row: a loop step.
-    ``as_task``: only while the pass runs as a django-q2 task, not in the watchdog thread of
-    an idle worker (killing that one is :class:`KillIdleWorker`'s fault)."""
+    """``kill -9`` of the process whose transaction holds the loop's row: the leader's
+    process, in the middle of a step (its agent thread's)."""
 
-    def __init__(self, as_task: bool = False) -> None:
-        self.as_task = as_task
-        self.name = "the loop's process killed (kill -9)" + (
-            ", its pass a django-q2 task" if as_task else ""
-        )
+    name = "the loop's leader killed (kill -9) mid-step"
 
     def inject(self, drill: Drill) -> Hit:
         def find() -> int | None:
             pids = drill.cluster_pids()
             for port in through_outages(loop_holders):
                 pid = pid_of_client_port(port, pids)
-                if pid is not None and not (self.as_task and waits_for_a_task(pid)):
+                if pid is not None:
                     return pid
             return None
 
@@ -1012,7 +1007,7 @@ def drill_with(
     chosen = {
         "restart": RestartDatabase(restart),
         "terminate": TerminateConnections(),
-        "kill-loop": KillLoop(as_task=True),
+        "kill-loop": KillLoop(),
         "kill-worker": KillWorker(),
         "poison-exit": PoisonExit(),
         "poison-retry": PoisonRetry(),

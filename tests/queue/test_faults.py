@@ -39,7 +39,7 @@ def test_fault_drill_loses_nothing_runs_nothing_twice_and_keeps_the_limits(
         stall_limit=30,
         confirm_after=5,  # past the fixture's LOOP_LEASE of 2 s
     )
-    report = drill.run([TerminateConnections(), KillLoop(as_task=True), KillWorker()])
+    report = drill.run([TerminateConnections(), KillLoop(), KillWorker()])
     details = "\n".join([report.table(), *report.details()])
     assert drill.producer.error is None, details
     assert [hit.recovered_at is not None for hit in report.hits] == [True] * 3, details

@@ -83,6 +83,21 @@ def update_rows(
     return changed
 
 
+def insert_rows(model: type[Model], objects: Sequence[Model]) -> None:
+    """INSERT many new rows, without reading anything back (their ids stay unset): with
+    COPY on PostgreSQL (a loop step starts a hundred attempts with one, where building the
+    multi-row INSERT would cost more than the database's work), ``bulk_create`` elsewhere."""
+    connection = _connection(model)
+    if connection.vendor != "postgresql":
+        model._default_manager.bulk_create(objects)
+        return
+    pk = model._meta.pk
+    names = [f.attname for f in model._meta.concrete_fields if f is not pk or pk.has_default()]
+    RowCopy(model, {}, names, json_text=False).copy(
+        [getattr(obj, name) for name in names] for obj in objects
+    )
+
+
 class RowCopy:
     """COPY of many new rows into ``model`` (PostgreSQL) whose columns hold the same
     values but for a few (``varying``), as :class:`RowInsert` for one row: a bulk
@@ -98,7 +113,9 @@ class RowCopy:
         varying: Sequence[str],
         json_text: bool = True,
     ) -> None:
-        fields = model._meta.concrete_fields
+        fields = [
+            f for f in model._meta.concrete_fields if f.attname in varying or f.attname in fixed
+        ]
         self.model = model
         # Per column: the index of its value in a row's ``varying``, or its fixed value.
         self.order: list[tuple[int | None, Any]] = []

@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 from ..conf import RateQueueSettings
 from ..ratelimit.api import rate_limit
+from .bulk import insert_rows
 from .keys import keys_in_turn, next_jobs
 from .limits import QueueLimits, environment_limit, queue_overrides
 from .models import (
@@ -134,19 +135,19 @@ class Dispatch:
         self.remember_turns(chosen, queues)
         if not chosen:
             return [], True
-        attempts = Attempt.objects.bulk_create(
-            [
-                Attempt(
-                    job_id=job.pk,
-                    number=job.attempts + 1,
-                    queue=job.queue,
-                    concurrency_key=job.concurrency_key,
-                    timeout=job.timeout,
-                    dispatched_at=now,
-                )
-                for job in chosen
-            ]
-        )
+        # Written without reading their ids back: runners claim them by query.
+        attempts = [
+            Attempt(
+                job_id=job.pk,
+                number=job.attempts + 1,
+                queue=job.queue,
+                concurrency_key=job.concurrency_key,
+                timeout=job.timeout,
+                dispatched_at=now,
+            )
+            for job in chosen
+        ]
+        insert_rows(Attempt, attempts)
         Job.objects.filter(pk__in=[job.pk for job in chosen]).start()
         return attempts, len(offers) > len(chosen) or len(chosen) == env_free or bool(
             self.reserved_starts

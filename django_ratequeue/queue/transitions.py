@@ -61,7 +61,11 @@ T = TypeVar("T")
 
 def finish(ended_ids: list[int], now: datetime) -> None:
     """Apply the outcome of attempts that ended to their jobs."""
-    ended = list(Attempt.objects.filter(pk__in=ended_ids))
+    ended = list(
+        Attempt.objects.filter(pk__in=ended_ids).only(
+            "job", "started_at", "outcome", "result", "error", "traceback", "exception_class_path"
+        )
+    )
     jobs = Job.objects.only(*FINISH_FIELDS).in_bulk([a.job_id for a in ended])
     changed: list[Job] = []
     finals: list[Job] = []

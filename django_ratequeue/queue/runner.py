@@ -134,11 +134,14 @@ class Runner:
                 rows = cursor.fetchall()
             if connection.vendor == "postgresql" and rows:
                 return sorted(map(_claimed, rows), key=lambda a: (-a.job.priority, a.pk))
-            # SQLite returns the attempts' own columns only: read the rest (and what a
-            # first try took, after a lost connection, comes back the same way).
+            # SQLite returns the attempts' own columns only: read the rest. What a first
+            # try took before its connection broke comes back the same way: claimed by
+            # us, not started, or started by that very claim.
+            taken = Q(pk__in=[row[0] for row in rows]) | Q(started_at=None)
+            if stamp is not None:
+                taken |= Q(started_at=stamp)
             return list(
-                Attempt.objects.filter(worker=self.worker, ended_at=None, active=True)
-                .filter(Q(pk__in=[row[0] for row in rows]) | Q(started_at=None))
+                Attempt.objects.filter(taken, worker=self.worker, ended_at=None, active=True)
                 .select_related("job")
                 .only(
                     "timeout",

@@ -54,6 +54,10 @@ DEFAULTS: dict[str, Any] = {
     "MAX_ARGUMENTS_BYTES": 1024 * 1024,
     "MAX_RESULT_BYTES": 1024 * 1024,
     "MAX_ERROR_BYTES": 64 * 1024,
+    "PROGRESS_INTERVAL": 0.05,
+    "MAX_PROGRESS_BYTES": 64 * 1024,
+    "MAX_OUTPUT_CHUNK_LENGTH": 64 * 1024,
+    "MAX_OUTPUT_LENGTH": 1024 * 1024,
 }
 
 
@@ -120,6 +124,14 @@ class RateQueueSettings:
     MAX_ARGUMENTS_BYTES: int
     MAX_RESULT_BYTES: int
     MAX_ERROR_BYTES: int
+    # A running job's progress and output are written at most once per PROGRESS_INTERVAL
+    # seconds (queue/progress.py); the JSON of its progress is at most MAX_PROGRESS_BYTES,
+    # one stream_output() at most MAX_OUTPUT_CHUNK_LENGTH characters, and the output of
+    # all its attempts together at most MAX_OUTPUT_LENGTH.
+    PROGRESS_INTERVAL: float
+    MAX_PROGRESS_BYTES: int
+    MAX_OUTPUT_CHUNK_LENGTH: int
+    MAX_OUTPUT_LENGTH: int
 
 
 class Problem(NamedTuple):
@@ -137,6 +149,9 @@ POSITIVE_INTEGERS = (
     "MAX_ARGUMENTS_BYTES",
     "MAX_RESULT_BYTES",
     "MAX_ERROR_BYTES",
+    "MAX_PROGRESS_BYTES",
+    "MAX_OUTPUT_CHUNK_LENGTH",
+    "MAX_OUTPUT_LENGTH",
 )
 DURATIONS = (
     "SEGMENT",
@@ -144,6 +159,7 @@ DURATIONS = (
     "WATCHDOG_INTERVAL",
     "HEARTBEAT_INTERVAL",
     "WORKER_DEAD_AFTER",
+    "PROGRESS_INTERVAL",
 )
 FLAGS = {"RATE_LIMIT_ASYNC_COMMIT": "E104", "ENQUEUE_ASYNC_COMMIT": "E208"}
 QUEUE_OPTIONS = {f.name for f in fields(QueueConfig)}
@@ -372,6 +388,10 @@ class _Parser:
             MAX_ARGUMENTS_BYTES=numbers["MAX_ARGUMENTS_BYTES"],
             MAX_RESULT_BYTES=numbers["MAX_RESULT_BYTES"],
             MAX_ERROR_BYTES=numbers["MAX_ERROR_BYTES"],
+            PROGRESS_INTERVAL=durations["PROGRESS_INTERVAL"],
+            MAX_PROGRESS_BYTES=numbers["MAX_PROGRESS_BYTES"],
+            MAX_OUTPUT_CHUNK_LENGTH=numbers["MAX_OUTPUT_CHUNK_LENGTH"],
+            MAX_OUTPUT_LENGTH=numbers["MAX_OUTPUT_LENGTH"],
         )
 
 

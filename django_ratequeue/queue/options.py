@@ -10,7 +10,6 @@ checked here too. docs/api.md lists the options.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -27,6 +26,8 @@ from .bounds import (
     MAX_INT,
     MAX_TIMEOUT,
     MIN_INT,
+    NUL_REFUSED,
+    check_no_nul,
     check_queue_concurrency,
     check_queue_name,
     integer,
@@ -81,12 +82,6 @@ DEFAULT_QUEUE = "default"
 OWNER_MAX_LENGTH = Job._meta.get_field("owner").max_length or 255
 
 
-# A NUL character in JSON text: ``\u0000`` after an even run of backslashes (an odd run
-# would be an escaped backslash followed by the letters "u0000").
-_JSON_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
-NUL_REFUSED = "must not contain NUL characters ('\\x00'): PostgreSQL cannot store them"
-
-
 def check_json(what: str, value: Any) -> str:
     """``value`` as JSON text, or a ValueError saying what to pass instead."""
     try:
@@ -98,12 +93,6 @@ def check_json(what: str, value: Any) -> str:
         ) from None
     check_no_nul(what, text)
     return text
-
-
-def check_no_nul(what: str, json_text: str) -> None:
-    """A ValueError if the JSON text holds a NUL character (PostgreSQL cannot store one)."""
-    if "\\u0000" in json_text and _JSON_NUL.search(json_text):
-        raise ValueError(f"The job's {what} {NUL_REFUSED}.")
 
 
 def _start_at(value: Any) -> datetime:

@@ -32,7 +32,15 @@ from .options import (
     check_json,
     check_reservation_room,
 )
-from .registry import Registered, function_path, register_job, registered_job
+from .registry import (
+    Exposure,
+    HttpOptions,
+    Permission,
+    Registered,
+    function_path,
+    register_job,
+    registered_job,
+)
 from .wakeup import wake_loop
 
 P = ParamSpec("P")
@@ -46,8 +54,10 @@ class JobFunction(Registered, Generic[P, R]):
 
     func: Callable[P, R]
 
-    def __init__(self, func: Callable[P, R], options: JobOptions) -> None:
-        super().__init__(func)
+    def __init__(
+        self, func: Callable[P, R], options: JobOptions, exposure: Exposure | None = None
+    ) -> None:
+        super().__init__(func, exposure)
         self.options = options
         update_wrapper(self, func)
 
@@ -78,15 +88,37 @@ class JobDecorator(Protocol):
 
 
 @overload
-def job(func: Callable[P, R], /, **options: Unpack[EnqueueOptions]) -> JobFunction[P, R]: ...
+def job(
+    func: Callable[P, R],
+    /,
+    *,
+    expose: bool = False,
+    permission: Permission | None = None,
+    http_options: HttpOptions | None = None,
+    **options: Unpack[EnqueueOptions],
+) -> JobFunction[P, R]: ...
 
 
 @overload
-def job(func: None = None, /, **options: Unpack[EnqueueOptions]) -> JobDecorator: ...
+def job(
+    func: None = None,
+    /,
+    *,
+    expose: bool = False,
+    permission: Permission | None = None,
+    http_options: HttpOptions | None = None,
+    **options: Unpack[EnqueueOptions],
+) -> JobDecorator: ...
 
 
 def job(
-    func: Callable[..., Any] | None = None, /, **options: Any
+    func: Callable[..., Any] | None = None,
+    /,
+    *,
+    expose: bool = False,
+    permission: Permission | None = None,
+    http_options: HttpOptions | None = None,
+    **options: Any,
 ) -> JobFunction[..., Any] | JobDecorator:
     """Register a module-level function as a job, so that it can be enqueued (itself or
     its dotted path) with default options, and workers run it.
@@ -94,15 +126,25 @@ def job(
     ``@job`` and ``@job(queue="emails", retries=3, timeout=30, ...)`` both work; so does
     ``job(func)`` for a function whose module must not import ratequeue. Decorating a job
     again gives a copy with more options; the registered job keeps its own.
+
+    ``expose=True`` lets the HTTP API enqueue it, for the users ``permission(request)``
+    admits, with the options ``http_options(request, args, kwargs)`` adds (see
+    docs/http-api.md).
     """
     defaults = {k: v for k, v in options.items() if v is not None}
     job_options = JobOptions(defaults)
+    exposure = Exposure.of(expose, permission, http_options)
 
     def decorate(f: Callable[P, R], /) -> JobFunction[P, R]:
         if isinstance(f, JobFunction):
+            if exposure is not None:
+                raise ValueError(
+                    f"{f.path} is a job already: give expose= where it is first decorated "
+                    "with @job, which is the job the HTTP API finds."
+                )
             register_job(f)
             return JobFunction(f.func, f.options.merge(defaults))
-        return register_job(JobFunction(f, job_options))
+        return register_job(JobFunction(f, job_options, exposure))
 
     return decorate(func) if func is not None else decorate
 
@@ -266,12 +308,21 @@ def enqueue_many(
     An item that is a dict gives keyword arguments, a list or tuple positional arguments,
     anything else the single argument. With ``id="x"`` the jobs get ids ``x-0``, ``x-1``, ...
     """
+    return enqueue_calls(func, map(_item_call, params), **options)
+
+
+def enqueue_calls(
+    func: Callable[..., Any] | str,
+    calls: Iterable[tuple[list[Any], dict[str, Any]]],
+    **options: Any,
+) -> list[Handle[Any]]:
+    """:func:`enqueue_many` with each job's call given as ``(args, kwargs)``, both at once
+    if need be (the HTTP API's bulk enqueue)."""
     path, defaults = _target(func)
     template = defaults.merge(options).template(path)
     now = clock.now()
     rows = []
-    for index, item in enumerate(params):
-        args, kwargs = _item_call(item)
+    for index, (args, kwargs) in enumerate(calls):
         template.check_size(
             check_json(f"arguments (item {index})", args),
             check_json(f"keyword arguments (item {index})", kwargs),

@@ -95,7 +95,8 @@ def check_json(what: str, value: Any) -> str:
     return text
 
 
-def _start_at(value: Any) -> datetime:
+def parse_start_at(value: Any) -> datetime:
+    """``start_at`` as an aware datetime no more than MAX_DELAY ahead, or a ValueError."""
     if isinstance(value, str):
         try:
             value = datetime.fromisoformat(value)
@@ -302,7 +303,7 @@ class JobOptions:
             raise ValueError("Give start_at or run_after, not both.")
         start_at = run_after = None
         if options.get("start_at") is not None:
-            start_at = _start_at(options["start_at"])
+            start_at = parse_start_at(options["start_at"])
         elif options.get("run_after") is not None:
             run_after = timedelta(seconds=seconds("run_after", options["run_after"], MAX_DELAY))
         retries = options.get("retries")

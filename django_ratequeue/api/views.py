@@ -85,19 +85,36 @@ class EventStreamRenderer(BaseRenderer):
 
 
 class ApiSchema(AutoSchema):
-    """DRF's schema of a view whose request and response bodies differ."""
+    """DRF's schema of one of these views: its operation id, and its request and response
+    bodies where they differ from the view's serializer."""
 
     def __init__(
         self,
+        operation_id: str,
         *,
         request: type[BaseSerializer[Any]] | None = None,
         response: type[BaseSerializer[Any]] | None = None,
         many: bool = False,
-        **kwargs: Any,
+        status_code: int | None = None,
+        query: Mapping[str, str] | None = None,
     ) -> None:
-        super().__init__(**kwargs)
+        super().__init__(tags=["ratequeue"])
+        self.operation_id = operation_id
         self.request_serializer, self.response_serializer = request, response
         self.many = many
+        self.status_code = status_code
+        self.query = query or {}
+
+    def get_operation_id(self, path: str, method: str) -> str:
+        return self.operation_id
+
+    def get_operation(self, path: str, method: str) -> dict[str, Any]:
+        operation: dict[str, Any] = super().get_operation(path, method)
+        operation["parameters"] += [
+            {"name": name, "in": "query", "description": text, "schema": {"type": "number"}}
+            for name, text in self.query.items()
+        ]
+        return operation
 
     def get_request_serializer(self, path: str, method: str) -> Any:
         if self.request_serializer is None:
@@ -111,11 +128,30 @@ class ApiSchema(AutoSchema):
 
     def get_responses(self, path: str, method: str) -> dict[str, Any]:
         responses: dict[str, Any] = super().get_responses(path, method)
+        if self.status_code is not None:
+            responses = {str(self.status_code): response for response in responses.values()}
         if self.many:
             for response in responses.values():
                 for content in response.get("content", {}).values():
                     content["schema"] = {"type": "array", "items": content["schema"]}
         return responses
+
+
+class EventStreamSchema(ApiSchema):
+    """The schema of a Server-Sent Events stream: text, described in words."""
+
+    def get_components(self, path: str, method: str) -> dict[str, Any]:
+        return {}
+
+    def get_responses(self, path: str, method: str) -> dict[str, Any]:
+        return {
+            "200": {
+                "content": {"text/event-stream": {"schema": {"type": "string"}}},
+                "description": "Events status, progress, output and a final result or error; "
+                "each with an id to resume from (Last-Event-ID).",
+            },
+            "204": {"description": "The stream ended with its final event already."},
+        }
 
 
 class ApiView(GenericAPIView[Any]):
@@ -155,7 +191,7 @@ class EnqueueView(ApiView):
 
     serializer_class = EnqueueSerializer
     throttle_scope = "ratequeue_enqueue"
-    schema = ApiSchema(response=JobSerializer)
+    schema = ApiSchema("enqueueJob", response=JobSerializer)
 
     def post(self, request: Request) -> Response:
         data = self.valid(request.data)
@@ -175,7 +211,7 @@ class BulkEnqueueView(ApiView):
 
     serializer_class = BulkEnqueueSerializer
     throttle_scope = "ratequeue_enqueue"
-    schema = ApiSchema(response=JobSerializer, many=True)
+    schema = ApiSchema("enqueueJobs", response=JobSerializer, many=True)
 
     def post(self, request: Request) -> Response:
         data = self.valid(request.data)
@@ -201,6 +237,7 @@ class JobView(ApiView):
     """``GET jobs/<id>/``: the job as its owner sees it."""
 
     serializer_class = JobSerializer
+    schema = ApiSchema("getJob")
 
     def get(self, request: Request, job_id: str) -> Response:
         return Response(JobSerializer(self.owned_job(job_id)).data)
@@ -211,6 +248,7 @@ class CancelView(ApiView):
     else when its attempt ends); 202 with the job as it is now."""
 
     serializer_class = JobSerializer
+    schema = ApiSchema("cancelJob", status_code=status.HTTP_202_ACCEPTED)
 
     def post(self, request: Request, job_id: str) -> Response:
         job = self.owned_job(job_id)
@@ -222,7 +260,7 @@ class EventsView(ApiView):
     """``GET jobs/<id>/events/``: the job's Server-Sent Events (see :mod:`.sse`)."""
 
     renderer_classes = [JSONRenderer, EventStreamRenderer]
-    schema = AutoSchema()
+    schema = EventStreamSchema("getJobEvents")
 
     def get(self, request: Request, job_id: str) -> HttpResponseBase:
         job = self.owned_job(job_id)
@@ -241,6 +279,7 @@ class RateLimitView(ApiView):
     """``GET ratelimits/<name>/?count=n``: a public rate limit for the requesting user."""
 
     serializer_class = RateLimitSerializer
+    schema = ApiSchema("getRateLimit", query={"count": "The tokens to check for (default 1)."})
 
     def get(self, request: Request, name: str) -> Response:
         settings = ratequeue_settings()

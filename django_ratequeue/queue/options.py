@@ -78,6 +78,8 @@ class EnqueueOptions(TypedDict, total=False):
 
 
 OPTION_NAMES = frozenset(EnqueueOptions.__optional_keys__)
+# Merged options kept per JobOptions (see JobOptions.merge).
+MERGES_KEPT = 1000
 DEFAULT_QUEUE = "default"
 OWNER_MAX_LENGTH = Job._meta.get_field("owner").max_length or 255
 
@@ -267,6 +269,11 @@ class JobOptions:
     _templates: dict[str, tuple[RateQueueSettings, JobTemplate]] = field(
         default_factory=dict, init=False, repr=False, compare=False
     )
+    # The JSON of options merged over these -> the result, so that the same call's options
+    # (the HTTP API's owner, say) are checked once, not at every enqueue.
+    _merged: dict[str, JobOptions] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.values) - OPTION_NAMES)
@@ -277,7 +284,18 @@ class JobOptions:
             )
 
     def merge(self, other: Mapping[str, Any]) -> JobOptions:
-        return JobOptions({**self.values, **other}) if other else self
+        if not other:
+            return self
+        try:
+            key = json.dumps(other, sort_keys=True, allow_nan=False)
+        except (TypeError, ValueError):  # a callable, a datetime...: checked each time
+            return JobOptions({**self.values, **other})
+        merged = self._merged.get(key)
+        if merged is None:
+            if len(self._merged) >= MERGES_KEPT:
+                self._merged.clear()
+            merged = self._merged[key] = JobOptions({**self.values, **other})
+        return merged
 
     def template(self, path: str) -> JobTemplate:
         """The options checked for the function at ``path``; raises ValueError naming what

@@ -169,7 +169,11 @@ class Writer:
         self.thread: threading.Thread | None = None
 
     def schedule(self, pending: PendingOutput) -> None:
+        """Have ``pending`` written when it is due. The thread is woken only for output
+        that was not waiting already: a job streaming tokens wakes it once per write."""
         with self.condition:
+            if pending in self.waiting:
+                return
             self.waiting.add(pending)
             if self.thread is None:
                 self.thread = threading.Thread(
@@ -181,6 +185,7 @@ class Writer:
     def forget(self, pending: PendingOutput) -> None:
         with self.condition:
             self.waiting.discard(pending)
+            self.condition.notify()  # it may be waiting for this one's turn
 
     def run(self) -> None:
         try:

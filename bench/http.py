@@ -58,7 +58,10 @@ def server_command(kind: str, port: int) -> tuple[list[str], dict[str, str], str
         command = [sys.executable, "-m", "uvicorn", "bench.asgi:application"]
         command += ["--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
         command += ["--no-access-log", "--log-level", "warning"]
-        label = f"uvicorn {version('uvicorn')} (ASGI, 1 process), psycopg_pool connections"
+        label = (
+            f"uvicorn {version('uvicorn')} (ASGI, 1 process; httptools {version('httptools')}, "
+            f"uvloop {version('uvloop')}), psycopg_pool connections"
+        )
         return command, {"BENCH_DB_POOL": "1"}, label
     command = [sys.executable, "manage.py", "runserver", f"127.0.0.1:{port}", "--noreload"]
     return command, {}, f"Django {version('django')} runserver (WSGI, threaded, 1 process)"

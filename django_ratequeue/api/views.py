@@ -43,7 +43,7 @@ from .. import clock
 from ..conf import ratequeue_settings
 from ..decorators import KEY_SHORTHANDS
 from ..exceptions import DuplicateJobId, RateLimited, UnknownJob
-from ..queue.enqueue import enqueue, enqueue_calls
+from ..queue.enqueue import enqueue, enqueue_calls, enqueue_job
 from ..queue.handles import Handle
 from ..queue.models import FINAL_STATUSES, Job, queue_db
 from ..queue.registry import Registered, exposed_job
@@ -200,9 +200,9 @@ class EnqueueView(ApiView):
         owner = request_owner(request, create=True)
         with refusals():
             options = job_options(request, job, data["args"], data["kwargs"], data, owner)
-            handle = enqueue(job.path, args=data["args"], kwargs=data["kwargs"], **options)
-        location = f"{request.path}{quote(handle.id, safe='')}/"
-        body = JobSerializer(Job.objects.get(pk=handle.id)).data
+            created = enqueue_job(job.path, args=data["args"], kwargs=data["kwargs"], **options)
+        location = f"{request.path}{quote(created.pk, safe='')}/"
+        body = JobSerializer(created).data
         return Response(body, status=status.HTTP_201_CREATED, headers={"Location": location})
 
 

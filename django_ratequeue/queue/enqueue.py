@@ -27,6 +27,7 @@ from .models import Job, LoopStatus, QueueSetting, queue_db
 from .options import (
     EnqueueOptions,
     JobOptions,
+    JobStamp,
     JobTemplate,
     check_enqueue_rate,
     check_json,
@@ -207,9 +208,33 @@ def enqueue(
     return _enqueue_one(path, defaults.merge(options), list(args), dict(kwargs))
 
 
+def enqueue_job(
+    func: Callable[..., Any] | str, *, args: list[Any], kwargs: dict[str, Any], **options: Any
+) -> Job:
+    """:func:`enqueue`, giving back the job as it was written rather than a handle (the
+    HTTP API answers with it without reading it back); the existing job when
+    ``on_duplicate_id="ignore"`` gave that one."""
+    path, defaults = _target(func)
+    template, stamp, written = _write_one(path, defaults.merge(options), args, kwargs)
+    if not written:
+        return Job.objects.get(pk=stamp.id)
+    job = template.job(args, kwargs, stamp)
+    job._state.adding = False
+    return job
+
+
 def _enqueue_one(
     path: str, options: JobOptions, args: list[Any], kwargs: dict[str, Any]
 ) -> Handle[Any]:
+    template, stamp, _written = _write_one(path, options, args, kwargs)
+    return Handle(stamp.id, owner=template.owner)
+
+
+def _write_one(
+    path: str, options: JobOptions, args: list[Any], kwargs: dict[str, Any]
+) -> tuple[JobTemplate, JobStamp, bool]:
+    """Write one job; its template, its stamp, and whether it was written (not when
+    ``on_duplicate_id="ignore"`` found the caller's own job with that id)."""
     template = options.template(path)
     args_json = check_json("arguments", args)
     kwargs_json = check_json("keyword arguments", kwargs)
@@ -218,6 +243,7 @@ def _enqueue_one(
     settings = ratequeue_settings()
     stamp = template.stamp(clock.now())
     plain = template.max_concurrency is None and template.id is None
+    written = True
     if plain and settings.ENQUEUE_RATE_LIMIT is None:
         template.insert(args_json, kwargs_json, stamp, settings.ENQUEUE_ASYNC_COMMIT)
     else:
@@ -230,10 +256,11 @@ def _enqueue_one(
             # "ignore" hands out the existing job's handle: only when the job is the caller's.
             if not template.ignore_duplicates or not _owned_by(stamp.id, template.owner):
                 raise DuplicateJobId(stamp.id) from None
+            written = False
     transaction.on_commit(
         _wake_up(stamp.start_at, stamp.created_at), using=queue_db(), robust=True
     )
-    return Handle(stamp.id, owner=template.owner)
+    return template, stamp, written
 
 
 def apply_queue_limit(template: JobTemplate) -> None:

@@ -53,6 +53,7 @@ def test_enqueue_answers_201_with_the_job(api: APIClient, ada: User) -> None:
     assert body["attempts"] == 0
     assert body["progress"] == body["result"] == body["error"] == None  # noqa: E711
     assert response["Location"] == f"{API}jobs/{body['id']}/"
+    assert api.get(response["Location"]).json() == body  # the job as it was written
     job = Job.objects.get(pk=body["id"])
     assert (job.args, job.kwargs) == (["Ada"], {"punctuation": "?"})
     # The requesting user owns it: their handle sees it, nobody else's does.
@@ -139,6 +140,9 @@ def test_the_options_a_request_may_give(api: APIClient) -> None:
     again = enqueue(api, GREET, args=["Ada"], options={"id": "mine"})
     assert again.status_code == 409
     assert "already exists" in again.json()["options"]["id"][0]
+    same = enqueue(api, GREET, args=["Bob"], options={"id": "mine", "on_duplicate_id": "ignore"})
+    assert same.status_code == 201
+    assert same.json() == created.json()  # the existing job, unchanged
 
 
 @pytest.mark.parametrize(

@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
+import math
 import multiprocessing
 import os
 import platform
@@ -225,13 +226,18 @@ def streaming_cost(chunks: int, pause: float, repeats: int) -> str:
     for _ in range(repeats):
         plain.append(run_job(chunks, pause, stream=False))
         streamed.append(run_job(chunks, pause, stream=True))
+    from django_ratequeue.conf import ratequeue_settings
+
+    interval = ratequeue_settings().PROGRESS_INTERVAL
     without = statistics.median(run.seconds for run in plain)
     with_ = statistics.median(run.seconds for run in streamed)
-    rows = max(run.rows for run in streamed)
-    per_second = max(run.rows / run.seconds for run in streamed)
+    # One write at the first chunk, at most one per interval after it, and the last one.
+    worst = max(streamed, key=lambda run: run.rows - run.seconds / interval)
+    bound = math.floor(worst.seconds / interval) + 2
     return (
         f"{with_:.3f} s streaming, {without:.3f} s not: {with_ / without:.3f}x; "
-        f"{rows} rows written for {chunks:,} chunks ({per_second:.1f} writes/s)"
+        f"{worst.rows} rows for {chunks:,} chunks in {worst.seconds:.2f} s (one write per "
+        f"{interval * 1000:.0f} ms allows {bound})"
     )
 
 

@@ -61,6 +61,12 @@ def run(handle: Handle[Any]) -> Attempt:
     return attempt
 
 
+def _configured() -> dict[str, Any]:
+    from django.conf import settings
+
+    return dict(settings.RATEQUEUE)
+
+
 class Writes:
     """The statements that write progress or output, on every connection of the process."""
 
@@ -271,7 +277,15 @@ def test_progress_and_output_are_seen_live_from_a_real_cluster(cluster: Any) -> 
     assert handle.progress() == {"done": 40, "total": 40}
 
 
-def _configured() -> dict[str, Any]:
-    from django.conf import settings
+def test_output_of_a_job_whose_row_is_gone_is_dropped_and_the_attempt_stands(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    ghost = Job(id="ghost", func="tests.queue.jobs.stream_words", args=[["a ", "b "]], kwargs={})
+    attempt = Attempt(job=ghost)
 
-    return dict(settings.RATEQUEUE)
+    run_attempt(attempt)
+
+    assert attempt.outcome == "succeeded", attempt.error
+    assert attempt.result == 2
+    assert not OutputChunk.objects.exists()
+    assert "Dropped output of job 'ghost'" in caplog.text

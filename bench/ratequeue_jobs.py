@@ -7,13 +7,27 @@ the benchmark's process and in its qcluster workers.
 
 from __future__ import annotations
 
-from django_ratequeue import job
+import time
+
+from django_ratequeue import job, stream_output
 
 from .jobs import exit_worker, fail, noop, observed_run, record_start
 
-job(noop)
+# bench.http enqueues it over HTTP.
+job(noop, expose=True)
 job(record_start)
 # bench.faults: the observed load and its poisons
 job(observed_run)
 job(exit_worker)
 job(fail)
+
+
+@job
+def generate(chunks: int, pause: float, stream: bool) -> int:
+    """bench.http: a model producing ``chunks`` tokens, ``pause`` seconds each (the wait on
+    its provider), streaming them or not."""
+    for number in range(chunks):
+        time.sleep(pause)
+        if stream:
+            stream_output(f"token{number} ")
+    return chunks

@@ -4,6 +4,7 @@ The queue benchmark's peers are configured here too: django-q2 (``Q_CLUSTER``, O
 two workers) and django-tasks-db (``TASKS``). ``BENCH_WITHOUT_RATEQUEUE=1`` leaves our app
 out, for a django-q2 cluster that runs nothing of ours.
 
+``BENCH_DB_POOL=1`` pools the database's connections (bench.http's ASGI server).
 ``DATABASE_URL`` picks the database (default ``postgres://root@127.0.0.1:5432/ratequeue_bench``,
 created and migrated by the benchmark); ``BENCH_REDIS_URL`` the Redis database that DRF's
 throttle, django-ratelimit and ``limits`` share; ``BENCH_WORKERS`` the qcluster's workers
@@ -29,9 +30,14 @@ CACHES = {
     "default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}
 }
 
-# The benchmark serves no pages: no admin to discover at start-up, no URLs to check.
-INSTALLED_APPS = [app for app in INSTALLED_APPS if app != "django.contrib.admin"] + ["bench"]
+# The benchmark serves no pages but the HTTP API (bench.http): no admin to discover at
+# start-up. Its clients authenticate with DRF's tokens.
+INSTALLED_APPS = [app for app in INSTALLED_APPS if app != "django.contrib.admin"]
+INSTALLED_APPS += ["rest_framework.authtoken", "bench"]
 ROOT_URLCONF = "bench.urls"
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": ["rest_framework.authentication.TokenAuthentication"]
+}
 if os.environ.get("BENCH_WITHOUT_RATEQUEUE") == "1":
     INSTALLED_APPS = [app for app in INSTALLED_APPS if app != "django_ratequeue"]
 # django-tasks-db; before Django 6 on the django-tasks backport, which is an app itself.
@@ -55,3 +61,9 @@ RATEQUEUE = {
 
 # With DEBUG on, Django records every query: a cost no production process pays.
 DEBUG = False
+
+# An ASGI server runs each request's sync code in a thread of its own: its connection
+# comes from psycopg's pool (Django's "pool" option) rather than being opened per request.
+if os.environ.get("BENCH_DB_POOL") == "1":
+    DATABASES["default"]["CONN_MAX_AGE"] = 0
+    DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {"min_size": 4, "max_size": 16}

@@ -1,3 +1,5 @@
-"""The benchmark serves no pages."""
+"""The benchmark serves no pages but the HTTP API, for bench.http."""
 
-urlpatterns: list[object] = []
+from django.urls import include, path
+
+urlpatterns = [path("ratequeue/", include("django_ratequeue.urls"))]

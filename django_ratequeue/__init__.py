@@ -19,6 +19,7 @@ if TYPE_CHECKING:
         JobDoesNotExist,
         JobFailed,
         NonRetryableError,
+        NotInJob,
         RateLimited,
         RateQueueError,
         RecursiveWaitDeadlock,
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
     from .queue.handles import Handle, cancel_all, get_handle
     from .queue.models import Status
     from .queue.options import EnqueueOptions
+    from .queue.progress import report_progress, stream_output
     from .queue.retry import Retry
     from .ratelimit.api import (
         RateLimitResult,
@@ -58,6 +60,7 @@ _EXPORTS: dict[str, str] = {
     "JobCanceled": ".exceptions",
     "DuplicateJobId": ".exceptions",
     "NonRetryableError": ".exceptions",
+    "NotInJob": ".exceptions",
     "RecursiveWaitDeadlock": ".exceptions",
     "UnknownJob": ".exceptions",
     # rate limits
@@ -77,6 +80,8 @@ _EXPORTS: dict[str, str] = {
     "enqueue_many": ".queue.enqueue",
     "Retry": ".queue.retry",
     "Status": ".queue.models",
+    "report_progress": ".queue.progress",
+    "stream_output": ".queue.progress",
     "Handle": ".queue.handles",
     "get_handle": ".queue.handles",
     "cancel_all": ".queue.handles",
@@ -98,6 +103,7 @@ __all__ = [
     "JobFailed",
     "JobFunction",
     "NonRetryableError",
+    "NotInJob",
     "RateLimitResult",
     "RateLimited",
     "RateQueueError",
@@ -116,10 +122,12 @@ __all__ = [
     "job",
     "pause_queue",
     "rate_limit",
+    "report_progress",
     "reset_rate_limit",
     "resume_queue",
     "set_max_concurrency",
     "set_queue_concurrency",
+    "stream_output",
 ]
 
 

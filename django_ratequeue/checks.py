@@ -4,8 +4,8 @@ The rules are the ones the app applies when it reads the settings
 (:func:`~django_ratequeue.conf.parse_settings`); this check reports each problem as an
 error with its id: E0xx the dict as a whole, E1xx rate limits, E2xx queues and the loop,
 E3xx/W3xx the services around it (E302: django-q2's ORM broker on the queue's database;
-W303: a runner's turn longer than django-q2's ``retry``). It
-also imports the other checks so that they register.
+E304: sessions for anonymous users of the HTTP API; W305: a runner's turn longer than
+django-q2's ``retry``). It also imports the other checks so that they register.
 """
 
 from __future__ import annotations
@@ -15,7 +15,9 @@ from typing import Any
 
 from django.apps import AppConfig
 from django.conf import settings
+from django.contrib.sessions.middleware import SessionMiddleware
 from django.core.checks import CheckMessage, Error, Warning, register
+from django.utils.module_loading import import_string
 
 from . import backends as tasks_backend_checks  # noqa: F401
 from .conf import parse_settings
@@ -69,6 +71,33 @@ def check_runner_turn(
             f"Q_CLUSTER['retry'] ({retry:g} s): django-q2 would hand a serving runner's "
             "task out a second time.",
             hint="Raise Q_CLUSTER['retry'] or lower RUNNER_TURN.",
-            id="django_ratequeue.W303",
+            id="django_ratequeue.W305",
+        )
+    ]
+
+
+@register()
+def check_anonymous_api(
+    app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
+) -> list[CheckMessage]:
+    """A visitor who is not logged in owns the jobs they enqueue over the HTTP API through
+    their session: ``API_ALLOW_ANONYMOUS`` needs Django's sessions."""
+    values, _problems = parse_settings(getattr(settings, "RATEQUEUE", None))
+    if values is None or not values.API_ALLOW_ANONYMOUS:
+        return []
+    for path in settings.MIDDLEWARE:
+        try:
+            middleware = import_string(path)
+        except ImportError:
+            continue
+        if isinstance(middleware, type) and issubclass(middleware, SessionMiddleware):
+            return []
+    return [
+        Error(
+            'RATEQUEUE["API_ALLOW_ANONYMOUS"] is True, but no SessionMiddleware is in '
+            "MIDDLEWARE: anonymous visitors own their jobs through their session.",
+            hint='Add "django.contrib.sessions.middleware.SessionMiddleware" to MIDDLEWARE, '
+            "or keep the API for logged-in users.",
+            id="django_ratequeue.E304",
         )
     ]

@@ -56,6 +56,13 @@ DEFAULTS: dict[str, Any] = {
     "MAX_ARGUMENTS_BYTES": 1024 * 1024,
     "MAX_RESULT_BYTES": 1024 * 1024,
     "MAX_ERROR_BYTES": 64 * 1024,
+    "PROGRESS_INTERVAL": 0.05,
+    "MAX_PROGRESS_BYTES": 64 * 1024,
+    "MAX_OUTPUT_CHUNK_LENGTH": 64 * 1024,
+    "MAX_OUTPUT_LENGTH": 1024 * 1024,
+    "API_ALLOW_ANONYMOUS": False,
+    "API_MAX_BODY_BYTES": 2 * 1024 * 1024,
+    "API_MAX_BULK_ITEMS": 1000,
 }
 
 
@@ -73,6 +80,17 @@ class QueueConfig:
     paused: bool = False
 
 
+# The key of a public rate limit for a request: None (one value for everybody), a
+# shorthand of decorators.py's, or a callable (request) -> str | None.
+KeyRule = str | Callable[[Any], str | None] | None
+PUBLIC_KEYS = ("user", "user_or_ip", "ip")
+
+
+@dataclass(frozen=True)
+class PublicRateLimit:
+    key: KeyRule
+
+
 @dataclass(frozen=True)
 class RateQueueSettings:
     """The settings as the app reads them: each value checked and of its type."""
@@ -85,6 +103,9 @@ class RateQueueSettings:
     QUEUES: Mapping[str, QueueConfig]
     # Limit name -> its configuration, parsed from the dict form (read-only).
     RATE_LIMITS: Mapping[str, RateLimitConfig]
+    # The limits whose entry says "public": True (the HTTP API shows their value to each
+    # user): name -> the rule that gives a request's key ("key" in the entry).
+    PUBLIC_RATE_LIMITS: Mapping[str, KeyRule]
     # A consume that is its own transaction on PostgreSQL commits without waiting for the
     # WAL flush (synchronous_commit off for it alone): about twice the decisions per
     # second, but a PostgreSQL crash may forget the consumes of its last fraction of a
@@ -126,6 +147,20 @@ class RateQueueSettings:
     MAX_ARGUMENTS_BYTES: int
     MAX_RESULT_BYTES: int
     MAX_ERROR_BYTES: int
+    # A running job's progress and output are written at most once per PROGRESS_INTERVAL
+    # seconds (queue/progress.py); the JSON of its progress is at most MAX_PROGRESS_BYTES,
+    # one stream_output() at most MAX_OUTPUT_CHUNK_LENGTH characters, and the output of
+    # all its attempts together at most MAX_OUTPUT_LENGTH.
+    PROGRESS_INTERVAL: float
+    MAX_PROGRESS_BYTES: int
+    MAX_OUTPUT_CHUNK_LENGTH: int
+    MAX_OUTPUT_LENGTH: int
+    # The HTTP API (django_ratequeue.urls): whether visitors who are not logged in may use
+    # it (their session owns their jobs), the largest request body, and the most jobs one
+    # bulk enqueue may hold.
+    API_ALLOW_ANONYMOUS: bool
+    API_MAX_BODY_BYTES: int
+    API_MAX_BULK_ITEMS: int
 
 
 class Problem(NamedTuple):
@@ -142,6 +177,11 @@ POSITIVE_INTEGERS = (
     "MAX_ARGUMENTS_BYTES",
     "MAX_RESULT_BYTES",
     "MAX_ERROR_BYTES",
+    "MAX_PROGRESS_BYTES",
+    "MAX_OUTPUT_CHUNK_LENGTH",
+    "MAX_OUTPUT_LENGTH",
+    "API_MAX_BODY_BYTES",
+    "API_MAX_BULK_ITEMS",
 )
 DURATIONS = (
     "SEGMENT",
@@ -152,12 +192,17 @@ DURATIONS = (
     "POLL_INTERVAL",
     "RUNNER_IDLE",
     "RUNNER_TURN",
+    "PROGRESS_INTERVAL",
 )
 # Settings that no longer exist, and why: their presence is an error that says so.
 REMOVED = {
     "DISPATCH_BATCH_SIZE": "runners claim attempts themselves; there are no batches to size.",
 }
-FLAGS = {"RATE_LIMIT_ASYNC_COMMIT": "E104", "ENQUEUE_ASYNC_COMMIT": "E208"}
+FLAGS = {
+    "RATE_LIMIT_ASYNC_COMMIT": "E104",
+    "ENQUEUE_ASYNC_COMMIT": "E208",
+    "API_ALLOW_ANONYMOUS": "E303",
+}
 QUEUE_OPTIONS = {f.name for f in fields(QueueConfig)}
 RATE_LIMITS_EXAMPLE = '{"login": {"kind": "token bucket", "rate": 10, "period": 3600}}'
 QUEUES_EXAMPLE = '{"emails": {"max_concurrency": 2}}'
@@ -198,7 +243,8 @@ class _Parser:
             self.problem(FLAGS[name], f'RATEQUEUE["{name}"] must be True or False, got {value!r}.')
         return bool(value)
 
-    def rate_limits(self) -> dict[str, RateLimitConfig]:
+    def rate_limits(self) -> tuple[dict[str, RateLimitConfig], dict[str, KeyRule]]:
+        """The limits, and the key rule of each public one."""
         limits = self.values["RATE_LIMITS"]
         hint = f'For example RATEQUEUE["RATE_LIMITS"] = {RATE_LIMITS_EXAMPLE}.'
         if not isinstance(limits, Mapping):
@@ -207,21 +253,58 @@ class _Parser:
                 f'RATEQUEUE["RATE_LIMITS"] must be a dict of name -> config, got {limits!r}.',
                 hint,
             )
-            return {}
+            return {}, {}
         parsed: dict[str, RateLimitConfig] = {}
+        public: dict[str, KeyRule] = {}
         for name, config in limits.items():
             try:
                 check_limit_name(name)
             except ValueError as error:
                 self.problem("E102", f'RATEQUEUE["RATE_LIMITS"] has an invalid name: {error}')
                 continue
+            if isinstance(config, Mapping) and {"public", "key"} & set(config):
+                config = dict(config)
+                exposure = self.public_limit(name, config.pop("public", False), config)
+                config.pop("key", None)
+                if exposure is not None:
+                    public[name] = exposure.key
             try:
                 parsed[name] = parse_config(config)
             except ValueError as error:
                 self.problem(
                     "E103", f'RATEQUEUE["RATE_LIMITS"][{name!r}] is invalid: {error}', hint
                 )
-        return parsed
+        return parsed, public
+
+    def public_limit(
+        self, name: str, public: Any, config: Mapping[str, Any]
+    ) -> PublicRateLimit | None:
+        """A limit the HTTP API shows (``"public": True``), with the rule that gives the key
+        of the requesting user (``"key"``, "user" when not given)."""
+        where = f'RATEQUEUE["RATE_LIMITS"][{name!r}]'
+        if not isinstance(public, bool):
+            self.problem("E106", f"{where}['public'] must be True or False, got {public!r}.")
+            return None
+        if not public:
+            if "key" in config:
+                self.problem(
+                    "E106",
+                    f"{where}['key'] is the key rule of a public limit, but the limit is "
+                    "not public.",
+                    'Add "public": True, or remove "key" (give key= where it is consumed).',
+                )
+            return None
+        key = config.get("key", "user")
+        if not (key is None or callable(key) or key in PUBLIC_KEYS):
+            self.problem(
+                "E106",
+                f"{where}['key'] must be None (one value for everybody), "
+                f"{', '.join(map(repr, PUBLIC_KEYS))} or a callable (request) -> str, "
+                f"got {key!r}.",
+                "A header is not a key rule here: the client would choose its own key.",
+            )
+            return None
+        return PublicRateLimit(key)
 
     def queues(self, ceiling: int | None, limits: Mapping[str, Any]) -> dict[str, QueueConfig]:
         queues = self.values["QUEUES"]
@@ -356,7 +439,7 @@ class _Parser:
                 self.problem(
                     "E204", 'RATEQUEUE["LOOP_LEASE"] must be longer than WATCHDOG_INTERVAL.'
                 )
-        rate_limits = self.rate_limits()
+        rate_limits, public_rate_limits = self.rate_limits()
         limits_given = isinstance(self.values["RATE_LIMITS"], Mapping)
         return RateQueueSettings(
             QUEUES=MappingProxyType(
@@ -366,6 +449,7 @@ class _Parser:
                 )
             ),
             RATE_LIMITS=MappingProxyType(rate_limits),
+            PUBLIC_RATE_LIMITS=MappingProxyType(public_rate_limits),
             RATE_LIMIT_ASYNC_COMMIT=self.flag("RATE_LIMIT_ASYNC_COMMIT"),
             RATE_LIMITED_VIEW=self.limited_view(),
             JOB_MODULES=self.job_modules(),
@@ -386,6 +470,13 @@ class _Parser:
             MAX_ARGUMENTS_BYTES=numbers["MAX_ARGUMENTS_BYTES"],
             MAX_RESULT_BYTES=numbers["MAX_RESULT_BYTES"],
             MAX_ERROR_BYTES=numbers["MAX_ERROR_BYTES"],
+            PROGRESS_INTERVAL=durations["PROGRESS_INTERVAL"],
+            MAX_PROGRESS_BYTES=numbers["MAX_PROGRESS_BYTES"],
+            MAX_OUTPUT_CHUNK_LENGTH=numbers["MAX_OUTPUT_CHUNK_LENGTH"],
+            MAX_OUTPUT_LENGTH=numbers["MAX_OUTPUT_LENGTH"],
+            API_ALLOW_ANONYMOUS=self.flag("API_ALLOW_ANONYMOUS"),
+            API_MAX_BODY_BYTES=numbers["API_MAX_BODY_BYTES"],
+            API_MAX_BULK_ITEMS=numbers["API_MAX_BULK_ITEMS"],
         )
 
 

@@ -96,6 +96,11 @@ class UnknownJob(RateQueueError, ValueError):
     only functions decorated with ``@job`` whose module is imported at start-up run."""
 
 
+class NotInJob(RateQueueError, RuntimeError):
+    """``report_progress()`` or ``stream_output()`` was called outside a running job (or
+    in a thread the job started without copying its context)."""
+
+
 class AttemptTimedOut(RateQueueError):
     """Raised inside a job that ran past its ``timeout``; also the error class of an
     attempt the main loop found overrunning it."""

@@ -5,6 +5,7 @@ from .queue.models import (
     CancelRequest,
     Job,
     LoopState,
+    OutputChunk,
     QueueSetting,
     WorkerHeartbeat,
 )
@@ -15,6 +16,7 @@ __all__ = [
     "CancelRequest",
     "Job",
     "LoopState",
+    "OutputChunk",
     "QueueSetting",
     "RateLimitState",
     "WorkerHeartbeat",

@@ -1,5 +1,6 @@
 """The root fixtures: the database vendor, and real qcluster processes (``cluster``)."""
 
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -7,7 +8,7 @@ from typing import Any
 import pytest
 from django.db import connection
 
-from tests.cluster import FAST_TIMINGS, Cluster, launch
+from tests.cluster import FAST_TIMINGS, Cluster, launch, wait_for
 
 
 @pytest.fixture
@@ -38,6 +39,20 @@ def cluster(
     yield start
     for running in started:
         running.kill()
+
+
+@pytest.fixture(scope="module")
+def background_threads_stop() -> Iterator[None]:
+    """After the module's tests, wait until the package's background threads (the
+    progress writer, the event streams' readers), which stop within a second of having
+    nothing to do, have closed their connections: PostgreSQL drops no test database
+    that a session still uses."""
+    yield
+    wait_for(
+        lambda: not [t for t in threading.enumerate() if t.name.startswith("ratequeue-")],
+        10,
+        "the package's background threads to stop",
+    )
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -9,7 +9,13 @@ import os
 import django
 
 from example_project.settings import *  # noqa: F403
-from example_project.settings import BASE_DIR, DATABASES, RATEQUEUE
+from example_project.settings import (
+    BASE_DIR,
+    DATABASES,
+    INSTALLED_APPS,
+    RATEQUEUE,
+    REST_FRAMEWORK,
+)
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
@@ -24,8 +30,18 @@ if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
 # in the qcluster workers the tests start. The fault drill's test runs the drill's jobs.
 RATEQUEUE = {
     **RATEQUEUE,
-    "JOB_MODULES": ["tests.queue.jobs", "bench.ratequeue_jobs"]
+    "JOB_MODULES": ["tests.queue.jobs", "tests.api.jobs", "bench.ratequeue_jobs"]
     + (["tests.tasks_backend.tasks"] if django.VERSION >= (6, 0) else []),
+}
+
+# The HTTP API's tests log in with sessions and with DRF's tokens.
+INSTALLED_APPS = [*INSTALLED_APPS, "rest_framework.authtoken"]
+REST_FRAMEWORK = {
+    **REST_FRAMEWORK,
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.SessionAuthentication",
+        "rest_framework.authentication.TokenAuthentication",
+    ],
 }
 
 # django.tasks (Django 6.0+) runs on ratequeue, in the tests and in their qcluster workers;

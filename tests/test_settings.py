@@ -88,14 +88,15 @@ def test_invalid_settings_stop_the_runtime_with_the_problems_the_checks_report()
 
 @pytest.mark.parametrize("value", [math.inf, math.nan, 1e308, -1, "1", True])
 def test_durations_are_finite_and_bounded(value: Any) -> None:
-    for name in ("SEGMENT", "LOOP_LEASE", "WORKER_DEAD_AFTER"):
+    for name in ("SEGMENT", "LOOP_LEASE", "WORKER_DEAD_AFTER", "PROGRESS_INTERVAL"):
         assert [n for n, _ in problems(**{name: value})] == ["django_ratequeue.E202"], name
     assert [n for n, _ in problems(RETENTION=value)] == ["django_ratequeue.E205"]
 
 
 @pytest.mark.parametrize("value", [1e308, 2**64, 1.5, "10"])
 def test_counts_are_bounded_integers(value: Any) -> None:
-    assert [n for n, _ in problems(MAX_CONCURRENCY=value)] == ["django_ratequeue.E201"]
+    for name in ("MAX_CONCURRENCY", "MAX_PROGRESS_BYTES", "MAX_OUTPUT_LENGTH"):
+        assert [n for n, _ in problems(**{name: value})] == ["django_ratequeue.E201"], name
 
 
 def test_a_queue_name_is_refused_alike_by_the_check_enqueue_and_control() -> None:

@@ -9,6 +9,7 @@ datetime or a database column. Rows changed behind the app's back get the same s
 from __future__ import annotations
 
 import math
+import re
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -27,6 +28,11 @@ MIN_INT = -(2**31)
 # The latest moment the loop ever computes: far beyond MAX_DELAY, still a valid datetime
 # after rounding up to a SEGMENT.
 LATEST = datetime(9999, 1, 1, tzinfo=UTC)
+
+# A NUL character in JSON text: ``\u0000`` after an even run of backslashes (an odd run
+# would be an escaped backslash followed by the letters "u0000").
+_JSON_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
+NUL_REFUSED = "must not contain NUL characters ('\\x00'): PostgreSQL cannot store them"
 
 
 def seconds(name: str, value: Any, bound: timedelta, *, allow_zero: bool = True) -> float:
@@ -88,3 +94,9 @@ def clip(text: str, limit: int) -> str:
     keep = max(limit - len(note), 0)
     head, tail = data[: keep - keep // 2], data[len(data) - keep // 2 :]
     return (head + note + tail).decode("utf-8", "ignore")
+
+
+def check_no_nul(what: str, json_text: str) -> None:
+    """A ValueError if the JSON text holds a NUL character (PostgreSQL cannot store one)."""
+    if "\\u0000" in json_text and _JSON_NUL.search(json_text):
+        raise ValueError(f"The job's {what} {NUL_REFUSED}.")

@@ -33,7 +33,15 @@ from .options import (
     check_json,
     check_reservation_room,
 )
-from .registry import Registered, function_path, register_job, registered_job
+from .registry import (
+    Exposure,
+    HttpOptions,
+    Permission,
+    Registered,
+    function_path,
+    register_job,
+    registered_job,
+)
 from .wakeup import LOOP, signal
 
 P = ParamSpec("P")
@@ -47,8 +55,10 @@ class JobFunction(Registered, Generic[P, R]):
 
     func: Callable[P, R]
 
-    def __init__(self, func: Callable[P, R], options: JobOptions) -> None:
-        super().__init__(func)
+    def __init__(
+        self, func: Callable[P, R], options: JobOptions, exposure: Exposure | None = None
+    ) -> None:
+        super().__init__(func, exposure)
         self.options = options
         update_wrapper(self, func)
 
@@ -79,15 +89,37 @@ class JobDecorator(Protocol):
 
 
 @overload
-def job(func: Callable[P, R], /, **options: Unpack[EnqueueOptions]) -> JobFunction[P, R]: ...
+def job(
+    func: Callable[P, R],
+    /,
+    *,
+    expose: bool = False,
+    permission: Permission | None = None,
+    http_options: HttpOptions | None = None,
+    **options: Unpack[EnqueueOptions],
+) -> JobFunction[P, R]: ...
 
 
 @overload
-def job(func: None = None, /, **options: Unpack[EnqueueOptions]) -> JobDecorator: ...
+def job(
+    func: None = None,
+    /,
+    *,
+    expose: bool = False,
+    permission: Permission | None = None,
+    http_options: HttpOptions | None = None,
+    **options: Unpack[EnqueueOptions],
+) -> JobDecorator: ...
 
 
 def job(
-    func: Callable[..., Any] | None = None, /, **options: Any
+    func: Callable[..., Any] | None = None,
+    /,
+    *,
+    expose: bool = False,
+    permission: Permission | None = None,
+    http_options: HttpOptions | None = None,
+    **options: Any,
 ) -> JobFunction[..., Any] | JobDecorator:
     """Register a module-level function as a job, so that it can be enqueued (itself or
     its dotted path) with default options, and workers run it.
@@ -95,15 +127,25 @@ def job(
     ``@job`` and ``@job(queue="emails", retries=3, timeout=30, ...)`` both work; so does
     ``job(func)`` for a function whose module must not import ratequeue. Decorating a job
     again gives a copy with more options; the registered job keeps its own.
+
+    ``expose=True`` lets the HTTP API enqueue it, for the users ``permission(request)``
+    admits, with the options ``http_options(request, args, kwargs)`` adds (see
+    docs/http-api.md).
     """
     defaults = {k: v for k, v in options.items() if v is not None}
     job_options = JobOptions(defaults)
+    exposure = Exposure.of(expose, permission, http_options)
 
     def decorate(f: Callable[P, R], /) -> JobFunction[P, R]:
         if isinstance(f, JobFunction):
+            if exposure is not None:
+                raise ValueError(
+                    f"{f.path} is a job already: give expose= where it is first decorated "
+                    "with @job, which is the job the HTTP API finds."
+                )
             register_job(f)
             return JobFunction(f.func, f.options.merge(defaults))
-        return register_job(JobFunction(f, job_options))
+        return register_job(JobFunction(f, job_options, exposure))
 
     return decorate(func) if func is not None else decorate
 
@@ -166,9 +208,33 @@ def enqueue(
     return _enqueue_one(path, defaults.merge(options), list(args), dict(kwargs))
 
 
+def enqueue_job(
+    func: Callable[..., Any] | str, *, args: list[Any], kwargs: dict[str, Any], **options: Any
+) -> Job:
+    """:func:`enqueue`, giving back the job as it was written rather than a handle (the
+    HTTP API answers with it without reading it back); the existing job when
+    ``on_duplicate_id="ignore"`` gave that one."""
+    path, defaults = _target(func)
+    template, stamp, written = _write_one(path, defaults.merge(options), args, kwargs)
+    if not written:
+        return Job.objects.get(pk=stamp.id)
+    job = template.job(args, kwargs, stamp)
+    job._state.adding = False
+    return job
+
+
 def _enqueue_one(
     path: str, options: JobOptions, args: list[Any], kwargs: dict[str, Any]
 ) -> Handle[Any]:
+    template, stamp, _written = _write_one(path, options, args, kwargs)
+    return Handle(stamp.id, owner=template.owner)
+
+
+def _write_one(
+    path: str, options: JobOptions, args: list[Any], kwargs: dict[str, Any]
+) -> tuple[JobTemplate, JobStamp, bool]:
+    """Write one job; its template, its stamp, and whether it was written (not when
+    ``on_duplicate_id="ignore"`` found the caller's own job with that id)."""
     template = options.template(path)
     args_json = check_json("arguments", args)
     kwargs_json = check_json("keyword arguments", kwargs)
@@ -177,6 +243,7 @@ def _enqueue_one(
     settings = ratequeue_settings()
     stamp = template.stamp(clock.now())
     plain = template.max_concurrency is None and template.id is None
+    written = True
     if plain and settings.ENQUEUE_RATE_LIMIT is None:
         template.insert(args_json, kwargs_json, stamp, settings.ENQUEUE_ASYNC_COMMIT)
     else:
@@ -190,7 +257,8 @@ def _enqueue_one(
             # "ignore" hands out the existing job's handle: only when the job is the caller's.
             if not template.ignore_duplicates or not _owned_by(stamp.id, template.owner):
                 raise DuplicateJobId(stamp.id) from None
-    return Handle(stamp.id, owner=template.owner)
+            written = False
+    return template, stamp, written
 
 
 def apply_queue_limit(template: JobTemplate) -> None:
@@ -236,34 +304,43 @@ def enqueue_many(
     An item that is a dict gives keyword arguments, a list or tuple positional arguments,
     anything else the single argument. With ``id="x"`` the jobs get ids ``x-0``, ``x-1``, ...
     """
+    return enqueue_calls(func, map(_item_call, params), **options)
+
+
+def enqueue_calls(
+    func: Callable[..., Any] | str,
+    calls: Iterable[tuple[list[Any], dict[str, Any]]],
+    **options: Any,
+) -> list[Handle[Any]]:
+    """:func:`enqueue_many` with each job's call given as ``(args, kwargs)``, both at once
+    if need be (the HTTP API's bulk enqueue)."""
     path, defaults = _target(func)
     template = defaults.merge(options).template(path)
     now = clock.now()
     # Per job: its arguments as JSON text and its stamp (PER_JOB_COLUMNS' order).
-    calls: list[tuple[Any, ...]] = []
-    for index, item in enumerate(params):
-        args, kwargs = _item_call(item)
+    stamped: list[tuple[Any, ...]] = []
+    for index, (args, kwargs) in enumerate(calls):
         args_json = check_json(f"arguments (item {index})", args)
         kwargs_json = check_json(f"keyword arguments (item {index})", kwargs)
         template.check_size(args_json, kwargs_json, f" (item {index})")
         # Apart by a microsecond each, so that the items' order is their arrival order.
         enqueued_at = now + timedelta(microseconds=index)
         job_id = None if template.id is None else f"{template.id}-{index}"
-        calls.append((args_json, kwargs_json, *template.stamp(enqueued_at, job_id)))
-    if not calls:
+        stamped.append((args_json, kwargs_json, *template.stamp(enqueued_at, job_id)))
+    if not stamped:
         return []
     # The same read-only check as one enqueue: the loop reserves each job's cost when it
     # could start, so a batch is refused exactly when its first job would be.
     check_reservation_room(template.queue, template.cost)
     with transaction.atomic(using=queue_db()):
-        check_enqueue_rate(len(calls))
+        check_enqueue_rate(len(stamped))
         apply_queue_limit(template)
         if template.id is None and queue_connection().vendor == "postgresql":
-            template.row_copy.copy(calls)
+            template.row_copy.copy(stamped)
         else:
             rows = [
                 template.job(json.loads(args), json.loads(kwargs), JobStamp(*stamp))
-                for args, kwargs, *stamp in calls
+                for args, kwargs, *stamp in stamped
             ]
             if template.id is not None:
                 taken = Job.objects.filter(id__in=[r.id for r in rows])
@@ -277,7 +354,7 @@ def enqueue_many(
             )
         signal(LOOP)
     id_column = PER_JOB_COLUMNS.index("id")
-    return [Handle(call[id_column], owner=template.owner) for call in calls]
+    return [Handle(call[id_column], owner=template.owner) for call in stamped]
 
 
 __all__ = ["EnqueueOptions", "JobFunction", "JobOptions", "enqueue", "enqueue_many", "job"]

@@ -1,6 +1,7 @@
 """Running one claimed attempt: its job's function under its time limit, and what came
 of it (outcome, result, error, the class of what it raised) recorded on the attempt for
-the runner to report. Nothing here reads or writes rows.
+the runner to report. The only rows written here are the job's progress and output that
+are still pending as the attempt ends (:mod:`.progress`).
 
 A job that raises ``SystemExit`` or ``KeyboardInterrupt`` fails like any other; anything
 else that stops the process is recorded, then re-raised for the runner to report what ran.
@@ -27,9 +28,9 @@ from ..exceptions import (
     class_path,
     describe,
 )
-from .bounds import MAX_TIMEOUT, clip
+from .bounds import MAX_TIMEOUT, check_no_nul, clip
 from .models import Attempt, Job, Outcome
-from .options import check_no_nul
+from .progress import write_rest
 from .registry import registered_job
 from .subtasks import current_attempt
 
@@ -97,6 +98,8 @@ def run_attempt(attempt: Attempt) -> None:
         raise
     finally:
         current_attempt.reset(token)
+        # Its progress and output are complete before its outcome can be seen.
+        write_rest(attempt)
         # PostgreSQL text cannot hold a NUL: an error that quotes one keeps it escaped.
         limit = ratequeue_settings().MAX_ERROR_BYTES
         for field in ("error", "traceback", "exception_class_path"):

@@ -1,17 +1,20 @@
-"""Handles: what a caller holds on to after enqueue — status, result, cancel, attempts."""
+"""Handles: what a caller holds on to after enqueue — status, result (also awaited),
+progress and output, cancel, attempts."""
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Generic, TypeVar
 
+from asgiref.sync import sync_to_async
 from django.db import models
 
 from ..exceptions import JobCanceled, JobDoesNotExist, JobFailed, RecursiveWaitDeadlock
-from .models import FINAL_STATUSES, Attempt, CancelRequest, Job, Status
+from .models import FINAL_STATUSES, Attempt, CancelRequest, Job, OutputChunk, Status
 from .subtasks import check_wait, current_attempt, slots_released, workers_exhausted
 from .wakeup import LOOP, signal
 
@@ -19,6 +22,8 @@ R_co = TypeVar("R_co", covariant=True)
 
 # How often a job waiting on a subtask checks that some worker can still run it.
 DEADLOCK_CHECK_EVERY = 0.25
+# What waiting for a result reads of the job.
+OUTCOME_FIELDS = ("status", "result", "error", "traceback", "exception_class_path")
 
 
 def owner_label(owner: Any) -> str:
@@ -111,9 +116,7 @@ class Handle(Generic[R_co]):
         next_deadlock_check = time.monotonic() + DEADLOCK_CHECK_EVERY
         pause = 0.005
         while True:
-            job = self._job(
-                "status", "result", "error", "traceback", "exception_class_path", "queue"
-            )
+            job = self._job(*OUTCOME_FIELDS, "queue")
             if job.status in FINAL_STATUSES:
                 break
             now = time.monotonic()
@@ -131,11 +134,47 @@ class Handle(Generic[R_co]):
             wait = pause if deadline is None else min(pause, deadline - now)
             time.sleep(max(wait, 0))
             pause = min(pause * 1.5, 0.5)
+        return self._outcome(job)
+
+    async def aresult(self, timeout: float | None = None) -> R_co:
+        """:meth:`result` for async code (an async view): the event loop goes on while it
+        waits, and each look at the job is a short query in a thread. It is never a
+        subtask wait: call :meth:`result` from a job."""
+        check_timeout(timeout)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        read = sync_to_async(self._job)
+        pause = 0.005
+        while True:
+            job = await read(*OUTCOME_FIELDS)
+            if job.status in FINAL_STATUSES:
+                return self._outcome(job)
+            now = time.monotonic()
+            if deadline is not None and now >= deadline:
+                raise TimeoutError(f"Job {self.id} did not finish within {timeout} seconds")
+            await asyncio.sleep(max(pause if deadline is None else min(pause, deadline - now), 0))
+            pause = min(pause * 1.5, 0.5)
+
+    def _outcome(self, job: Job) -> Any:
+        """The return value of a finished job, or the exception that says why there is none."""
         if job.status == Status.FAILED:
             raise JobFailed(self.id, job.error, job.traceback, job.exception_class_path)
         if job.status == Status.CANCELED:
             raise JobCanceled(self.id)
         return job.result
+
+    def progress(self) -> dict[str, Any] | None:
+        """The latest progress the job reported (``report_progress``), or ``None``."""
+        progress: dict[str, Any] | None = self._job("progress").progress
+        return progress
+
+    def output(self, since: int = 0) -> list[str]:
+        """The job's partial output (``stream_output``) as stored, in order: the chunks
+        numbered above ``since`` (chunks are numbered from 1; pass how many you have)."""
+        if isinstance(since, bool) or not isinstance(since, int) or since < 0:
+            raise ValueError(f"since must be an integer, 0 or more, not {since!r}.")
+        self._job("status")
+        chunks = OutputChunk.objects.filter(job_id=self.id, index__gt=since).order_by("index")
+        return list(chunks.values_list("text", flat=True))
 
     def cancel(self) -> None:
         """Ask the loop to cancel the job: at once unless running, else when its attempt

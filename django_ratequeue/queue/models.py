@@ -126,6 +126,9 @@ class Job(models.Model):
     # The class of the exception, as "builtins.ValueError" (empty if it raised none).
     exception_class_path = models.TextField(blank=True, default="")
     finished_at = models.DateTimeField(null=True, blank=True)
+    # The latest report_progress() of its running attempt, a JSON object (written by the
+    # attempt's runner, at most every PROGRESS_INTERVAL: see queue/progress.py).
+    progress = models.JSONField(null=True, blank=True)
 
     objects = JobQuerySet.as_manager()
 
@@ -274,6 +277,29 @@ class Attempt(models.Model):
     def holds_queue_slot(self) -> bool:
         """A waiting attempt keeps its queue slot unless the job it waits on runs in its queue."""
         return self.wait == Wait.NONE or self.wait_queue != self.queue
+
+
+class OutputChunk(models.Model):
+    """A piece of a job's partial output (``stream_output``), numbered from 1 in the order
+    it was streamed, across the job's attempts. One row holds what a running attempt
+    streamed between two writes (queue/progress.py), so a job streaming a token at a time
+    writes a row every PROGRESS_INTERVAL, not one per token."""
+
+    # Indexed by the (job, index) constraint, which serves every read.
+    job = models.ForeignKey(
+        Job, on_delete=models.DO_NOTHING, related_name="output_set", db_index=False
+    )
+    index = models.PositiveIntegerField()
+    text = models.TextField()
+
+    class Meta:
+        verbose_name = "output chunk"
+        constraints = [
+            models.UniqueConstraint(fields=["job", "index"], name="ratequeue_output_job_index")
+        ]
+
+    def __str__(self) -> str:
+        return f"output {self.index} of {self.job_id}"
 
 
 class CancelRequest(models.Model):

@@ -10,7 +10,6 @@ checked here too. docs/api.md lists the options.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -27,6 +26,8 @@ from .bounds import (
     MAX_INT,
     MAX_TIMEOUT,
     MIN_INT,
+    NUL_REFUSED,
+    check_no_nul,
     check_queue_concurrency,
     check_queue_name,
     integer,
@@ -78,14 +79,10 @@ class EnqueueOptions(TypedDict, total=False):
 
 
 OPTION_NAMES = frozenset(EnqueueOptions.__optional_keys__)
+# Merged options kept per JobOptions (see JobOptions.merge).
+MERGES_KEPT = 1000
 DEFAULT_QUEUE = "default"
 OWNER_MAX_LENGTH = Job._meta.get_field("owner").max_length or 255
-
-
-# A NUL character in JSON text: ``\u0000`` after an even run of backslashes (an odd run
-# would be an escaped backslash followed by the letters "u0000").
-_JSON_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
-NUL_REFUSED = "must not contain NUL characters ('\\x00'): PostgreSQL cannot store them"
 
 
 def check_json(what: str, value: Any) -> str:
@@ -101,13 +98,8 @@ def check_json(what: str, value: Any) -> str:
     return text
 
 
-def check_no_nul(what: str, json_text: str) -> None:
-    """A ValueError if the JSON text holds a NUL character (PostgreSQL cannot store one)."""
-    if "\\u0000" in json_text and _JSON_NUL.search(json_text):
-        raise ValueError(f"The job's {what} {NUL_REFUSED}.")
-
-
-def _start_at(value: Any) -> datetime:
+def parse_start_at(value: Any) -> datetime:
+    """``start_at`` as an aware datetime no more than MAX_DELAY ahead, or a ValueError."""
     if isinstance(value, str):
         try:
             value = datetime.fromisoformat(value)
@@ -282,6 +274,11 @@ class JobOptions:
     _templates: dict[str, tuple[RateQueueSettings, JobTemplate]] = field(
         default_factory=dict, init=False, repr=False, compare=False
     )
+    # The JSON of options merged over these -> the result, so that the same call's options
+    # (the HTTP API's owner, say) are checked once, not at every enqueue.
+    _merged: dict[str, JobOptions] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.values) - OPTION_NAMES)
@@ -292,7 +289,18 @@ class JobOptions:
             )
 
     def merge(self, other: Mapping[str, Any]) -> JobOptions:
-        return JobOptions({**self.values, **other}) if other else self
+        if not other:
+            return self
+        try:
+            key = json.dumps(other, sort_keys=True, allow_nan=False)
+        except (TypeError, ValueError):  # a callable, a datetime...: checked each time
+            return JobOptions({**self.values, **other})
+        merged = self._merged.get(key)
+        if merged is None:
+            if len(self._merged) >= MERGES_KEPT:
+                self._merged.clear()
+            merged = self._merged[key] = JobOptions({**self.values, **other})
+        return merged
 
     def template(self, path: str) -> JobTemplate:
         """The options checked for the function at ``path``; raises ValueError naming what
@@ -318,7 +326,7 @@ class JobOptions:
             raise ValueError("Give start_at or run_after, not both.")
         start_at = run_after = None
         if options.get("start_at") is not None:
-            start_at = _start_at(options["start_at"])
+            start_at = parse_start_at(options["start_at"])
         elif options.get("run_after") is not None:
             run_after = timedelta(seconds=seconds("run_after", options["run_after"], MAX_DELAY))
         retries = options.get("retries")

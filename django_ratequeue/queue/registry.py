@@ -1,7 +1,7 @@
 """The functions that may run as jobs, registered at import time and found by name.
 
 A dotted path comes from outside the code that defined the job: a caller's string, an
-``on_complete`` option, a job row in the database, later an HTTP request. Were it imported
+``on_complete`` option, a job row in the database, an HTTP request. Were it imported
 and called, ``enqueue("builtins.exec", ...)`` or a row changed to ``os.system`` would run,
 and merely naming a module would run its import side effects. So only what the project's
 own code registered runs, and a name is looked up here without importing anything:
@@ -13,11 +13,15 @@ own code registered runs, and a name is looked up here without importing anythin
   qcluster workers alike), imports the modules that hold them, as the admin finds
   ``admin.py``: each installed app's ``jobs`` module, its ``tasks`` module when a TASKS
   backend is ours, and the modules ``RATEQUEUE["JOB_MODULES"]`` names.
+
+Over HTTP the bar is higher still: only jobs registered with ``@job(expose=True)`` can be
+enqueued there (:func:`exposed_job`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from importlib import import_module
 from typing import Any, TypeVar, cast
 
@@ -34,13 +38,45 @@ BACKEND_PATH = "django_ratequeue.backends.RateQueueBackend"
 HAS_DJANGO_TASKS = django.VERSION >= (6, 0)
 
 
+# What the HTTP API calls with the request: may it enqueue the job?
+Permission = Callable[[Any], bool]
+# ... and the options it enqueues the job with: (request, args, kwargs) -> options.
+HttpOptions = Callable[[Any, list[Any], dict[str, Any]], Mapping[str, Any]]
+
+
+@dataclass(frozen=True)
+class Exposure:
+    """How a job may be enqueued over the HTTP API (``@job(expose=True, ...)``): for whom
+    (``permission``, everybody the API admits when ``None``) and with which options the
+    server adds (``options``, e.g. a per-user concurrency key or a cost)."""
+
+    permission: Permission | None = None
+    options: HttpOptions | None = None
+
+    @classmethod
+    def of(
+        cls, expose: Any, permission: Permission | None, options: HttpOptions | None
+    ) -> Exposure | None:
+        """The exposure ``@job``'s arguments ask for, or ``None`` (not exposed)."""
+        if not isinstance(expose, bool):
+            raise ValueError(f"expose must be True or False, not {expose!r}.")
+        for name, hook in (("permission", permission), ("http_options", options)):
+            if hook is not None and not callable(hook):
+                raise ValueError(f"{name} must be a callable, not {hook!r}.")
+            if hook is not None and not expose:
+                raise ValueError(f"{name} is for jobs the HTTP API may enqueue: add expose=True.")
+        return cls(permission, options) if expose else None
+
+
 class Registered:
     """A function registered under its dotted path: the base of ``@job`` functions
-    (:class:`.enqueue.JobFunction`), which add their options and ``enqueue``."""
+    (:class:`.enqueue.JobFunction`), which add their options and ``enqueue``. Only those
+    with an :class:`Exposure` can be enqueued over HTTP."""
 
-    def __init__(self, func: Callable[..., Any]) -> None:
+    def __init__(self, func: Callable[..., Any], exposure: Exposure | None = None) -> None:
         self.func = func
         self.path = job_path(func)
+        self.exposure = exposure
 
 
 J = TypeVar("J", bound=Registered)
@@ -92,6 +128,15 @@ def registered_job(func: Callable[..., Any] | str, what: str = "job function") -
     known = _jobs.get(path)
     if known is None or not (isinstance(func, str) or func is known.func or func is known):
         raise UnknownJob(f"Unknown {what} {_shown(path)}: only registered jobs run; {FIX}.")
+    return known
+
+
+def exposed_job(path: str) -> Registered:
+    """The registered job at ``path`` that the HTTP API may enqueue; :class:`UnknownJob`
+    for any other name, registered or not, and nothing is imported."""
+    known = _jobs.get(path) if isinstance(path, str) else None
+    if known is None or known.exposure is None:
+        raise UnknownJob(f"No job {_shown(path)} can be enqueued over HTTP.")
     return known
 
 

@@ -1,4 +1,5 @@
-"""Retention: finished jobs are kept RETENTION seconds for ``result()`` and the admin.
+"""Retention: finished jobs are kept RETENTION seconds for ``result()`` and the admin,
+with their attempts and output.
 
 The loop prunes a small batch now and then when it has nothing else to do, and with it
 rate-limit rows that are full again (:mod:`..ratelimit.prune`);
@@ -15,7 +16,7 @@ from django.utils import timezone
 
 from ..conf import ratequeue_settings
 from ..ratelimit.prune import prune_full_rows
-from .models import Attempt, Job, WorkerHeartbeat, queue_db
+from .models import Attempt, Job, OutputChunk, WorkerHeartbeat, queue_db
 
 BACKGROUND_EVERY = 60.0
 BACKGROUND_BATCH = 500
@@ -29,6 +30,7 @@ def prune_batch(limit: int) -> int:
         ids = list(Job.objects.filter(finished_at__lt=cutoff).values_list("pk", flat=True)[:limit])
         if ids:
             Attempt.objects.filter(job_id__in=ids).delete()
+            OutputChunk.objects.filter(job_id__in=ids).delete()
             Job.objects.filter(pk__in=ids).delete()
     return len(ids)
 

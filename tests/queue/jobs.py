@@ -5,13 +5,21 @@ from __future__ import annotations
 
 import fcntl
 import json
+import math
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from django_ratequeue import NonRetryableError, get_handle, job
+from django_ratequeue import (
+    NonRetryableError,
+    get_handle,
+    job,
+    report_progress,
+    stream_output,
+)
 from django_ratequeue.queue.subtasks import current_job_id
 
 
@@ -210,3 +218,48 @@ def fail_with_a_hostile_class() -> None:
     """Raises an exception whose class path holds a NUL and is 10 MB long."""
     hostile = type("Hostile", (Exception,), {"__module__": "a\x00b" + "c" * 10_000_000})
     raise hostile("boom")
+
+
+@job
+def stream_words(words: list[str], pause: float = 0) -> int:
+    """Stream each word as a model streams its tokens, with progress after each."""
+    for done, word in enumerate(words, 1):
+        stream_output(word)
+        report_progress({"done": done, "total": len(words)})
+        if pause:
+            time.sleep(pause)
+    return len(words)
+
+
+@job
+def report_then_change() -> None:
+    """Reports a dict, then changes it: what was reported stays."""
+    progress: dict[str, Any] = {"step": "download"}
+    report_progress(progress)
+    progress["step"] = "changed afterwards"
+
+
+@job
+def misreport(cases: list[str]) -> list[str]:
+    """Makes each named bad call, returning what each raised (``type: message``)."""
+    calls: dict[str, Callable[[], None]] = {
+        "progress list": lambda: report_progress([1, 2]),  # type: ignore[arg-type]
+        "progress nan": lambda: report_progress({"x": math.nan}),
+        "progress object": lambda: report_progress({"x": object()}),
+        "progress nul": lambda: report_progress({"x": "a\x00b"}),
+        "progress big": lambda: report_progress({"x": "y" * 200}),
+        "output bytes": lambda: stream_output(b"bytes"),  # type: ignore[arg-type]
+        "output nul": lambda: stream_output("a\x00b"),
+        "output surrogate": lambda: stream_output("\ud800"),
+        "output chunk": lambda: stream_output("z" * 101),
+        "output total": lambda: [stream_output("w" * 100) for _ in range(3)] and None,
+    }
+    raised = []
+    for case in cases:
+        try:
+            calls[case]()
+        except Exception as exc:
+            raised.append(f"{type(exc).__name__}: {exc}")
+        else:
+            raised.append("nothing")
+    return raised

@@ -85,11 +85,12 @@ def test_many_enqueues_in_one_session_then_run(cluster, settings) -> None:
     assert [h.result(timeout=30) for h in handles] == [0, 2, 4, 6, 8, 10]
 
 
-def test_jobs_enqueued_one_after_another_start_without_the_watchdog(cluster) -> None:
-    """An enqueue skips its read of the loop's state for a SEGMENT after it saw the loop
-    running; a pass that rests idle meanwhile must still find those jobs. With the
-    watchdog this slow, a job it had to find would take up to 12 s (its check for
-    forgotten work comes every fourth look)."""
+def test_jobs_enqueued_one_after_another_are_not_left_for_the_leaders_next_look(
+    cluster,
+) -> None:
+    """Each enqueue wakes the resting leader (a signal on PostgreSQL, a poll of SQLite's
+    data version): with WATCHDOG_INTERVAL this long, forty jobs found only when the leader
+    renews its lease would take two minutes."""
     cluster(WATCHDOG_INTERVAL=3.0, LOOP_LEASE=10.0, SEGMENT=0.1)
     for i in range(40):
         assert enqueue(jobs.add, args=[i, i]).result(timeout=5) == 2 * i

@@ -94,6 +94,6 @@ def test_the_queues_raw_sql_goes_where_the_router_sends_its_models(
 def test_a_runner_turn_longer_than_the_brokers_retry_is_warned_about() -> None:
     with override_settings(Q_CLUSTER={"name": "test", "orm": "default", "retry": 20}):
         [warning] = check_runner_turn()
-    assert warning.id == "django_ratequeue.W303" and "RUNNER_TURN" in warning.msg
+    assert warning.id == "django_ratequeue.W305" and "RUNNER_TURN" in warning.msg
     with override_settings(Q_CLUSTER={"name": "test", "orm": "default", "retry": 360}):
         assert check_runner_turn() == []

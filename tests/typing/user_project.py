@@ -28,7 +28,9 @@ from django_ratequeue import (
     get_rate_limit_value,
     job,
     rate_limit,
+    report_progress,
     reset_rate_limit,
+    stream_output,
 )
 from django_ratequeue.conf import RateQueueSettings, ratequeue_settings
 from django_ratequeue.contrib.drf import RateLimitThrottle
@@ -49,6 +51,22 @@ def send_email(to: str, *, subject: str = "") -> bool:
 @job(queue={"name": "llm", "max_concurrency": 4}, retries={"retry_count": 2})
 def summarize(text: str) -> dict[str, int]:
     return {"words": len(text.split())}
+
+
+def per_user(request: Any, args: list[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+    return {"concurrency_key": f"user:{request.user.pk}", "cost": len(kwargs["prompt"])}
+
+
+@job(queue="llm", expose=True, permission=lambda request: True, http_options=per_user)
+def ask(prompt: str) -> str:
+    for word in prompt.split():
+        stream_output(word)
+        report_progress({"words": 1})
+    return prompt
+
+
+async def answered(handle: Handle[str]) -> str:
+    return await handle.aresult(timeout=30)
 
 
 def takes_adder(adder: JobFunction[[int, int], int]) -> None:
@@ -85,6 +103,11 @@ def jobs() -> None:
     assert_type(handle, Handle[Any])
     assert_type(handle.status(), Status)
     handle.cancel()
+
+    asked = ask.enqueue("Why?")
+    assert_type(asked, Handle[str])
+    assert_type(asked.progress(), dict[str, Any] | None)
+    assert_type(asked.output(since=3), list[str])
 
 
 def rate_limits() -> None:

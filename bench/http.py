@@ -1,0 +1,330 @@
+"""The HTTP API: enqueues over HTTP, and what streaming output costs a job.
+
+    .venv/bin/python -m bench.http              # about a minute
+    .venv/bin/python -m bench.http --quick      # smoke run
+
+HTTP enqueue: one server process (uvicorn, ASGI, with the database's connections pooled;
+``--server runserver`` for Django's threaded development server instead) and N client
+processes (4) that POST ``jobs/`` one request after the other on a kept-alive connection,
+authenticated by a DRF token, after a common start. No cluster runs: this is the cost of
+the request, the enqueue being ``bench.queue``'s.
+
+Streaming: the same job run here (``run_attempt``, as a worker runs it) producing
+10,000 tokens, streaming each with ``stream_output`` or not; once with a pause per token
+(the wait on a model's provider), once with none (the bare cost of a call). The rows its
+output was written in are counted: at most one write per PROGRESS_INTERVAL is the target.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import math
+import multiprocessing
+import os
+import platform
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bench.common import machine_lines, prepare_database, version
+
+ROOT = Path(__file__).resolve().parents[1]
+ENQUEUE = "/ratequeue/jobs/"
+BODY = json.dumps({"function": "bench.jobs.noop"}).encode()
+
+
+# -- the server --------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def server_command(kind: str, port: int) -> tuple[list[str], dict[str, str], str]:
+    """The command line, its environment, and a description of the server."""
+    if kind == "uvicorn":
+        command = [sys.executable, "-m", "uvicorn", "bench.asgi:application"]
+        command += ["--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
+        command += ["--no-access-log", "--log-level", "warning"]
+        label = (
+            f"uvicorn {version('uvicorn')} (ASGI, 1 process; httptools {version('httptools')}, "
+            f"uvloop {version('uvloop')}), psycopg_pool connections"
+        )
+        return command, {"BENCH_DB_POOL": "1"}, label
+    command = [sys.executable, "manage.py", "runserver", f"127.0.0.1:{port}", "--noreload"]
+    return command, {}, f"Django {version('django')} runserver (WSGI, threaded, 1 process)"
+
+
+@contextmanager
+def server(kind: str) -> Iterator[tuple[int, str]]:
+    """A server process in its own process group, killed on exit; yields its port."""
+    port = free_port()
+    command, env, label = server_command(kind, port)
+    log = Path(tempfile.mkstemp(prefix="bench-http-", suffix=".log")[1])
+    with log.open("ab") as out:
+        process = subprocess.Popen(
+            command,
+            cwd=ROOT,
+            env={**os.environ, "DJANGO_SETTINGS_MODULE": "bench.settings", **env},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        deadline = time.monotonic() + 30
+        while not answers(port):
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the server did not start:\n{log.read_text()[-2000:]}")
+            time.sleep(0.1)
+        yield port, label
+    finally:
+        with suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=10)
+        log.unlink(missing_ok=True)
+
+
+def answers(port: int) -> bool:
+    try:
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
+        connection.request("GET", "/ratequeue/schema/")
+        return connection.getresponse().status == 200
+    except OSError:
+        return False
+
+
+# -- the clients -------------------------------------------------------------------------
+
+
+def client(port: int, token: str, count: int, start: Any, results: Any) -> None:
+    """One client process: warm up, wait for the common start, then POST ``count`` enqueues
+    one after the other; reports its start, end, latencies and answers."""
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    headers = {"Authorization": f"Token {token}", "Content-Type": "application/json"}
+
+    def post() -> int:
+        connection.request("POST", ENQUEUE, BODY, headers)
+        response = connection.getresponse()
+        response.read()
+        return response.status
+
+    for _ in range(20):
+        post()
+    start.wait()
+    began = time.time()
+    latencies, statuses = [], []
+    for _ in range(count):
+        sent = time.perf_counter()
+        statuses.append(post())
+        latencies.append(time.perf_counter() - sent)
+    results.put((began, time.time(), latencies, statuses))
+
+
+@dataclass(frozen=True)
+class HttpRate:
+    requests: int
+    seconds: float
+    latencies: list[float]
+    refused: int
+
+    def __str__(self) -> str:
+        ordered = sorted(self.latencies)
+        p50 = ordered[len(ordered) // 2] * 1000
+        p99 = ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))] * 1000
+        text = f"{self.requests / self.seconds:,.0f} jobs/s (p50 {p50:.1f} ms, p99 {p99:.1f} ms)"
+        return text + (f", {self.refused} not 201" if self.refused else "")
+
+
+def http_enqueues(port: int, token: str, clients: int, per_client: int) -> HttpRate:
+    context = multiprocessing.get_context("spawn")
+    start = context.Barrier(clients)
+    results = context.Queue()
+    processes = [
+        context.Process(target=client, args=(port, token, per_client, start, results))
+        for _ in range(clients)
+    ]
+    for process in processes:
+        process.start()
+    reports = [results.get(timeout=300) for _ in processes]
+    for process in processes:
+        process.join()
+    began = min(report[0] for report in reports)
+    ended = max(report[1] for report in reports)
+    latencies = [latency for report in reports for latency in report[2]]
+    refused = sum(status != 201 for report in reports for status in report[3])
+    return HttpRate(clients * per_client, ended - began, latencies, refused)
+
+
+def bench_token() -> str:
+    from django.contrib.auth.models import User
+    from rest_framework.authtoken.models import Token
+
+    user, _ = User.objects.get_or_create(username="bench-http")
+    token, _ = Token.objects.get_or_create(user=user)
+    return str(token.key)
+
+
+def empty_tables() -> None:
+    from django.db import connection
+
+    from django_ratequeue.models import Attempt, CancelRequest, Job, LoopState, OutputChunk
+
+    models = [OutputChunk, Attempt, Job, CancelRequest, LoopState]
+    tables = ", ".join(connection.ops.quote_name(m._meta.db_table) for m in models)
+    with connection.cursor() as cursor:
+        cursor.execute(f"TRUNCATE {tables}")
+
+
+# -- streaming ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Streamed:
+    """One run of the job: its time, and the rows its output was written in (each write
+    of output is one row, or more when it holds over MAX_OUTPUT_CHUNK_LENGTH)."""
+
+    seconds: float
+    rows: int
+
+
+def run_job(chunks: int, pause: float, stream: bool) -> Streamed:
+    """Run ``generate`` once here, as a worker runs an attempt."""
+    from django.utils import timezone
+
+    from django_ratequeue import enqueue
+    from django_ratequeue.models import Attempt, OutputChunk
+    from django_ratequeue.queue.execution import run_attempt
+
+    handle = enqueue("bench.ratequeue_jobs.generate", args=[chunks, pause, stream])
+    Attempt.objects.create(
+        job_id=handle.id, number=1, queue="default", dispatched_at=timezone.now()
+    )
+    attempt = Attempt.objects.select_related("job").get(job_id=handle.id)
+    began = time.perf_counter()
+    run_attempt(attempt)
+    seconds = time.perf_counter() - began
+    assert attempt.outcome == "succeeded", attempt.error
+    return Streamed(seconds, OutputChunk.objects.filter(job_id=handle.id).count())
+
+
+def streaming_cost(chunks: int, pause: float, repeats: int) -> str:
+    """Median time with streaming against without, over ``repeats`` alternating runs."""
+    plain, streamed = [], []
+    for _ in range(repeats):
+        plain.append(run_job(chunks, pause, stream=False))
+        streamed.append(run_job(chunks, pause, stream=True))
+    from django_ratequeue.conf import ratequeue_settings
+
+    interval = ratequeue_settings().PROGRESS_INTERVAL
+    without = statistics.median(run.seconds for run in plain)
+    with_ = statistics.median(run.seconds for run in streamed)
+    # One write at the first chunk, at most one per interval after it, and the last one.
+    worst = max(streamed, key=lambda run: run.rows - run.seconds / interval)
+    bound = math.floor(worst.seconds / interval) + 2
+    return (
+        f"{with_:.3f} s streaming, {without:.3f} s not: {with_ / without:.3f}x; "
+        f"{worst.rows} rows for {chunks:,} chunks in {worst.seconds:.2f} s (one write per "
+        f"{interval * 1000:.0f} ms allows {bound})"
+    )
+
+
+# -- the report --------------------------------------------------------------------------
+
+
+def parse_arguments(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.http",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--server", choices=["uvicorn", "runserver"], default="uvicorn")
+    parser.add_argument("--clients", type=int, default=4, help="client processes")
+    parser.add_argument("--requests", type=int, default=1000, help="enqueues per client")
+    parser.add_argument("--chunks", type=int, default=10_000, help="tokens the job streams")
+    parser.add_argument(
+        "--pause", type=float, default=0.0001, help="seconds per token in the paced run"
+    )
+    parser.add_argument("--repeats", type=int, default=3, help="runs of each streaming job")
+    parser.add_argument("--quick", action="store_true", help="smoke run with small counts")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.requests, args.chunks, args.repeats = 200, 2000, 1
+    if min(args.clients, args.requests, args.chunks, args.repeats) < 1:
+        parser.error("every count must be positive")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = parse_arguments(argv)
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "bench.settings")
+    import django
+
+    django.setup()
+    from django.conf import settings
+
+    database = prepare_database()
+    command = " ".join(["python -m bench.http", *(sys.argv[1:] if argv is None else argv)])
+    print(
+        "\n".join(
+            [
+                *machine_lines(database),
+                f"Python {platform.python_version()}, Django {version('django')}, "
+                f"djangorestframework {version('djangorestframework')}, "
+                f"psycopg {version('psycopg')}",
+                f"PROGRESS_INTERVAL: {settings.RATEQUEUE.get('PROGRESS_INTERVAL', 0.05)} s",
+                f"command: {command}",
+            ]
+        ),
+        flush=True,
+    )
+    rows: list[tuple[str, str, str]] = []
+    try:
+        empty_tables()
+        token = bench_token()
+        with server(args.server) as (port, label):
+            print(f"server: {label}", flush=True)
+            rate = http_enqueues(port, token, args.clients, args.requests)
+        rows.append(
+            (
+                f"HTTP enqueue, {args.clients} client processes x {args.requests:,}, "
+                f"one server process ({label})",
+                "≥ 500 jobs/s",
+                str(rate),
+            )
+        )
+        print(f"- {rows[-1][2]}", flush=True)
+        for pause in (args.pause, 0.0):
+            paced = f"{pause * 1e6:.0f} µs per token" if pause else "no pause"
+            rows.append(
+                (
+                    f"a job streaming {args.chunks:,} chunks against the same job not "
+                    f"streaming ({paced}, median of {args.repeats})",
+                    "≤ 1.2x; ≤ 1 write per 50 ms" if pause else "—",
+                    streaming_cost(args.chunks, pause, args.repeats),
+                )
+            )
+            print(f"- {rows[-1][2]}", flush=True)
+    finally:
+        empty_tables()
+    print()
+    print("| scenario | target | measured |")
+    print("| --- | --- | --- |")
+    for row in rows:
+        print("| " + " | ".join(row) + " |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,59 @@
+"""Who may use the HTTP API, and whose jobs a request sees.
+
+A logged-in user owns the jobs they enqueue (the handle's ``owner``, see docs/api.md,
+"Owners"); with ``RATEQUEUE["API_ALLOW_ANONYMOUS"]`` a visitor who is not logged in owns
+theirs through their session. Every other job looks exactly like one that does not
+exist.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework.authentication import SessionAuthentication
+from rest_framework.exceptions import PermissionDenied
+from rest_framework.permissions import SAFE_METHODS, BasePermission
+from rest_framework.request import Request
+
+from ..conf import ratequeue_settings
+from ..queue.handles import owner_label
+
+
+class ApiAccess(BasePermission):
+    """Authenticated users; anonymous visitors too when ``API_ALLOW_ANONYMOUS`` is set,
+    with CSRF checked on their writes as DRF checks it for logged-in session users."""
+
+    message = "Log in to use this API."
+
+    def has_permission(self, request: Request, view: Any) -> bool:
+        if request.user and request.user.is_authenticated:
+            return True
+        if not ratequeue_settings().API_ALLOW_ANONYMOUS:
+            return False
+        if request.method not in SAFE_METHODS:
+            CsrfCheck().enforce_csrf(request)
+        return True
+
+
+class CsrfCheck(SessionAuthentication):
+    """DRF's CSRF check of session requests, for the writes of anonymous visitors (DRF
+    checks only logged-in users' requests, but an anonymous session owns jobs here too)."""
+
+
+def request_owner(request: Request, *, create: bool) -> str | None:
+    """The owner (as stored) of the jobs this request may see: its user, else its session
+    (``session:<key>``). ``None`` when it has no identity yet and ``create`` is false (it
+    can own nothing); with ``create`` an anonymous visitor's session is saved to get one."""
+    user = request.user
+    if user and user.is_authenticated:
+        return owner_label(user)
+    session = getattr(request, "session", None)
+    if session is None:
+        raise PermissionDenied(
+            "Anonymous use of this API needs Django's sessions (SessionMiddleware)."
+        )
+    if session.session_key is None:
+        if not create:
+            return None
+        session.save()
+    return f"session:{session.session_key}"

@@ -1,0 +1,204 @@
+"""What the HTTP API reads and writes: requests checked field by field (an error names its
+field, and nothing is written), and the JSON shape of a job and of a public rate limit.
+
+The rules are the library's own (:mod:`..queue.options`, :mod:`..queue.bounds`), so a
+request is refused exactly when the same call of ``enqueue`` would be. A request may give
+only the options that are about its own job (``CLIENT_OPTIONS``); those that decide how
+the job runs and what it may use (queue, concurrency key, cost, priority, retries...) are
+the server's: the job's ``@job`` options and its ``http_options``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from rest_framework import serializers
+
+from ..conf import ratequeue_settings
+from ..exceptions import JobCanceled
+from ..queue.bounds import MAX_DELAY, NUL_REFUSED, seconds
+from ..queue.models import Job, Status
+from ..queue.options import OPTION_NAMES, check_json, parse_start_at
+from ..ratelimit.config import MAX_TOKENS
+
+CLIENT_OPTIONS = ("start_at", "run_after", "id", "on_duplicate_id")
+
+
+def library_rule(check: Any, *args: Any) -> Any:
+    """Apply one of the library's checks, its ValueError becoming the field's error."""
+    try:
+        return check(*args)
+    except ValueError as error:
+        raise serializers.ValidationError(str(error)) from None
+
+
+class StrictSerializer(serializers.Serializer[Any]):
+    """Refuses the keys it does not know, naming each (DRF would drop them silently)."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        if isinstance(data, Mapping):
+            unknown = sorted(map(str, set(data) - set(self.fields)))
+            if unknown:
+                raise serializers.ValidationError({key: [self.unknown(key)] for key in unknown})
+        return super().to_internal_value(data)
+
+    def unknown(self, key: str) -> str:
+        return f"Unknown field; the fields are: {', '.join(self.fields)}."
+
+
+class OptionsSerializer(StrictSerializer):
+    """The options a request may give its job."""
+
+    start_at = serializers.CharField(required=False, max_length=64, trim_whitespace=False)
+    run_after = serializers.FloatField(required=False)
+    id = serializers.CharField(required=False, max_length=200, trim_whitespace=False)
+    on_duplicate_id = serializers.ChoiceField(["error", "ignore"], required=False)
+
+    def unknown(self, key: str) -> str:
+        if key in OPTION_NAMES:
+            return "Decided by the server for this job: a request cannot set it."
+        return f"Unknown option; a request may give: {', '.join(CLIENT_OPTIONS)}."
+
+    def validate_start_at(self, value: str) -> Any:
+        return library_rule(parse_start_at, value)
+
+    def validate_run_after(self, value: float) -> float:
+        return float(library_rule(seconds, "run_after", value, MAX_DELAY))
+
+    def validate_id(self, value: str) -> str:
+        if "\x00" in value:
+            raise serializers.ValidationError(f"id {NUL_REFUSED}.")
+        return value
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if "start_at" in attrs and "run_after" in attrs:
+            raise serializers.ValidationError({"run_after": ["Give start_at or run_after."]})
+        return attrs
+
+
+class CallSerializer(StrictSerializer):
+    """One call of the job's function: its positional and keyword arguments, JSON within
+    ``MAX_ARGUMENTS_BYTES`` together."""
+
+    args = serializers.ListField(required=False, default=list)
+    kwargs = serializers.DictField(required=False, default=dict)
+
+    def validate_args(self, value: list[Any]) -> list[Any]:
+        library_rule(check_json, "arguments", value)
+        return value
+
+    def validate_kwargs(self, value: dict[str, Any]) -> dict[str, Any]:
+        library_rule(check_json, "keyword arguments", value)
+        return value
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        sizes = {name: len(check_json(name, attrs[name])) for name in ("args", "kwargs")}
+        limit = ratequeue_settings().MAX_ARGUMENTS_BYTES
+        if sum(sizes.values()) > limit:
+            larger = max(sizes, key=lambda name: sizes[name])
+            raise serializers.ValidationError(
+                {
+                    larger: [
+                        f"The arguments are {sum(sizes.values())} bytes of JSON; the most is "
+                        f"{limit}. Pass a reference instead, such as the id of a row."
+                    ]
+                }
+            )
+        return attrs
+
+
+class EnqueueSerializer(CallSerializer):
+    """``POST jobs/``: a call of an exposed job."""
+
+    function = serializers.CharField(max_length=300, trim_whitespace=False)
+    options = OptionsSerializer(required=False)
+
+
+class BulkEnqueueSerializer(StrictSerializer):
+    """``POST jobs/bulk/``: several calls of one exposed job, enqueued all or none."""
+
+    function = serializers.CharField(max_length=300, trim_whitespace=False)
+    items = CallSerializer(many=True, allow_empty=False)
+    options = OptionsSerializer(required=False)
+
+    def to_internal_value(self, data: Any) -> Any:
+        """The count is checked first: a list over the cap is refused before its items."""
+        items = data.get("items") if isinstance(data, Mapping) else None
+        limit = ratequeue_settings().API_MAX_BULK_ITEMS
+        if isinstance(items, list) and len(items) > limit:
+            raise serializers.ValidationError(
+                {
+                    "items": [
+                        f"{len(items)} items; one request enqueues at most {limit} "
+                        '(RATEQUEUE["API_MAX_BULK_ITEMS"]).'
+                    ]
+                }
+            )
+        return super().to_internal_value(data)
+
+
+class JobSerializer(serializers.Serializer[Job]):
+    """A job as its owner sees it. ``result`` is set once it is complete, ``error`` once
+    it failed (the last attempt's message) or was canceled; each is ``null`` otherwise."""
+
+    id = serializers.CharField(read_only=True)
+    function = serializers.CharField(source="func", read_only=True)
+    status = serializers.ChoiceField(Status.choices, read_only=True)
+    attempts = serializers.IntegerField(read_only=True)
+    progress = serializers.JSONField(read_only=True, allow_null=True)
+    result = serializers.JSONField(read_only=True, allow_null=True)
+    error = serializers.CharField(read_only=True, allow_null=True)
+    created_at = serializers.DateTimeField(read_only=True)
+    start_at = serializers.DateTimeField(read_only=True)
+    finished_at = serializers.DateTimeField(read_only=True, allow_null=True)
+
+    def to_representation(self, instance: Job) -> dict[str, Any]:
+        data: dict[str, Any] = super().to_representation(instance)
+        data["result"] = instance.result if instance.status == Status.COMPLETE else None
+        data["error"] = job_error(instance)
+        return data
+
+
+def job_error(job: Job) -> str | None:
+    if job.status == Status.FAILED:
+        return job.error
+    if job.status == Status.CANCELED:
+        return str(JobCanceled(job.id))
+    return None
+
+
+class RateLimitQuerySerializer(StrictSerializer):
+    """``GET ratelimits/<name>/?count=n``: only ``count`` (the key is never a parameter)."""
+
+    count = serializers.FloatField(required=False, default=1)
+
+    def unknown(self, key: str) -> str:
+        return "Unknown parameter: the only one is count (the key comes from the server)."
+
+    def validate_count(self, value: float) -> float:
+        if not 0 < value <= MAX_TOKENS:
+            raise serializers.ValidationError(
+                f"count must be more than 0 and at most {MAX_TOKENS:g}."
+            )
+        return value
+
+
+class RateLimitSerializer(serializers.Serializer[Any]):
+    """A public rate limit as it stands for the requesting user: ``value`` tokens at
+    ``ts`` (a token bucket refills ``rate`` per ``period`` seconds up to ``capacity``; a
+    fixed window adds ``rate`` each ``period``), and whether ``count`` tokens would be
+    admitted now (``ok``), else when (``retry_at``, ``retry_after`` seconds)."""
+
+    name = serializers.CharField()
+    kind = serializers.CharField()
+    value = serializers.FloatField()
+    capacity = serializers.FloatField()
+    rate = serializers.FloatField()
+    period = serializers.FloatField()
+    max_reserved = serializers.FloatField(allow_null=True)
+    count = serializers.FloatField()
+    ok = serializers.BooleanField()
+    retry_at = serializers.DateTimeField(allow_null=True)
+    retry_after = serializers.FloatField(allow_null=True)
+    ts = serializers.DateTimeField()

@@ -1,0 +1,431 @@
+"""The HTTP API's views (docs/http-api.md describes each, with examples).
+
+Every view admits whom :class:`.permissions.ApiAccess` admits, is throttled by
+:class:`.throttles.ApiThrottle`, reads JSON bodies up to ``API_MAX_BODY_BYTES`` and shows
+a request only its owner's jobs (:func:`.permissions.request_owner`): any other job is a
+404, exactly like one that does not exist.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any
+from urllib.parse import quote
+
+from django.core.exceptions import ImproperlyConfigured
+from django.core.handlers.asgi import ASGIRequest
+from django.db import transaction
+from django.http import HttpResponse, StreamingHttpResponse
+from django.http.response import HttpResponseBase
+from rest_framework import status
+from rest_framework.exceptions import (
+    APIException,
+    NotAuthenticated,
+    NotFound,
+    PermissionDenied,
+    Throttled,
+    ValidationError,
+)
+from rest_framework.generics import GenericAPIView
+from rest_framework.permissions import AllowAny
+from rest_framework.renderers import BaseRenderer, JSONOpenAPIRenderer, JSONRenderer
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.schemas.openapi import AutoSchema, SchemaGenerator
+from rest_framework.serializers import BaseSerializer
+from rest_framework.settings import api_settings
+from rest_framework.views import APIView
+
+from .. import clock
+from ..conf import ratequeue_settings
+from ..decorators import KEY_SHORTHANDS
+from ..exceptions import DuplicateJobId, RateLimited, UnknownJob
+from ..queue.enqueue import enqueue, enqueue_calls, enqueue_job
+from ..queue.handles import Handle
+from ..queue.models import FINAL_STATUSES, Job, queue_db
+from ..queue.registry import Registered, exposed_job
+from ..ratelimit.api import check_rate_limit
+from .parsers import CappedJSONParser, RequestTooLarge
+from .permissions import ApiAccess, request_owner
+from .serializers import (
+    BulkEnqueueSerializer,
+    EnqueueSerializer,
+    JobSerializer,
+    RateLimitQuerySerializer,
+    RateLimitSerializer,
+)
+from .sse import JobWatch, Resume, astream, stream
+from .throttles import ApiThrottle
+
+
+class Conflict(APIException):
+    status_code = status.HTTP_409_CONFLICT
+    default_detail = "The request conflicts with an existing job."
+    default_code = "conflict"
+
+
+class EventStreamRenderer(BaseRenderer):
+    """Lets a request that accepts only ``text/event-stream`` (as EventSource's does)
+    through content negotiation; an error before the stream starts is sent as JSON."""
+
+    media_type = "text/event-stream"
+    format = "event-stream"
+    charset = "utf-8"
+
+    def render(
+        self,
+        data: Any,
+        accepted_media_type: str | None = None,
+        renderer_context: Mapping[str, Any] | None = None,
+    ) -> bytes:
+        return JSONRenderer().render(data)
+
+
+class ApiSchema(AutoSchema):
+    """DRF's schema of one of these views: its operation id, and its request and response
+    bodies where they differ from the view's serializer."""
+
+    def __init__(
+        self,
+        operation_id: str,
+        *,
+        request: type[BaseSerializer[Any]] | None = None,
+        response: type[BaseSerializer[Any]] | None = None,
+        many: bool = False,
+        status_code: int | None = None,
+        query: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(tags=["ratequeue"])
+        self.operation_id = operation_id
+        self.request_serializer, self.response_serializer = request, response
+        self.many = many
+        self.status_code = status_code
+        self.query = query or {}
+
+    def get_operation_id(self, path: str, method: str) -> str:
+        return self.operation_id
+
+    def get_operation(self, path: str, method: str) -> dict[str, Any]:
+        operation: dict[str, Any] = super().get_operation(path, method)
+        operation["parameters"] += [
+            {"name": name, "in": "query", "description": text, "schema": {"type": "number"}}
+            for name, text in self.query.items()
+        ]
+        return operation
+
+    def get_request_serializer(self, path: str, method: str) -> Any:
+        if self.request_serializer is None:
+            return super().get_request_serializer(path, method)
+        return self.request_serializer()
+
+    def get_response_serializer(self, path: str, method: str) -> Any:
+        if self.response_serializer is None:
+            return super().get_response_serializer(path, method)
+        return self.response_serializer()
+
+    def get_responses(self, path: str, method: str) -> dict[str, Any]:
+        responses: dict[str, Any] = super().get_responses(path, method)
+        if self.status_code is not None:
+            responses = {str(self.status_code): response for response in responses.values()}
+        if self.many:
+            for response in responses.values():
+                for content in response.get("content", {}).values():
+                    content["schema"] = {"type": "array", "items": content["schema"]}
+        return responses
+
+
+class EventStreamSchema(ApiSchema):
+    """The schema of a Server-Sent Events stream: text, described in words."""
+
+    def get_components(self, path: str, method: str) -> dict[str, Any]:
+        return {}
+
+    def get_responses(self, path: str, method: str) -> dict[str, Any]:
+        return {
+            "200": {
+                "content": {"text/event-stream": {"schema": {"type": "string"}}},
+                "description": "Events status, progress, output and a final result or error; "
+                "each with an id to resume from (Last-Event-ID).",
+            },
+            "204": {"description": "The stream ended with its final event already."},
+        }
+
+
+class ApiView(GenericAPIView[Any]):
+    permission_classes = [ApiAccess]
+    throttle_classes = [ApiThrottle]
+    throttle_scope = "ratequeue_read"
+    parser_classes = [CappedJSONParser]
+    renderer_classes = [JSONRenderer]
+
+    def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
+        """A body over ``API_MAX_BODY_BYTES`` is refused by its length, before anything
+        (authentication's CSRF check included) reads it."""
+        length = request.META.get("CONTENT_LENGTH") or "0"
+        limit = ratequeue_settings().API_MAX_BODY_BYTES
+        if length.isdigit() and int(length) > limit:
+            raise RequestTooLarge(
+                f'The request body is over {limit} bytes (RATEQUEUE["API_MAX_BODY_BYTES"]).'
+            )
+        super().initial(request, *args, **kwargs)
+
+    def valid(self, data: Any) -> Any:
+        serializer = self.get_serializer(data=data)
+        serializer.is_valid(raise_exception=True)
+        return serializer.validated_data
+
+    def owned_job(self, job_id: str) -> Job:
+        """The request's own job ``job_id``, else 404."""
+        owner = request_owner(self.request, create=False)
+        job = None if owner is None else Job.objects.filter(pk=job_id, owner=owner).first()
+        if job is None:
+            raise NotFound("There is no such job.")
+        return job
+
+
+class EnqueueView(ApiView):
+    """``POST jobs/``: enqueue a call of an exposed job, owned by the requesting user."""
+
+    serializer_class = EnqueueSerializer
+    throttle_scope = "ratequeue_enqueue"
+    schema = ApiSchema("enqueueJob", response=JobSerializer)
+
+    def post(self, request: Request) -> Response:
+        data = self.valid(request.data)
+        job = exposed(request, data["function"])
+        check_call(job, data["args"], data["kwargs"])
+        owner = request_owner(request, create=True)
+        with refusals():
+            options = job_options(request, job, data["args"], data["kwargs"], data, owner)
+            created = enqueue_job(job.path, args=data["args"], kwargs=data["kwargs"], **options)
+        location = f"{request.path}{quote(created.pk, safe='')}/"
+        body = JobSerializer(created).data
+        return Response(body, status=status.HTTP_201_CREATED, headers={"Location": location})
+
+
+class BulkEnqueueView(ApiView):
+    """``POST jobs/bulk/``: several calls of one exposed job, enqueued all or none."""
+
+    serializer_class = BulkEnqueueSerializer
+    throttle_scope = "ratequeue_enqueue"
+    schema = ApiSchema("enqueueJobs", response=JobSerializer, many=True)
+
+    def post(self, request: Request) -> Response:
+        data = self.valid(request.data)
+        job = exposed(request, data["function"])
+        calls = [(item["args"], item["kwargs"]) for item in data["items"]]
+        problems = [call_problem(job, args, kwargs) for args, kwargs in calls]
+        if any(problems):
+            raise ValidationError({"items": [problem or {} for problem in problems]})
+        owner = request_owner(request, create=True)
+        with refusals():
+            options = [job_options(request, job, *call, data, owner) for call in calls]
+            if all(each == options[0] for each in options):
+                handles = enqueue_calls(job.path, calls, **options[0])
+            else:
+                handles = enqueue_each(job, calls, options)
+        ids = [handle.id for handle in handles]
+        jobs = Job.objects.in_bulk(ids)
+        body = [JobSerializer(jobs[job_id]).data for job_id in ids]
+        return Response(body, status=status.HTTP_201_CREATED)
+
+
+class JobView(ApiView):
+    """``GET jobs/<id>/``: the job as its owner sees it."""
+
+    serializer_class = JobSerializer
+    schema = ApiSchema("getJob")
+
+    def get(self, request: Request, job_id: str) -> Response:
+        return Response(JobSerializer(self.owned_job(job_id)).data)
+
+
+class CancelView(ApiView):
+    """``POST jobs/<id>/cancel/``: ask for the job to be canceled (at once unless it runs,
+    else when its attempt ends); 202 with the job as it is now."""
+
+    serializer_class = JobSerializer
+    schema = ApiSchema("cancelJob", status_code=status.HTTP_202_ACCEPTED)
+
+    def post(self, request: Request, job_id: str) -> Response:
+        job = self.owned_job(job_id)
+        Handle(job.pk, owner=job.owner).cancel()
+        return Response(JobSerializer(job).data, status=status.HTTP_202_ACCEPTED)
+
+
+class EventsView(ApiView):
+    """``GET jobs/<id>/events/``: the job's Server-Sent Events (see :mod:`.sse`)."""
+
+    renderer_classes = [JSONRenderer, EventStreamRenderer]
+    schema = EventStreamSchema("getJobEvents")
+
+    def get(self, request: Request, job_id: str) -> HttpResponseBase:
+        job = self.owned_job(job_id)
+        resume = Resume.parse(request.headers.get("Last-Event-ID"), request.GET.get("since"))
+        if resume.ended and job.status in FINAL_STATUSES:
+            return HttpResponse(status=status.HTTP_204_NO_CONTENT)
+        watch = JobWatch(job.pk, job.owner, resume.cursor)
+        events = astream(watch) if isinstance(request._request, ASGIRequest) else stream(watch)
+        response = StreamingHttpResponse(events, content_type="text/event-stream")
+        response["Cache-Control"] = "no-cache"
+        response["X-Accel-Buffering"] = "no"  # nginx: pass each event on at once
+        return response
+
+
+class RateLimitView(ApiView):
+    """``GET ratelimits/<name>/?count=n``: a public rate limit for the requesting user."""
+
+    serializer_class = RateLimitSerializer
+    schema = ApiSchema("getRateLimit", query={"count": "The tokens to check for (default 1)."})
+
+    def get(self, request: Request, name: str) -> Response:
+        settings = ratequeue_settings()
+        if name not in settings.PUBLIC_RATE_LIMITS:
+            raise NotFound("There is no such public rate limit.")
+        query = RateLimitQuerySerializer(data=request.query_params.dict())
+        query.is_valid(raise_exception=True)
+        count = query.validated_data["count"]
+        key = limit_key(request, settings.PUBLIC_RATE_LIMITS[name])
+        config = settings.RATE_LIMITS[name]
+        try:
+            result = check_rate_limit(name, key=key, count=count)
+        except ValueError as error:
+            raise ValidationError({"count": [str(error)]}) from None
+        body = {
+            "name": name,
+            "kind": config.kind,
+            "value": result.value,
+            "capacity": config.max_tokens,
+            "rate": config.rate,
+            "period": config.period_seconds,
+            "max_reserved": config.max_reserved,
+            "count": count,
+            "ok": result.ok,
+            "retry_at": result.retry_at,
+            "retry_after": result.retry_after,
+            "ts": clock.now(),
+        }
+        return Response(RateLimitSerializer(body).data)
+
+
+class SchemaView(APIView):
+    """``GET schema/``: the OpenAPI schema of these endpoints, by DRF's own generator, with
+    their paths under wherever the project mounted them."""
+
+    permission_classes = [AllowAny]
+    renderer_classes = [JSONOpenAPIRenderer]
+    patterns: list[Any] = []
+
+    def get(self, request: Request) -> Response:
+        generator = SchemaGenerator(
+            title="django-ratequeue",
+            description="Enqueue exposed jobs, follow them live, read public rate limits.",
+            version="1",
+            patterns=self.patterns,
+            url=request.path.removesuffix("schema/"),
+        )
+        return Response(generator.get_schema(request=None, public=True))
+
+
+# --- enqueueing -------------------------------------------------------------------------
+
+
+def exposed(request: Request, name: str) -> Registered:
+    """The exposed job ``name`` if this request may enqueue it: 404 for any other name
+    (nothing is imported), 403 when its ``permission`` refuses the request."""
+    try:
+        job = exposed_job(name)
+    except UnknownJob:
+        raise NotFound("There is no such function to enqueue.") from None
+    assert job.exposure is not None
+    if job.exposure.permission is not None and not job.exposure.permission(request):
+        raise PermissionDenied("You may not enqueue this function.")
+    return job
+
+
+def call_problem(job: Registered, args: list[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The field error when ``args`` and ``kwargs`` do not fit the job's parameters (a
+    call that would fail on every attempt); empty when they do."""
+    try:
+        signature = inspect.signature(job.func)
+    except (TypeError, ValueError):  # nothing to check against
+        return {}
+    try:
+        signature.bind(*args, **kwargs)
+    except TypeError as error:
+        field = "kwargs" if "keyword" in str(error) else "args"
+        return {field: [f"The arguments do not fit the function: {error}."]}
+    return {}
+
+
+def check_call(job: Registered, args: list[Any], kwargs: dict[str, Any]) -> None:
+    problem = call_problem(job, args, kwargs)
+    if problem:
+        raise ValidationError(problem)
+
+
+def job_options(
+    request: Request,
+    job: Registered,
+    args: list[Any],
+    kwargs: dict[str, Any],
+    data: Mapping[str, Any],
+    owner: str | None,
+) -> dict[str, Any]:
+    """The request's options, then the server's (``http_options``), then the owner."""
+    assert job.exposure is not None
+    decided = job.exposure.options
+    server = dict(decided(request, args, kwargs)) if decided is not None else {}
+    return {**data.get("options", {}), **server, "owner": owner}
+
+
+def enqueue_each(
+    job: Registered, calls: list[tuple[list[Any], dict[str, Any]]], options: list[dict[str, Any]]
+) -> list[Handle[Any]]:
+    """Calls whose ``http_options`` differ, enqueued one by one in one transaction; a
+    custom ``id`` gives them the ids ``enqueue_many`` would (``id-0``, ``id-1``...)."""
+    handles = []
+    with transaction.atomic(using=queue_db()):
+        for index, ((args, kwargs), each) in enumerate(zip(calls, options, strict=True)):
+            if each.get("id") is not None:
+                each = {**each, "id": f"{each['id']}-{index}"}
+            handles.append(enqueue(job.path, args=args, kwargs=kwargs, **each))
+    return handles
+
+
+@contextmanager
+def refusals() -> Iterator[None]:
+    """The library's refusals as HTTP answers: a rate limit (ENQUEUE_RATE_LIMIT, a queue's
+    ``max_reserved``) 429 with Retry-After, a duplicate id 409, anything else it refused
+    400. Nothing was written in each case."""
+    try:
+        yield
+    except RateLimited as refused:
+        wait = None
+        if refused.retry_at is not None:
+            wait = max(1, math.ceil((refused.retry_at - clock.now()).total_seconds()))
+        raise Throttled(wait=wait or 1, detail=f"{refused}.") from None
+    except DuplicateJobId as duplicate:
+        raise Conflict({"options": {"id": [str(duplicate)]}}) from None
+    except ValueError as error:
+        raise ValidationError({api_settings.NON_FIELD_ERRORS_KEY: [str(error)]}) from None
+
+
+# --- public rate limits -----------------------------------------------------------------
+
+
+def limit_key(request: Request, rule: Any) -> str | None:
+    """The key of the requesting user under a public limit's rule (never from the query)."""
+    if rule is None:
+        return None
+    key_func = KEY_SHORTHANDS[rule] if isinstance(rule, str) else rule
+    try:
+        key = key_func(request)
+    except ImproperlyConfigured:  # "user" for a visitor who is not logged in
+        raise NotAuthenticated("Log in to see this rate limit.") from None
+    if key is None:
+        raise NotFound("This rate limit does not apply to this request.")
+    return str(key)

@@ -1,0 +1,327 @@
+"""Progress and partial output of a running job: ``report_progress`` and ``stream_output``.
+
+A job may call them at any rate (an LLM streaming every token); the database sees at most
+one write per ``PROGRESS_INTERVAL`` per job. A call only records its value in memory, on
+the attempt's :class:`PendingOutput`. The process's writer thread (:class:`Writer`) writes
+what is pending, in one transaction on its own connection: the job never waits on the
+database, and a job that reports from inside its own ``atomic()`` block is still seen
+live. The thread runs only while there is something to write.
+
+When the attempt ends, :func:`write_rest` (called by ``run_attempt``) writes what is left,
+before the attempt's outcome is reported: once a job's result can be seen, its output is
+complete.
+
+What is written: the job row's ``progress`` column (the latest value), and
+:class:`OutputChunk` rows numbered on from the job's earlier attempts, one per write (more
+when a write holds over ``MAX_OUTPUT_CHUNK_LENGTH`` characters).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from django.db import DatabaseError, IntegrityError, connections, transaction
+from django.db.models import Max, Sum
+from django.db.models.functions import Length
+
+from ..conf import ratequeue_settings
+from ..exceptions import NotInJob
+from .bounds import NUL_REFUSED, check_no_nul
+from .models import Attempt, Job, OutputChunk, queue_db
+from .subtasks import current_attempt
+
+logger = logging.getLogger("django_ratequeue.queue")
+
+# A writer thread with nothing to write for this long stops (and closes its connection).
+IDLE_EXIT = 1.0
+# After a failed write (the database away), the next try waits this long.
+RETRY_AFTER = 1.0
+
+
+class _Unset:
+    """No progress reported since the last write."""
+
+
+UNSET = _Unset()
+
+
+class PendingOutput:
+    """What one running attempt reported and streamed that is not written yet."""
+
+    def __init__(self, job_id: str) -> None:
+        settings = ratequeue_settings()
+        self.job_id = job_id
+        self.interval = settings.PROGRESS_INTERVAL
+        self.chunk_length = settings.MAX_OUTPUT_CHUNK_LENGTH
+        self.max_length = settings.MAX_OUTPUT_LENGTH
+        # The output of the job's earlier attempts: numbering goes on after it, and it
+        # counts towards MAX_OUTPUT_LENGTH.
+        earlier = OutputChunk.objects.filter(job_id=job_id).aggregate(
+            index=Max("index"), length=Sum(Length("text"))
+        )
+        self.next_index: int = (earlier["index"] or 0) + 1
+        self.length: int = earlier["length"] or 0
+        self.texts: list[str] = []
+        self.progress: Any = UNSET
+        # ``lock`` guards what is pending; ``writing`` keeps writes one at a time, in order.
+        self.lock = threading.Lock()
+        self.writing = threading.Lock()
+        # When the last write ended (time.monotonic).
+        self.written_at = -math.inf
+        self.dropped = False
+        # Set when the attempt ended: the writer thread no longer retries it.
+        self.ended = False
+
+    @property
+    def due(self) -> float:
+        return self.written_at + self.interval
+
+    def add_text(self, text: str) -> None:
+        if len(text) > self.chunk_length:
+            raise ValueError(
+                f"stream_output() got {len(text)} characters at once; the most is "
+                f'RATEQUEUE["MAX_OUTPUT_CHUNK_LENGTH"] ({self.chunk_length}): stream it in '
+                "smaller pieces."
+            )
+        with self.lock:
+            if self.length + len(text) > self.max_length:
+                raise ValueError(
+                    f"The job's output would exceed {self.max_length} characters "
+                    '(RATEQUEUE["MAX_OUTPUT_LENGTH"], all its attempts together): store big '
+                    "output elsewhere (a file, a row) and return a reference to it."
+                )
+            self.length += len(text)
+            self.texts.append(text)
+
+    def set_progress(self, value: dict[str, Any]) -> None:
+        with self.lock:
+            self.progress = value
+
+    def write(self) -> None:
+        """Write what is pending (nothing if nothing is), in one transaction. On a database
+        error what was taken is put back in front, for the next write, and it is raised;
+        what the database refuses as such (:class:`IntegrityError`) is dropped."""
+        with self.writing:
+            with self.lock:
+                texts, self.texts = self.texts, []
+                progress, self.progress = self.progress, UNSET
+            if not texts and progress is UNSET:
+                return
+            rows = joined(texts, self.chunk_length)
+            try:
+                store(self.job_id, progress, self.next_index, rows)
+            except IntegrityError:
+                # The job is gone (deleted, or never saved), or a newer attempt of it (this
+                # one was taken for lost) numbered these chunks: there is nothing to retry.
+                if not self.dropped:
+                    logger.warning("Dropped output of job %r", self.job_id, exc_info=True)
+                self.dropped = True
+            except DatabaseError:
+                with self.lock:
+                    self.texts[:0] = texts
+                    if self.progress is UNSET:
+                        self.progress = progress
+                raise
+            else:
+                self.next_index += len(rows)
+            finally:
+                self.written_at = time.monotonic()
+
+
+def store(job_id: str, progress: Any, first: int, texts: list[str]) -> None:
+    """One write: the job's ``progress`` (unless UNSET) and its chunks ``texts``, numbered
+    from ``first``, in one transaction. In plain SQL: a running job writes several times a
+    second, and building the ORM's statements would cost more than running them."""
+    connection = connections[queue_db()]
+    quote = connection.ops.quote_name
+    with transaction.atomic(using=connection.alias), connection.cursor() as cursor:
+        if progress is not UNSET:
+            value = Job._meta.get_field("progress").get_db_prep_save(progress, connection)
+            cursor.execute(
+                f"UPDATE {quote(Job._meta.db_table)} SET {quote('progress')} = %s "
+                f"WHERE {quote('id')} = %s",
+                [value, job_id],
+            )
+        if texts:
+            columns = ", ".join(quote(name) for name in ("job_id", "index", "text"))
+            rows = ", ".join(["(%s, %s, %s)"] * len(texts))
+            params = [v for n, text in enumerate(texts) for v in (job_id, first + n, text)]
+            cursor.execute(
+                f"INSERT INTO {quote(OutputChunk._meta.db_table)} ({columns}) VALUES {rows}",
+                params,
+            )
+
+
+def joined(texts: list[str], limit: int) -> list[str]:
+    """``texts`` in order, joined into as few strings of at most ``limit`` characters as
+    they fit in (each text is at most ``limit`` long)."""
+    rows: list[str] = []
+    current: list[str] = []
+    size = 0
+    for text in texts:
+        if current and size + len(text) > limit:
+            rows.append("".join(current))
+            current, size = [], 0
+        current.append(text)
+        size += len(text)
+    if current:
+        rows.append("".join(current))
+    return rows
+
+
+class Writer:
+    """The process's writer thread: it writes each pending output when its interval since
+    its last write has passed, and stops after IDLE_EXIT seconds without work."""
+
+    def __init__(self) -> None:
+        self.condition = threading.Condition()
+        self.waiting: set[PendingOutput] = set()
+        self.thread: threading.Thread | None = None
+
+    def schedule(self, pending: PendingOutput) -> None:
+        """Have ``pending`` written when it is due. The thread is woken only for output
+        that was not waiting already: a job streaming tokens wakes it once per write."""
+        with self.condition:
+            if pending in self.waiting:
+                return
+            self.waiting.add(pending)
+            if self.thread is None:
+                self.thread = threading.Thread(
+                    target=self.run, name="ratequeue-progress", daemon=True
+                )
+                self.thread.start()
+            self.condition.notify()
+
+    def forget(self, pending: PendingOutput) -> None:
+        with self.condition:
+            self.waiting.discard(pending)
+            self.condition.notify()  # it may be waiting for this one's turn
+
+    def run(self) -> None:
+        try:
+            while (ready := self.next_ready()) is not None:
+                for pending in ready:
+                    self.write(pending)
+        finally:
+            connections[queue_db()].close()
+
+    def next_ready(self) -> list[PendingOutput] | None:
+        """Wait until some pending output is due and take it; ``None`` (and the thread
+        ends) when there was none for IDLE_EXIT seconds."""
+        with self.condition:
+            while True:
+                if not self.waiting:
+                    self.condition.wait(IDLE_EXIT)
+                    if not self.waiting:
+                        self.thread = None
+                        return None
+                    continue
+                now = time.monotonic()
+                ready = [pending for pending in self.waiting if pending.due <= now]
+                if ready:
+                    self.waiting.difference_update(ready)
+                    return ready
+                self.condition.wait(min(pending.due for pending in self.waiting) - now)
+
+    def write(self, pending: PendingOutput) -> None:
+        try:
+            pending.write()
+        except Exception:
+            logger.warning(
+                "Could not write the progress or output of job %r; trying again",
+                pending.job_id,
+                exc_info=True,
+            )
+            connections[queue_db()].close()
+            if not pending.ended:
+                pending.written_at = time.monotonic() + RETRY_AFTER - pending.interval
+                self.schedule(pending)
+
+
+_writer = Writer()
+# The pending output of each attempt running in this process, by id(attempt).
+_pending: dict[int, PendingOutput] = {}
+_pending_lock = threading.Lock()
+
+
+def _pending_output(call: str) -> PendingOutput:
+    attempt = current_attempt.get()
+    if attempt is None:
+        raise NotInJob(
+            f"{call} reports on the job running it: call it from the job's function (or a "
+            "thread that runs with a copy of its context, contextvars.copy_context())."
+        )
+    with _pending_lock:
+        pending = _pending.get(id(attempt))
+        if pending is None:
+            pending = _pending[id(attempt)] = PendingOutput(attempt.job_id)
+    return pending
+
+
+def report_progress(data: Mapping[str, Any]) -> None:
+    """Record how far the running job is, as a JSON object (``{"done": 3, "total": 10}``):
+    the latest value is kept on the job (``Handle.progress()``, the HTTP API)."""
+    if not isinstance(data, Mapping):
+        raise TypeError(
+            f"report_progress() takes a dict (a JSON object), not {type(data).__name__}."
+        )
+    try:
+        text = json.dumps(data, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(
+            f"The job's progress must be JSON ({exc}): pass plain data such as numbers, "
+            "strings, lists and dicts."
+        ) from None
+    check_no_nul("progress", text)
+    limit = ratequeue_settings().MAX_PROGRESS_BYTES
+    if len(text) > limit:
+        raise ValueError(
+            f"The job's progress is {len(text)} bytes of JSON; the most is "
+            f'RATEQUEUE["MAX_PROGRESS_BYTES"] ({limit}).'
+        )
+    pending = _pending_output("report_progress()")
+    # A copy, decoded from the JSON: what the job changes in ``data`` afterwards is not
+    # what it reported now.
+    pending.set_progress(json.loads(text))
+    _writer.schedule(pending)
+
+
+def stream_output(text: str) -> None:
+    """Append ``text`` to the running job's partial output (``Handle.output()``, the HTTP
+    API's ``output`` events): an LLM's tokens, a log, lines of a report."""
+    if not isinstance(text, str):
+        raise TypeError(f"stream_output() takes a str, not {type(text).__name__}.")
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValueError(
+                "stream_output() got text that is not valid Unicode (a lone surrogate)."
+            ) from None
+    if "\x00" in text:
+        raise ValueError(f"The job's output {NUL_REFUSED}.")
+    pending = _pending_output("stream_output()")
+    if text:
+        pending.add_text(text)
+        _writer.schedule(pending)
+
+
+def write_rest(attempt: Attempt) -> None:
+    """Write what ``attempt`` reported and streamed and is not written yet (called as it
+    ends, in its own thread). A database error is logged: the attempt's outcome stands."""
+    with _pending_lock:
+        pending = _pending.pop(id(attempt), None)
+    if pending is None:
+        return
+    pending.ended = True
+    _writer.forget(pending)
+    try:
+        pending.write()
+    except DatabaseError:
+        logger.exception("Lost the last progress or output of job %r", pending.job_id)

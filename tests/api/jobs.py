@@ -1,0 +1,46 @@
+"""Jobs the HTTP API's tests enqueue over HTTP (registered at start-up through
+RATEQUEUE["JOB_MODULES"] in the test settings, in the tests and their qcluster workers)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from django_ratequeue import job, report_progress, stream_output
+
+
+@job(expose=True)
+def greet(name: str, punctuation: str = "!") -> str:
+    return f"Hello, {name}{punctuation}"
+
+
+@job(expose=True)
+def answer(prompt: str, pause: float = 0.0) -> str:
+    """A model that answers word by word: each word streamed, with progress."""
+    words = [f"{word} " for word in prompt.split()]
+    for done, word in enumerate(words, 1):
+        stream_output(word)
+        report_progress({"done": done, "total": len(words)})
+        if pause:
+            time.sleep(pause)
+    return "".join(words).strip()
+
+
+@job(expose=True, permission=lambda request: request.user.is_staff)
+def staff_only() -> str:
+    return "for staff"
+
+
+def per_user(request: Any, args: list[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The server's options: one job at a time per user, costing a token per character."""
+    return {"concurrency_key": f"user:{request.user.pk}", "cost": len(kwargs["prompt"])}
+
+
+@job(expose=True, queue="metered", http_options=per_user)
+def metered(prompt: str) -> int:
+    return len(prompt)
+
+
+@job
+def not_exposed() -> None:
+    """Registered, so it runs when the code enqueues it, but not over HTTP."""

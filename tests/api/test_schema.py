@@ -1,0 +1,40 @@
+"""GET schema/: DRF's OpenAPI schema of the API, paths under where it is mounted."""
+
+from __future__ import annotations
+
+import pytest
+from rest_framework.test import APIClient
+
+from tests.api.conftest import API
+
+pytestmark = pytest.mark.django_db
+
+
+def test_the_schema_describes_every_endpoint() -> None:
+    response = APIClient().get(f"{API}schema/")
+
+    assert response.status_code == 200
+    assert response["Content-Type"].startswith("application/vnd.oai.openapi+json")
+    schema = response.json()
+    assert schema["openapi"].startswith("3.")
+    assert set(schema["paths"]) == {
+        f"{API}jobs/",
+        f"{API}jobs/bulk/",
+        f"{API}jobs/{{job_id}}/",
+        f"{API}jobs/{{job_id}}/cancel/",
+        f"{API}jobs/{{job_id}}/events/",
+        f"{API}ratelimits/{{name}}/",
+    }
+    enqueue = schema["paths"][f"{API}jobs/"]["post"]
+    body = enqueue["requestBody"]["content"]["application/json"]["schema"]["$ref"]
+    assert body.endswith("/Enqueue")
+    assert set(schema["components"]["schemas"]["Enqueue"]["properties"]) == {
+        "function",
+        "args",
+        "kwargs",
+        "options",
+    }
+    answer = enqueue["responses"]["201"]["content"]["application/json"]["schema"]["$ref"]
+    assert answer.endswith("/Job")
+    bulk = schema["paths"][f"{API}jobs/bulk/"]["post"]["responses"]["201"]["content"]
+    assert bulk["application/json"]["schema"]["type"] == "array"

@@ -133,12 +133,25 @@ RATEQUEUE = {
         "send_message": {"kind": "token bucket", "rate": 10, "period": 60, "capacity": 20},
         "weather_api": {"kind": "fixed window", "rate": 5, "period": 60},
         # The LLM provider's token budget: the "llm" queue reserves each job's cost here.
+        # Public: the "Ask the model" page shows it (one value for everybody).
         "llm_tokens": {
             "kind": "token bucket",
             "rate": 1200,
             "period": 60,
             "capacity": 200,
             "max_reserved": 2000,
+            "public": True,
+            "key": None,
+        },
+        # Each user's own budget on the "Ask the model" page: five questions of 40 tokens,
+        # then one more every two minutes. Public: each user sees their own.
+        "llm_user_tokens": {
+            "kind": "token bucket",
+            "rate": 200,
+            "period": 600,
+            "capacity": 200,
+            "public": True,
+            "key": "user",
         },
     },
     "QUEUES": {

@@ -49,3 +49,23 @@ ensure_postgres() {
     echo "PostgreSQL is not answering on 127.0.0.1:5432" >&2
     return 1
 }
+
+# ensure_chromium: make Debian's headless Chromium and its driver (the browser tests,
+# marked "browser") available: install them when missing, if this runs as root with apt-get.
+# Returns non-zero when they are still missing; the browser tests then skip themselves.
+ensure_chromium() {
+    if [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ]; then
+        return 0
+    fi
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+        echo "==> installing chromium and chromium-driver for the browser tests"
+        local log
+        log=$(mktemp)
+        if ! { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
+            chromium chromium-driver; } >"$log" 2>&1; then
+            tail -n 5 "$log" >&2
+        fi
+        rm -f "$log"
+    fi
+    [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ]
+}

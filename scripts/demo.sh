@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The example project, ready to click through: migrated, an admin user (admin/admin),
-# a django-q2 cluster in the background and the web server on http://127.0.0.1:8000/.
+# The example project, ready to click through: migrated, an admin user (admin/admin), the
+# users alice/alice and bob/bob of the "Ask the model" page, a django-q2 cluster in the
+# background and the web server on http://127.0.0.1:8000/.
 # SQLite by default; set DATABASE_URL=postgres://... to use PostgreSQL.
 #
 #   PORT=8001                     another port
@@ -23,12 +24,7 @@ else
     PY=.venv/bin/python
 fi
 $PY manage.py migrate --no-input
-$PY manage.py shell -c "
-from django.contrib.auth import get_user_model
-User = get_user_model()
-if not User.objects.filter(username='admin').exists():
-    User.objects.create_superuser('admin', 'admin@example.com', 'admin')
-"
+$PY manage.py demo_accounts  # admin/admin, and alice/alice and bob/bob who ask the model
 
 # Each child gets its own process group (set -m), so that Ctrl-C or a SIGTERM sent to this
 # script's group reaches this script only, which then stops the children itself. django-q2's
@@ -54,5 +50,6 @@ trap stop EXIT
 
 echo "==> django-q2 cluster running (pid $cluster); open http://$HOST:$PORT/"
 echo "==> the example project is for trying things out on your own machine: it has the"
-echo "    admin user admin/admin, DEBUG on and a public SECRET_KEY. Do not expose it."
+echo "    admin user admin/admin, the users alice/alice and bob/bob, DEBUG on and a public"
+echo "    SECRET_KEY. Do not expose it."
 wait "$server"

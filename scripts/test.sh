@@ -22,6 +22,8 @@ run_suite() {  # run_suite VENV LABEL
 }
 
 ensure_postgres
+skipped=""
+ensure_chromium || skipped="the browser tests were SKIPPED: no /usr/bin/chromium and /usr/bin/chromedriver (apt-get install chromium chromium-driver)"
 
 make_venv .venv python3 "Django>=5.2,<5.3"
 echo "==> ruff check";      .venv/bin/ruff check . || failures+=("ruff check")
@@ -30,14 +32,13 @@ echo "==> mypy";            .venv/bin/mypy || failures+=("mypy")
 echo "==> lint-imports";    .venv/bin/lint-imports --no-logo || failures+=("lint-imports")
 run_suite .venv "Django 5.2, $(python3 --version)" "$@"
 
-skipped=""
 py313=$(find_python 3.13)
 if [ -n "$py313" ]; then
     make_venv .venv-django6 "$py313" "Django>=6.1,<6.2"
     run_suite .venv-django6 "Django 6.1, Python 3.13" "$@"
 else
-    skipped="the Django 6.1 run was SKIPPED: no Python 3.13 found (install python3.13 to run it)"
-    echo "==> $skipped"
+    echo "==> the Django 6.1 run is SKIPPED: no Python 3.13 found"
+    skipped="${skipped:+$skipped; }the Django 6.1 run was SKIPPED: no Python 3.13 found (install python3.13 to run it)"
 fi
 
 # The last line says what was not run, so that a skipped leg is not mistaken for a pass.

@@ -4,8 +4,18 @@ registers them; only registered jobs run."""
 from __future__ import annotations
 
 import time
+from typing import Any
 
-from django_ratequeue import Retry, get_handle, job
+from django_ratequeue import (
+    NonRetryableError,
+    Retry,
+    get_handle,
+    job,
+    rate_limit,
+    report_progress,
+    stream_output,
+)
+from django_ratequeue.decorators import user_key
 
 
 @job
@@ -52,3 +62,49 @@ def summarize(user: str, document: int) -> str:
     tokens it will spend, so users take turns and the token budget is never exceeded."""
     time.sleep(0.5)
     return f"summary of document {document} for {user}"
+
+
+# What a question on the "Ask the model" page costs, in tokens of the asker's budget and
+# of the model's (the limits in settings.RATEQUEUE).
+ASK_COST = 40
+USER_BUDGET = "llm_user_tokens"
+MODEL_BUDGET = "llm_tokens"
+PROMPT_MAX_LENGTH = 500
+SECONDS_PER_WORD = 0.08
+
+
+def made_up_answer(prompt: str) -> str:
+    """The fake model's answer: the same for the same prompt, about forty words."""
+    return (
+        f"You asked “{prompt.strip()}”. A real model would call a provider here, with the "
+        "tokens this queue reserved for it. This one makes up its answer and sends it one "
+        "word at a time, reporting its progress as it goes, so that the page can show the "
+        "words arriving."
+    )
+
+
+def charge_the_asker(request: Any, args: list[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The server's options for a question asked over HTTP: it costs the asker ASK_COST
+    tokens of their own budget (spent: 429 with Retry-After), and it waits for the asker's
+    previous question (their own concurrency key), not for other users'."""
+    asker = user_key(request)
+    rate_limit(USER_BUDGET, key=asker, count=ASK_COST, throws=True)
+    return {"concurrency_key": asker}
+
+
+@job(queue="llm", cost=ASK_COST, retries=0, expose=True, http_options=charge_the_asker)
+def ask_model(prompt: str) -> str:
+    """A stand-in for an LLM call, enqueued from the browser (``expose=True``): it streams
+    its answer word by word with ``stream_output`` and says how far it is with
+    ``report_progress``; the result is the whole answer. The queue starts it when the
+    model's token budget has its ``cost`` (``llm_tokens``, shared by all users)."""
+    if not isinstance(prompt, str) or not prompt.strip():
+        raise NonRetryableError("Ask a question: the prompt is empty.")
+    if len(prompt) > PROMPT_MAX_LENGTH:
+        raise NonRetryableError(f"Ask a shorter question: at most {PROMPT_MAX_LENGTH} characters.")
+    words = made_up_answer(prompt).split(" ")
+    for done, word in enumerate(words, 1):
+        time.sleep(SECONDS_PER_WORD)
+        stream_output(word if done == 1 else f" {word}")
+        report_progress({"done": done, "total": len(words)})
+    return " ".join(words)

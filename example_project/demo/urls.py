@@ -1,6 +1,7 @@
+from django.contrib.auth.views import LogoutView
 from django.urls import path
 
-from . import queue_views, ratelimit_views, views
+from . import ask_views, queue_views, ratelimit_views, views
 
 app_name = "demo"
 
@@ -15,4 +16,7 @@ urlpatterns = [
     path("queue/enqueue/", queue_views.enqueue_burst, name="queue_enqueue"),
     path("queue/state.json", queue_views.queue_state, name="queue_state"),
     path("queue/jobs/<str:job_id>/cancel/", queue_views.cancel_job, name="queue_cancel"),
+    path("ask/", ask_views.ask_page, name="ask"),
+    path("accounts/login/", ask_views.login, name="login"),
+    path("accounts/logout/", LogoutView.as_view(next_page="demo:login"), name="logout"),
 ]

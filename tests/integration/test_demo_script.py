@@ -53,7 +53,7 @@ def live_workers(database: Path) -> int:
 
 
 @pytest.fixture
-def demo(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], Path, int]]:
+def demo(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], Path, int, Path]]:
     database, log, port = tmp_path / "demo.sqlite3", tmp_path / "demo.log", free_port()
     env = {
         **os.environ,
@@ -81,7 +81,7 @@ def demo(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], Path, int]]:
             message="the demo's web server to start",
         )
         assert process.poll() is None, log.read_text()
-        yield process, log, port
+        yield process, log, port, database
     finally:
         for pid in session_pids(process.pid):  # only what this test started
             os.kill(pid, signal.SIGKILL)
@@ -90,10 +90,13 @@ def demo(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], Path, int]]:
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_a_signal_to_the_process_group_stops_everything(demo, signum: int) -> None:
-    process, log, port = demo
+    process, log, port, database = demo
     output = log.read_text()
     assert f"development server at http://127.0.0.1:{port}/" in output  # not 0.0.0.0
     assert "Do not expose it" in output
+    with sqlite3.connect(database) as db:
+        users = db.execute("SELECT username, is_superuser FROM auth_user ORDER BY username")
+        assert users.fetchall() == [("admin", 1), ("alice", 0), ("bob", 0)]
 
     os.killpg(process.pid, signum)
 

@@ -1,0 +1,113 @@
+"""The example project's "Ask the model" page without a browser: its accounts, its login,
+what it hands ratequeue.js, and what asking over the HTTP API costs and decides
+(tests/browser/ drives the page itself)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import User
+from django.contrib.staticfiles import finders
+from django.core.management import call_command
+from django.test import Client
+
+from django_ratequeue import get_rate_limit_value
+from django_ratequeue.models import Job
+from example_project.demo.accounts import USERS
+from example_project.demo.jobs import ASK_COST, USER_BUDGET, ask_model
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def alice(client: Client) -> Client:
+    call_command("demo_accounts")
+    client.login(username="alice", password=USERS["alice"])
+    client.get("/ask/")  # the page sets the csrftoken cookie ratequeue.js sends back
+    return client
+
+
+def ask(client: Client, prompt: str) -> Any:
+    return client.post(
+        "/ratequeue/jobs/",
+        {"function": ask_model.path, "args": [prompt]},
+        content_type="application/json",
+        headers={"X-CSRFToken": client.cookies["csrftoken"].value},
+    )
+
+
+def test_demo_accounts_are_created_once(capsys: pytest.CaptureFixture[str]) -> None:
+    call_command("demo_accounts")
+    User.objects.filter(username="bob").update(first_name="changed by hand")
+    call_command("demo_accounts")
+
+    assert capsys.readouterr().out.splitlines() == [
+        "Created: admin, alice, bob.",
+        "Accounts exist.",
+    ]
+    admin = User.objects.get(username="admin")
+    assert admin.is_superuser and admin.check_password("admin")
+    assert User.objects.get(username="alice").check_password(USERS["alice"])
+    assert User.objects.get(username="bob").first_name == "changed by hand"
+
+
+def test_the_page_asks_visitors_to_log_in_as_a_demo_user(client: Client) -> None:
+    assert "/ask/" in client.get("/").content.decode()
+
+    response = client.get("/ask/")
+
+    assert response.status_code == 302
+    assert response["Location"] == "/accounts/login/?next=/ask/"
+    login = client.get(response["Location"]).content.decode()
+    for username, password in USERS.items():
+        assert f"user <code>{username}</code>, password <code>{password}</code>" in login
+
+
+def test_logging_in_leads_to_the_page_which_loads_the_client(client: Client) -> None:
+    call_command("demo_accounts")
+
+    response = client.post(
+        "/accounts/login/?next=/ask/",
+        {"username": "bob", "password": USERS["bob"], "next": "/ask/"},
+        follow=True,
+    )
+
+    page = response.content.decode()
+    assert response.redirect_chain == [("/ask/", 302)]
+    assert 'Signed in as <strong id="username">bob</strong>' in page
+    assert 'from "/static/ratequeue/ratequeue.js"' in page
+    assert finders.find("ratequeue/ratequeue.js")
+    config = page.split('<script id="ratequeue-client" type="application/json">')[1]
+    assert json.loads(config.split("</script>")[0]) == {
+        "api": "/ratequeue/",
+        "function": "example_project.demo.jobs.ask_model",
+        "budgets": {"user": "llm_user_tokens", "model": "llm_tokens"},
+        "cost": ASK_COST,
+    }
+
+
+def test_a_question_costs_the_asker_and_waits_for_their_own_turn(alice: Client) -> None:
+    user = User.objects.get(username="alice")
+
+    response = ask(alice, "Is it my turn?")
+
+    assert response.status_code == 201, response.content
+    job = Job.objects.get(pk=response.json()["id"])
+    assert job.owner == f"auth.user:{user.pk}"
+    assert job.concurrency_key == f"user:{user.pk}"  # one question at a time per user
+    assert (job.queue, job.cost) == ("llm", ASK_COST)
+    spent = 200 - get_rate_limit_value(USER_BUDGET, key=f"user:{user.pk}")
+    assert ASK_COST - 1 < spent <= ASK_COST  # it refills as time passes
+
+
+def test_a_spent_budget_is_a_429_with_retry_after_and_nothing_enqueued(alice: Client) -> None:
+    asked = [ask(alice, f"question {n}") for n in range(5)]
+
+    refused = ask(alice, "one too many")
+
+    assert [r.status_code for r in asked] == [201] * 5
+    assert refused.status_code == 429
+    assert int(refused["Retry-After"]) > 0
+    assert Job.objects.count() == 5

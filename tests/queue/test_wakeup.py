@@ -18,6 +18,7 @@ from django_ratequeue import clock, enqueue, enqueue_many
 from django_ratequeue.conf import ratequeue_settings
 from django_ratequeue.models import Attempt, LoopState
 from django_ratequeue.queue.agent import Agent
+from django_ratequeue.queue.dispatch import Dispatch
 from django_ratequeue.queue.heartbeat import beat, mark_serving
 from django_ratequeue.queue.models import LoopStatus
 from django_ratequeue.queue.runner import Runner
@@ -243,3 +244,37 @@ def test_the_overview_says_which_worker_leads_and_which_serve(frozen: Clock) -> 
     beat(force=True)
     overview = queue_overview()
     assert overview.loop.lease_lapsed and not overview.workers[0].leads
+
+
+@pytest.mark.postgres_only
+def test_a_job_committed_while_the_leader_steps_wakes_it_again(
+    transactional_db: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The race the old kicks needed a lingering pass for: a producer commits after the
+    step read the waiting jobs, before the leader waits. Its signal arrives after the
+    step's commit, so the leader's next wait returns at once and the next step starts it."""
+    agent, waiter = Agent(), Waiter((LOOP,))
+    agent.turn()  # leads; nothing to do
+    waiter.wait(0)  # listening from here on
+    real_start_ready = Dispatch.start_ready
+    late: list[Any] = []
+
+    def start_ready_then_a_producer_commits(self: Dispatch, *args: Any) -> Any:
+        started = real_start_ready(self, *args)
+        if not late:
+            producer = threading.Thread(
+                target=lambda: (late.append(enqueue(jobs.add, args=[1, 1])), connection.close())
+            )
+            producer.start()
+            producer.join(timeout=30)
+        return started
+
+    monkeypatch.setattr(Dispatch, "start_ready", start_ready_then_a_producer_commits)
+    try:
+        agent.turn()  # its step misses the job, committed meanwhile
+        assert not Attempt.objects.filter(job_id=late[0].id).exists()
+        assert waiter.wait(5)  # ...but the producer's signal is there
+        agent.turn()
+        assert Attempt.objects.filter(job_id=late[0].id).exists()
+    finally:
+        waiter.close()

@@ -1,7 +1,8 @@
 """The HTTP API: enqueues over HTTP, and what streaming output costs a job.
 
-    .venv/bin/python -m bench.http              # about a minute
+    .venv/bin/python -m bench.http              # about three minutes
     .venv/bin/python -m bench.http --quick      # smoke run
+    .venv/bin/python -m bench.http --only sse --sse-seconds 60
 
 HTTP enqueue: one server process (uvicorn, ASGI, with the database's connections pooled;
 ``--server runserver`` for Django's threaded development server instead) and N client
@@ -13,11 +14,22 @@ Streaming: the same job run here (``run_attempt``, as a worker runs it) producin
 10,000 tokens, streaming each with ``stream_output`` or not; once with a pause per token
 (the wait on a model's provider), once with none (the bare cost of a call). The rows its
 output was written in are counted: at most one write per PROGRESS_INTERVAL is the target.
+
+Event streams under load: one uvicorn server process, N (200) clients each following one
+running job's Server-Sent Events for a duration (60 s), from one asyncio client process. A
+few of the jobs (``--sse-live``) stream output all along: every PROGRESS_INTERVAL their
+chunks are written, one INSERT for all of them, as the progress writer of a worker would;
+the time from each chunk's commit to its arrival at the client is its delivery latency.
+The others wait in silence (heartbeats only). Sampled every second: the server's resident
+memory, and the database connections open on the benchmark's database (a waiting stream
+must hold none). Errors: a refused or broken stream, a stream that ended early, a chunk
+that never arrived.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import http.client
 import json
 import math
@@ -69,8 +81,9 @@ def server_command(kind: str, port: int) -> tuple[list[str], dict[str, str], str
 
 
 @contextmanager
-def server(kind: str) -> Iterator[tuple[int, str]]:
-    """A server process in its own process group, killed on exit; yields its port."""
+def server(kind: str) -> Iterator[tuple[int, str, int]]:
+    """A server process in its own process group, killed on exit; yields its port, its
+    description and its process id."""
     port = free_port()
     command, env, label = server_command(kind, port)
     log = Path(tempfile.mkstemp(prefix="bench-http-", suffix=".log")[1])
@@ -89,7 +102,7 @@ def server(kind: str) -> Iterator[tuple[int, str]]:
             if process.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"the server did not start:\n{log.read_text()[-2000:]}")
             time.sleep(0.1)
-        yield port, label
+        yield port, label, process.pid
     finally:
         with suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)
@@ -241,6 +254,213 @@ def streaming_cost(chunks: int, pause: float, repeats: int) -> str:
     )
 
 
+# -- event streams under load --------------------------------------------------------------
+
+
+def running_jobs(token: str, count: int) -> list[str]:
+    """``count`` jobs of the token's user, shown as running (no cluster runs them)."""
+    from rest_framework.authtoken.models import Token
+
+    from django_ratequeue import enqueue_many
+    from django_ratequeue.models import Job
+    from django_ratequeue.queue.models import Status
+
+    user = Token.objects.get(key=token).user
+    handles = enqueue_many("bench.jobs.noop", [() for _ in range(count)], owner=user)
+    ids = [handle.id for handle in handles]
+    Job.objects.filter(pk__in=ids).update(status=Status.RUNNING, attempts=1)
+    return ids
+
+
+async def follow(
+    port: int,
+    token: str,
+    job_id: str,
+    seconds: float,
+    received: list[Any],
+    errors: list[str],
+    answered: asyncio.Semaphore,
+) -> None:
+    """Read one job's event stream for ``seconds``, noting when each output chunk arrives
+    (``(job_id, index, time)`` in ``received``); ``answered`` is released once the server
+    answered, 200 or not."""
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    except OSError as error:
+        errors.append(f"{job_id}: could not connect: {error}")
+        answered.release()
+        return
+    released = False
+    try:
+        writer.write(
+            f"GET /ratequeue/jobs/{job_id}/events/ HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            f"Authorization: Token {token}\r\nAccept: text/event-stream\r\n\r\n".encode()
+        )
+        status = (await reader.readline()).split(b" ")[1]
+        while (await reader.readline()) not in (b"\r\n", b""):
+            pass  # the headers: uvicorn sends the stream chunked
+        answered.release()
+        released = True
+        if status != b"200":
+            errors.append(f"{job_id}: answered {status.decode()}")
+            return
+        buffer = b""
+        async with asyncio.timeout(seconds):
+            while True:
+                size = int(await reader.readline(), 16)
+                if size == 0:
+                    errors.append(f"{job_id}: the stream ended early")
+                    return
+                buffer += await reader.readexactly(size + 2)
+                buffer = buffer[:-2]
+                *blocks, buffer = buffer.split(b"\n\n")
+                now = time.time()
+                for block in blocks:
+                    if block.startswith(b"event: output\n"):
+                        data = json.loads(block.rsplit(b"data: ", 1)[1])
+                        received.append((job_id, data["index"], now))
+    except TimeoutError:
+        pass  # the stream lasted as long as the run
+    except (OSError, ValueError, IndexError, asyncio.IncompleteReadError) as error:
+        errors.append(f"{job_id}: {type(error).__name__}: {error}")
+    finally:
+        if not released:
+            answered.release()
+        writer.close()
+
+
+def sse_clients(
+    port: int, token: str, job_ids: list[str], seconds: float, opened: Any, results: Any
+) -> None:
+    """The client process: follows every job's stream at once for ``seconds``; sets
+    ``opened`` once the server answered each."""
+
+    async def run() -> tuple[list[Any], list[str]]:
+        received: list[Any] = []
+        errors: list[str] = []
+        answered = asyncio.Semaphore(0)
+        tasks = [
+            asyncio.ensure_future(follow(port, token, job_id, seconds, received, errors, answered))
+            for job_id in job_ids
+        ]
+        async with asyncio.timeout(60):
+            for _ in job_ids:
+                await answered.acquire()
+        opened.set()
+        await asyncio.gather(*tasks)
+        return received, errors
+
+    results.put(asyncio.run(run()))
+
+
+def resident_memory(pid: int) -> int:
+    """The process's resident memory, in bytes."""
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError(f"no VmRSS for process {pid}")
+
+
+def database_connections() -> int:
+    """Sessions open on this database, the benchmark's own one apart."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+        return int(cursor.fetchone()[0])
+
+
+@dataclass(frozen=True)
+class SseLoad:
+    streams: int
+    seconds: float
+    errors: list[str]
+    rss_before: int
+    rss_peak: int
+    connections_peak: int
+    pool_size: int
+    chunks: int
+    lost: int
+    latencies: list[float]
+
+    def resources(self) -> str:
+        errors = f"{len(self.errors)} errors"
+        if self.errors:
+            errors += f" (the first: {self.errors[0]})"
+        return (
+            f"{errors}; server memory {self.rss_before / 2**20:.0f} MiB before, "
+            f"{self.rss_peak / 2**20:.0f} MiB at most; database connections at most "
+            f"{self.connections_peak} (the server's pool holds up to {self.pool_size})"
+        )
+
+    def delivery(self) -> str:
+        if not self.latencies:
+            return f"no chunk received ({self.lost} lost)"
+        ordered = sorted(self.latencies)
+        p50 = ordered[len(ordered) // 2] * 1000
+        p99 = ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))] * 1000
+        lost = f", {self.lost} never arrived" if self.lost else ""
+        return f"p50 {p50:.0f} ms, p99 {p99:.0f} ms{lost}"
+
+
+def sse_load(port: int, pid: int, token: str, streams: int, live: int, seconds: float) -> SseLoad:
+    """``streams`` clients follow running jobs for ``seconds``; ``live`` of the jobs get
+    a chunk of output every PROGRESS_INTERVAL, all in one INSERT."""
+    from django.conf import settings
+
+    from django_ratequeue.models import OutputChunk
+
+    interval = settings.RATEQUEUE.get("PROGRESS_INTERVAL", 0.05)
+    job_ids = running_jobs(token, streams)
+    rss_before = resident_memory(pid)
+    context = multiprocessing.get_context("spawn")
+    opened, results = context.Event(), context.Queue()
+    clients = context.Process(
+        target=sse_clients, args=(port, token, job_ids, seconds, opened, results)
+    )
+    clients.start()
+    opened.wait(60)
+    written: dict[tuple[str, int], float] = {}
+    rss_peak, connections_peak = rss_before, 0
+    began = time.monotonic()
+    next_sample = began + 1
+    index = 0
+    # Writes stop a while before the clients do: what is written has time to arrive.
+    while (now := time.monotonic()) < began + seconds - min(5.0, seconds / 4):
+        if now >= next_sample:
+            rss_peak = max(rss_peak, resident_memory(pid))
+            connections_peak = max(connections_peak, database_connections())
+            next_sample += 1
+        index += 1
+        OutputChunk.objects.bulk_create(
+            OutputChunk(job_id=job_id, index=index, text=f"token {index} ")
+            for job_id in job_ids[:live]
+        )
+        committed = time.time()
+        written.update(((job_id, index), committed) for job_id in job_ids[:live])
+        time.sleep(max(0.0, began + index * interval - time.monotonic()))
+    received, errors = results.get(timeout=seconds + 120)
+    clients.join()
+    arrivals = {(job_id, number): at for job_id, number, at in received}
+    latencies = [arrivals[key] - at for key, at in written.items() if key in arrivals]
+    return SseLoad(
+        streams=streams,
+        seconds=seconds,
+        errors=errors,
+        rss_before=rss_before,
+        rss_peak=rss_peak,
+        connections_peak=connections_peak,
+        pool_size=settings.DB_POOL["max_size"],
+        chunks=len(written),
+        lost=len(written) - len(latencies),
+        latencies=latencies,
+    )
+
+
 # -- the report --------------------------------------------------------------------------
 
 
@@ -258,12 +478,22 @@ def parse_arguments(argv: Sequence[str] | None) -> argparse.Namespace:
         "--pause", type=float, default=0.0001, help="seconds per token in the paced run"
     )
     parser.add_argument("--repeats", type=int, default=3, help="runs of each streaming job")
+    parser.add_argument("--sse-streams", type=int, default=200, help="event streams at once")
+    parser.add_argument(
+        "--sse-live", type=int, default=20, help="of which streaming output all along"
+    )
+    parser.add_argument("--sse-seconds", type=float, default=60.0, help="how long they last")
+    parser.add_argument("--only", choices=["enqueue", "sse", "streaming"], help="one scenario")
     parser.add_argument("--quick", action="store_true", help="smoke run with small counts")
     args = parser.parse_args(argv)
     if args.quick:
-        args.requests, args.chunks, args.repeats = 200, 2000, 1
-    if min(args.clients, args.requests, args.chunks, args.repeats) < 1:
+        args.requests, args.chunks, args.repeats, args.sse_seconds = 200, 2000, 1, 10.0
+    if min(args.clients, args.requests, args.chunks, args.repeats, args.sse_streams) < 1:
         parser.error("every count must be positive")
+    if not 0 <= args.sse_live <= args.sse_streams:
+        parser.error("--sse-live must be between 0 and --sse-streams")
+    if not 0 < args.sse_seconds <= 3600:
+        parser.error("--sse-seconds must be more than 0 and at most 3600")
     return args
 
 
@@ -294,19 +524,45 @@ def main(argv: Sequence[str] | None = None) -> None:
     try:
         empty_tables()
         token = bench_token()
-        with server(args.server) as (port, label):
-            print(f"server: {label}", flush=True)
-            rate = http_enqueues(port, token, args.clients, args.requests)
-        rows.append(
-            (
-                f"HTTP enqueue, {args.clients} client processes x {args.requests:,}, "
-                f"one server process ({label})",
-                "≥ 500 jobs/s",
-                str(rate),
+        if args.only in (None, "enqueue"):
+            with server(args.server) as (port, label, _pid):
+                print(f"server: {label}", flush=True)
+                rate = http_enqueues(port, token, args.clients, args.requests)
+            rows.append(
+                (
+                    f"HTTP enqueue, {args.clients} client processes x {args.requests:,}, "
+                    f"one server process ({label})",
+                    "≥ 500 jobs/s",
+                    str(rate),
+                )
             )
-        )
-        print(f"- {rows[-1][2]}", flush=True)
-        for pause in (args.pause, 0.0):
+            print(f"- {rows[-1][2]}", flush=True)
+            empty_tables()
+        if args.only in (None, "sse"):
+            with server("uvicorn") as (port, label, pid):
+                print(f"server: {label}", flush=True)
+                load = sse_load(
+                    port, pid, token, args.sse_streams, args.sse_live, args.sse_seconds
+                )
+            rows.append(
+                (
+                    f"{args.sse_streams} event streams for {args.sse_seconds:g} s on one server "
+                    f"process ({label}), {args.sse_live} of them streaming output",
+                    "no errors; no connection per waiting stream",
+                    load.resources(),
+                )
+            )
+            rows.append(
+                (
+                    f"SSE delivery, output chunk committed → received by a client "
+                    f"({load.chunks:,} chunks, {args.sse_live} streams, under the load above)",
+                    "p50 ≤ 50 ms",
+                    load.delivery(),
+                )
+            )
+            print(f"- {rows[-2][2]}\n- {rows[-1][2]}", flush=True)
+            empty_tables()
+        for pause in (args.pause, 0.0) if args.only in (None, "streaming") else ():
             paced = f"{pause * 1e6:.0f} µs per token" if pause else "no pause"
             rows.append(
                 (

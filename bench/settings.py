@@ -64,6 +64,7 @@ DEBUG = False
 
 # An ASGI server runs each request's sync code in a thread of its own: its connection
 # comes from psycopg's pool (Django's "pool" option) rather than being opened per request.
+DB_POOL = {"min_size": 4, "max_size": 16}
 if os.environ.get("BENCH_DB_POOL") == "1":
     DATABASES["default"]["CONN_MAX_AGE"] = 0
-    DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {"min_size": 4, "max_size": 16}
+    DATABASES["default"].setdefault("OPTIONS", {})["pool"] = DB_POOL

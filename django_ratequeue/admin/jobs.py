@@ -15,7 +15,8 @@ from typing import Any, cast
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
-from django.db.models import QuerySet
+from django.db.models import Count, QuerySet, Sum
+from django.db.models.functions import Length
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.loader import render_to_string
 from django.template.response import TemplateResponse
@@ -30,12 +31,15 @@ from django.views.decorators.http import require_POST
 from ..queue import stats
 from ..queue.enqueue import enqueue
 from ..queue.handles import AttemptInfo, Handle
-from ..queue.models import FINAL_STATUSES, Job, Outcome, Status
+from ..queue.models import FINAL_STATUSES, Job, Outcome, OutputChunk, Status
 from ..queue.retry import Retry
 from ..queue.stats import COLUMNS, queue_overview
 from .actions import PermittedActionsMixin
 
 RETRYABLE_STATUSES = (Status.FAILED, Status.CANCELED)
+# A job's page shows the end of its output, this many characters at most (the output may
+# be a megabyte: RATEQUEUE["MAX_OUTPUT_LENGTH"]).
+OUTPUT_SHOWN = 10_000
 
 
 class CappedCountPaginator(Paginator):
@@ -200,6 +204,7 @@ class JobAdmin(PermittedActionsMixin, admin.ModelAdmin):
             "Outcome",
             {"fields": ["result_value", "error", "exception_class_path", "formatted_traceback"]},
         ),
+        ("Progress and output", {"fields": ["progress_value", "output_tail"]}),
         ("Attempts", {"fields": ["attempt_timeline"]}),
         ("Call", {"fields": ["call_args", "call_kwargs", "priority", "cost", "timeout"]}),
         ("When", {"fields": ["created_at", "start_at", "finished_at"]}),
@@ -214,6 +219,8 @@ class JobAdmin(PermittedActionsMixin, admin.ModelAdmin):
         "formatted_traceback",
         "callback_context",
         "attempt_timeline",
+        "progress_value",
+        "output_tail",
     ]
 
     # The list stays narrow enough for its status and attempts to show on a laptop: long
@@ -261,6 +268,31 @@ class JobAdmin(PermittedActionsMixin, admin.ModelAdmin):
     @admin.display(description="result")
     def result_value(self, job: Job) -> SafeString | str:
         return _json_block(job.result) if job.status == Status.COMPLETE else "-"
+
+    @admin.display(description="progress")
+    def progress_value(self, job: Job) -> SafeString | str:
+        return "-" if job.progress is None else _json_block(job.progress)
+
+    @admin.display(description="output")
+    def output_tail(self, job: Job) -> SafeString | str:
+        """The end of the job's output (``stream_output``), OUTPUT_SHOWN characters at most:
+        read from the last chunk back, as far as needed."""
+        chunks = OutputChunk.objects.filter(job_id=job.id)
+        total = chunks.aggregate(count=Count("index"), length=Sum(Length("text")))
+        if not total["count"]:
+            return "-"
+        tail: list[str] = []
+        size = 0
+        for text in chunks.order_by("-index").values_list("text", flat=True).iterator(10):
+            tail.append(text)
+            size += len(text)
+            if size >= OUTPUT_SHOWN:
+                break
+        shown = "".join(reversed(tail))[-OUTPUT_SHOWN:]
+        summary = f"{total['count']} chunks, {total['length']} characters"
+        if len(shown) < total["length"]:
+            summary += f"; the last {len(shown)} shown"
+        return format_html('<pre>{}</pre><div class="help">{}</div>', shown, summary)
 
     @admin.display(description="context")
     def callback_context(self, job: Job) -> SafeString:

@@ -18,11 +18,17 @@ from rest_framework import serializers
 from ..conf import ratequeue_settings
 from ..exceptions import JobCanceled
 from ..queue.bounds import MAX_DELAY, NUL_REFUSED, seconds
-from ..queue.models import Job, Status
+from ..queue.models import Job, OutputChunk, Status
 from ..queue.options import OPTION_NAMES, check_json, parse_start_at
 from ..ratelimit.config import MAX_TOKENS
 
 CLIENT_OPTIONS = ("start_at", "run_after", "id", "on_duplicate_id")
+# Ids whose URL jobs/<id>/ is another URL: the bulk enqueue's, or the jobs/ list's once a
+# browser has resolved the dot segment.
+UNADDRESSABLE_IDS = frozenset({"bulk", ".", ".."})
+# Output chunks in one answer of ``GET jobs/<id>/`` at most (as many as one look of an
+# event stream reads): a client far behind catches up over a few polls.
+OUTPUT_PER_RESPONSE = 200
 
 
 def library_rule(check: Any, *args: Any) -> Any:
@@ -69,6 +75,11 @@ class OptionsSerializer(StrictSerializer):
     def validate_id(self, value: str) -> str:
         if "\x00" in value:
             raise serializers.ValidationError(f"id {NUL_REFUSED}.")
+        if value in UNADDRESSABLE_IDS or "/" in value:
+            raise serializers.ValidationError(
+                f"{value!r} cannot be the id of a job enqueued over HTTP: its URL, jobs/<id>/, "
+                "would be another one's (no '/', and not 'bulk', '.' or '..')."
+            )
         return value
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
@@ -158,6 +169,38 @@ class JobSerializer(serializers.Serializer[Job]):
         data["result"] = instance.result if instance.status == Status.COMPLETE else None
         data["error"] = job_error(instance)
         return data
+
+
+class OutputChunkSerializer(serializers.Serializer[Any]):
+    """One chunk of a job's output, numbered from 1 across its attempts."""
+
+    index = serializers.IntegerField(read_only=True)
+    text = serializers.CharField(read_only=True)
+
+
+class JobDetailSerializer(JobSerializer):
+    """``GET jobs/<id>/?since=n``: the job, with the chunks of its output after chunk
+    ``n`` (at most ``OUTPUT_PER_RESPONSE`` of them, ``more_output`` when there are more):
+    what a client that cannot stream reads its output from."""
+
+    output = OutputChunkSerializer(many=True, read_only=True)
+    more_output = serializers.BooleanField(read_only=True)
+
+    def to_representation(self, instance: Job) -> dict[str, Any]:
+        """The job (read first: once a final status is read, all its output is stored),
+        then its chunks after ``context["since"]``."""
+        data = super().to_representation(instance)  # without output: the Job has none
+        chunks = OutputChunk.objects.filter(job_id=instance.pk, index__gt=self.context["since"])
+        rows = list(chunks.order_by("index").values("index", "text")[: OUTPUT_PER_RESPONSE + 1])
+        data["output"] = rows[:OUTPUT_PER_RESPONSE]
+        data["more_output"] = len(rows) > OUTPUT_PER_RESPONSE
+        return data
+
+
+class JobQuerySerializer(serializers.Serializer[Any]):
+    """``GET jobs/<id>/?since=n``: the number of the last output chunk the client has."""
+
+    since = serializers.IntegerField(required=False, default=0, min_value=0, max_value=2**31 - 1)
 
 
 def job_error(job: Job) -> str | None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import inspect
 import math
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from typing import Any
 from urllib.parse import quote
 
@@ -48,11 +48,14 @@ from ..queue.handles import Handle
 from ..queue.models import FINAL_STATUSES, Job, queue_db
 from ..queue.registry import Registered, exposed_job
 from ..ratelimit.api import check_rate_limit
+from ..ratelimit.storage import rate_limit_db
 from .parsers import CappedJSONParser, RequestTooLarge
 from .permissions import ApiAccess, request_owner
 from .serializers import (
     BulkEnqueueSerializer,
     EnqueueSerializer,
+    JobDetailSerializer,
+    JobQuerySerializer,
     JobSerializer,
     RateLimitQuerySerializer,
     RateLimitSerializer,
@@ -198,7 +201,7 @@ class EnqueueView(ApiView):
         job = exposed(request, data["function"])
         check_call(job, data["args"], data["kwargs"])
         owner = request_owner(request, create=True)
-        with refusals():
+        with refusals(), all_or_nothing(job):
             options = job_options(request, job, data["args"], data["kwargs"], data, owner)
             created = enqueue_job(job.path, args=data["args"], kwargs=data["kwargs"], **options)
         location = f"{request.path}{quote(created.pk, safe='')}/"
@@ -221,7 +224,7 @@ class BulkEnqueueView(ApiView):
         if any(problems):
             raise ValidationError({"items": [problem or {} for problem in problems]})
         owner = request_owner(request, create=True)
-        with refusals():
+        with refusals(), all_or_nothing(job):
             options = [job_options(request, job, *call, data, owner) for call in calls]
             if all(each == options[0] for each in options):
                 handles = enqueue_calls(job.path, calls, **options[0])
@@ -234,13 +237,20 @@ class BulkEnqueueView(ApiView):
 
 
 class JobView(ApiView):
-    """``GET jobs/<id>/``: the job as its owner sees it."""
+    """``GET jobs/<id>/?since=n``: the job as its owner sees it, with its output after
+    chunk ``n`` (the polling client's stream)."""
 
-    serializer_class = JobSerializer
-    schema = ApiSchema("getJob")
+    serializer_class = JobDetailSerializer
+    schema = ApiSchema(
+        "getJob", query={"since": "The number of the last output chunk you have (default 0)."}
+    )
 
     def get(self, request: Request, job_id: str) -> Response:
-        return Response(JobSerializer(self.owned_job(job_id)).data)
+        query = JobQuerySerializer(data=request.query_params.dict())
+        query.is_valid(raise_exception=True)
+        job = self.owned_job(job_id)
+        context = {"since": query.validated_data["since"]}
+        return Response(JobDetailSerializer(job, context=context).data)
 
 
 class CancelView(ApiView):
@@ -380,6 +390,20 @@ def job_options(
     decided = job.exposure.options
     server = dict(decided(request, args, kwargs)) if decided is not None else {}
     return {**data.get("options", {}), **server, "owner": owner}
+
+
+@contextmanager
+def all_or_nothing(job: Registered) -> Iterator[None]:
+    """One transaction (on each database of the queue and the rate limits) around the
+    job's ``http_options`` and the enqueue: what the hook did, such as charging the user's
+    budget, is undone when the enqueue is refused. Without a hook there is nothing to undo,
+    and the enqueue stays its own transaction."""
+    assert job.exposure is not None
+    with ExitStack() as stack:
+        if job.exposure.options is not None:
+            for alias in sorted({queue_db(), rate_limit_db()}):
+                stack.enter_context(transaction.atomic(using=alias))
+        yield
 
 
 def enqueue_each(

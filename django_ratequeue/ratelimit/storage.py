@@ -18,8 +18,13 @@ from .algebra import State
 from .models import RateLimitState
 
 
+def rate_limit_db() -> str:
+    """The database alias the rate limits' rows live on, as the project's routers say."""
+    return router.db_for_write(RateLimitState)
+
+
 def connection_for_write() -> BaseDatabaseWrapper:
-    return connections[router.db_for_write(RateLimitState)]
+    return connections[rate_limit_db()]
 
 
 _STATEMENTS: dict[str, dict[str, str]] = {}

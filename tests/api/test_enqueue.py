@@ -53,7 +53,8 @@ def test_enqueue_answers_201_with_the_job(api: APIClient, ada: User) -> None:
     assert body["attempts"] == 0
     assert body["progress"] == body["result"] == body["error"] == None  # noqa: E711
     assert response["Location"] == f"{API}jobs/{body['id']}/"
-    assert api.get(response["Location"]).json() == body  # the job as it was written
+    detail = api.get(response["Location"]).json()
+    assert detail == {**body, "output": [], "more_output": False}  # the job as written
     job = Job.objects.get(pk=body["id"])
     assert (job.args, job.kwargs) == (["Ada"], {"punctuation": "?"})
     # The requesting user owns it: their handle sees it, nobody else's does.
@@ -343,3 +344,26 @@ def test_bulk_of_a_function_that_is_not_exposed_is_404(api: APIClient) -> None:
     )
     assert response.status_code == 404
     assert not Job.objects.exists()
+
+
+@pytest.mark.parametrize("job_id", ["bulk", ".", "..", "reports/2026"])
+def test_an_id_whose_url_would_be_another_ones_is_refused(api: APIClient, job_id: str) -> None:
+    """GET jobs/bulk/ is the bulk enqueue's URL, and a browser resolves jobs/../ to the
+    API's root: a job with such an id could never be read, followed or canceled."""
+    response = enqueue(api, GREET, args=["Ada"], options={"id": job_id})
+    bulk = api.post(
+        f"{API}jobs/bulk/",
+        {"function": GREET, "items": [{}], "options": {"id": job_id}},
+        format="json",
+    )
+
+    for refused in (response, bulk):
+        assert refused.status_code == 400
+        assert "cannot be the id of a job enqueued over HTTP" in refused.json()["options"]["id"][0]
+    assert not Job.objects.exists()
+
+
+def test_an_id_that_only_starts_like_a_route_is_its_own_url(api: APIClient) -> None:
+    created = enqueue(api, GREET, args=["Ada"], options={"id": "bulk-reports"})
+    assert created.status_code == 201
+    assert api.get(f"{API}jobs/bulk-reports/").json()["id"] == "bulk-reports"

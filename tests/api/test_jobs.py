@@ -9,7 +9,8 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from django_ratequeue import enqueue as enqueue_job
-from django_ratequeue.models import CancelRequest, Job
+from django_ratequeue.api.serializers import OUTPUT_PER_RESPONSE
+from django_ratequeue.models import CancelRequest, Job, OutputChunk
 from django_ratequeue.queue.models import Status
 from tests.api import jobs
 from tests.api.conftest import API, enqueue
@@ -30,6 +31,7 @@ def test_the_owner_sees_the_job(api: APIClient) -> None:
     assert body["progress"] == {"done": 1, "total": 2}
     assert body["result"] is None
     assert body["error"] is None
+    assert (body["output"], body["more_output"]) == ([], False)
 
 
 def test_a_complete_job_shows_its_result_and_a_failed_one_its_error(api: APIClient) -> None:
@@ -92,3 +94,58 @@ def test_a_job_enqueued_by_code_without_an_owner_is_nobodys_over_http(
 def test_anonymous_visitors_see_nothing_by_default(api: APIClient) -> None:
     job_id = enqueue(api, "tests.api.jobs.greet", args=["Ada"]).json()["id"]
     assert APIClient().get(f"{API}jobs/{job_id}/").status_code in (401, 403)
+
+
+def test_the_job_carries_its_output_after_since(api: APIClient) -> None:
+    """A client that cannot stream reads the output from the job, a poll at a time."""
+    job_id = enqueue(api, "tests.api.jobs.greet", args=["Ada"]).json()["id"]
+    OutputChunk.objects.bulk_create(
+        OutputChunk(job_id=job_id, index=n, text=f"w{n} ") for n in range(1, 4)
+    )
+
+    everything = api.get(f"{API}jobs/{job_id}/").json()
+    after_two = api.get(f"{API}jobs/{job_id}/?since=2").json()
+    after_all = api.get(f"{API}jobs/{job_id}/?since=3").json()
+
+    assert everything["output"] == [
+        {"index": 1, "text": "w1 "},
+        {"index": 2, "text": "w2 "},
+        {"index": 3, "text": "w3 "},
+    ]
+    assert after_two["output"] == [{"index": 3, "text": "w3 "}]
+    assert after_all["output"] == []
+    assert not everything["more_output"] and not after_all["more_output"]
+
+
+def test_the_output_of_one_answer_is_bounded(api: APIClient) -> None:
+    job_id = enqueue(api, "tests.api.jobs.greet", args=["Ada"]).json()["id"]
+    total = OUTPUT_PER_RESPONSE + 5
+    OutputChunk.objects.bulk_create(
+        OutputChunk(job_id=job_id, index=n, text="x") for n in range(1, total + 1)
+    )
+
+    first = api.get(f"{API}jobs/{job_id}/").json()
+    last = first["output"][-1]["index"]
+    rest = api.get(f"{API}jobs/{job_id}/?since={last}").json()
+
+    assert len(first["output"]) == OUTPUT_PER_RESPONSE and first["more_output"]
+    assert [chunk["index"] for chunk in rest["output"]] == list(
+        range(OUTPUT_PER_RESPONSE + 1, total + 1)
+    )
+    assert not rest["more_output"]
+
+
+@pytest.mark.parametrize("since", ["-1", "abc", "1.5", "inf", "nan", "%s", "9" * 40, ""])
+def test_a_bad_since_is_a_400_naming_it(api: APIClient, since: str) -> None:
+    job_id = enqueue(api, "tests.api.jobs.greet", args=["Ada"]).json()["id"]
+    response = api.get(f"{API}jobs/{job_id}/", {"since": since})
+    assert response.status_code == 400
+    assert list(response.json()) == ["since"]
+
+
+def test_another_users_output_is_not_shown(api: APIClient, other: APIClient) -> None:
+    job_id = enqueue(api, "tests.api.jobs.greet", args=["Ada"]).json()["id"]
+    OutputChunk.objects.create(job_id=job_id, index=1, text="secret")
+    response = other.get(f"{API}jobs/{job_id}/?since=0")
+    assert response.status_code == 404
+    assert "secret" not in response.content.decode()

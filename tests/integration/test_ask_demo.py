@@ -8,15 +8,16 @@ import json
 from typing import Any
 
 import pytest
+from django.conf import settings
 from django.contrib.auth.models import User
 from django.contrib.staticfiles import finders
 from django.core.management import call_command
-from django.test import Client
+from django.test import Client, override_settings
 
-from django_ratequeue import get_rate_limit_value
+from django_ratequeue import get_rate_limit_value, rate_limit
 from django_ratequeue.models import Job
 from example_project.demo.accounts import USERS
-from example_project.demo.jobs import ASK_COST, USER_BUDGET, ask_model
+from example_project.demo.jobs import ASK_COST, MODEL_BUDGET, USER_BUDGET, ask_model
 
 pytestmark = pytest.mark.django_db
 
@@ -111,3 +112,37 @@ def test_a_spent_budget_is_a_429_with_retry_after_and_nothing_enqueued(alice: Cl
     assert refused.status_code == 429
     assert int(refused["Retry-After"]) > 0
     assert Job.objects.count() == 5
+
+
+def budget_left(username: str) -> float:
+    user = User.objects.get(username=username)
+    return get_rate_limit_value(USER_BUDGET, key=f"user:{user.pk}")
+
+
+def test_a_question_refused_by_the_enqueue_rate_limit_costs_nothing(alice: Client) -> None:
+    """The asker is charged in the same transaction as the enqueue: a refusal undoes it."""
+    limited = {**settings.RATEQUEUE, "ENQUEUE_RATE_LIMIT": {"rate": 1, "period": 60}}
+    with override_settings(RATEQUEUE=limited):
+        assert ask(alice, "the first").status_code == 201
+        before = budget_left("alice")
+        refused = ask(alice, "the second")
+        after = budget_left("alice")
+
+    assert refused.status_code == 429
+    assert "ratequeue:enqueue" in refused.json()["detail"]
+    assert 0 <= after - before < 1  # refilled a little, charged nothing
+    assert Job.objects.count() == 1
+
+
+def test_a_question_refused_by_the_models_reservations_costs_nothing(alice: Client) -> None:
+    """The model's budget (llm_tokens) is full, and reserved ahead to its max_reserved."""
+    model = settings.RATEQUEUE["RATE_LIMITS"][MODEL_BUDGET]
+    rate_limit(MODEL_BUDGET, count=model["capacity"] + model["max_reserved"], reserve=True)
+    before = budget_left("alice")
+
+    refused = ask(alice, "Is there room?")
+
+    assert refused.status_code == 429
+    assert MODEL_BUDGET in refused.json()["detail"]
+    assert 0 <= budget_left("alice") - before < 1
+    assert not Job.objects.exists()

@@ -12,7 +12,8 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
 from django_ratequeue import Retry, Status, enqueue, get_handle
-from django_ratequeue.models import CancelRequest, Job
+from django_ratequeue.admin.jobs import OUTPUT_SHOWN
+from django_ratequeue.models import CancelRequest, Job, OutputChunk
 from django_ratequeue.queue import stats
 from tests.cluster import wait_for
 from tests.queue import jobs
@@ -275,3 +276,26 @@ def test_the_job_list_reads_no_more_than_a_bounded_part_of_the_jobs(
     assert "Jobs are counted up to 3 and no further" in page
     assert 'href="?queue__exact=queue-1"' in page  # the queue filter still lists them
     assert len(listed(admin_client, queue__exact="queue-1")) == 2
+
+
+@pytest.mark.django_db
+def test_a_jobs_page_shows_its_progress_and_the_end_of_its_output(admin_client: Client) -> None:
+    handle = enqueue(jobs.add, args=[2, 3])
+    Job.objects.filter(pk=handle.id).update(progress={"done": 2, "total": 3, "note": "<b>"})
+    OutputChunk.objects.bulk_create(
+        [
+            OutputChunk(job_id=handle.id, index=1, text="the beginning " + "a" * 6000),
+            OutputChunk(job_id=handle.id, index=2, text="b" * 6000),
+            OutputChunk(job_id=handle.id, index=3, text="<script>alert(1)</script> the end"),
+        ]
+    )
+
+    page = admin_client.get(f"{CHANGELIST}{handle.id}/change/").content.decode()
+
+    assert "Progress and output" in page
+    assert "&quot;note&quot;: &quot;&lt;b&gt;&quot;" in page
+    assert "&lt;script&gt;alert(1)&lt;/script&gt; the end</pre>" in page
+    assert "<script>alert(1)" not in page
+    assert "the beginning" not in page  # bounded: the end of the output, not all of it
+    length = 14 + 6000 + 6000 + 33
+    assert f"3 chunks, {length} characters; the last {OUTPUT_SHOWN} shown" in page

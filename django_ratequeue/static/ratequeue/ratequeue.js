@@ -32,6 +32,9 @@
  * @property {Record<string, unknown> | null} progress the latest `report_progress(...)` value
  * @property {unknown} [result] the return value, once complete
  * @property {unknown} [error] the last error, once failed
+ * @property {{index: number, text: string}[]} [output] the output chunks after `since`
+ *   (`GET jobs/<id>/?since=n`), in order
+ * @property {boolean} [more_output] whether there are more chunks than `output` holds
  */
 
 /**
@@ -264,9 +267,14 @@ export class JobRef {
     return `jobs/${encodeURIComponent(this.id)}/`;
   }
 
-  /** @returns {Promise<JobInfo>} */
-  get() {
-    return this.client.request("GET", this.path);
+  /**
+   * The job, with the output chunks numbered above `since` (a bounded number of them:
+   * `more_output` says when there are more).
+   * @param {{since?: number}} [query]
+   * @returns {Promise<JobInfo>}
+   */
+  get({ since = 0 } = {}) {
+    return this.client.request("GET", since ? `${this.path}?since=${since}` : this.path);
   }
 
   /** Ask for the job to be canceled (a running job stops when its attempt ends).
@@ -304,8 +312,8 @@ export class JobRef {
    * each once) and finally a `result` or `error` event, after which the subscription ends.
    * Streams with EventSource (which resumes by itself after a dropped connection); polls
    * `GET jobs/<id>/` when EventSource is missing, the stream is refused, or it fails
-   * `maxStreamErrors` times in a row. Polling sees status, progress and the final event,
-   * not the output chunks (the job's description has none).
+   * `maxStreamErrors` times in a row; polling delivers the same events, the output chunks
+   * a poll at a time.
    * @param {(event: JobEvent) => void} onEvent
    * @param {SubscribeOptions} [options]
    * @returns {() => void} unsubscribe
@@ -334,6 +342,8 @@ class Subscription {
     // What the subscriber has seen, so that polling repeats nothing.
     this.lastStatus = null;
     this.lastProgress = "null";
+    // The number of the last output chunk delivered: a poll asks for those after it.
+    this.lastOutput = 0;
   }
 
   /** @param {"auto" | "poll"} transport */
@@ -360,6 +370,8 @@ class Subscription {
       this.lastStatus = event.data.status;
     } else if (event.type === "progress") {
       this.lastProgress = JSON.stringify(event.data);
+    } else if (event.type === "output") {
+      this.lastOutput = event.data.index;
     }
     if (FINAL_EVENTS.has(event.type)) this.stop();
     this.onEvent(event);
@@ -370,6 +382,7 @@ class Subscription {
   repeats(event) {
     if (event.type === "status") return event.data.status === this.lastStatus;
     if (event.type === "progress") return JSON.stringify(event.data) === this.lastProgress;
+    if (event.type === "output") return event.data.index <= this.lastOutput;
     return false;
   }
 
@@ -419,8 +432,9 @@ class Subscription {
       /** @type {JobInfo | null} */
       let info = null;
       try {
-        info = await this.job.get();
-        delay = pollInterval;
+        info = await this.job.get({ since: this.lastOutput });
+        // More output than one answer holds: ask for the rest at once.
+        delay = info?.more_output ? 0 : pollInterval;
       } catch (error) {
         if (!(error instanceof RateQueueError)) throw error;
         // A 4xx other than 429 will not get better: no such job, not yours, logged out.
@@ -443,19 +457,25 @@ class Subscription {
 }
 
 /**
- * The events a poll of `GET jobs/<id>/` stands for (the subscription drops those it has
- * delivered already). The job's description has no output chunks: a polled subscription
- * gets none, only the result.
+ * The events a poll of `GET jobs/<id>/?since=n` stands for, in the order a stream sends
+ * them (the subscription drops those it has delivered already). A final status waits
+ * until the last of the output has been delivered.
  * @param {JobInfo} info
  * @returns {JobEvent[]}
  */
 function eventsOf(info) {
+  /** @type {JobEvent} */
+  const status = { type: "status", data: { status: info.status, attempts: info.attempts } };
+  const final = FINAL_STATUSES.has(info.status);
   /** @type {JobEvent[]} */
-  const events = [{ type: "status", data: { status: info.status, attempts: info.attempts } }];
+  const events = final ? [] : [status];
+  for (const chunk of info.output ?? []) events.push({ type: "output", data: chunk });
   if (info.progress != null) events.push({ type: "progress", data: info.progress });
+  if (!final || info.more_output) return events;
+  events.push(status);
   if (info.status === "complete") {
     events.push({ type: "result", data: { result: info.result } });
-  } else if (FINAL_STATUSES.has(info.status)) {
+  } else {
     events.push({ type: "error", data: { status: info.status, error: info.error } });
   }
   return events;

@@ -343,6 +343,7 @@ class Worker:
             result = func(*data["args"], **data["kwargs"])
             json.dumps(result, allow_nan=False)
         except Exception as exc:
+            logger.info("Attempt %s failed: %r", attempt.id, exc)
             return "fail", {
                 "error": f"{type(exc).__name__}: {exc}",
                 "traceback": traceback.format_exc(),
@@ -417,4 +418,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    # Run as ``-m``, this file is ``__main__``: run the imported module's main, so that
+    # handler modules (which import django_ratequeue.worker) register where it looks.
+    from django_ratequeue.worker import main as run
+
+    raise SystemExit(run())

@@ -24,6 +24,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from ..conf import ratequeue_settings
+from ..exceptions import LeaseLost
 from ..queue import remote
 from ..queue.models import WorkerKey, queue_db
 from ..queue.workerkeys import find_key, seen
@@ -37,7 +38,7 @@ MAX_CLAIM = 100
 MAX_ID = 2**63 - 1
 
 
-class LeaseLost(APIException):
+class LeaseLostConflict(APIException):
     status_code = status.HTTP_409_CONFLICT
     default_detail = (
         "This attempt is not held by your worker: its lease lapsed, or it was ended or "
@@ -86,7 +87,7 @@ class WorkerView(ApiView):
 
     def attempt(self, attempt_id: int) -> int:
         if attempt_id > MAX_ID:
-            raise LeaseLost
+            raise LeaseLostConflict
         seen(self.key)
         return attempt_id
 
@@ -178,8 +179,8 @@ class HeartbeatView(WorkerView):
         self.valid(request.data or {})
         try:
             until, canceled = remote.heartbeat(self.key, self.attempt(attempt_id))
-        except remote.LeaseLost:
-            raise LeaseLost from None
+        except LeaseLost:
+            raise LeaseLostConflict from None
         return Response({"lease_expires_at": until, "canceled": canceled})
 
 
@@ -211,8 +212,8 @@ class ReportView(WorkerView):
         data = self.valid(request.data or {})  # no body: an empty object
         try:
             self.report(self.attempt(attempt_id), data)
-        except remote.LeaseLost:
-            raise LeaseLost from None
+        except LeaseLost:
+            raise LeaseLostConflict from None
         except (TypeError, ValueError) as error:
             raise serializers.ValidationError({self.field: [str(error)]}) from None
         return Response({"ok": True})

@@ -30,6 +30,7 @@ from django.db.models.functions import Length
 
 from .. import clock
 from ..conf import ratequeue_settings
+from ..exceptions import LeaseLost
 from .bounds import check_no_nul, clip
 from .models import Attempt, Job, Outcome, OutputChunk, WorkerKey, queue_db
 from .progress import UNSET, checked_progress, checked_text, store
@@ -37,11 +38,6 @@ from .wakeup import LOOP, WORK, Waiter, signal
 
 # A worker program's name for itself (random per process), as it sends it with its claims.
 INSTANCE = re.compile(r"\A[A-Za-z0-9_-]{1,32}\Z")
-
-
-class LeaseLost(Exception):
-    """The attempt is not held by the request's key any more (its lease lapsed, it was
-    ended or released), or never was."""
 
 
 def worker_name(key: WorkerKey, instance: str) -> str:

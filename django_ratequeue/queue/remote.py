@@ -90,7 +90,7 @@ def claim(
                     worker=me, started_at=now, lease_expires_at=lease_end(now)
                 )
     return list(
-        Attempt.objects.filter(worker=me, ended_at=None, lease_expires_at__gte=now)
+        Attempt.objects.filter(active=True, worker=me, ended_at=None, lease_expires_at__gte=now)
         .exclude(pk__in=list(running))
         .select_related("job")
         .order_by("-job__priority", "pk")

@@ -20,6 +20,7 @@ import json
 import re
 import threading
 import time
+from collections import Counter
 from collections.abc import Collection
 from datetime import datetime, timedelta
 from typing import Any
@@ -94,6 +95,14 @@ def claim(
         .exclude(pk__in=list(running))
         .select_related("job")
         .order_by("-job__priority", "pk")
+    )
+
+
+def running_per_key() -> Counter[int]:
+    """The attempts the workers of each key (by its id) run now."""
+    workers = Attempt.objects.filter(active=True, remote=True, ended_at=None).exclude(worker="")
+    return Counter(
+        int(worker.split(":")[1]) for worker in workers.values_list("worker", flat=True)
     )
 
 

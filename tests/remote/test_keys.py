@@ -74,3 +74,10 @@ def test_the_admin_shows_a_new_key_once() -> None:
     client.post(url, {"action": "revoke_keys", "_selected_action": [row.pk]})
     row.refresh_from_db()
     assert row.revoked_at is not None
+
+
+def test_ratequeue_status_shows_remote_workers() -> None:
+    row, _key = create_key("gpu box", ["gpu"])
+    out = StringIO()
+    call_command("ratequeue_status", stdout=out)
+    assert f"{row.prefix} gpu box (gpu)  last seen -  running 0" in out.getvalue()

@@ -56,11 +56,11 @@ def find_key(key: str) -> WorkerKey | None:
 
 
 def seen(row: WorkerKey, host: str = "") -> None:
-    """Record that ``row`` was used now (from ``host``), unless it was very recently."""
+    """Record that ``row`` was used now (from ``host``), unless it was very recently
+    (from the same host)."""
     now = clock.now()
-    if row.last_seen is not None and now - row.last_seen < LAST_SEEN_EVERY and not host:
-        return
-    if host and host == row.last_host and row.last_seen and now - row.last_seen < LAST_SEEN_EVERY:
+    fresh = row.last_seen is not None and now - row.last_seen < LAST_SEEN_EVERY
+    if fresh and host in ("", row.last_host):
         return
     changes: dict[str, object] = {"last_seen": now}
     if host:

@@ -4,6 +4,7 @@ taken over once its lease lapses, a stopped worker's attempt handed back at once
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -34,9 +35,36 @@ class Remote:
     """A server process, and remote worker processes started against it."""
 
     url: str
+    port: int
     key: str
+    options: dict[str, Any]
     log_dir: Path
     processes: list[subprocess.Popen[bytes]]
+
+    def serve(self) -> subprocess.Popen[bytes]:
+        """Start the server (runserver) on the test database; return once it answers."""
+        env = {
+            **os.environ,
+            "DATABASE_URL": database_url(),
+            "DJANGO_SETTINGS_MODULE": "tests.queue.cluster_settings",
+            "RATEQUEUE_OVERRIDES": json.dumps({**FAST_TIMINGS, **self.options}),
+        }
+        log = self.log_dir / f"server-{len(self.processes)}.log"
+        with log.open("wb") as out:
+            server = subprocess.Popen(
+                [sys.executable, "manage.py", "runserver", f"127.0.0.1:{self.port}", "--noreload"],
+                cwd=ROOT,
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        self.processes.append(server)
+        wait_for(
+            lambda: answers(f"{self.url}workers/claim/") or server.poll() is not None, 60, "server"
+        )
+        assert server.poll() is None, log.read_text()
+        return server
 
     def worker(self, concurrency: int = 2, grace: float = 5.0) -> subprocess.Popen[bytes]:
         log = (self.log_dir / f"worker-{len(self.processes)}.log").open("wb")
@@ -75,34 +103,34 @@ def answers(url: str) -> bool:
 
 
 @pytest.fixture
-def remote(cluster: Callable[..., Cluster], tmp_path: Path, settings: Any) -> Iterator[Remote]:
-    """A cluster and a server process (runserver) with remote queues, and a key for them."""
-    cluster(workers=1, **OPTIONS)
-    port = free_port()
-    env = {
-        **os.environ,
-        "DATABASE_URL": database_url(),
-        "DJANGO_SETTINGS_MODULE": "tests.queue.cluster_settings",
-        "RATEQUEUE_OVERRIDES": __import__("json").dumps({**FAST_TIMINGS, **OPTIONS}),
-    }
-    with (tmp_path / "server.log").open("wb") as log:
-        server = subprocess.Popen(
-            [sys.executable, "manage.py", "runserver", f"127.0.0.1:{port}", "--noreload"],
-            cwd=ROOT,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    url = f"http://127.0.0.1:{port}/ratequeue/"
-    wait_for(lambda: answers(f"{url}workers/claim/") or server.poll() is not None, 60, "server")
-    assert server.poll() is None, (tmp_path / "server.log").read_text()
-    running = Remote(url, create_key("test workers", ["gpu"])[1], tmp_path, [server])
-    yield running
-    for process in running.processes:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait(timeout=10)
+def start_remote(
+    cluster: Callable[..., Cluster], tmp_path: Path
+) -> Iterator[Callable[..., Remote]]:
+    """``start_remote(REMOTE_LEASE=...)``: a cluster and a server process with remote
+    queues, and a key for them; its processes are killed at teardown."""
+    started: list[Remote] = []
+
+    def start(**overrides: Any) -> Remote:
+        options = {**OPTIONS, **overrides}
+        cluster(workers=1, **options)
+        port = free_port()
+        key = create_key("test workers", ["gpu"])[1]
+        running = Remote(f"http://127.0.0.1:{port}/ratequeue/", port, key, options, tmp_path, [])
+        started.append(running)
+        running.serve()
+        return running
+
+    yield start
+    for running in started:
+        for process in running.processes:
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait(timeout=10)
+
+
+@pytest.fixture
+def remote(start_remote: Callable[..., Remote]) -> Remote:
+    return start_remote()
 
 
 def lines(path: Path) -> list[str]:
@@ -161,3 +189,27 @@ def test_the_worker_program_needs_no_django() -> None:
     subprocess.run(
         [sys.executable, "-c", code], cwd=ROOT, check=True, env={"PYTHONPATH": str(ROOT)}
     )
+
+
+def test_workers_outlive_a_server_restart(
+    start_remote: Callable[..., Remote], tmp_path: Path
+) -> None:
+    """Reports sent while the server is away are sent again, unchanged, once it is back:
+    with leases longer than the outage, every job completes, each exactly once."""
+    remote = start_remote(REMOTE_LEASE=30.0)
+    remote.worker(), remote.worker()
+    out = tmp_path / "ran.txt"
+    count = 60
+    enqueue_many(
+        "tests.queue.jobs.record", [[str(out), str(n)] for n in range(count)], queue="gpu"
+    )
+    wait_for(lambda: len(lines(out)) >= count // 3, 60, "a third of the jobs to run")
+    server = remote.processes[0]
+    os.killpg(server.pid, signal.SIGKILL)
+    server.wait(timeout=10)
+    assert Job.objects.exclude(status=Status.COMPLETE).exists()  # work was left
+    remote.serve()
+    wait_for(lambda: Job.objects.filter(status=Status.COMPLETE).count() == count, 90, "all jobs")
+    ran = Counter(line.split()[0] for line in lines(out))
+    assert ran == Counter(str(n) for n in range(count))
+    assert not Attempt.objects.exclude(outcome=Outcome.SUCCEEDED).exists()

@@ -53,6 +53,7 @@ DEFAULTS: dict[str, Any] = {
     "POLL_INTERVAL": 0.05,
     "RUNNER_IDLE": 10.0,
     "RUNNER_TURN": 30.0,
+    "REMOTE_LEASE": 30.0,
     "MAX_ARGUMENTS_BYTES": 1024 * 1024,
     "MAX_RESULT_BYTES": 1024 * 1024,
     "MAX_ERROR_BYTES": 64 * 1024,
@@ -78,6 +79,9 @@ class QueueConfig:
     # A RATE_LIMITS name: each job reserves its cost and starts when the reservation says.
     rate_limit: str | None = None
     paused: bool = False
+    # Served only by remote workers, which claim its attempts over HTTP
+    # (docs/remote-workers.md); the cluster's runners never take them.
+    remote: bool = False
 
 
 # The key of a public rate limit for a request: None (one value for everybody), a
@@ -141,6 +145,9 @@ class RateQueueSettings:
     # its turn in any case (the loop asks for a new one when there is work).
     RUNNER_IDLE: float
     RUNNER_TURN: float
+    # A remote worker's claim holds its attempt this long; each heartbeat extends it by as
+    # much. An attempt whose lease lapses is lost, and retried by its policy.
+    REMOTE_LEASE: float
     # Caps on what a job's row holds, in bytes: the JSON of its arguments and context
     # together (bigger: ValueError at enqueue), of its result (bigger: the attempt fails),
     # and the text of an error message or a traceback (each cut to this size).
@@ -192,6 +199,7 @@ DURATIONS = (
     "POLL_INTERVAL",
     "RUNNER_IDLE",
     "RUNNER_TURN",
+    "REMOTE_LEASE",
     "PROGRESS_INTERVAL",
 )
 # Settings that no longer exist, and why: their presence is an error that says so.
@@ -368,6 +376,12 @@ class _Parser:
                 )
             if not isinstance(config.paused, bool):
                 self.problem("E216", f"{where}['paused'] must be True or False.")
+            if not isinstance(config.remote, bool):
+                self.problem(
+                    "E219",
+                    f"{where}['remote'] must be True or False.",
+                    "True: only remote workers (docs/remote-workers.md) run its jobs.",
+                )
             parsed[name] = config
         return parsed
 
@@ -465,6 +479,7 @@ class _Parser:
             POLL_INTERVAL=durations["POLL_INTERVAL"],
             RUNNER_IDLE=durations["RUNNER_IDLE"],
             RUNNER_TURN=durations["RUNNER_TURN"],
+            REMOTE_LEASE=durations["REMOTE_LEASE"],
             MAX_CONCURRENCY=numbers["MAX_CONCURRENCY"],
             MAX_QUEUE_CONCURRENCY=numbers["MAX_QUEUE_CONCURRENCY"],
             MAX_ARGUMENTS_BYTES=numbers["MAX_ARGUMENTS_BYTES"],

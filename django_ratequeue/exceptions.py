@@ -120,3 +120,8 @@ def describe(error: BaseException) -> str:
     """``Type: message`` of an exception, as errors are shown on jobs."""
     message = str(error)
     return f"{type(error).__name__}: {message}" if message else type(error).__name__
+
+
+class LeaseLost(RateQueueError):
+    """A remote worker reported on an attempt its key's workers do not hold (any more):
+    its lease lapsed, it was ended or released, or it was never theirs. Nothing changed."""

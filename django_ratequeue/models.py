@@ -8,6 +8,7 @@ from .queue.models import (
     OutputChunk,
     QueueSetting,
     WorkerHeartbeat,
+    WorkerKey,
 )
 from .ratelimit.models import RateLimitState
 
@@ -20,4 +21,5 @@ __all__ = [
     "QueueSetting",
     "RateLimitState",
     "WorkerHeartbeat",
+    "WorkerKey",
 ]

@@ -6,7 +6,7 @@ extra): without it, including these URLs raises ImproperlyConfigured saying so.
 
 from django.urls import path
 
-from .api import views
+from .api import views, workers
 
 app_name = "ratequeue"
 
@@ -17,6 +17,19 @@ api = [
     path("jobs/<str:job_id>/cancel/", views.CancelView.as_view(), name="job-cancel"),
     path("jobs/<str:job_id>/events/", views.EventsView.as_view(), name="job-events"),
     path("ratelimits/<str:name>/", views.RateLimitView.as_view(), name="ratelimit"),
+    # Remote workers (docs/remote-workers.md), with an Api-Key.
+    path("workers/claim/", workers.ClaimView.as_view(), name="worker-claim"),
+    *(
+        path(f"workers/attempts/<int:attempt_id>/{name}/", view.as_view(), name=f"worker-{name}")
+        for name, view in [
+            ("heartbeat", workers.HeartbeatView),
+            ("progress", workers.ProgressView),
+            ("output", workers.OutputView),
+            ("complete", workers.CompleteView),
+            ("fail", workers.FailView),
+            ("release", workers.ReleaseView),
+        ]
+    ),
 ]
 
 urlpatterns = [

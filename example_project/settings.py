@@ -158,6 +158,8 @@ RATEQUEUE = {
         "emails": {"max_concurrency": 2},
         # Per user (concurrency_key): one call at a time each, four in all, within the budget.
         "llm": {"max_concurrency": 1, "total_concurrency": 4, "rate_limit": "llm_tokens"},
+        # Served by remote workers only (docs/remote-workers.md): scripts/demo.sh starts one.
+        "remote": {"max_concurrency": 2, "remote": True},
     },
 }
 

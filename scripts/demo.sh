@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The example project, ready to click through: migrated, an admin user (admin/admin), the
-# users alice/alice and bob/bob of the "Ask the model" page, a django-q2 cluster in the
-# background and the web server on http://127.0.0.1:8000/.
+# users alice/alice and bob/bob of the "Ask the model" page, a django-q2 cluster and a
+# remote worker (serving the "remote" queue over HTTP) in the background, and the web
+# server on http://127.0.0.1:8000/.
 # SQLite by default; set DATABASE_URL=postgres://... to use PostgreSQL.
 #
 #   PORT=8001                     another port
@@ -35,6 +36,11 @@ $PY manage.py qcluster &
 cluster=$!
 $PY manage.py runserver "$HOST:$PORT" &
 server=$!
+# A remote worker (docs/remote-workers.md) for the "remote" queue, with a key made for it.
+KEY=$($PY manage.py ratequeue_worker_key create "demo worker" --queues remote 2>/dev/null)
+$PY -m django_ratequeue.worker --url "http://127.0.0.1:$PORT/ratequeue/" --key "$KEY" \
+    --handlers example_project.remote_handlers --concurrency 2 --grace 5 &
+remote_worker=$!
 set +m
 
 stop() {
@@ -42,13 +48,15 @@ stop() {
     echo "==> stopping the web server and the django-q2 cluster"
     kill -TERM -- "-$server" 2>/dev/null || true  # runserver and its autoreloader child
     kill -TERM "$cluster" 2>/dev/null || true     # the cluster's main process stops the rest
-    wait "$server" "$cluster" 2>/dev/null || true
+    kill -TERM "$remote_worker" 2>/dev/null || true
+    wait "$server" "$cluster" "$remote_worker" 2>/dev/null || true
 }
 trap 'stop; exit 130' INT
 trap 'stop; exit 143' TERM
 trap stop EXIT
 
-echo "==> django-q2 cluster running (pid $cluster); open http://$HOST:$PORT/"
+echo "==> django-q2 cluster running (pid $cluster), a remote worker (pid $remote_worker);"
+echo "    open http://$HOST:$PORT/"
 echo "==> the example project is for trying things out on your own machine: it has the"
 echo "    admin user admin/admin, the users alice/alice and bob/bob, DEBUG on and a public"
 echo "    SECRET_KEY. Do not expose it."

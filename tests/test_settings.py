@@ -157,3 +157,10 @@ def test_ratequeue_must_be_a_dict() -> None:
         with pytest.raises(ImproperlyConfigured, match="must be a dict"):
             ratequeue_settings()
     assert error.id == "django_ratequeue.E002"
+
+
+@pytest.mark.parametrize("value", ["yes", 1, None])
+def test_a_queue_is_remote_or_not(value: Any) -> None:
+    assert [n for n, _ in problems(QUEUES={"gpu": {"remote": value}})] == ["django_ratequeue.E219"]
+    assert problems(QUEUES={"gpu": {"remote": True}}, REMOTE_LEASE=5) == []
+    assert [n for n, _ in problems(REMOTE_LEASE=math.inf)] == ["django_ratequeue.E202"]

@@ -144,6 +144,7 @@ class Dispatch:
                 concurrency_key=job.concurrency_key,
                 timeout=job.timeout,
                 dispatched_at=now,
+                remote=is_remote(job.queue, self.settings),
             )
             for job in chosen
         ]
@@ -260,6 +261,12 @@ class Dispatch:
             self.reserved_starts.append(job.start_at)
             return "later"
         return "now"
+
+
+def is_remote(queue: str, settings: RateQueueSettings) -> bool:
+    """Whether only remote workers serve ``queue`` (``"remote": True``)."""
+    config = settings.QUEUES.get(queue)
+    return config is not None and config.remote
 
 
 def copies_in_use(running: list[Attempt]) -> Counter[tuple[str, str]]:

@@ -80,7 +80,14 @@ class Loop:
             self.more_work |= more_cancels
             active = list(
                 Attempt.objects.filter(active=True).only(
-                    "job", "queue", "concurrency_key", "ended_at", "wait", "wait_queue", "worker"
+                    "job",
+                    "queue",
+                    "concurrency_key",
+                    "ended_at",
+                    "wait",
+                    "wait_queue",
+                    "worker",
+                    "remote",
                 )
             )
             ended = [a.pk for a in active if a.ended_at is not None]
@@ -124,7 +131,9 @@ class Loop:
     def keep_runners(self, running: list[Attempt], now: datetime) -> None:
         """Ask django-q2 for runners while attempts wait for one and fewer runners serve
         than there are attempts to run (at most one per live worker). Runners already
-        asked for and not started yet wait in the broker: they count as serving."""
+        asked for and not started yet wait in the broker: they count as serving. Remote
+        attempts are not theirs: remote workers claim them over HTTP."""
+        running = [attempt for attempt in running if not attempt.remote]
         if all(attempt.worker for attempt in running):
             return
         dead_after = timedelta(seconds=self.settings.WORKER_DEAD_AFTER)

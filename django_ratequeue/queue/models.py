@@ -247,6 +247,13 @@ class Attempt(models.Model):
     active = models.BooleanField(default=True)
     dispatched_at = models.DateTimeField()
     worker = models.CharField(max_length=64, blank=True, default="")
+    # Its queue is served by remote workers (``"remote": True``), which claim it over HTTP;
+    # runners never do. Decided at dispatch.
+    remote = models.BooleanField(default=False)
+    # A remote attempt's lease: its worker's heartbeats extend it; once it lapses the
+    # attempt is lost (recovery ends it). None for the attempts of local runners, whose
+    # worker's WorkerHeartbeat says whether they live.
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
     started_at = models.DateTimeField(null=True, blank=True)
     ended_at = models.DateTimeField(null=True, blank=True)
     outcome = models.CharField(max_length=16, choices=Outcome.choices, blank=True, default="")
@@ -413,6 +420,31 @@ class WorkerHeartbeat(models.Model):
 
     def __str__(self) -> str:
         return f"{self.host}:{self.pid}"
+
+
+class WorkerKey(models.Model):
+    """The API key of remote workers (``Authorization: Api-Key <key>``), scoped to queues.
+
+    Only the key's SHA-256 is stored, and its ``prefix`` in clear to find it and show it:
+    the key is shown once, at creation. A key is 256 random bits, so a fast hash is as
+    safe as a slow one. Revoking it stops every request made with it at once."""
+
+    name = models.CharField(max_length=200, help_text="Who or what uses it.")
+    prefix = models.CharField(max_length=16, unique=True, editable=False)
+    hashed = models.CharField("SHA-256", max_length=64, editable=False)
+    queues = models.JSONField(default=list, help_text="The remote queues it may claim from.")
+    created_at = models.DateTimeField(editable=False)
+    revoked_at = models.DateTimeField(null=True, blank=True, editable=False)
+    # When a request last used it (written at most once per LAST_SEEN_EVERY seconds).
+    last_seen = models.DateTimeField(null=True, blank=True, editable=False)
+    # The host name the worker program gave with its last claim.
+    last_host = models.CharField(max_length=255, blank=True, default="", editable=False)
+
+    class Meta:
+        verbose_name = "worker key"
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.prefix}…)"
 
 
 def queue_db() -> str:

@@ -267,6 +267,16 @@ def _pending_output(call: str) -> PendingOutput:
 def report_progress(data: Mapping[str, Any]) -> None:
     """Record how far the running job is, as a JSON object (``{"done": 3, "total": 10}``):
     the latest value is kept on the job (``Handle.progress()``, the HTTP API)."""
+    value = checked_progress(data)
+    pending = _pending_output("report_progress()")
+    pending.set_progress(value)
+    _writer.schedule(pending)
+
+
+def checked_progress(data: Any) -> Any:
+    """``data`` as the progress to store, a copy decoded from its JSON (what the job
+    changes in ``data`` afterwards is not what it reported now); a ValueError or TypeError
+    saying what is wrong with it."""
     if not isinstance(data, Mapping):
         raise TypeError(
             f"report_progress() takes a dict (a JSON object), not {type(data).__name__}."
@@ -285,16 +295,21 @@ def report_progress(data: Mapping[str, Any]) -> None:
             f"The job's progress is {len(text)} bytes of JSON; the most is "
             f'RATEQUEUE["MAX_PROGRESS_BYTES"] ({limit}).'
         )
-    pending = _pending_output("report_progress()")
-    # A copy, decoded from the JSON: what the job changes in ``data`` afterwards is not
-    # what it reported now.
-    pending.set_progress(json.loads(text))
-    _writer.schedule(pending)
+    return json.loads(text)
 
 
 def stream_output(text: str) -> None:
     """Append ``text`` to the running job's partial output (``Handle.output()``, the HTTP
     API's ``output`` events): an LLM's tokens, a log, lines of a report."""
+    text = checked_text(text)
+    pending = _pending_output("stream_output()")
+    if text:
+        pending.add_text(text)
+        _writer.schedule(pending)
+
+
+def checked_text(text: Any) -> str:
+    """``text`` if it can be stored as output, else a ValueError or TypeError saying why."""
     if not isinstance(text, str):
         raise TypeError(f"stream_output() takes a str, not {type(text).__name__}.")
     if not text.isascii():
@@ -306,10 +321,7 @@ def stream_output(text: str) -> None:
             ) from None
     if "\x00" in text:
         raise ValueError(f"The job's output {NUL_REFUSED}.")
-    pending = _pending_output("stream_output()")
-    if text:
-        pending.add_text(text)
-        _writer.schedule(pending)
+    return text
 
 
 def write_rest(attempt: Attempt) -> None:

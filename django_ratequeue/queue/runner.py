@@ -259,10 +259,11 @@ def _start_statement(async_commit: bool) -> ServerStatement:
 @cache
 def _claim_sql(vendor: str) -> str:
     """The claim of up to n dispatched attempts nobody's yet, by priority then dispatch
-    order, for worker w, started at s if not None (parameters: n, w, s). The candidates
-    are picked once, in a CTE (a subquery under ``IN`` may be run again per row, and pick
-    more than n). On PostgreSQL, rows another runner is claiming at the same moment are
-    skipped, not waited for, and the statement returns what the attempts are to run."""
+    order, for worker w, started at s if not None (parameters: n, w, s); remote attempts
+    are left to remote workers. The candidates are picked once, in a CTE (a subquery
+    under ``IN`` may be run again per row, and pick more than n). On PostgreSQL, rows
+    another runner is claiming at the same moment are skipped, not waited for, and the
+    statement returns what the attempts are to run."""
     connection = queue_connection()
     attempts = connection.ops.quote_name(Attempt._meta.db_table)
     jobs = connection.ops.quote_name(Job._meta.db_table)
@@ -279,7 +280,7 @@ def _claim_sql(vendor: str) -> str:
     return (
         f"WITH picked AS{' MATERIALIZED' if postgresql else ''} ("
         f"SELECT a.id FROM {attempts} a JOIN {jobs} j ON j.id = a.job_id"
-        f" WHERE a.active AND a.worker = '' AND a.ended_at IS NULL"
+        f" WHERE a.active AND NOT a.remote AND a.worker = '' AND a.ended_at IS NULL"
         f" ORDER BY j.priority DESC, a.id LIMIT %s{lock}"
         f") UPDATE {attempts} SET worker = %s, started_at = %s FROM {source}"
         f" WHERE {where} AND {attempts}.worker = '' AND {attempts}.ended_at IS NULL"

@@ -108,7 +108,7 @@ def recover(now: datetime, dead_after: timedelta) -> bool:
     never started is not a try: :func:`finish` puts its job back to WAITING."""
     candidates = list(
         Attempt.objects.filter(active=True, ended_at=None).only(
-            "job", "worker", "started_at", "timeout", "dispatched_at"
+            "job", "worker", "started_at", "timeout", "dispatched_at", "remote", "lease_expires_at"
         )
     )
     if not candidates:
@@ -121,13 +121,20 @@ def recover(now: datetime, dead_after: timedelta) -> bool:
     for attempt in candidates:
         outcome: str
         error_class: type[BaseException] | None = None
+        # A remote attempt lives by its lease, which its worker's heartbeats extend.
+        lease = attempt.lease_expires_at
+        lost = lease < now if lease is not None else attempt.worker not in alive
         if not attempt.worker:
-            if not idle or attempt.dispatched_at + dead_after >= now:
+            # Runners were asked for; remote workers claim when they come.
+            if attempt.remote or not idle or attempt.dispatched_at + dead_after >= now:
                 continue
             outcome, error = "", "No worker claimed this attempt; its job waits again."
-        elif attempt.started_at is None and attempt.worker not in alive:
+        elif attempt.started_at is None and lost:
             outcome, error = "", "Its worker died before it started; its job waits again."
-        elif attempt.worker not in alive:
+        elif lost and lease is not None:
+            outcome, error = Outcome.WORKER_LOST, "The remote worker's lease on it lapsed."
+            error_class = WorkerLost
+        elif lost:
             outcome, error = Outcome.WORKER_LOST, "The worker running this attempt died."
             error_class = WorkerLost
         elif (
@@ -141,8 +148,13 @@ def recover(now: datetime, dead_after: timedelta) -> bool:
             continue
         # Only if nothing moved since we looked: the runner's claim and report use the
         # same conditions, so exactly one side wins.
+        # (A heartbeat that extended a lease meanwhile wins too.)
         if Attempt.objects.filter(
-            pk=attempt.pk, ended_at=None, started_at=attempt.started_at, worker=attempt.worker
+            pk=attempt.pk,
+            ended_at=None,
+            started_at=attempt.started_at,
+            worker=attempt.worker,
+            lease_expires_at=lease,
         ).update(
             ended_at=now,
             outcome=outcome,

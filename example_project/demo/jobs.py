@@ -108,3 +108,10 @@ def ask_model(prompt: str) -> str:
         stream_output(word if done == 1 else f" {word}")
         report_progress({"done": done, "total": len(words)})
     return " ".join(words)
+
+
+@job(queue="remote")
+def on_remote_worker(number: int) -> str:
+    """Runs on the demo's remote worker (example_project/remote_handlers.py, which
+    scripts/demo.sh starts): the queue is remote, so this body never runs here."""
+    raise NonRetryableError("The 'remote' queue runs on remote workers only.")

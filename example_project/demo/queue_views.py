@@ -64,6 +64,10 @@ BURSTS = {
     "llm": Burst(
         '14 LLM calls (queue "llm": per-user turns, 1,200 tokens/min, 40 each)', _llm_burst
     ),
+    "remote": Burst(
+        '4 jobs for the remote worker (queue "remote", over HTTP)',
+        lambda: jobs.on_remote_worker.enqueue_many([1, 2, 3, 4]),
+    ),
 }
 
 

@@ -24,6 +24,11 @@ def test_the_schema_describes_every_endpoint() -> None:
         f"{API}jobs/{{job_id}}/cancel/",
         f"{API}jobs/{{job_id}}/events/",
         f"{API}ratelimits/{{name}}/",
+        f"{API}workers/claim/",
+        *(
+            f"{API}workers/attempts/{{attempt_id}}/{report}/"
+            for report in ("heartbeat", "progress", "output", "complete", "fail", "release")
+        ),
     }
     enqueue = schema["paths"][f"{API}jobs/"]["post"]
     body = enqueue["requestBody"]["content"]["application/json"]["schema"]["$ref"]

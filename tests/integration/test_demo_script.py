@@ -5,6 +5,7 @@ django-q2's shutdown, its sentinel killed under its main process)."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -106,3 +107,24 @@ def test_a_signal_to_the_process_group_stops_everything(demo, signum: int) -> No
         message="the demo, its web server and its cluster to exit",
     )
     assert "stopping the web server and the django-q2 cluster" in log.read_text()
+
+
+def test_the_demo_s_remote_worker_runs_the_remote_queue(demo) -> None:
+    *_running, database = demo
+    env = {**os.environ, "DATABASE_URL": f"sqlite:///{database}"}
+    env.pop("DJANGO_SETTINGS_MODULE", None)
+    code = "from example_project.demo.jobs import on_remote_worker; on_remote_worker.enqueue(3)"
+    subprocess.run(
+        [sys.executable, "manage.py", "shell", "-c", code], cwd=ROOT, env=env, check=True
+    )
+
+    def result() -> str | None:
+        with sqlite3.connect(database) as db:
+            row = db.execute(
+                "SELECT result FROM django_ratequeue_job WHERE status = 'complete'"
+            ).fetchone()
+        return row and row[0]
+
+    assert json.loads(wait_for(result, 60, "the remote worker to run the job")).startswith(
+        "3² = 9, on "
+    )

@@ -48,7 +48,9 @@ def test_a_burst_is_enqueued_and_listed_with_the_counts(client: Client) -> None:
 def test_unknown_burst_is_refused_and_writes_nothing(client: Client) -> None:
     response = client.post("/queue/enqueue/", {"kind": "everything"}, follow=True)
 
-    assert "Pick one of: fast, slow, flaky, broken, emails, llm." in response.content.decode()
+    assert (
+        "Pick one of: fast, slow, flaky, broken, emails, llm, remote." in response.content.decode()
+    )
     assert not Job.objects.exists()
 
 

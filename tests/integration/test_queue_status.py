@@ -38,7 +38,8 @@ def test_table_counts_jobs_per_queue_and_status() -> None:
         "QUEUE", "LIMIT", "SCHEDULED", "WAITING", "DISPATCHED", "RUNNING", "RETRYING", "FAILED",
         "COMPLETE", "CANCELED",
     ]  # fmt: skip
-    rows = {line.split()[0]: line for line in lines[1:6]}  # with the example project's "llm"
+    # With the example project's "llm" and "remote".
+    rows = {line.split()[0]: line for line in lines[1:7]}
     assert rows["default"].split() == ["default", "8", "(MAX_CONCURRENCY)", "1", "1"] + ["0"] * 6
     assert rows["emails"].split() == ["emails", "2", "0", "3"] + ["0"] * 6
     assert (
@@ -46,7 +47,7 @@ def test_table_counts_jobs_per_queue_and_status() -> None:
     )
     assert rows["(all)"].split() == ["(all)", "1", "5"] + ["0"] * 6
     # Counts are right-aligned under their headers.
-    assert {len(line) for line in lines[:6]} == {len(lines[0])}
+    assert {len(line) for line in lines[:7]} == {len(lines[0])}
     assert "Main loop: idle, generation 0" in lines
     assert "Live workers: none (is manage.py qcluster running?)" in lines
 

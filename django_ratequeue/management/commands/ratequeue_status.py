@@ -8,6 +8,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
+from ...queue.models import WorkerKey
+from ...queue.remote import running_per_key
 from ...queue.stats import COLUMNS, QueueOverview, queue_overview
 
 
@@ -28,6 +30,7 @@ class Command(BaseCommand):
             return
         self.write_counts(overview)
         self.write_loop(overview)
+        self.write_remote()
 
     def write_counts(self, overview: QueueOverview) -> None:
         header = ["QUEUE", "LIMIT", *(label.upper() for _column, label in COLUMNS)]
@@ -75,4 +78,19 @@ class Command(BaseCommand):
             self.stdout.write(
                 f"  {worker.host} pid {worker.pid}  last heartbeat {_time(worker.seen_at)}"
                 + (f"  ({', '.join(roles)})" if roles else "")
+            )
+
+    def write_remote(self) -> None:
+        """The remote workers, by key: where and when last seen, what they run now."""
+        keys = list(WorkerKey.objects.filter(revoked_at=None).order_by("name"))
+        if not keys:
+            return
+        running = running_per_key()
+        self.stdout.write("")
+        self.stdout.write(f"Remote worker keys: {len(keys)}")
+        for key in keys:
+            host = f" from {key.last_host}" if key.last_host else ""
+            self.stdout.write(
+                f"  {key.prefix} {key.name} ({', '.join(key.queues)})  last seen "
+                f"{_time(key.last_seen)}{host}  running {running[key.pk]}"
             )

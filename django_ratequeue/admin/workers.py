@@ -1,0 +1,61 @@
+"""The admin for remote workers' API keys: create one (shown once), see where and when
+each was last used and what its workers run now, revoke."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+from django.contrib import admin, messages
+from django.db.models import QuerySet
+from django.http import HttpRequest
+
+from ..queue.models import Attempt, WorkerKey
+from ..queue.workerkeys import create_key, revoke
+from .actions import PermittedActionsMixin
+
+
+class WorkerKeyForm(forms.ModelForm):
+    queues = forms.CharField(help_text="The remote queues it may claim from, comma-separated.")
+
+    class Meta:
+        model = WorkerKey
+        fields = ["name", "queues"]
+
+    def clean_queues(self) -> list[str]:
+        return [name.strip() for name in self.cleaned_data["queues"].split(",") if name.strip()]
+
+
+@admin.register(WorkerKey)
+class WorkerKeyAdmin(PermittedActionsMixin, admin.ModelAdmin):
+    form = WorkerKeyForm
+    list_display = ["prefix", "name", "queues", "last_seen", "last_host", "running", "revoked_at"]
+    readonly_fields = ["prefix", "created_at", "last_seen", "last_host", "revoked_at"]
+    actions = ["revoke_keys"]
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return obj is None and super().has_change_permission(request, obj)
+
+    @admin.display(description="attempts running")
+    def running(self, key: WorkerKey) -> int:
+        return Attempt.objects.filter(
+            worker__startswith=f"remote:{key.pk}:", ended_at=None, active=True
+        ).count()
+
+    def save_model(self, request: HttpRequest, obj: WorkerKey, form: Any, change: bool) -> None:
+        try:
+            row, key = create_key(obj.name, form.cleaned_data["queues"])
+        except ValueError as error:
+            self.message_user(request, str(error), messages.ERROR)
+            return
+        obj.pk = row.pk
+        self.message_user(
+            request,
+            f"The key of {row.name!r}, shown only now: {key}",
+            messages.WARNING,
+        )
+
+    @admin.action(description="Revoke the selected keys (at once)", permissions=["change"])
+    def revoke_keys(self, request: HttpRequest, queryset: QuerySet[WorkerKey]) -> None:
+        revoked = sum(revoke(key.prefix) for key in queryset)
+        self.message_user(request, f"Revoked {revoked} key(s).", messages.SUCCESS)

@@ -1,0 +1,278 @@
+"""The remote workers' endpoints (docs/remote-workers.md): claim, heartbeat, progress,
+output, complete, fail, release.
+
+A request authenticates with ``Authorization: Api-Key <key>`` (:class:`WorkerKeyAuth`):
+a missing, unknown or revoked key is a 401, checked on every request, so a revoked key
+stops at once, for the attempts it holds too. Bodies are JSON objects of at most
+``API_MAX_BODY_BYTES``, checked field by field (400 naming the field, nothing written).
+A report on an attempt the key's workers do not hold (any more) is a 409 that changes
+nothing: its lease lapsed, it was ended or released, or it was never theirs.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from django.contrib.auth.models import AnonymousUser
+from django.db import connections
+from rest_framework import serializers, status
+from rest_framework.authentication import BaseAuthentication
+from rest_framework.exceptions import APIException, AuthenticationFailed, PermissionDenied
+from rest_framework.permissions import BasePermission
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from ..conf import ratequeue_settings
+from ..exceptions import LeaseLost
+from ..queue import remote
+from ..queue.models import WorkerKey, queue_db
+from ..queue.workerkeys import find_key, seen
+from .serializers import StrictSerializer
+from .views import ApiSchema, ApiView
+
+# The longest a claim may wait for work, and the most attempts it may take.
+MAX_WAIT = 60.0
+MAX_CLAIM = 100
+# Attempt ids are bigint primary keys: a larger number names no attempt.
+MAX_ID = 2**63 - 1
+
+
+class LeaseLostConflict(APIException):
+    status_code = status.HTTP_409_CONFLICT
+    default_detail = (
+        "This attempt is not held by your worker: its lease lapsed, or it was ended or "
+        "released. Stop working on it."
+    )
+    default_code = "lease_lost"
+
+
+class WorkerKeyAuth(BaseAuthentication):
+    """``Authorization: Api-Key <key>``, a :class:`~..queue.models.WorkerKey` not revoked."""
+
+    keyword = "Api-Key"
+
+    def authenticate(self, request: Request) -> tuple[AnonymousUser, WorkerKey] | None:
+        header = request.META.get("HTTP_AUTHORIZATION", "")
+        keyword, _space, key = header.partition(" ")
+        if keyword != self.keyword:
+            return None
+        row = find_key(key.strip())
+        if row is None:
+            raise AuthenticationFailed("Unknown worker key.")
+        if row.revoked_at is not None:
+            raise AuthenticationFailed("This worker key was revoked.")
+        return AnonymousUser(), row
+
+    def authenticate_header(self, request: Request) -> str:
+        return self.keyword
+
+
+class HasWorkerKey(BasePermission):
+    message = "Send a worker key: Authorization: Api-Key <key>."
+
+    def has_permission(self, request: Request, view: Any) -> bool:
+        return isinstance(request.auth, WorkerKey)
+
+
+class WorkerView(ApiView):
+    authentication_classes = [WorkerKeyAuth]
+    permission_classes = [HasWorkerKey]
+    throttle_classes = []
+
+    @property
+    def key(self) -> WorkerKey:
+        assert isinstance(self.request.auth, WorkerKey)
+        return self.request.auth
+
+    def attempt(self, attempt_id: int) -> int:
+        if attempt_id > MAX_ID:
+            raise LeaseLostConflict
+        seen(self.key)
+        return attempt_id
+
+
+class ClaimSerializer(StrictSerializer):
+    worker = serializers.RegexField(
+        remote.INSTANCE.pattern, help_text="The worker process's name for itself (random)."
+    )
+    host = serializers.CharField(max_length=255, required=False, default="")
+    queues = serializers.ListField(
+        child=serializers.CharField(max_length=200), max_length=100, required=False
+    )
+    functions = serializers.ListField(
+        child=serializers.CharField(max_length=300), max_length=1000, required=False, default=list
+    )
+    max = serializers.IntegerField(min_value=0, max_value=MAX_CLAIM, default=1)
+    wait = serializers.FloatField(min_value=0, max_value=MAX_WAIT, default=0)
+    running = serializers.ListField(
+        child=serializers.IntegerField(min_value=1, max_value=MAX_ID),
+        max_length=1000,
+        required=False,
+        default=list,
+    )
+
+
+class ClaimedAttemptSerializer(serializers.Serializer[Any]):
+    id = serializers.IntegerField()
+    job_id = serializers.CharField()
+    function = serializers.CharField(source="job.func")
+    args = serializers.JSONField(source="job.args")
+    kwargs = serializers.JSONField(source="job.kwargs")
+    queue = serializers.CharField()
+    number = serializers.IntegerField()
+    timeout = serializers.FloatField(allow_null=True)
+    lease_expires_at = serializers.DateTimeField()
+    output_index = serializers.SerializerMethodField()
+
+    def get_output_index(self, attempt: Any) -> int:
+        return remote.next_output_index(attempt.job_id)
+
+
+class ClaimView(WorkerView):
+    """``POST workers/claim/``: up to ``max`` attempts of the key's remote queues, waiting
+    up to ``wait`` seconds for one."""
+
+    serializer_class = ClaimSerializer
+    schema = ApiSchema("claimAttempts")
+
+    def post(self, request: Request) -> Response:
+        data = self.valid(request.data)
+        key = self.key
+        queues = data.get("queues") or key.queues
+        outside = sorted(set(queues) - set(key.queues))
+        if outside:
+            raise PermissionDenied(f"This key may not claim from: {', '.join(outside)}.")
+        seen(key, data["host"])
+        deadline = time.monotonic() + data["wait"]
+        while True:
+            rings = remote.bell.ring_count()
+            claimed = remote.claim(
+                key, data["worker"], queues, data["functions"], data["max"], data["running"]
+            )
+            left = deadline - time.monotonic()
+            if claimed or left <= 0:
+                break
+            connection = connections[queue_db()]
+            if not connection.in_atomic_block:
+                connection.close()  # a waiting claim holds no database connection
+            remote.bell.wait(rings, left)
+        return Response(
+            {
+                "attempts": ClaimedAttemptSerializer(claimed, many=True).data,
+                "lease_seconds": ratequeue_settings().REMOTE_LEASE,
+            }
+        )
+
+
+class EmptySerializer(StrictSerializer):
+    pass
+
+
+class HeartbeatView(WorkerView):
+    """``POST workers/attempts/<id>/heartbeat/``: extend the lease; says if canceled."""
+
+    serializer_class = EmptySerializer
+    schema = ApiSchema("heartbeatAttempt")
+
+    def post(self, request: Request, attempt_id: int) -> Response:
+        self.valid(request.data or {})
+        try:
+            until, canceled = remote.heartbeat(self.key, self.attempt(attempt_id))
+        except LeaseLost:
+            raise LeaseLostConflict from None
+        return Response({"lease_expires_at": until, "canceled": canceled})
+
+
+class ProgressSerializer(StrictSerializer):
+    progress = serializers.JSONField()
+
+
+class OutputSerializer(StrictSerializer):
+    index = serializers.IntegerField(min_value=1, max_value=2**31 - 1)
+    text = serializers.CharField(trim_whitespace=False)
+
+
+class CompleteSerializer(StrictSerializer):
+    result = serializers.JSONField(required=False, allow_null=True, default=None)
+
+
+class FailSerializer(StrictSerializer):
+    error = serializers.CharField(trim_whitespace=False)
+    traceback = serializers.CharField(trim_whitespace=False, required=False, allow_blank=True)
+    retryable = serializers.BooleanField(default=True)
+
+
+class ReportView(WorkerView):
+    """A report on an attempt: ``field`` names the body's field a ValueError is about."""
+
+    field = ""
+
+    def post(self, request: Request, attempt_id: int) -> Response:
+        data = self.valid(request.data or {})  # no body: an empty object
+        try:
+            self.report(self.attempt(attempt_id), data)
+        except LeaseLost:
+            raise LeaseLostConflict from None
+        except (TypeError, ValueError) as error:
+            raise serializers.ValidationError({self.field: [str(error)]}) from None
+        return Response({"ok": True})
+
+    def report(self, attempt_id: int, data: Any) -> None:
+        raise NotImplementedError
+
+
+class ProgressView(ReportView):
+    """``POST workers/attempts/<id>/progress/`` ``{"progress": {...}}``."""
+
+    serializer_class = ProgressSerializer
+    schema = ApiSchema("reportAttemptProgress")
+    field = "progress"
+
+    def report(self, attempt_id: int, data: Any) -> None:
+        remote.report_progress(self.key, attempt_id, data["progress"])
+
+
+class OutputView(ReportView):
+    """``POST workers/attempts/<id>/output/`` ``{"index": n, "text": "..."}``."""
+
+    serializer_class = OutputSerializer
+    schema = ApiSchema("appendAttemptOutput")
+    field = "text"
+
+    def report(self, attempt_id: int, data: Any) -> None:
+        remote.append_output(self.key, attempt_id, data["index"], data["text"])
+
+
+class CompleteView(ReportView):
+    """``POST workers/attempts/<id>/complete/`` ``{"result": ...}``."""
+
+    serializer_class = CompleteSerializer
+    schema = ApiSchema("completeAttempt")
+    field = "result"
+
+    def report(self, attempt_id: int, data: Any) -> None:
+        remote.complete(self.key, attempt_id, data["result"])
+
+
+class FailView(ReportView):
+    """``POST workers/attempts/<id>/fail/`` ``{"error", "traceback", "retryable"}``."""
+
+    serializer_class = FailSerializer
+    schema = ApiSchema("failAttempt")
+    field = "error"
+
+    def report(self, attempt_id: int, data: Any) -> None:
+        remote.fail(
+            self.key, attempt_id, data["error"], data.get("traceback", ""), data["retryable"]
+        )
+
+
+class ReleaseView(ReportView):
+    """``POST workers/attempts/<id>/release/``: hand the attempt back unfinished."""
+
+    serializer_class = EmptySerializer
+    schema = ApiSchema("releaseAttempt")
+
+    def report(self, attempt_id: int, data: Any) -> None:
+        remote.release(self.key, attempt_id)

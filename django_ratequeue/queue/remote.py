@@ -1,0 +1,297 @@
+"""Remote workers: claims with a lease, and the reports of the attempts they hold.
+
+A queue configured ``"remote": True`` is dispatched by the loop like any other, under the
+same limits; its attempts are marked ``remote`` and only remote workers claim them, over
+HTTP (django_ratequeue/api/workers.py). A claim takes attempts nobody's yet, the highest
+priority first (``FOR UPDATE SKIP LOCKED`` on PostgreSQL), starts them and gives each a
+lease of ``REMOTE_LEASE`` seconds, which the worker's heartbeats extend. An attempt whose
+lease lapsed is lost: every report on it is refused (:class:`LeaseLost`) and the loop's
+recovery ends it as "worker lost", to be retried by its job's policy.
+
+Each report is one conditional UPDATE of the attempt it is about (held by a worker of the
+request's key, not ended, its lease not lapsed), and a report that ends the attempt
+signals the loop in the same transaction. A report sent again after a lost response finds
+its own effect and succeeds again without changing anything.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from collections import Counter
+from collections.abc import Collection
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import connections, transaction
+from django.db.models import Max, QuerySet, Sum
+from django.db.models.functions import Length
+
+from .. import clock
+from ..conf import ratequeue_settings
+from ..exceptions import LeaseLost
+from .bounds import check_no_nul, clip
+from .models import Attempt, Job, Outcome, OutputChunk, WorkerKey, queue_db
+from .progress import UNSET, checked_progress, checked_text, store
+from .wakeup import LOOP, WORK, Waiter, signal
+
+# A worker program's name for itself (random per process), as it sends it with its claims.
+INSTANCE = re.compile(r"\A[A-Za-z0-9_-]{1,32}\Z")
+
+
+def worker_name(key: WorkerKey, instance: str) -> str:
+    """The ``Attempt.worker`` of what ``instance`` claims with ``key``."""
+    return f"remote:{key.pk}:{instance}"
+
+
+def held(key: WorkerKey, attempt_id: int, now: datetime) -> QuerySet[Attempt]:
+    """The attempt, if a worker of ``key`` holds it still."""
+    return Attempt.objects.filter(
+        pk=attempt_id,
+        worker__startswith=f"remote:{key.pk}:",
+        ended_at=None,
+        lease_expires_at__gte=now,
+    )
+
+
+def lease_end(now: datetime) -> datetime:
+    return now + timedelta(seconds=ratequeue_settings().REMOTE_LEASE)
+
+
+def claim(
+    key: WorkerKey,
+    instance: str,
+    queues: Collection[str],
+    functions: Collection[str],
+    limit: int,
+    running: Collection[int] = (),
+) -> list[Attempt]:
+    """Take up to ``limit`` remote attempts of ``queues`` (of ``functions`` if given),
+    started now under a fresh lease; with them, any attempt this ``instance`` holds that
+    is not in ``running`` (what a first try of the claim took before its response was
+    lost comes back)."""
+    me = worker_name(key, instance)
+    now = clock.now()
+    if limit > 0:
+        with transaction.atomic(using=queue_db()):
+            candidates = Attempt.objects.filter(
+                active=True, remote=True, worker="", ended_at=None, queue__in=list(queues)
+            )
+            if functions:
+                candidates = candidates.filter(job__func__in=list(functions))
+            picked = list(
+                candidates.order_by("-job__priority", "pk")
+                .select_for_update(skip_locked=True, of=("self",))
+                .values_list("pk", flat=True)[:limit]
+            )
+            if picked:
+                Attempt.objects.filter(pk__in=picked, worker="", ended_at=None).update(
+                    worker=me, started_at=now, lease_expires_at=lease_end(now)
+                )
+    return list(
+        Attempt.objects.filter(active=True, worker=me, ended_at=None, lease_expires_at__gte=now)
+        .exclude(pk__in=list(running))
+        .select_related("job")
+        .order_by("-job__priority", "pk")
+    )
+
+
+def running_per_key() -> Counter[int]:
+    """The attempts the workers of each key (by its id) run now."""
+    workers = Attempt.objects.filter(active=True, remote=True, ended_at=None).exclude(worker="")
+    return Counter(
+        int(worker.split(":")[1]) for worker in workers.values_list("worker", flat=True)
+    )
+
+
+def next_output_index(job_id: str) -> int:
+    """The index a new attempt of the job numbers its first output chunk with."""
+    last = OutputChunk.objects.filter(job_id=job_id).aggregate(index=Max("index"))["index"]
+    return (last or 0) + 1
+
+
+def heartbeat(key: WorkerKey, attempt_id: int) -> tuple[datetime, bool]:
+    """Extend the lease; returns its new end, and whether the job was canceled (its
+    worker may stop: whatever the attempt's outcome, the job ends CANCELED)."""
+    now = clock.now()
+    until = lease_end(now)
+    if not held(key, attempt_id, now).update(lease_expires_at=until):
+        raise LeaseLost
+    canceled = (
+        Job.objects.filter(attempt_set__pk=attempt_id)
+        .values_list("cancel_requested", flat=True)
+        .first()
+    )
+    return until, bool(canceled)
+
+
+def report_progress(key: WorkerKey, attempt_id: int, data: Any) -> None:
+    """Store the job's progress (a JSON object); a ValueError or TypeError if it is not
+    one the job could report itself."""
+    value = checked_progress(data)
+    with transaction.atomic(using=queue_db()):
+        job_id = _lock_held(key, attempt_id)
+        store(job_id, value, 0, [])
+
+
+def append_output(key: WorkerKey, attempt_id: int, index: int, text: Any) -> None:
+    """Store one piece of output, numbered ``index`` (the claim gives the first number;
+    the worker counts on from it). Sent again, the same piece is a success that changes
+    nothing; another piece with a number already used is a ValueError."""
+    settings = ratequeue_settings()
+    text = checked_text(text)
+    if not text or len(text) > settings.MAX_OUTPUT_CHUNK_LENGTH:
+        raise ValueError(
+            f"text must hold 1 to {settings.MAX_OUTPUT_CHUNK_LENGTH} characters "
+            '(RATEQUEUE["MAX_OUTPUT_CHUNK_LENGTH"]).'
+        )
+    with transaction.atomic(using=queue_db()):
+        job_id = _lock_held(key, attempt_id)
+        chunks = OutputChunk.objects.filter(job_id=job_id)
+        existing = chunks.filter(index=index).values_list("text", flat=True).first()
+        if existing is not None:
+            if existing != text:
+                raise ValueError(f"Output {index} of this job is already another text.")
+            return
+        length = chunks.aggregate(length=Sum(Length("text")))["length"] or 0
+        if length + len(text) > settings.MAX_OUTPUT_LENGTH:
+            raise ValueError(
+                f"The job's output would exceed {settings.MAX_OUTPUT_LENGTH} characters "
+                '(RATEQUEUE["MAX_OUTPUT_LENGTH"], all its attempts together).'
+            )
+        store(job_id, UNSET, index, [text])
+
+
+def complete(key: WorkerKey, attempt_id: int, result: Any) -> None:
+    """End the attempt as succeeded with ``result`` (JSON, at most MAX_RESULT_BYTES)."""
+    text = json.dumps(result, allow_nan=False)
+    check_no_nul("return value", text)
+    limit = ratequeue_settings().MAX_RESULT_BYTES
+    if len(text) > limit:
+        raise ValueError(
+            f"The result is {len(text)} bytes of JSON; the most is "
+            f'RATEQUEUE["MAX_RESULT_BYTES"] ({limit}).'
+        )
+    _end(key, attempt_id, outcome=Outcome.SUCCEEDED, result=result)
+
+
+def fail(key: WorkerKey, attempt_id: int, error: str, traceback: str, retryable: bool) -> None:
+    """End the attempt as failed: retried by its job's policy unless not ``retryable``."""
+    limit = ratequeue_settings().MAX_ERROR_BYTES
+    _end(
+        key,
+        attempt_id,
+        outcome=Outcome.FAILED if retryable else Outcome.NON_RETRYABLE,
+        error=clip(error.replace("\x00", "\\x00"), limit),
+        traceback=clip(traceback.replace("\x00", "\\x00"), limit),
+    )
+
+
+def release(key: WorkerKey, attempt_id: int) -> None:
+    """Hand the attempt back unfinished (its worker stops): it is not a try, and another
+    worker may claim it at once."""
+    with transaction.atomic(using=queue_db()):
+        if not held(key, attempt_id, clock.now()).update(
+            worker="", started_at=None, lease_expires_at=None
+        ):
+            raise LeaseLost
+        signal(WORK)
+
+
+def _end(key: WorkerKey, attempt_id: int, **outcome: Any) -> None:
+    values = {"result": None, "error": "", "traceback": "", **outcome}
+    now = clock.now()
+    with transaction.atomic(using=queue_db()):
+        if held(key, attempt_id, now).update(ended_at=now, exception_class_path="", **values):
+            signal(LOOP)
+            return
+    # The same report, sent again after its response was lost, changes nothing.
+    ended = (
+        Attempt.objects.filter(pk=attempt_id, worker__startswith=f"remote:{key.pk}:")
+        .exclude(ended_at=None)
+        .values(*values)
+        .first()
+    )
+    if ended != values:
+        raise LeaseLost
+
+
+def _lock_held(key: WorkerKey, attempt_id: int) -> str:
+    """Lock the attempt for the caller's transaction if a worker of ``key`` holds it
+    (recovery, which would end it, waits); its job's id."""
+    job_id = (
+        held(key, attempt_id, clock.now())
+        .select_for_update()
+        .values_list("job_id", flat=True)
+        .first()
+    )
+    if job_id is None:
+        raise LeaseLost
+    return job_id
+
+
+class WorkBell:
+    """The process's one listener for ``WORK``, which every waiting claim shares: a
+    waiting claim holds neither a database connection nor a thread of its own beyond its
+    request's. The thread stops (closing its connection) when nobody waited for a while."""
+
+    IDLE_EXIT = 2.0
+
+    def __init__(self) -> None:
+        self.condition = threading.Condition()
+        self.rings = 0
+        self.waiting = 0
+        self.thread: threading.Thread | None = None
+
+    def ring_count(self) -> int:
+        """Read before looking for work; pass it to :meth:`wait`: a signal that comes in
+        between is not missed."""
+        with self.condition:
+            return self.rings
+
+    def wait(self, seen: int, timeout: float) -> None:
+        """Wait until a ``WORK`` signal later than ``seen``, or ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        with self.condition:
+            self.waiting += 1
+            try:
+                while self.rings == seen and (left := deadline - time.monotonic()) > 0:
+                    self._ensure_thread()
+                    self.condition.wait(left)
+            finally:
+                self.waiting -= 1
+
+    def _ensure_thread(self) -> None:
+        if self.thread is None:
+            self.thread = threading.Thread(target=self._listen, name="ratequeue-bell", daemon=True)
+            self.thread.start()
+
+    def _listen(self) -> None:
+        with self.condition:  # what was signalled before it listened went unheard: look
+            self.rings += 1
+            self.condition.notify_all()
+        waiter = Waiter((WORK,))
+        idle_since = time.monotonic()
+        try:
+            while True:
+                signalled = waiter.wait(0.5)
+                with self.condition:
+                    if signalled:
+                        self.rings += 1
+                        self.condition.notify_all()
+                    if self.waiting:
+                        idle_since = time.monotonic()
+                    elif time.monotonic() - idle_since > self.IDLE_EXIT:
+                        self.thread = None
+                        return
+        finally:
+            waiter.close()
+            connections[queue_db()].close()
+            with self.condition:  # also after an error: the next waiter starts another
+                if self.thread is threading.current_thread():
+                    self.thread = None
+
+
+bell = WorkBell()

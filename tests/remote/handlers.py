@@ -1,0 +1,34 @@
+"""Handlers of the remote workers the tests start: standard library only, as on a host
+without Django. Each records what it ran in the file it is given, one line per call."""
+
+from __future__ import annotations
+
+import os
+import time
+
+from django_ratequeue.worker import handler, stream_output
+
+
+def append_line(path: str, text: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, f"{text}\n".encode())
+    finally:
+        os.close(fd)
+
+
+@handler("tests.queue.jobs.record")
+def record(path: str, label: str) -> str:
+    append_line(path, f"{label} {os.getpid()}")
+    return label
+
+
+@handler("tests.queue.jobs.block_until_file")
+def block_until_file(path: str, marker: str, limit: float = 30) -> str:
+    """Say it started (with this process's pid), stream a line, then wait for ``marker``."""
+    append_line(path, f"start {os.getpid()}")
+    stream_output(f"started in {os.getpid()}\n")
+    deadline = time.monotonic() + limit
+    while not os.path.exists(marker) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return "released"

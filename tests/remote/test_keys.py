@@ -1,0 +1,83 @@
+"""Worker keys: stored hashed, shown once, revoked at once; the command and the admin."""
+
+from __future__ import annotations
+
+import hashlib
+from io import StringIO
+
+import pytest
+from django.contrib.auth.models import User
+from django.core.management import CommandError, call_command
+from django.test import Client
+
+from django_ratequeue.queue.models import WorkerKey
+from django_ratequeue.queue.workerkeys import create_key, find_key
+
+pytestmark = pytest.mark.django_db
+
+
+def test_only_the_hash_and_prefix_are_stored() -> None:
+    row, key = create_key("box", ["gpu"])
+    prefix, secret = key.split(".")
+    assert row.prefix == prefix and len(secret) >= 40
+    assert row.hashed == hashlib.sha256(key.encode()).hexdigest()
+    assert secret not in str(WorkerKey.objects.filter(pk=row.pk).values().get())
+    assert find_key(key) == row
+    assert find_key(f"{prefix}.{'x' * len(secret)}") is None
+    assert find_key("%s" * 1000) is None
+
+
+def test_a_key_needs_a_name_and_queues() -> None:
+    with pytest.raises(ValueError, match="name"):
+        create_key(" ", ["gpu"])
+    with pytest.raises(ValueError, match="queue"):
+        create_key("box", [])
+
+
+def test_the_command_creates_lists_and_revokes() -> None:
+    out = StringIO()
+    call_command(
+        "ratequeue_worker_key",
+        "create",
+        "gpu box",
+        "--queues",
+        "gpu",
+        stdout=out,
+        stderr=StringIO(),
+    )
+    key = out.getvalue().strip()
+    row = find_key(key)
+    assert row is not None and row.queues == ["gpu"]
+    listed = StringIO()
+    call_command("ratequeue_worker_key", "list", stdout=listed)
+    assert row.prefix in listed.getvalue() and key not in listed.getvalue()
+    call_command("ratequeue_worker_key", "revoke", row.prefix, stdout=StringIO())
+    row.refresh_from_db()
+    assert row.revoked_at is not None
+    with pytest.raises(CommandError):
+        call_command("ratequeue_worker_key", "revoke", row.prefix)
+
+
+def test_the_admin_shows_a_new_key_once() -> None:
+    User.objects.create_superuser("admin", password="admin")
+    client = Client()
+    client.login(username="admin", password="admin")
+    url = "/admin/django_ratequeue/workerkey/"
+    response = client.post(f"{url}add/", {"name": "box", "queues": "gpu, cpu"}, follow=True)
+    assert response.status_code == 200
+    row = WorkerKey.objects.get()
+    assert row.queues == ["cpu", "gpu"]
+    shown = [str(m) for m in response.context["messages"]]
+    key = next(m.rsplit(" ", 1)[1] for m in shown if "shown only now" in m)
+    assert find_key(key) == row
+    assert key not in client.get(url).content.decode()
+    client.post(url, {"action": "revoke_keys", "_selected_action": [row.pk]})
+    row.refresh_from_db()
+    assert row.revoked_at is not None
+
+
+def test_ratequeue_status_shows_remote_workers() -> None:
+    row, _key = create_key("gpu box", ["gpu"])
+    out = StringIO()
+    call_command("ratequeue_status", stdout=out)
+    assert f"{row.prefix} gpu box (gpu)  last seen -  running 0" in out.getvalue()

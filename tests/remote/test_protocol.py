@@ -1,0 +1,229 @@
+"""The remote workers' protocol, request by request, against the loop run in this process:
+routing, claims, reports and their idempotency, stale leases, keys and hostile bodies."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from rest_framework.test import APIClient
+
+from django_ratequeue import enqueue
+from django_ratequeue.queue.heartbeat import beat
+from django_ratequeue.queue.models import Attempt, Job, Outcome, Status, WorkerKey
+from django_ratequeue.queue.runner import Runner
+from django_ratequeue.queue.workerkeys import create_key, revoke
+from tests.queue.steps import leading_loop
+
+from .conftest import API, keyed
+
+pytestmark = pytest.mark.usefixtures("remote_queues")
+
+
+def dispatch() -> None:
+    leading_loop().run(30)
+
+
+def claim(client: APIClient, **body: Any) -> Any:
+    response = client.post(f"{API}claim/", {"worker": "w1", "max": 10, **body}, format="json")
+    assert response.status_code == 200, response.content
+    return response.json()["attempts"]
+
+
+def report(client: APIClient, attempt_id: int, action: str, body: Any = None) -> Any:
+    return client.post(f"{API}attempts/{attempt_id}/{action}/", body or {}, format="json")
+
+
+def test_local_runners_never_claim_remote_attempts(db: None) -> None:
+    handle = enqueue("tests.queue.jobs.add", args=[1, 2], queue="gpu")
+    dispatch()
+    assert Runner(beat(force=True)).drain() == 0
+    attempt = Attempt.objects.get(job_id=handle.id)
+    assert attempt.remote and attempt.worker == "" and attempt.ended_at is None
+
+
+def test_a_claimed_attempt_completes_its_job(worker: APIClient) -> None:
+    handle = enqueue("tests.queue.jobs.add", args=[1, 2], queue="gpu")
+    dispatch()
+    [attempt] = claim(worker)
+    assert attempt["function"] == "tests.queue.jobs.add"
+    assert (attempt["args"], attempt["kwargs"], attempt["output_index"]) == ([1, 2], {}, 1)
+    assert report(worker, attempt["id"], "complete", {"result": 3}).status_code == 200
+    # The same report again (its response lost): a success that changes nothing.
+    assert report(worker, attempt["id"], "complete", {"result": 3}).status_code == 200
+    assert report(worker, attempt["id"], "complete", {"result": 4}).status_code == 409
+    dispatch()
+    assert handle.result(timeout=0) == 3
+
+
+def test_a_retried_claim_returns_what_the_first_took(worker: APIClient) -> None:
+    enqueue("tests.queue.jobs.add", args=[1, 2], queue="gpu")
+    dispatch()
+    [first] = claim(worker)
+    [again] = claim(worker)  # the worker never got the first answer
+    assert again["id"] == first["id"]
+    assert claim(worker, running=[first["id"]]) == []
+
+
+def test_failures_follow_the_retry_policy(worker: APIClient) -> None:
+    retried = enqueue("tests.queue.jobs.add", args=[1, 2], queue="gpu", retries=1)
+    final = enqueue("tests.queue.jobs.add", args=[1, 2], queue="gpu", retries=1)
+    dispatch()
+    first, second = claim(worker)
+    by_job = {first["job_id"]: first, second["job_id"]: second}
+    body = {"error": "ValueError: no", "traceback": "Traceback..."}
+    assert report(worker, by_job[retried.id]["id"], "fail", body).status_code == 200
+    body = {"error": "bad input", "retryable": False}
+    assert report(worker, by_job[final.id]["id"], "fail", body).status_code == 200
+    dispatch()
+    assert Job.objects.get(pk=retried.id).status == Status.RETRYING
+    job = Job.objects.get(pk=final.id)
+    assert (job.status, job.error) == (Status.FAILED, "bad input")
+
+
+def test_progress_and_output_reach_the_job(worker: APIClient) -> None:
+    handle = enqueue("tests.queue.jobs.add", args=[1, 2], queue="gpu")
+    dispatch()
+    [attempt] = claim(worker)
+    progress = {"progress": {"done": 1, "total": 2}}
+    assert report(worker, attempt["id"], "progress", progress).status_code == 200
+    for index, text in [(1, "hello "), (2, "world"), (2, "world")]:
+        body = {"index": index, "text": text}
+        assert report(worker, attempt["id"], "output", body).status_code == 200
+    assert report(worker, attempt["id"], "output", {"index": 2, "text": "x"}).status_code == 400
+    assert handle.progress() == {"done": 1, "total": 2}
+    assert "".join(handle.output()) == "hello world"
+
+
+def test_heartbeat_extends_the_lease_and_says_canceled(worker: APIClient) -> None:
+    handle = enqueue("tests.queue.jobs.add", args=[1, 2], queue="gpu")
+    dispatch()
+    [attempt] = claim(worker)
+    before = Attempt.objects.get(pk=attempt["id"]).lease_expires_at
+    answer = report(worker, attempt["id"], "heartbeat").json()
+    assert answer["canceled"] is False
+    assert Attempt.objects.get(pk=attempt["id"]).lease_expires_at >= before
+    handle.cancel()
+    dispatch()
+    assert report(worker, attempt["id"], "heartbeat").json()["canceled"] is True
+
+
+def test_a_lapsed_lease_is_lost_and_retried(worker: APIClient) -> None:
+    handle = enqueue("tests.queue.jobs.add", args=[1, 2], queue="gpu", retries=1)
+    dispatch()
+    [attempt] = claim(worker)
+    Attempt.objects.filter(pk=attempt["id"]).update(
+        lease_expires_at=Attempt.objects.get(pk=attempt["id"]).started_at - timedelta(seconds=1)
+    )
+    for action, body in [
+        ("heartbeat", {}),
+        ("progress", {"progress": {"done": 1}}),
+        ("output", {"index": 1, "text": "late"}),
+        ("complete", {"result": 3}),
+        ("fail", {"error": "late"}),
+        ("release", {}),
+    ]:
+        assert report(worker, attempt["id"], action, body).status_code == 409, action
+    row = Attempt.objects.get(pk=attempt["id"])
+    assert (row.ended_at, row.result, handle.output(), handle.progress()) == (None, None, [], None)
+    loop = leading_loop()
+    loop._last_recovery = float("-inf")
+    loop.run(30)
+    row.refresh_from_db()
+    assert row.outcome == Outcome.WORKER_LOST
+    assert Job.objects.get(pk=handle.id).status == Status.RETRYING
+
+
+def test_a_released_attempt_is_claimable_at_once(worker: APIClient) -> None:
+    enqueue("tests.queue.jobs.add", args=[1, 2], queue="gpu")
+    dispatch()
+    [attempt] = claim(worker)
+    assert report(worker, attempt["id"], "release").status_code == 200
+    [again] = claim(worker, worker="w2")
+    assert again["id"] == attempt["id"]
+
+
+def test_keys_unknown_missing_or_revoked_are_401(gpu_key: tuple[WorkerKey, str]) -> None:
+    row, key = gpu_key
+    enqueue("tests.queue.jobs.add", args=[1, 2], queue="gpu")
+    dispatch()
+    [attempt] = claim(keyed(key))
+    prefix = key.split(".")[0]
+    for client in [APIClient(), keyed("nonsense"), keyed(f"{prefix}.guessed"), keyed(key[:-1])]:
+        assert client.post(f"{API}claim/", {"worker": "w"}, format="json").status_code == 401
+    assert revoke(row.prefix)
+    response = report(keyed(key), attempt["id"], "complete", {"result": 3})
+    assert response.status_code == 401
+    assert response["WWW-Authenticate"] == "Api-Key"
+    assert Attempt.objects.get(pk=attempt["id"]).ended_at is None
+
+
+def test_a_key_claims_only_from_its_queues(worker: APIClient) -> None:
+    cpu_client = keyed(create_key("cpu box", ["cpu"])[1])
+    gpu_job = enqueue("tests.queue.jobs.add", args=[1, 2], queue="gpu")
+    dispatch()
+    assert claim(cpu_client) == []
+    response = cpu_client.post(f"{API}claim/", {"worker": "w", "queues": ["gpu"]}, format="json")
+    assert response.status_code == 403
+    [attempt] = claim(worker)
+    assert attempt["job_id"] == gpu_job.id
+    # Another key's worker cannot report on it.
+    assert report(cpu_client, attempt["id"], "complete", {"result": 0}).status_code == 409
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"max": "many"},
+        {"max": 10**9},
+        {"wait": -1},
+        {"worker": "x" * 100},
+        {"worker": "a b"},
+        {"queues": "gpu"},
+        {"running": ["%s"]},
+        {"unknown": 1},
+    ],
+)
+def test_malformed_claims_are_400(worker: APIClient, body: dict[str, Any]) -> None:
+    response = worker.post(f"{API}claim/", {"worker": "w", **body}, format="json")
+    assert response.status_code == 400, response.content
+
+
+@pytest.mark.parametrize(
+    ("action", "body"),
+    [
+        ("complete", {"result": 1, "more": 2}),
+        ("complete", [1]),
+        ("fail", {"error": ""}),
+        ("fail", {"error": 3, "retryable": "perhaps"}),
+        ("output", {"index": 0, "text": "x"}),
+        ("output", {"index": 1, "text": "nul \x00"}),
+        ("output", {"index": 1, "text": ""}),
+        ("progress", {"progress": [1, 2]}),
+        ("progress", {"progress": "done"}),
+    ],
+)
+def test_malformed_reports_are_400_and_change_nothing(
+    worker: APIClient, action: str, body: Any
+) -> None:
+    handle = enqueue("tests.queue.jobs.add", args=[1, 2], queue="gpu")
+    dispatch()
+    [attempt] = claim(worker)
+    response = report(worker, attempt["id"], action, body)
+    assert response.status_code == 400, response.content
+    row = Attempt.objects.get(pk=attempt["id"])
+    assert (row.ended_at, handle.output(), handle.progress()) == (None, [], None)
+
+
+def test_not_json_too_big_and_huge_ids(worker: APIClient, settings: Any) -> None:
+    response = worker.post(f"{API}claim/", "worker=w", content_type="text/plain")
+    assert response.status_code == 415
+    for raw in ["{not json", '{"worker": "w", "wait": 1e309}', '{"worker": "w", "max": NaN}']:
+        response = worker.post(f"{API}claim/", raw, content_type="application/json")
+        assert response.status_code == 400, raw
+    big = {"worker": "w", "host": "x" * (3 * 1024 * 1024)}
+    assert worker.post(f"{API}claim/", big, format="json").status_code == 413
+    assert report(worker, 10**30, "heartbeat").status_code == 409
+    result = {"result": "x" * (2 * 1024 * 1024)}
+    assert report(worker, 1, "complete", result).status_code in (409, 413)

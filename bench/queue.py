@@ -117,10 +117,11 @@ def empty_tables() -> None:
         CancelRequest,
         Job,
         LoopState,
+        OutputChunk,
         WorkerHeartbeat,
     )
 
-    models = [Attempt, Job, CancelRequest, LoopState, WorkerHeartbeat]
+    models = [Attempt, OutputChunk, Job, CancelRequest, LoopState, WorkerHeartbeat]
     models += [OrmQ, Task, DBTaskResult, JobStart]
     tables = ", ".join(connection.ops.quote_name(m._meta.db_table) for m in models)
     with connection.cursor() as cursor:

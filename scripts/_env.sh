@@ -1,16 +1,26 @@
 # Shared by scripts/test.sh and scripts/demo.sh: virtual environments and services.
 
 # make_venv DIR PYTHON [pip requirement...]: create DIR with PYTHON, install the project into it.
+# An install is skipped when DIR already holds one from the same pyproject.toml and
+# requirements (the project itself is installed editable: its code needs no reinstall).
 make_venv() {
     local dir=$1 python=$2
     shift 2
+    local stamp
+    stamp="$* $(sha256sum pyproject.toml | cut -d' ' -f1)"
+    if [ -x "$dir/bin/python" ] && [ "$(cat "$dir/.ratequeue-installed" 2>/dev/null)" = "$stamp" ]; then
+        echo "==> $dir is up to date with pyproject.toml"
+        return 0
+    fi
     if [ ! -x "$dir/bin/python" ]; then
         echo "==> creating $dir with $("$python" --version 2>&1)"
         "$python" -m venv "$dir"
         "$dir/bin/python" -m pip install --quiet --upgrade pip
     fi
     echo "==> installing django-ratequeue into $dir $*"
+    rm -f "$dir/.ratequeue-installed"
     "$dir/bin/python" -m pip install --quiet --disable-pip-version-check -e ".[dev,bench]" "$@"
+    echo "$stamp" >"$dir/.ratequeue-installed"
 }
 
 # find_python VERSION: print the path of a working interpreter for VERSION (e.g. 3.13), or nothing.

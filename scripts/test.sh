@@ -3,47 +3,110 @@
 #   ruff (lint + format), mypy, and lint-imports (the import layers in pyproject.toml);
 #   pytest on SQLite and on PostgreSQL with the newest Django 5.2 on python3;
 #   the same with Django 6.1 on Python 3.13 when such an interpreter is installed.
+# The two Django versions run one after the other (each its SQLite run, then its PostgreSQL
+# run, on test databases of its own), the linters beside the last; each step's output is
+# printed in one piece when it ends.
 # Extra arguments go to every pytest run, e.g. `scripts/test.sh -k ratelimit -x`.
 # PostgreSQL: role root, no password, 127.0.0.1:5432, database "ratequeue" (pytest-django
-# creates test_ratequeue beside it); RATEQUEUE_TEST_POSTGRES_URL=postgres://... changes it.
+# creates test_ratequeue_django5 and test_ratequeue_django6 beside it);
+# RATEQUEUE_TEST_POSTGRES_URL=postgres://... changes it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/_env.sh
 
 POSTGRES_URL=${RATEQUEUE_TEST_POSTGRES_URL:-postgres://root@127.0.0.1:5432/ratequeue}
-failures=()
+pytest_args=("$@")
+steps=$(mktemp -d)  # the steps' output, and the names of those that failed
+trap 'rm -rf "$steps"' EXIT
 
-run_suite() {  # run_suite VENV LABEL
-    local venv=$1 label=$2
-    echo "==> pytest [$label, SQLite]"
-    env -u DATABASE_URL "$venv/bin/pytest" "${@:3}" || failures+=("pytest $label SQLite")
-    echo "==> pytest [$label, PostgreSQL]"
-    DATABASE_URL=$POSTGRES_URL "$venv/bin/pytest" "${@:3}" || failures+=("pytest $label PostgreSQL")
+# step TITLE COMMAND...: run COMMAND, then print its output in one piece under TITLE, with
+# whether it passed and how long it took; a failure is recorded for the last line.
+step() {
+    local title=$1 started=$SECONDS status=0 log
+    shift
+    log=$(mktemp "$steps/log.XXXXXX")
+    "$@" >"$log" 2>&1 || status=$?
+    until mkdir "$steps/printing" 2>/dev/null; do sleep 0.1; done  # one step's output at a time
+    if [ "$status" -eq 0 ]; then
+        echo "==> $title: passed in $((SECONDS - started)) s"
+    else
+        echo "==> $title: FAILED in $((SECONDS - started)) s"
+        echo "$title" >>"$steps/failures"
+    fi
+    cat "$log"
+    rmdir "$steps/printing"
+    return "$status"
 }
+
+# pytest_on VENV DJANGO [DATABASE_URL]: the tests with VENV's pytest, on SQLite or on the
+# PostgreSQL server at DATABASE_URL, on a test database named after DJANGO.
+pytest_on() {
+    local venv=$1 django=$2 url=${3:-}
+    if [ -n "$url" ]; then
+        DATABASE_URL=$url RATEQUEUE_TEST_DB_SUFFIX=$django "$venv/bin/pytest" "${pytest_args[@]}"
+    else
+        env -u DATABASE_URL RATEQUEUE_TEST_DB_SUFFIX="$django" "$venv/bin/pytest" "${pytest_args[@]}"
+    fi
+}
+
+# test_django VENV DJANGO LABEL: the tests on SQLite, then on PostgreSQL.
+test_django() {
+    local venv=$1 django=$2 label=$3
+    trap 'exit 130' INT TERM
+    step "pytest [$label, SQLite]" pytest_on "$venv" "$django" || true
+    step "pytest [$label, PostgreSQL]" pytest_on "$venv" "$django" "$POSTGRES_URL" || true
+}
+
+lint() {
+    trap 'exit 130' INT TERM
+    step "ruff check" .venv/bin/ruff check . || true
+    step "ruff format" .venv/bin/ruff format --check . || true
+    step "mypy" .venv/bin/mypy || true
+    step "lint-imports" .venv/bin/lint-imports --no-logo || true
+}
+
+# in_background COMMAND...: start COMMAND in a process group of its own, so that an
+# interrupt reaches it (and pytest stops the clusters it started); $! is its id.
+started=()
+in_background() {
+    set -m
+    "$@" &
+    set +m
+    started+=("$!")
+}
+interrupt() {
+    trap - INT TERM
+    for group in "${started[@]}"; do kill -INT -- "-$group" 2>/dev/null || true; done
+    wait
+    exit 130
+}
+trap interrupt INT TERM
 
 ensure_postgres
 skipped=""
 ensure_chromium || skipped="the browser tests were SKIPPED: no /usr/bin/chromium and /usr/bin/chromedriver (apt-get install chromium chromium-driver)"
 
-make_venv .venv python3 "Django>=5.2,<5.3"
-echo "==> ruff check";      .venv/bin/ruff check . || failures+=("ruff check")
-echo "==> ruff format";     .venv/bin/ruff format --check . || failures+=("ruff format")
-echo "==> mypy";            .venv/bin/mypy || failures+=("mypy")
-echo "==> lint-imports";    .venv/bin/lint-imports --no-logo || failures+=("lint-imports")
-run_suite .venv "Django 5.2, $(python3 --version)" "$@"
-
+# Each Django version's tests start once its environment is ready, the longer run (Django
+# 6.1) first, and the two one after the other: side by side, on 2 cores, the cluster and
+# browser tests' processes starve each other and timing-sensitive tests turn flaky.
 py313=$(find_python 3.13)
 if [ -n "$py313" ]; then
-    make_venv .venv-django6 "$py313" "Django>=6.1,<6.2"
-    run_suite .venv-django6 "Django 6.1, Python 3.13" "$@"
+    if step "environment: .venv-django6" make_venv .venv-django6 "$py313" "Django>=6.1,<6.2"; then
+        test_django .venv-django6 django6 "Django 6.1, Python 3.13"
+    fi
 else
     echo "==> the Django 6.1 run is SKIPPED: no Python 3.13 found"
     skipped="${skipped:+$skipped; }the Django 6.1 run was SKIPPED: no Python 3.13 found (install python3.13 to run it)"
 fi
+if step "environment: .venv" make_venv .venv python3 "Django>=5.2,<5.3"; then
+    in_background lint
+    test_django .venv django5 "Django 5.2, $(python3 --version)"
+fi
+wait
 
 # The last line says what was not run, so that a skipped leg is not mistaken for a pass.
-if [ ${#failures[@]} -gt 0 ]; then
-    printf 'FAILED: %s\n' "${failures[@]}" >&2
+if [ -s "$steps/failures" ]; then
+    sed 's/^/FAILED: /' "$steps/failures" >&2
     [ -z "$skipped" ] || echo "==> and $skipped" >&2
     exit 1
 fi

@@ -76,11 +76,14 @@ class Cluster:
     def wait_for_workers(self, workers: int) -> None:
         """Return once ``workers`` of its workers' watchdogs have reported."""
         since = time.time()
+
+        def reported() -> bool:
+            # Listing the cluster's processes runs ps: only once enough heartbeats are in.
+            seen = set(WorkerHeartbeat.objects.values_list("pid", flat=True))
+            return len(seen) >= workers and len(seen.intersection(self.pids())) >= workers
+
         wait_for(
-            lambda: (
-                self.process.poll() is not None
-                or WorkerHeartbeat.objects.filter(pid__in=self.pids()).count() >= workers
-            ),
+            lambda: self.process.poll() is not None or reported(),
             timeout=60,
             message=f"{workers} qcluster workers to report (since {since})",
         )

@@ -24,6 +24,10 @@ if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
     DATABASES["default"]["TEST"]["NAME"] = os.environ.get(
         "RATEQUEUE_TEST_SQLITE", str(BASE_DIR.parent / ".pytest-ratequeue.sqlite3")
     )
+# scripts/test.sh runs its pytest legs side by side: each gives its test database a suffix
+# of its own, as pytest-xdist does for its workers, so that no two legs share one.
+if suffix := os.environ.get("RATEQUEUE_TEST_DB_SUFFIX"):
+    DATABASES["default"]["TEST"]["NAME"] += f"_{suffix}"
 
 # The tests' jobs and tasks are not in an installed app's jobs.py or tasks.py: import them at
 # start-up so that they are registered (only registered jobs run), in the test process and

@@ -53,6 +53,13 @@ def live_workers(database: Path) -> int:
         return 0
 
 
+def interruptible() -> None:
+    """Start the demo as a terminal would, with SIGINT's default action, even when this
+    test run was itself started in the background (which leaves SIGINT ignored, and a
+    shell cannot undo that for its children)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.fixture
 def demo(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], Path, int, Path]]:
     database, log, port = tmp_path / "demo.sqlite3", tmp_path / "demo.log", free_port()
@@ -68,7 +75,7 @@ def demo(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], Path, int, P
     with log.open("wb") as out:
         process = subprocess.Popen(
             ["scripts/demo.sh"], cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
-            start_new_session=True,
+            start_new_session=True, preexec_fn=interruptible,
         )  # fmt: skip
     try:
         wait_for(

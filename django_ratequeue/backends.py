@@ -30,7 +30,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.utils import timezone
 
 from .exceptions import JobCanceled, UnknownJob, class_path
-from .queue.enqueue import JobFunction, job
+from .queue.enqueue import JobFunction, enqueue_job, job
 from .queue.execution import check_result_size
 from .queue.handles import AttemptInfo, Handle
 from .queue.models import FINAL_STATUSES, Attempt, Job, Outcome, Status
@@ -113,10 +113,15 @@ class RateQueueBackend(BaseTaskBackend):
         # TypeError for a value JSON cannot hold, tuples as lists, bytes as text.
         args = cast("list[Any]", normalize_json(args))
         kwargs = cast("dict[str, Any]", normalize_json(kwargs))
-        handle = self.job.using(
-            queue=task.queue_name, priority=task.priority, start_at=task.run_after
-        ).enqueue(task=task.module_path, args=list(args), kwargs=dict(kwargs), backend=self.alias)
-        result = task_result(Job.objects.get(pk=handle.id), attempts=[], task=task)
+        # The job as written, not read back: a cluster may start it at once, and the result
+        # of an enqueue is READY, as django.tasks says (not RUNNING).
+        written = enqueue_job(
+            self.job.using(queue=task.queue_name, priority=task.priority, start_at=task.run_after),
+            args=[],
+            kwargs={"task": task.module_path, "args": list(args), "kwargs": dict(kwargs),
+                    "backend": self.alias},
+        )  # fmt: skip
+        result = task_result(written, attempts=[], task=task)
         # The job is written: a receiver that raises is logged, and does not undo it.
         task_enqueued.send_robust(type(self), task_result=result)
         return cast("TaskResult[_P, _R]", result)

@@ -201,8 +201,9 @@ def test_rate_gated_queue_never_overspends(cluster) -> None:
         reserved = start_at if start_at > created_at else attempt.dispatched_at
         if reserved == attempt.dispatched_at:
             claimed = (attempt.started_at - attempt.dispatched_at).total_seconds()
-            step_spread = min(max(step_spread, claimed), 0.5)  # a dispatch without its
-            # reservation would overspend by the whole bucket at once, far beyond this
+            # At most 0.5 s: a dispatch without its reservation would overspend by whole
+            # buckets at once, far beyond what that slack allows.
+            step_spread = min(max(step_spread, claimed), 0.5)
         starts.append((attempt.dispatched_at, reserved, cost))
     starts.sort()
     assert len(starts) == len(costs)

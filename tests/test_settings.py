@@ -13,7 +13,13 @@ from django.test import override_settings
 
 from django_ratequeue import Retry, TokenBucket, enqueue, set_queue_concurrency
 from django_ratequeue.checks import check_settings
-from django_ratequeue.conf import DEFAULTS, QueueConfig, RateQueueSettings, ratequeue_settings
+from django_ratequeue.conf import (
+    DEFAULTS,
+    DURATIONS,
+    QueueConfig,
+    RateQueueSettings,
+    ratequeue_settings,
+)
 from django_ratequeue.models import Job
 from tests.queue import jobs
 
@@ -88,7 +94,7 @@ def test_invalid_settings_stop_the_runtime_with_the_problems_the_checks_report()
 
 @pytest.mark.parametrize("value", [math.inf, math.nan, 1e308, -1, "1", True])
 def test_durations_are_finite_and_bounded(value: Any) -> None:
-    for name in ("SEGMENT", "LOOP_LEASE", "WORKER_DEAD_AFTER", "PROGRESS_INTERVAL"):
+    for name in DURATIONS:
         assert [n for n, _ in problems(**{name: value})] == ["django_ratequeue.E202"], name
     assert [n for n, _ in problems(RETENTION=value)] == ["django_ratequeue.E205"]
 
@@ -164,3 +170,9 @@ def test_a_queue_is_remote_or_not(value: Any) -> None:
     assert [n for n, _ in problems(QUEUES={"gpu": {"remote": value}})] == ["django_ratequeue.E219"]
     assert problems(QUEUES={"gpu": {"remote": True}}, REMOTE_LEASE=5) == []
     assert [n for n, _ in problems(REMOTE_LEASE=math.inf)] == ["django_ratequeue.E202"]
+
+
+def test_a_removed_setting_is_refused_with_the_reason() -> None:
+    [(problem_id, message)] = problems(DISPATCH_BATCH_SIZE=50)
+    assert problem_id == "django_ratequeue.E001"
+    assert "DISPATCH_BATCH_SIZE" in message and "runners claim attempts" in message

@@ -26,6 +26,11 @@ else
 fi
 $PY manage.py migrate --no-input
 $PY manage.py demo_accounts  # admin/admin, and alice/alice and bob/bob who ask the model
+# A key for the remote worker (docs/remote-workers.md) that serves the "remote" queue.
+KEY=$($PY manage.py ratequeue_worker_key create "demo worker" --queues remote 2>/dev/null)
+echo "==> the example project is for trying things out on your own machine: it has the"
+echo "    admin user admin/admin, the users alice/alice and bob/bob, DEBUG on and a public"
+echo "    SECRET_KEY. Do not expose it."
 
 # Each child gets its own process group (set -m), so that Ctrl-C or a SIGTERM sent to this
 # script's group reaches this script only, which then stops the children itself. django-q2's
@@ -36,8 +41,6 @@ $PY manage.py qcluster &
 cluster=$!
 $PY manage.py runserver "$HOST:$PORT" &
 server=$!
-# A remote worker (docs/remote-workers.md) for the "remote" queue, with a key made for it.
-KEY=$($PY manage.py ratequeue_worker_key create "demo worker" --queues remote 2>/dev/null)
 $PY -m django_ratequeue.worker --url "http://127.0.0.1:$PORT/ratequeue/" --key "$KEY" \
     --handlers example_project.remote_handlers --concurrency 2 --grace 5 &
 remote_worker=$!
@@ -57,7 +60,4 @@ trap stop EXIT
 
 echo "==> django-q2 cluster running (pid $cluster), a remote worker (pid $remote_worker);"
 echo "    open http://$HOST:$PORT/"
-echo "==> the example project is for trying things out on your own machine: it has the"
-echo "    admin user admin/admin, the users alice/alice and bob/bob, DEBUG on and a public"
-echo "    SECRET_KEY. Do not expose it."
 wait "$server"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from example_project.demo.accounts import USERS
 from tests.cluster import wait_for
@@ -29,7 +30,10 @@ def log_in(browser: Chrome, live_server: Any, username: str) -> None:
     browser.find_element("id", "id_username").send_keys(username)
     browser.find_element("id", "id_password").send_keys(USERS[username])
     browser.find_element("css selector", "form.box button").click()
-    shows(browser, lambda b: b.current_url.endswith("/ask/"), f"{username} on the ask page")
+    # The path, not the URL's end: the login page's own URL ends with ?next=/ask/ too.
+    shows(
+        browser, lambda b: urlsplit(b.current_url).path == "/ask/", f"{username} on the ask page"
+    )
 
 
 def budget(browser: Chrome) -> int:

@@ -16,7 +16,6 @@ its own effect and succeeds again without changing anything.
 
 from __future__ import annotations
 
-import json
 import re
 import threading
 import time
@@ -32,7 +31,8 @@ from django.db.models.functions import Length
 from .. import clock
 from ..conf import ratequeue_settings
 from ..exceptions import LeaseLost
-from .bounds import check_no_nul, clip
+from .bounds import clip
+from .execution import check_result_size
 from .models import Attempt, Job, Outcome, OutputChunk, WorkerKey, queue_db
 from .progress import UNSET, checked_progress, checked_text, store
 from .wakeup import LOOP, WORK, Waiter, signal
@@ -166,14 +166,7 @@ def append_output(key: WorkerKey, attempt_id: int, index: int, text: Any) -> Non
 
 def complete(key: WorkerKey, attempt_id: int, result: Any) -> None:
     """End the attempt as succeeded with ``result`` (JSON, at most MAX_RESULT_BYTES)."""
-    text = json.dumps(result, allow_nan=False)
-    check_no_nul("return value", text)
-    limit = ratequeue_settings().MAX_RESULT_BYTES
-    if len(text) > limit:
-        raise ValueError(
-            f"The result is {len(text)} bytes of JSON; the most is "
-            f'RATEQUEUE["MAX_RESULT_BYTES"] ({limit}).'
-        )
+    check_result_size(result)  # the rules a local runner's result meets
     _end(key, attempt_id, outcome=Outcome.SUCCEEDED, result=result)
 
 

@@ -17,9 +17,9 @@ from rest_framework import serializers
 
 from ..conf import ratequeue_settings
 from ..exceptions import JobCanceled
-from ..queue.bounds import MAX_DELAY, NUL_REFUSED, seconds
+from ..queue.bounds import MAX_DELAY, NUL_REFUSED, check_json, seconds
 from ..queue.models import Job, OutputChunk, Status
-from ..queue.options import OPTION_NAMES, check_json, parse_start_at
+from ..queue.options import OPTION_NAMES, parse_start_at
 from ..ratelimit.config import MAX_TOKENS
 
 CLIENT_OPTIONS = ("start_at", "run_after", "id", "on_duplicate_id")

@@ -8,6 +8,7 @@ datetime or a database column. Rows changed behind the app's back get the same s
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from datetime import UTC, datetime, timedelta
@@ -100,3 +101,16 @@ def check_no_nul(what: str, json_text: str) -> None:
     """A ValueError if the JSON text holds a NUL character (PostgreSQL cannot store one)."""
     if "\\u0000" in json_text and _JSON_NUL.search(json_text):
         raise ValueError(f"The job's {what} {NUL_REFUSED}.")
+
+
+def check_json(what: str, value: Any) -> str:
+    """``value`` as JSON text, or a ValueError saying what to pass instead."""
+    try:
+        text = json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(
+            f"The job's {what} must be JSON-serialisable ({exc}); pass plain data such as "
+            "ids, strings, numbers, lists and dicts."
+        ) from None
+    check_no_nul(what, text)
+    return text

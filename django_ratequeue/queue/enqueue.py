@@ -20,6 +20,7 @@ from django.db import IntegrityError, transaction
 from .. import clock
 from ..conf import ratequeue_settings
 from ..exceptions import DuplicateJobId
+from .bounds import check_json
 from .handles import Handle
 from .limits import store_queue_changes
 from .models import Job, QueueSetting, queue_connection, queue_db
@@ -30,7 +31,6 @@ from .options import (
     JobStamp,
     JobTemplate,
     check_enqueue_rate,
-    check_json,
     check_reservation_room,
 )
 from .registry import (

@@ -27,7 +27,7 @@ from .bounds import (
     MAX_TIMEOUT,
     MIN_INT,
     NUL_REFUSED,
-    check_no_nul,
+    check_json,
     check_queue_concurrency,
     check_queue_name,
     integer,
@@ -83,19 +83,6 @@ OPTION_NAMES = frozenset(EnqueueOptions.__optional_keys__)
 MERGES_KEPT = 1000
 DEFAULT_QUEUE = "default"
 OWNER_MAX_LENGTH = Job._meta.get_field("owner").max_length or 255
-
-
-def check_json(what: str, value: Any) -> str:
-    """``value`` as JSON text, or a ValueError saying what to pass instead."""
-    try:
-        text = json.dumps(value, allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(
-            f"The job's {what} must be JSON-serialisable ({exc}); pass plain data such as "
-            "ids, strings, numbers, lists and dicts."
-        ) from None
-    check_no_nul(what, text)
-    return text
 
 
 def parse_start_at(value: Any) -> datetime:

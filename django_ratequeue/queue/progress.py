@@ -32,7 +32,7 @@ from django.db.models.functions import Length
 
 from ..conf import ratequeue_settings
 from ..exceptions import NotInJob
-from .bounds import NUL_REFUSED, check_no_nul
+from .bounds import NUL_REFUSED, check_json
 from .models import Attempt, Job, OutputChunk, queue_db
 from .subtasks import current_attempt
 
@@ -281,14 +281,7 @@ def checked_progress(data: Any) -> Any:
         raise TypeError(
             f"report_progress() takes a dict (a JSON object), not {type(data).__name__}."
         )
-    try:
-        text = json.dumps(data, allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(
-            f"The job's progress must be JSON ({exc}): pass plain data such as numbers, "
-            "strings, lists and dicts."
-        ) from None
-    check_no_nul("progress", text)
+    text = check_json("progress", data)
     limit = ratequeue_settings().MAX_PROGRESS_BYTES
     if len(text) > limit:
         raise ValueError(

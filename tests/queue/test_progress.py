@@ -177,8 +177,14 @@ def test_a_job_that_never_reports_has_no_progress_nor_output() -> None:
     ("case", "raised"),
     [
         ("progress list", "TypeError: report_progress() takes a dict"),
-        ("progress nan", "ValueError: The job's progress must be JSON (Out of range float"),
-        ("progress object", "ValueError: The job's progress must be JSON (Object of type"),
+        (
+            "progress nan",
+            "ValueError: The job's progress must be JSON-serialisable (Out of range float",
+        ),
+        (
+            "progress object",
+            "ValueError: The job's progress must be JSON-serialisable (Object of type",
+        ),
         ("progress nul", "ValueError: The job's progress must not contain NUL characters"),
         ("progress big", 'is 209 bytes of JSON; the most is RATEQUEUE["MAX_PROGRESS_BYTES"]'),
         ("output bytes", "TypeError: stream_output() takes a str, not bytes"),

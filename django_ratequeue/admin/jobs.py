@@ -17,7 +17,7 @@ from django.contrib import admin, messages
 from django.contrib.admin.utils import display_for_field
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
-from django.db.models import Count, QuerySet, Sum
+from django.db.models import Count, Field, QuerySet, Sum
 from django.db.models.functions import Length
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse
 from django.template.defaultfilters import linebreaksbr
@@ -548,7 +548,7 @@ class JobAdmin(PermittedActionsMixin, admin.ModelAdmin):
         method = getattr(self, name, None)
         if callable(method):
             return str(conditional_escape(method(job)))
-        field = Job._meta.get_field(name)
+        field = cast("Field[Any, Any]", Job._meta.get_field(name))
         shown = display_for_field(getattr(job, name), field, self.get_empty_value_display())
         return str(linebreaksbr(shown))
 

@@ -276,7 +276,9 @@ def render(
         return mark_safe("")
     drawn = list(attempts[-max_drawn:])
     hidden = len(attempts) - len(drawn)
-    start = drawn[0].dispatched_at
+    # The end of the last attempt not drawn: the back-off after it is.
+    previous_end = attempts[-max_drawn - 1].ended_at if hidden else None
+    start = min(drawn[0].dispatched_at, previous_end or drawn[0].dispatched_at)
     last = max(_ends(a, now)[2] for a in drawn)
     if next_start is not None:
         last = max(last, next_start)
@@ -284,9 +286,6 @@ def render(
     rows = len(drawn) + (next_start is not None)
     height = AXIS_HEIGHT + rows * ROW_HEIGHT + 4
     parts = _axis(scale, height - 4)
-    previous_end: datetime | None = None
-    if hidden and attempts[-max_drawn - 1].ended_at is not None:
-        previous_end = max(attempts[-max_drawn - 1].ended_at or start, start)
     for n, attempt in enumerate(drawn):
         y = AXIS_HEIGHT + n * ROW_HEIGHT + (ROW_HEIGHT - BAR_HEIGHT) / 2
         if previous_end is not None and attempt.dispatched_at > previous_end:

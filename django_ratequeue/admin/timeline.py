@@ -328,15 +328,16 @@ def render(
         )
     described = summary(attempts, next_start)
     svg = format_html(
-        '<svg class="rq-timeline" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {} {}" '
-        'width="100%" role="img" aria-labelledby="rq-timeline-title rq-timeline-desc" '
+        '<svg class="rq-timeline" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {w} {h}" '
+        'width="{w}" height="{h}" role="img" '
+        'aria-labelledby="rq-timeline-title rq-timeline-desc" '
         'data-rows="{}"><title id="rq-timeline-title">Timeline of the attempts</title>'
         '<desc id="rq-timeline-desc">{}</desc>{}</svg>',
-        WIDTH,
-        height,
         len(drawn),
         described,
         mark_safe("".join(parts)),  # each part escaped what it holds
+        w=WIDTH,
+        h=height,
     )
     if hidden:
         note = format_html(

@@ -8,9 +8,9 @@ Each read is bounded, however many jobs the table holds:
   ``finished_at``, and names the job in its one argument: it is found through the
   ``created_at`` index, among the jobs created in that second;
 - ``parent_id`` has no index (a child is found from its parent only here), so children are
-  looked for among the first CHILD_SCAN jobs created while the parent ran, through the
-  ``created_at`` index. When more jobs than that were created meanwhile, the page says the
-  list may be incomplete.
+  looked for among the first CHILD_SCAN jobs (about) created while the parent ran, through
+  the ``created_at`` index. When more jobs than that were created meanwhile, the page says
+  the list may be incomplete.
 """
 
 from __future__ import annotations
@@ -53,16 +53,25 @@ class Related:
 
 def children(job: Job, now: datetime) -> tuple[list[Job], bool, bool]:
     """Up to CHILDREN_SHOWN children of ``job``; whether there are more; whether the
-    search stopped at CHILD_SCAN jobs before the end of the job's run."""
+    search stopped at CHILD_SCAN jobs before the end of the job's run.
+
+    Two range reads of the ``created_at`` index: the creation time of the CHILD_SCAN-th
+    job created since the job was (and whether there is one more), then the children
+    among the jobs created up to it. A ``parent_id IN (those jobs)`` would let the planner
+    prefer a scan of the whole table."""
     until = (job.finished_at or now) + CHILD_SLACK
     window = Job.objects.filter(created_at__gte=job.created_at, created_at__lte=until)
-    scanned = window.order_by("created_at", "id").values("pk")[:CHILD_SCAN]
+    edge = list(
+        window.order_by("created_at", "id").values_list("created_at", flat=True)[
+            CHILD_SCAN - 1 : CHILD_SCAN + 1
+        ]
+    )
+    incomplete = len(edge) > 1
     found = list(
-        Job.objects.filter(pk__in=scanned, parent_id=job.pk)
+        window.filter(created_at__lte=edge[0] if incomplete else until, parent_id=job.pk)
         .only(*SHOWN_FIELDS)
         .order_by("created_at", "id")[: CHILDREN_SHOWN + 1]
     )
-    incomplete = window[: CHILD_SCAN + 1].count() > CHILD_SCAN
     return found[:CHILDREN_SHOWN], len(found) > CHILDREN_SHOWN, incomplete
 
 

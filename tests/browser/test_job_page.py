@@ -1,6 +1,7 @@
 """A job's admin page in a real browser, against a live server and a real cluster: the
-attempts' timeline gets a row per attempt as the job retries, and the progress bar and
-the output follow a streaming job, without reloading the page.
+attempts' timeline gets a row per attempt as the job retries, the progress bar and the
+output follow a streaming job, and the Cancel and Retry buttons follow the job's status,
+without reloading the page.
 
 With ``RATEQUEUE_SCREENSHOTS=docs/images`` the first test also saves the screenshots of
 docs/admin.md, in the admin's light and dark themes.
@@ -10,12 +11,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from django.contrib.auth.models import User
 
-from django_ratequeue import Retry, enqueue
+from django_ratequeue import Retry, enqueue, get_handle
+from django_ratequeue.models import Job
 from tests.browser.pages import shows
 from tests.cluster import ROOT
 from tests.queue import jobs
@@ -164,3 +167,32 @@ def test_a_streaming_job_shows_its_progress_and_output_as_they_come(
     assert done["runBars"] == ["rq-run rq-succeeded"]
     assert done["sameDocument"], "the page was reloaded"
     assert handle.result(timeout=5) == len(WORDS)
+
+
+def test_the_buttons_follow_the_jobs_status(
+    live_server: Any, cluster: Any, browser: Callable[..., Chrome]
+) -> None:
+    """Cancel shows while the job is unfinished; once the cancel applies, the live page
+    swaps it for Retry, which enqueues a copy and opens its page."""
+    cluster()
+    page = browser()
+    log_in_to_admin(page, live_server)
+    handle = enqueue(jobs.add, args=[2, 3], run_after=timedelta(hours=1))
+    open_job(page, live_server, handle.id)
+    shown = read(page)
+    assert shown["status"] == "Scheduled" and shown["cancel"] and not shown["retry"]
+
+    page.find_element("css selector", "li.rq-cancel button").click()
+    shows(page, lambda b: "Asked to cancel" in b.page_source, "the cancel's message")
+    page.execute_script("window.rqLoaded = true;")  # the form's answer was a new page
+    canceled = shows(page, lambda b: (p := read(b)) and p["status"] == "Canceled" and p, "cancel")
+    assert canceled["sameDocument"] and canceled["retry"] and not canceled["cancel"]
+
+    page.find_element("css selector", "li.rq-retry button").click()
+    copy = shows(
+        page,
+        lambda b: "a copy of" in b.page_source and Job.objects.exclude(pk=handle.id).first(),
+        "the copy's page",
+    )
+    assert f"/job/{copy.pk}/change/" in page.current_url
+    assert get_handle(copy.pk).result(timeout=30) == 5

@@ -9,37 +9,70 @@ so that its handle, its ``on_complete`` call and its attempts keep telling the t
 from __future__ import annotations
 
 import json
+import math
 from datetime import datetime
 from typing import Any, cast
 
 from django.contrib import admin, messages
+from django.contrib.admin.utils import display_for_field
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
-from django.db.models import Count, QuerySet, Sum
+from django.db.models import Count, Field, QuerySet, Sum
 from django.db.models.functions import Length
-from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse
+from django.template.defaultfilters import linebreaksbr
 from django.template.loader import render_to_string
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils import timezone
 from django.utils.decorators import method_decorator
 from django.utils.functional import cached_property
-from django.utils.html import format_html
+from django.utils.html import conditional_escape, format_html
 from django.utils.safestring import SafeString
 from django.views.decorators.http import require_POST
 
 from ..queue import stats
 from ..queue.enqueue import enqueue
 from ..queue.handles import AttemptInfo, Handle
-from ..queue.models import FINAL_STATUSES, Job, Outcome, OutputChunk, Status
+from ..queue.models import FINAL_STATUSES, Job, OutputChunk, Status
 from ..queue.retry import Retry
 from ..queue.stats import COLUMNS, queue_overview
+from . import related, timeline
 from .actions import PermittedActionsMixin
 
 RETRYABLE_STATUSES = (Status.FAILED, Status.CANCELED)
 # A job's page shows the end of its output, this many characters at most (the output may
 # be a megabyte: RATEQUEUE["MAX_OUTPUT_LENGTH"]).
 OUTPUT_SHOWN = 10_000
+# The fields of a job's page that its live view sends again while the job runs.
+LIVE_FIELDS = (
+    "status",
+    "attempts",
+    "start_at",
+    "finished_at",
+    "cancel_requested",
+    "result_value",
+    "error",
+    "exception_class_path",
+    "formatted_traceback",
+    "progress_value",
+    "output_tail",
+    "attempt_timeline",
+    "related_jobs",
+)
+# Seconds the page waits before asking again: a running job changes by the second
+# (PROGRESS_INTERVAL), a waiting one less often.
+POLL_RUNNING = 1.0
+POLL_WAITING = 2.0
+# Progress fields read as "this many of that many", in the order tried.
+PROGRESS_PAIRS = (
+    ("done", "total"),
+    ("current", "total"),
+    ("completed", "total"),
+    ("processed", "total"),
+    ("count", "total"),
+    ("step", "steps"),
+)
 
 
 class CappedCountPaginator(Paginator):
@@ -110,12 +143,44 @@ def _seconds(attempt: AttemptInfo) -> str:
     return f"{(attempt.ended_at - attempt.started_at).total_seconds():.3f} s"
 
 
-def _outcome(attempt: AttemptInfo) -> str:
-    if attempt.outcome:
-        return str(Outcome(attempt.outcome).label)
-    if attempt.ended_at is not None:
-        return "ended before it started"
-    return "running" if attempt.started_at else "dispatched"
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return None
+    return float(value)
+
+
+def progress_fraction(progress: Any) -> tuple[float, float] | None:
+    """``(done, total)`` when the reported progress says how far the job is: a pair of
+    numbers such as ``{"done": 3, "total": 10}`` (see PROGRESS_PAIRS), or a ``percent``.
+    ``done`` is kept between 0 and ``total``; anything else is not a fraction (None)."""
+    if not isinstance(progress, dict):
+        return None
+    for done_key, total_key in PROGRESS_PAIRS:
+        done, total = _number(progress.get(done_key)), _number(progress.get(total_key))
+        if done is not None and total is not None and total > 0:
+            return min(max(done, 0.0), total), total
+    percent = _number(progress.get("percent"))
+    if percent is not None:
+        return min(max(percent, 0.0), 100.0), 100.0
+    return None
+
+
+def progress_bar(progress: Any) -> SafeString:
+    """A ``<progress>`` bar with its figures in words, or nothing."""
+    fraction = progress_fraction(progress)
+    if fraction is None:
+        return SafeString("")
+    done, total = fraction
+    share = f"{done / total:.0%}"
+    words = f"{done:g} of {total:g} ({share})" if total != 100 else share
+    return format_html(
+        '<div class="rq-progress"><progress max="{}" value="{}" aria-label="Progress">{}'
+        '</progress><span class="rq-progress-text">{}</span></div>',
+        total,
+        done,
+        share,
+        words,
+    )
 
 
 def _duration(seconds: float) -> str:
@@ -206,6 +271,7 @@ class JobAdmin(PermittedActionsMixin, admin.ModelAdmin):
         ),
         ("Progress and output", {"fields": ["progress_value", "output_tail"]}),
         ("Attempts", {"fields": ["attempt_timeline"]}),
+        ("Related jobs", {"fields": ["related_jobs"]}),
         ("Call", {"fields": ["call_args", "call_kwargs", "priority", "cost", "timeout"]}),
         ("When", {"fields": ["created_at", "start_at", "finished_at"]}),
         ("Retries", {"fields": ["attempts", "retry_policy", "cancel_requested"]}),
@@ -221,6 +287,7 @@ class JobAdmin(PermittedActionsMixin, admin.ModelAdmin):
         "attempt_timeline",
         "progress_value",
         "output_tail",
+        "related_jobs",
     ]
 
     # The list stays narrow enough for its status and attempts to show on a laptop: long
@@ -271,7 +338,10 @@ class JobAdmin(PermittedActionsMixin, admin.ModelAdmin):
 
     @admin.display(description="progress")
     def progress_value(self, job: Job) -> SafeString | str:
-        return "-" if job.progress is None else _json_block(job.progress)
+        """A bar when the progress says how far the job is, and the progress as reported."""
+        if job.progress is None:
+            return "-"
+        return format_html("{}{}", progress_bar(job.progress), _json_block(job.progress))
 
     @admin.display(description="output")
     def output_tail(self, job: Job) -> SafeString | str:
@@ -292,7 +362,11 @@ class JobAdmin(PermittedActionsMixin, admin.ModelAdmin):
         summary = f"{total['count']} chunks, {total['length']} characters"
         if len(shown) < total["length"]:
             summary += f"; the last {len(shown)} shown"
-        return format_html('<pre>{}</pre><div class="help">{}</div>', shown, summary)
+        return format_html(
+            '<div class="rq-output"><pre>{}</pre></div><div class="help">{}</div>',
+            shown,
+            summary,
+        )
 
     @admin.display(description="context")
     def callback_context(self, job: Job) -> SafeString:
@@ -304,6 +378,11 @@ class JobAdmin(PermittedActionsMixin, admin.ModelAdmin):
 
     @admin.display(description="timeline")
     def attempt_timeline(self, job: Job) -> SafeString:
+        """The attempts drawn (admin/timeline.py), then listed in a table (the text
+        alternative, with every time and error)."""
+        attempts = Handle(job.id, owner=job.owner).attempts()
+        next_start = job.start_at if job.status == Status.RETRYING else None
+        drawing = timeline.render(attempts, timezone.now(), next_start)
         rows = [
             {
                 "attempt": a,
@@ -311,13 +390,24 @@ class JobAdmin(PermittedActionsMixin, admin.ModelAdmin):
                 "started": _clock(a.started_at),
                 "ended": _clock(a.ended_at),
                 "duration": _seconds(a),
-                "outcome": _outcome(a),
+                "outcome": timeline.outcome_label(a),
             }
-            for a in Handle(job.id, owner=job.owner).attempts()
+            for a in attempts
         ]
-        return SafeString(
-            render_to_string("admin/django_ratequeue/job/attempts.html", {"rows": rows})
-        )
+        table = render_to_string("admin/django_ratequeue/job/attempts.html", {"rows": rows})
+        if not drawing:
+            return SafeString(table)
+        return format_html("{}{}{}", drawing, timeline.legend(), SafeString(table))
+
+    @admin.display(description="related")
+    def related_jobs(self, job: Job) -> SafeString:
+        """Links to the job's parent, children and callback (admin/related.py)."""
+        context = {
+            "related": related.related(job, timezone.now()),
+            "original": job,
+            "child_scan": related.CHILD_SCAN,
+        }
+        return SafeString(render_to_string("admin/django_ratequeue/job/related.html", context))
 
     # -- actions -------------------------------------------------------------------------
 
@@ -396,7 +486,12 @@ class JobAdmin(PermittedActionsMixin, admin.ModelAdmin):
             self.admin_site.admin_view(self.retry_view),
             name="django_ratequeue_job_retry",
         )
-        return [overview, cancel, retry, *super().get_urls()]
+        live = path(
+            "<path:object_id>/live/",
+            self.admin_site.admin_view(self.live_view),
+            name="django_ratequeue_job_live",
+        )
+        return [overview, cancel, retry, live, *super().get_urls()]
 
     # -- a job's own page: its cancel and retry buttons ----------------------------------
 
@@ -408,17 +503,54 @@ class JobAdmin(PermittedActionsMixin, admin.ModelAdmin):
         extra_context: dict[str, Any] | None = None,
     ) -> HttpResponse:
         job = self.get_object(request, object_id)
-        buttons = {
-            "can_cancel": job is not None
-            and job.status not in FINAL_STATUSES
-            and self.has_cancel_permission(request),
-            "can_retry": job is not None
-            and job.status in RETRYABLE_STATUSES
-            and self.has_retry_permission(request),
+        context = {
+            "has_cancel_permission": self.has_cancel_permission(request),
+            "has_retry_permission": self.has_retry_permission(request),
+            "final": job is not None and job.status in FINAL_STATUSES,
+            **({} if job is None else self._buttons(request, job)),
         }
         return super().change_view(
-            request, object_id, form_url, {**buttons, **(extra_context or {})}
+            request, object_id, form_url, {**context, **(extra_context or {})}
         )
+
+    def _buttons(self, request: HttpRequest, job: Job) -> dict[str, bool]:
+        """Which of its buttons the job's page shows now (both are on the page for whoever
+        may use them; the live page shows the one that fits the job's status)."""
+        return {
+            "can_cancel": job.status not in FINAL_STATUSES and self.has_cancel_permission(request),
+            "can_retry": job.status in RETRYABLE_STATUSES and self.has_retry_permission(request),
+        }
+
+    def live_view(self, request: HttpRequest, object_id: str) -> JsonResponse:
+        """The parts of a job's page that change while it runs, as JSON, for
+        static/ratequeue/jobpage.js: staff see every owner's job, as on the page itself."""
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        job = self.get_object(request, object_id)
+        if job is None:
+            raise Http404(f"There is no job {object_id!r}.")
+        final = job.status in FINAL_STATUSES
+        return JsonResponse(
+            {
+                "id": job.id,
+                "status": job.status,
+                "final": final,
+                "progress": job.progress,
+                "poll_after": POLL_RUNNING if job.status == Status.RUNNING else POLL_WAITING,
+                **self._buttons(request, job),
+                "fields": {name: self._field_html(job, name) for name in LIVE_FIELDS},
+            }
+        )
+
+    def _field_html(self, job: Job, name: str) -> str:
+        """A read-only field's contents as the page shows them (as the admin's
+        ``AdminReadonlyField.contents`` renders a display method or a model field)."""
+        method = getattr(self, name, None)
+        if callable(method):
+            return str(conditional_escape(method(job)))
+        field = cast("Field[Any, Any]", Job._meta.get_field(name))
+        shown = display_for_field(getattr(job, name), field, self.get_empty_value_display())
+        return str(linebreaksbr(shown))
 
     def _job_page(self, job_id: str) -> HttpResponseRedirect:
         return HttpResponseRedirect(reverse("admin:django_ratequeue_job_change", args=[job_id]))

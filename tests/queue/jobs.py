@@ -232,6 +232,23 @@ def stream_words(words: list[str], pause: float = 0) -> int:
 
 
 @job
+def stream_then_fail_once(marker: str, words: list[str], pause: float = 0) -> int:
+    """Streams ``words`` with progress, as :func:`stream_words`; the first time (creating
+    ``marker``) it fails halfway through, the next time it streams them all."""
+    first = not os.path.exists(marker)
+    if first:
+        Path(marker).touch()
+    for done, word in enumerate(words, 1):
+        stream_output(f"{word} ")
+        report_progress({"done": done, "total": len(words)})
+        if first and done == len(words) // 2:
+            raise ConnectionError("the model went away halfway through")
+        if pause:
+            time.sleep(pause)
+    return len(words)
+
+
+@job
 def report_then_change() -> None:
     """Reports a dict, then changes it: what was reported stays."""
     progress: dict[str, Any] = {"step": "download"}

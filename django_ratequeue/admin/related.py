@@ -1,0 +1,116 @@
+"""The jobs related to a job, for its admin page: its parent, its children, its callback.
+
+Each read is bounded, however many jobs the table holds:
+
+- the parent is ``parent_id``, a primary-key lookup;
+- a job's ``on_complete`` job is created by the loop in the step that finished it
+  (queue/transitions.py, ``create_callbacks``) with ``created_at`` equal to the job's
+  ``finished_at``, and names the job in its one argument: it is found through the
+  ``created_at`` index, among the jobs created in that second;
+- ``parent_id`` has no index (a child is found from its parent only here), so children are
+  looked for among the first CHILD_SCAN jobs (about) created while the parent ran, through
+  the ``created_at`` index. When more jobs than that were created meanwhile, the page says
+  the list may be incomplete.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from ..queue.models import Job
+
+# The most jobs read, in creation order, when looking for a job's children; and the most
+# children listed.
+CHILD_SCAN = 5000
+CHILDREN_SHOWN = 20
+# A child may be enqueued by a thread of its parent's that outlives the attempt (a timed
+# out attempt's thread is not killed): it is looked for this long after the parent ended.
+CHILD_SLACK = timedelta(minutes=1)
+# The callback is created in the step that finished the job, at its finished_at: looked
+# for within this of it.
+CALLBACK_WINDOW = timedelta(seconds=1)
+# What the page shows of a related job.
+SHOWN_FIELDS = ("id", "func", "status", "created_at")
+
+
+@dataclass
+class Related:
+    """A job's relatives as the page shows them."""
+
+    parent: Job | None = None
+    # The parent's id when it is gone (pruned after RETENTION).
+    missing_parent: str = ""
+    children: list[Job] = field(default_factory=list)
+    # More children exist than CHILDREN_SHOWN.
+    more_children: bool = False
+    # More than CHILD_SCAN jobs were created while the job ran: some children may be missed.
+    children_incomplete: bool = False
+    callback: Job | None = None
+    # The job whose on_complete this job is.
+    reports_on: Job | None = None
+
+
+def children(job: Job, now: datetime) -> tuple[list[Job], bool, bool]:
+    """Up to CHILDREN_SHOWN children of ``job``; whether there are more; whether the
+    search stopped at CHILD_SCAN jobs before the end of the job's run.
+
+    Two range reads of the ``created_at`` index: the creation time of the CHILD_SCAN-th
+    job created since the job was (and whether there is one more), then the children
+    among the jobs created up to it. A ``parent_id IN (those jobs)`` would let the planner
+    prefer a scan of the whole table."""
+    until = (job.finished_at or now) + CHILD_SLACK
+    window = Job.objects.filter(created_at__gte=job.created_at, created_at__lte=until)
+    edge = list(
+        window.order_by("created_at", "id").values_list("created_at", flat=True)[
+            CHILD_SCAN - 1 : CHILD_SCAN + 1
+        ]
+    )
+    incomplete = len(edge) > 1
+    found = list(
+        window.filter(created_at__lte=edge[0] if incomplete else until, parent_id=job.pk)
+        .only(*SHOWN_FIELDS)
+        .order_by("created_at", "id")[: CHILDREN_SHOWN + 1]
+    )
+    return found[:CHILDREN_SHOWN], len(found) > CHILDREN_SHOWN, incomplete
+
+
+def callback(job: Job) -> Job | None:
+    """The ``on_complete`` job the loop created when ``job`` finished, if any."""
+    if not job.on_complete or job.finished_at is None:
+        return None
+    return (
+        Job.objects.filter(
+            created_at__gte=job.finished_at,
+            created_at__lte=job.finished_at + CALLBACK_WINDOW,
+            func=job.on_complete,
+            args__0__job_id=job.pk,
+        )
+        .only(*SHOWN_FIELDS)
+        .first()
+    )
+
+
+def reports_on(job: Job) -> Job | None:
+    """The job whose ``on_complete`` call ``job`` is: its one argument is that job's
+    outcome (``{"job_id": ..., "status": ...}``) and that job names ``job``'s function."""
+    args = job.args
+    if not (isinstance(args, list) and len(args) == 1 and isinstance(args[0], dict)):
+        return None
+    outcome = args[0]
+    if not isinstance(outcome.get("job_id"), str) or "status" not in outcome:
+        return None
+    return (
+        Job.objects.filter(pk=outcome["job_id"], on_complete=job.func).only(*SHOWN_FIELDS).first()
+    )
+
+
+def related(job: Job, now: datetime) -> Related:
+    found = Related(callback=callback(job), reports_on=reports_on(job))
+    if job.parent_id:
+        found.parent = Job.objects.only(*SHOWN_FIELDS).filter(pk=job.parent_id).first()
+        if found.parent is None:
+            found.missing_parent = job.parent_id
+    if job.attempts:  # a job that never ran enqueued nothing
+        found.children, found.more_children, found.children_incomplete = children(job, now)
+    return found

@@ -1,0 +1,372 @@
+"""The attempts of a job drawn as an SVG timeline, for its admin page.
+
+Pure functions of the attempts and the time: no query, no template, no JavaScript, so that
+the page draws it server-side (no CDN, no chart library) and the live view redraws it the
+same way. One row per attempt: a bar from dispatch to start (waiting for a runner), a bar
+from start to end (running) coloured by outcome, and a dashed back-off line, labelled with
+its length, from the previous attempt's end to this one's dispatch. An attempt still
+running is drawn up to ``now``; a retry the job waits for is a last "next" row.
+
+Colours come from CSS classes (static/ratequeue/jobpage.css follows the admin's light and
+dark themes); the table of attempts beside it is the text alternative, and the SVG says in
+its ``<title>`` and ``<desc>`` what it shows. Every text from the database is escaped.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from itertools import pairwise
+
+from django.utils import timezone
+from django.utils.html import format_html
+from django.utils.safestring import SafeString, mark_safe
+
+from ..queue.handles import AttemptInfo
+from ..queue.models import Outcome
+
+# The most attempts drawn: the latest ones (a job may retry dozens of times; the table
+# lists them all).
+MAX_DRAWN = 12
+# The drawing's coordinates (the SVG scales to its container's width).
+WIDTH = 760
+LABEL_WIDTH = 44
+OUTCOME_WIDTH = 150
+AXIS_HEIGHT = 26
+ROW_HEIGHT = 26
+BAR_HEIGHT = 12
+# The thinnest bar drawn: a zero-length span stays visible.
+MIN_BAR = 2.0
+# A back-off label is written over its line only when the line is at least this long.
+MIN_LABEL_WIDTH = 56
+# Error texts in tooltips are cut to this many characters.
+TOOLTIP_LENGTH = 200
+# Tick spacings to choose from, in seconds: the first giving at most MAX_TICKS ticks.
+TICK_STEPS = (
+    0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5,
+    1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800,
+    3600, 7200, 10800, 21600, 43200, 86400, 172800, 604800,
+)  # fmt: skip
+MAX_TICKS = 7
+
+# The CSS class of a run bar, by outcome ("" while running).
+OUTCOME_CLASS = {
+    "": "running",
+    Outcome.SUCCEEDED: "succeeded",
+    Outcome.FAILED: "failed",
+    Outcome.NON_RETRYABLE: "failed",
+    Outcome.TIMED_OUT: "timed-out",
+    Outcome.WORKER_LOST: "lost",
+}
+
+
+@dataclass(frozen=True)
+class Scale:
+    """Maps times to x coordinates over the plot area."""
+
+    start: datetime
+    seconds: float
+    left: float = LABEL_WIDTH
+    right: float = WIDTH - OUTCOME_WIDTH
+
+    def x(self, moment: datetime) -> float:
+        offset = (moment - self.start).total_seconds()
+        return round(self.left + (self.right - self.left) * offset / self.seconds, 1)
+
+
+def duration(seconds: float) -> str:
+    """A short, readable length of time: "0 s", "250 ms", "1.5 s", "2 min 30 s", "3 h"."""
+    if seconds <= 0:
+        return "0 s"
+    if seconds < 1:
+        return f"{seconds * 1000:.0f} ms"
+    if seconds < 60:
+        return f"{seconds:.3g} s"
+    if seconds < 3600:
+        minutes, rest = divmod(round(seconds), 60)
+        return f"{minutes} min {rest} s" if rest else f"{minutes} min"
+    hours, rest = divmod(round(seconds / 60), 60)
+    if hours >= 48:
+        return f"{seconds / 86400:.3g} d"
+    return f"{hours} h {rest} min" if rest else f"{hours} h"
+
+
+def outcome_label(attempt: AttemptInfo) -> str:
+    """What became of the attempt, in words."""
+    if attempt.outcome:
+        return str(Outcome(attempt.outcome).label)
+    if attempt.ended_at is not None:
+        return "ended before it started"
+    return "running" if attempt.started_at else "waiting for a runner"
+
+
+def tick_step(seconds: float) -> float:
+    for step in TICK_STEPS:
+        if seconds / step <= MAX_TICKS:
+            return step
+    return TICK_STEPS[-1]
+
+
+def tick_label(offset: float, step: float) -> str:
+    """A tick's distance from the first dispatch, in the unit its spacing suggests."""
+    if offset == 0:
+        return "0"
+    if step < 1:
+        return f"+{offset * 1000:.0f} ms" if offset < 1 else f"+{offset:.3g} s"
+    if step < 60:
+        return f"+{offset:g} s"
+    if step < 3600:
+        return f"+{offset / 60:g} min"
+    if step < 86400:
+        return f"+{offset / 3600:g} h"
+    return f"+{offset / 86400:g} d"
+
+
+def _ends(attempt: AttemptInfo, now: datetime) -> tuple[datetime, datetime | None, datetime]:
+    """The attempt's dispatch, start and end as drawn: an open span ends ``now``; a start
+    or end recorded before the dispatch (clocks of different hosts) is moved to it."""
+    dispatched = attempt.dispatched_at
+    started = None if attempt.started_at is None else max(attempt.started_at, dispatched)
+    ended = attempt.ended_at or max(now, started or dispatched)
+    return dispatched, started, max(ended, started or dispatched)
+
+
+def summary(attempts: Sequence[AttemptInfo], next_start: datetime | None) -> str:
+    """The timeline in one sentence, for screen readers: how many attempts, how they
+    ended, and what comes next."""
+    if not attempts:
+        return "No attempt yet."
+    counts = Counter(outcome_label(a).lower() for a in attempts)
+    parts = ", ".join(f"{n} {label}" for label, n in counts.items())
+    plural = "attempt" if len(attempts) == 1 else "attempts"
+    text = f"{len(attempts)} {plural}: {parts}."
+    backoffs = [
+        (later.dispatched_at - earlier.ended_at).total_seconds()
+        for earlier, later in pairwise(attempts)
+        if earlier.ended_at is not None
+    ]
+    if len(backoffs) > 4:
+        text += (
+            f" Back-off between attempts: from {duration(min(backoffs))} "
+            f"to {duration(max(backoffs))}."
+        )
+    elif backoffs:
+        text += f" Back-off between attempts: {', '.join(duration(s) for s in backoffs)}."
+    if next_start is not None:
+        text += f" Next attempt at {timezone.localtime(next_start):%H:%M:%S}."
+    return text
+
+
+def _text(x: float, y: float, text: str, css: str, anchor: str = "start") -> SafeString:
+    return format_html(
+        '<text x="{}" y="{}" class="{}" text-anchor="{}">{}</text>', x, y, css, anchor, text
+    )
+
+
+def _bar(x0: float, x1: float, y: float, css: str, tooltip: str) -> SafeString:
+    width = max(x1 - x0, MIN_BAR)
+    return format_html(
+        '<rect x="{}" y="{}" width="{}" height="{}" class="{}"><title>{}</title></rect>',
+        round(x0, 1),
+        y,
+        round(width, 1),
+        BAR_HEIGHT,
+        css,
+        tooltip,
+    )
+
+
+def _backoff(x0: float, x1: float, y: float, seconds: float, tooltip: str) -> list[SafeString]:
+    """A dashed line from the previous end to this dispatch, labelled with its length."""
+    mid = y + BAR_HEIGHT / 2
+    parts = [
+        format_html(
+            '<line x1="{}" y1="{}" x2="{}" y2="{}" class="rq-backoff"><title>{}</title></line>',
+            x0,
+            mid,
+            max(x1, x0 + 1),
+            mid,
+            tooltip,
+        )
+    ]
+    if x1 - x0 >= MIN_LABEL_WIDTH:
+        parts.append(_text((x0 + x1) / 2, y - 2, duration(seconds), "rq-label", "middle"))
+    return parts
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= TOOLTIP_LENGTH else f"{text[: TOOLTIP_LENGTH - 1]}…"
+
+
+def _clock(moment: datetime) -> str:
+    return timezone.localtime(moment).strftime("%H:%M:%S.%f")[:-3]
+
+
+def _row(attempt: AttemptInfo, y: float, scale: Scale, now: datetime) -> list[SafeString]:
+    """One attempt: its wait for a runner, its run, and its outcome written at the end."""
+    dispatched, started, ended = _ends(attempt, now)
+    parts = [_text(LABEL_WIDTH - 8, y + BAR_HEIGHT - 2, f"#{attempt.number}", "rq-label", "end")]
+    waited_until = started or ended
+    waited = (waited_until - dispatched).total_seconds()
+    parts.append(
+        _bar(
+            scale.x(dispatched),
+            scale.x(waited_until),
+            y,
+            "rq-wait" if started or not attempt.ended_at else "rq-wait rq-unstarted",
+            f"Attempt {attempt.number}: dispatched at {_clock(dispatched)}, "
+            f"waited {duration(waited)} for a runner",
+        )
+    )
+    label = outcome_label(attempt)
+    if started is not None:
+        ran = (ended - started).total_seconds()
+        tooltip = f"Attempt {attempt.number}: ran {duration(ran)} from {_clock(started)}, {label}"
+        if attempt.error:
+            tooltip += f": {_cut(attempt.error)}"
+        css = "rq-run rq-" + OUTCOME_CLASS.get(attempt.outcome, "failed")
+        parts.append(_bar(scale.x(started), scale.x(ended), y, css, tooltip))
+        label = f"{label}, {duration(ran)}"
+    parts.append(_text(scale.right + 8, y + BAR_HEIGHT - 2, label, "rq-outcome"))
+    return parts
+
+
+def _axis(scale: Scale, bottom: float) -> list[SafeString]:
+    """Ticks at round distances from the first dispatch, with its clock time at 0."""
+    step = tick_step(scale.seconds)
+    parts = [
+        format_html(
+            '<line x1="{}" y1="{}" x2="{}" y2="{}" class="rq-axis"/>',
+            scale.left,
+            AXIS_HEIGHT - 6,
+            scale.right,
+            AXIS_HEIGHT - 6,
+        )
+    ]
+    count = int(scale.seconds / step + 1e-9)
+    for n in range(count + 1):
+        offset = n * step
+        x = scale.left + (scale.right - scale.left) * offset / scale.seconds
+        label = _clock(scale.start) if n == 0 else tick_label(offset, step)
+        anchor = "start" if n == 0 else ("end" if x > scale.right - 30 else "middle")
+        parts.append(
+            format_html(
+                '<line x1="{x}" y1="{top}" x2="{x}" y2="{bottom}" class="rq-grid"/>',
+                x=round(x, 1),
+                top=AXIS_HEIGHT - 6,
+                bottom=bottom,
+            )
+        )
+        parts.append(_text(round(x, 1), AXIS_HEIGHT - 11, label, "rq-tick", anchor))
+    return parts
+
+
+def render(
+    attempts: Sequence[AttemptInfo],
+    now: datetime,
+    next_start: datetime | None = None,
+    max_drawn: int = MAX_DRAWN,
+) -> SafeString:
+    """The SVG of ``attempts`` (in order) as of ``now``; ``next_start``: when the job's
+    next attempt is due, if it waits to retry. Only the latest ``max_drawn`` attempts
+    are drawn, and a line under the drawing says how many earlier ones are not."""
+    if not attempts:
+        return mark_safe("")
+    drawn = list(attempts[-max_drawn:])
+    hidden = len(attempts) - len(drawn)
+    # The end of the last attempt not drawn: the back-off after it is.
+    previous_end = attempts[-max_drawn - 1].ended_at if hidden else None
+    start = min(drawn[0].dispatched_at, previous_end or drawn[0].dispatched_at)
+    last = max(_ends(a, now)[2] for a in drawn)
+    if next_start is not None:
+        last = max(last, next_start)
+    scale = Scale(start, max((last - start).total_seconds(), 0.001))
+    rows = len(drawn) + (next_start is not None)
+    height = AXIS_HEIGHT + rows * ROW_HEIGHT + 4
+    parts = _axis(scale, height - 4)
+    for n, attempt in enumerate(drawn):
+        y = AXIS_HEIGHT + n * ROW_HEIGHT + (ROW_HEIGHT - BAR_HEIGHT) / 2
+        if previous_end is not None and attempt.dispatched_at > previous_end:
+            seconds = (attempt.dispatched_at - previous_end).total_seconds()
+            parts += _backoff(
+                scale.x(previous_end),
+                scale.x(attempt.dispatched_at),
+                y,
+                seconds,
+                f"Back-off of {duration(seconds)} before attempt {attempt.number}",
+            )
+        parts += _row(attempt, y, scale, now)
+        previous_end = attempt.ended_at
+    if next_start is not None:
+        y = AXIS_HEIGHT + len(drawn) * ROW_HEIGHT + (ROW_HEIGHT - BAR_HEIGHT) / 2
+        since = previous_end or now
+        seconds = (next_start - since).total_seconds()
+        parts.append(_text(LABEL_WIDTH - 8, y + BAR_HEIGHT - 2, "next", "rq-label", "end"))
+        parts += _backoff(
+            scale.x(since),
+            scale.x(next_start),
+            y,
+            seconds,
+            f"Back-off of {duration(seconds)}: next attempt at {_clock(next_start)}",
+        )
+        parts.append(
+            _text(scale.right + 8, y + BAR_HEIGHT - 2, f"due {_clock(next_start)}", "rq-outcome")
+        )
+    if any(a.ended_at is None for a in drawn) or next_start is not None:
+        x = scale.x(now)
+        parts.append(
+            format_html(
+                '<line x1="{x}" y1="{top}" x2="{x}" y2="{bottom}" class="rq-now">'
+                "<title>now, {clock}</title></line>",
+                x=x,
+                top=AXIS_HEIGHT - 6,
+                bottom=height - 4,
+                clock=_clock(now),
+            )
+        )
+    described = summary(attempts, next_start)
+    svg = format_html(
+        '<svg class="rq-timeline" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {w} {h}" '
+        'width="{w}" height="{h}" role="img" '
+        'aria-labelledby="rq-timeline-title rq-timeline-desc" '
+        'data-rows="{}"><title id="rq-timeline-title">Timeline of the attempts</title>'
+        '<desc id="rq-timeline-desc">{}</desc>{}</svg>',
+        len(drawn),
+        described,
+        mark_safe("".join(parts)),  # each part escaped what it holds
+        w=WIDTH,
+        h=height,
+    )
+    if hidden:
+        note = format_html(
+            '<p class="help rq-hidden-attempts">The {} earlier attempts are not drawn; the '
+            "table below lists them all.</p>",
+            hidden,
+        )
+        return SafeString(svg + note)
+    return svg
+
+
+def legend() -> SafeString:
+    """What the colours mean, as text beside the drawing."""
+    keys = [
+        ("rq-wait", "waiting for a runner"),
+        ("rq-run rq-running", "running"),
+        ("rq-run rq-succeeded", "succeeded"),
+        ("rq-run rq-failed", "failed"),
+        ("rq-run rq-timed-out", "timed out"),
+        ("rq-run rq-lost", "worker lost"),
+        ("rq-backoff-key", "back-off"),
+    ]
+    items = "".join(
+        format_html(
+            '<li><svg width="14" height="10" aria-hidden="true"><rect width="14" height="10" '
+            'class="{}"/></svg> {}</li>',
+            css,
+            text,
+        )
+        for css, text in keys
+    )
+    return format_html('<ul class="rq-legend">{}</ul>', mark_safe(items))

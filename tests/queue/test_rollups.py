@@ -30,6 +30,7 @@ from django_ratequeue.queue.rollups import (
     series,
 )
 from django_ratequeue.queue.stats import UNFINISHED
+from tests.cluster import wait_for
 from tests.queue import jobs
 from tests.queue.steps import freeze, leading_loop, run_pass
 
@@ -243,3 +244,27 @@ def test_figures_are_kept_for_rollup_retention(settings: Any) -> None:
     assert [row.minute for row in QueueMinute.objects.all()] == [
         now - timedelta(days=1, minutes=2)
     ]
+
+
+def test_a_cluster_keeps_the_rollups_of_what_it_ran(cluster: Any) -> None:
+    """Real workers: the rollups end up saying what the tables say, arrivals included
+    (the resting loop wakes to count them once they are ARRIVALS_SETTLE old)."""
+    cluster(QUEUES={"pair": {"max_concurrency": 2}})
+    quick: Any = {"retry_count": 1, "initial_interval": 0.1, "randomize_interval": False}
+    handles = [enqueue(jobs.add, args=[n, n], queue="pair") for n in range(8)]
+    handles += [enqueue(jobs.fail, retries=quick) for _ in range(2)]
+    handles.append(enqueue(jobs.fail_hard, queue="pair"))
+    later = enqueue(jobs.add, args=[1, 1], run_after=3600)
+    later.cancel()
+    wait_for(
+        lambda: all(handle.status() in FINAL_FIGURES for handle in [*handles, later]),
+        30,
+        "every job to finish",
+    )
+    settled = ARRIVALS_SETTLE.total_seconds() + 20
+    wait_for(
+        lambda: rollup_figures() == table_figures(),
+        settled,
+        "the rollups to say what the tables say",
+    )
+    assert table_figures()["default"]["retried"] == 2

@@ -306,7 +306,7 @@ def test_a_cluster_keeps_the_rollups_of_what_it_ran(cluster: Any) -> None:
     (the resting loop wakes to count them once they are ARRIVALS_SETTLE old)."""
     cluster(QUEUES={"pair": {"max_concurrency": 2}})
     quick: Any = {"retry_count": 1, "initial_interval": 0.1, "randomize_interval": False}
-    handles = [enqueue(jobs.add, args=[n, n], queue="pair") for n in range(8)]
+    handles: list[Any] = [enqueue(jobs.add, args=[n, n], queue="pair") for n in range(8)]
     handles += [enqueue(jobs.fail, retries=quick) for _ in range(2)]
     handles.append(enqueue(jobs.fail_hard, queue="pair"))
     later = enqueue(jobs.add, args=[1, 1], run_after=3600)

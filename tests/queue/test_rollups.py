@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from django_ratequeue import enqueue
-from django_ratequeue.models import Attempt, Job, QueueMinute
+from django_ratequeue.models import Attempt, Job, LoopState, QueueMinute
 from django_ratequeue.queue.loop import Loop
 from django_ratequeue.queue.models import HISTOGRAM_BOUNDS, HISTOGRAM_BUCKETS, bucket_field
 from django_ratequeue.queue.retention import prune_rollups
@@ -323,3 +323,21 @@ def test_a_cluster_keeps_the_rollups_of_what_it_ran(cluster: Any) -> None:
         "the rollups to say what the tables say",
     )
     assert table_figures()["default"]["retried"] == 2
+
+
+@pytest.mark.django_db
+def test_a_loop_that_was_down_counts_the_arrivals_step_by_step(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    frozen = freeze(monkeypatch)
+    leading_loop().step()  # counting arrivals starts
+    for minutes in (0, 30, 59):
+        enqueue(jobs.add, args=[1, 1], queue="q", run_after=86400)
+        frozen.advance(minutes * 60)
+    frozen.advance(3600)
+    loop = leading_loop()  # a new pass reads where counting stopped
+    loop.step()
+    assert loop.more_work  # an hour to catch up, a window per step
+    loop.run(30)
+    assert sum(QueueMinute.objects.values_list("enqueued", flat=True)) == 3
+    assert LoopState.objects.get().arrivals_until == frozen.now() - ARRIVALS_SETTLE

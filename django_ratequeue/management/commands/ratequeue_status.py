@@ -92,5 +92,5 @@ class Command(BaseCommand):
             host = f" from {key.last_host}" if key.last_host else ""
             self.stdout.write(
                 f"  {key.prefix} {key.name} ({', '.join(key.queues)})  last seen "
-                f"{_time(key.last_seen)}{host}  running {running[key.pk]}"
+                f"{_time(key.last_seen)}{host}  running {running[key.prefix]}"
             )

@@ -73,10 +73,10 @@ def record_start(seq: int) -> None:
 
 def remote_settings(concurrency: int) -> dict[str, Any]:
     """The RATEQUEUE overrides every process of the run shares: one remote queue with room
-    for every worker slot."""
+    for every worker slot (a queue's limit is at most 100)."""
     return {
         "MAX_CONCURRENCY": concurrency,
-        "QUEUES": {QUEUE: {"max_concurrency": concurrency, "remote": True}},
+        "QUEUES": {QUEUE: {"max_concurrency": min(concurrency, 100), "remote": True}},
     }
 
 
@@ -246,7 +246,7 @@ def parse_arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--jobs", type=int, default=5000, help="no-op jobs end to end")
     parser.add_argument("--workers", type=int, default=4, help="remote worker processes")
-    parser.add_argument("--concurrency", type=int, default=8, help="each worker's slots")
+    parser.add_argument("--concurrency", type=int, default=25, help="each worker's slots")
     parser.add_argument("--samples", type=int, default=200, help="claim → start probes")
     parser.add_argument("--beats", type=int, default=50, help="heartbeats counted")
     parser.add_argument("--quick", action="store_true", help="smoke run with small counts")
@@ -301,7 +301,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                 f"psycopg {version('psycopg')}",
                 f"server: {server_command('uvicorn', 0)[2]}, a fresh one per scenario",
                 f"{args.workers} remote worker processes x {args.concurrency} slots; "
-                f"queue {QUEUE!r} max_concurrency {slots}",
+                f"queue {QUEUE!r} max_concurrency {min(slots, 100)}",
                 f"command: {command}",
             ]
         ),

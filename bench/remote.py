@@ -6,7 +6,8 @@
 One server process (uvicorn, ASGI, 1 process, the database's connections pooled: bench.http's
 server), one ``qcluster`` (the loop that makes remote work claimable; its runners take none
 of it) and N remote worker processes (4; ``python -m django_ratequeue.worker`` with this
-module's handlers, standard library only), on the benchmark's PostgreSQL database.
+module's handlers, standard library only; 25 slots each by default, the 100 a queue may
+run at most), on the benchmark's PostgreSQL database.
 
 - End to end: ``--jobs`` no-op jobs enqueued in one call before the workers start, timed
   from the first finished job to the last (as ``bench.queue``'s end to end).

@@ -11,8 +11,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from ..queue.models import Attempt, WorkerKey
-from ..queue.remote import key_tag
-from ..queue.workerkeys import create_key, revoke
+from ..queue.workerkeys import create_key, key_tag, revoke
 from .actions import PermittedActionsMixin
 
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 import re
 import threading
 import time
-from collections import Counter
 from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -37,32 +36,13 @@ from .execution import check_result_size
 from .models import Attempt, Job, Outcome, OutputChunk, WorkerKey, queue_db
 from .progress import UNSET, checked_progress, checked_text, store
 from .wakeup import LOOP, WORK, Waiter, signal
+from .workerkeys import instance_attempts, key_tag, worker_name
 
 # A worker program's name for itself (random per process), as it sends it with its claims.
 INSTANCE = re.compile(r"\A[A-Za-z0-9_-]{1,32}\Z")
 # A retry is left this long to the other workers before the one its previous attempt
 # ran on (and failed or lost) may take it.
 RETRY_ELSEWHERE = timedelta(seconds=1)
-WORKER_LENGTH = Attempt._meta.get_field("worker").max_length or 64
-
-
-def worker_name(key: WorkerKey, instance: str) -> str:
-    """The ``Attempt.worker`` of what ``instance`` claims with ``key``:
-    ``remote:<key prefix>:<key name>/<instance>``, the name cut to fit the column. The
-    prefix tells whose it is (:func:`held`), the name and instance whom to look for."""
-    head = f"{key_tag(key)}"
-    room = WORKER_LENGTH - len(head) - len(instance) - 1
-    return f"{head}{key.name[: max(room, 0)]}/{instance}"
-
-
-def key_tag(key: WorkerKey) -> str:
-    """What the ``Attempt.worker`` of every worker of ``key`` begins with."""
-    return f"remote:{key.prefix}:"
-
-
-def instance_attempts(key: WorkerKey, instance: str) -> Q:
-    """The attempts ``instance`` claimed with ``key`` (whatever the key's name then)."""
-    return Q(worker__startswith=key_tag(key), worker__endswith=f"/{instance}")
 
 
 def held(key: WorkerKey, attempt_id: int, now: datetime) -> QuerySet[Attempt]:
@@ -137,12 +117,6 @@ def claim(
         .order_by("-job__priority", "pk")
     )
     return Claimed(list(attempts), retry_at)
-
-
-def running_per_key() -> Counter[str]:
-    """The attempts the workers of each key (by its prefix) run now."""
-    workers = Attempt.objects.filter(active=True, remote=True, ended_at=None).exclude(worker="")
-    return Counter(worker.split(":")[1] for worker in workers.values_list("worker", flat=True))
 
 
 def heartbeat(key: WorkerKey, attempt_id: int) -> tuple[datetime, bool]:

@@ -8,8 +8,6 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from ...queue.models import WorkerKey
-from ...queue.remote import running_per_key
 from ...queue.stats import COLUMNS, QueueOverview, queue_overview
 
 
@@ -30,7 +28,7 @@ class Command(BaseCommand):
             return
         self.write_counts(overview)
         self.write_loop(overview)
-        self.write_remote()
+        self.write_remote(overview)
 
     def write_counts(self, overview: QueueOverview) -> None:
         header = ["QUEUE", "LIMIT", *(label.upper() for _column, label in COLUMNS)]
@@ -80,17 +78,17 @@ class Command(BaseCommand):
                 + (f"  ({', '.join(roles)})" if roles else "")
             )
 
-    def write_remote(self) -> None:
+    def write_remote(self, overview: QueueOverview) -> None:
         """The remote workers, by key: where and when last seen, what they run now."""
-        keys = list(WorkerKey.objects.filter(revoked_at=None).order_by("name"))
-        if not keys:
+        if not overview.remote_workers:
             return
-        running = running_per_key()
         self.stdout.write("")
-        self.stdout.write(f"Remote worker keys: {len(keys)}")
-        for key in keys:
-            host = f" from {key.last_host}" if key.last_host else ""
+        self.stdout.write(f"Remote worker keys: {len(overview.remote_workers)}")
+        for remote in overview.remote_workers:
+            host = f" from {remote.host}" if remote.host else ""
             self.stdout.write(
-                f"  {key.prefix} {key.name} ({', '.join(key.queues)})  last seen "
-                f"{_time(key.last_seen)}{host}  running {running[key.prefix]}"
+                f"  {remote.prefix} {remote.key} ({', '.join(remote.queues)})  last seen "
+                f"{_time(remote.last_seen)}{host}  running {remote.running}"
             )
+            for instance, running in remote.instances.items():
+                self.stdout.write(f"    worker {instance}  running {running}")

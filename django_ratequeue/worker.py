@@ -181,6 +181,8 @@ class RemoteAttempt:
         self.canceled = threading.Event()
         self.lost = threading.Event()
         self.done = threading.Event()
+        # The handler, still running past the job's timeout (its outcome reported).
+        self.overrun: threading.Thread | None = None
 
     def report(self, action: str, body: dict[str, Any] | None = None) -> Any:
         """Send a report on this attempt; None (and the attempt is lost) when the server
@@ -446,20 +448,46 @@ class Worker:
         finally:
             attempt.done.set()
             with self.slots:
-                self.busy -= 1
                 if report is not None:
                     self.outbox.append((attempt, report))
                 self.slots.notify_all()
             if report is None:
                 self.forget(attempt)
+            if attempt.overrun is not None:  # its slot is free once the handler returns
+                attempt.overrun.join()
+            with self.slots:
+                self.busy -= 1
+                self.slots.notify_all()
 
     def execute(self, attempt: RemoteAttempt) -> tuple[str, dict[str, Any]]:
-        """Run the attempt's handler; the report that ends it."""
+        """Run the attempt's handler; the report that ends it. A job with a ``timeout``
+        runs in a thread of its own, waited for that long: past it, the attempt fails as
+        timed out at once (the lease is not held until recovery), while its slot stays
+        taken until the handler returns (a thread cannot be stopped)."""
         data = attempt.data
         func = self.handlers.get(data["function"])
         if func is None:
             error = f"This worker has no handler for {data['function']!r}."
             return "fail", {"error": error, "retryable": False}
+        timeout = data.get("timeout")
+        if timeout is None:
+            return self.call(attempt, func)
+        outcome: list[tuple[str, dict[str, Any]]] = []
+        handler_thread = threading.Thread(
+            target=lambda: outcome.append(self.call(attempt, func)),
+            name=f"attempt-{attempt.id}-handler",
+            daemon=True,
+        )
+        handler_thread.start()
+        handler_thread.join(timeout)
+        if outcome:
+            return outcome[0]
+        attempt.overrun = handler_thread
+        error = f"The worker stopped waiting: the attempt overran its timeout of {timeout:g} s."
+        return "fail", {"error": error, "retryable": True, "timed_out": True}
+
+    def call(self, attempt: RemoteAttempt, func: Callable[..., Any]) -> tuple[str, dict[str, Any]]:
+        data = attempt.data
         token = _current.set(attempt)
         try:
             result = func(*data["args"], **data["kwargs"])

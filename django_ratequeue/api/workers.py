@@ -104,6 +104,7 @@ class ReportSerializer(StrictSerializer):
     error = serializers.CharField(trim_whitespace=False, required=False)
     traceback = serializers.CharField(trim_whitespace=False, required=False, allow_blank=True)
     retryable = serializers.BooleanField(default=True)
+    timed_out = serializers.BooleanField(default=False)
 
     def validate(self, data: dict[str, Any]) -> dict[str, Any]:
         if data["action"] == "fail" and "error" not in data:
@@ -203,7 +204,10 @@ class ClaimView(WorkerView):
                     outcomes[attempt_id] = remote.completion(report["result"])
                 else:
                     outcomes[attempt_id] = remote.failure(
-                        report["error"], report.get("traceback", ""), report["retryable"]
+                        report["error"],
+                        report.get("traceback", ""),
+                        report["retryable"],
+                        report["timed_out"],
                     )
             except (TypeError, ValueError) as error:
                 answers[attempt_id] = {"id": attempt_id, "status": 400, "detail": str(error)}
@@ -252,6 +256,7 @@ class FailSerializer(StrictSerializer):
     error = serializers.CharField(trim_whitespace=False)
     traceback = serializers.CharField(trim_whitespace=False, required=False, allow_blank=True)
     retryable = serializers.BooleanField(default=True)
+    timed_out = serializers.BooleanField(default=False)
 
 
 class ReportView(WorkerView):
@@ -307,7 +312,8 @@ class CompleteView(ReportView):
 
 
 class FailView(ReportView):
-    """``POST workers/attempts/<id>/fail/`` ``{"error", "traceback", "retryable"}``."""
+    """``POST workers/attempts/<id>/fail/`` ``{"error", "traceback", "retryable",
+    "timed_out"}``."""
 
     serializer_class = FailSerializer
     schema = ApiSchema("failAttempt")
@@ -315,7 +321,12 @@ class FailView(ReportView):
 
     def report(self, attempt_id: int, data: Any) -> None:
         remote.fail(
-            self.key, attempt_id, data["error"], data.get("traceback", ""), data["retryable"]
+            self.key,
+            attempt_id,
+            data["error"],
+            data.get("traceback", ""),
+            data["retryable"],
+            data["timed_out"],
         )
 
 

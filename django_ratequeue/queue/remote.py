@@ -178,12 +178,15 @@ def completion(result: Any) -> dict[str, Any]:
     return {"outcome": Outcome.SUCCEEDED, "result": result}
 
 
-def failure(error: str, traceback: str, retryable: bool) -> dict[str, Any]:
+def failure(
+    error: str, traceback: str, retryable: bool, timed_out: bool = False
+) -> dict[str, Any]:
     """The outcome of a failed attempt: retried by its job's policy unless not
-    ``retryable``."""
+    ``retryable``; ``timed_out``: it overran its timeout (the worker stopped waiting)."""
     limit = ratequeue_settings().MAX_ERROR_BYTES
+    outcome = Outcome.FAILED if retryable else Outcome.NON_RETRYABLE
     return {
-        "outcome": Outcome.FAILED if retryable else Outcome.NON_RETRYABLE,
+        "outcome": Outcome.TIMED_OUT if timed_out else outcome,
         "error": clip(error.replace("\x00", "\\x00"), limit),
         "traceback": clip(traceback.replace("\x00", "\\x00"), limit),
     }
@@ -195,9 +198,17 @@ def complete(key: WorkerKey, attempt_id: int, result: Any) -> None:
         raise LeaseLost
 
 
-def fail(key: WorkerKey, attempt_id: int, error: str, traceback: str, retryable: bool) -> None:
+def fail(
+    key: WorkerKey,
+    attempt_id: int,
+    error: str,
+    traceback: str,
+    retryable: bool,
+    timed_out: bool = False,
+) -> None:
     """End the attempt as failed (see :func:`failure`)."""
-    if not end_many(key, {attempt_id: failure(error, traceback, retryable)})[attempt_id]:
+    outcome = failure(error, traceback, retryable, timed_out)
+    if not end_many(key, {attempt_id: outcome})[attempt_id]:
         raise LeaseLost
 
 

@@ -95,7 +95,7 @@ def test_a_claim_reports_outcomes_and_takes_more(worker: APIClient, settings: An
         assert "MAX_RESULT_BYTES" in answer["reports"][1]["detail"]
         assert [a["job_id"] for a in answer["attempts"]] == [next_.id]
     dispatch()
-    assert done.result(timeout=0) == 2
+    assert done.result(timeout=0) == 3  # as reported
     assert second["job_id"] == big.id
     assert Attempt.objects.get(pk=second["id"]).ended_at is None  # refused: still running
 

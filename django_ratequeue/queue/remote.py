@@ -25,7 +25,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import connections, transaction
-from django.db.models import Exists, Min, OuterRef, Q, QuerySet, Subquery, Sum
+from django.db.models import OuterRef, Q, QuerySet, Subquery, Sum
 from django.db.models.functions import Length
 
 from .. import clock
@@ -92,11 +92,9 @@ def claim(
             )
             if functions:
                 candidates = candidates.filter(job__func__in=list(functions))
-            earlier = Attempt.objects.filter(mine, job_id=OuterRef("job_id"))
-            failed_here = Exists(earlier.filter(number__lt=OuterRef("number")))
-            avoided = Q(number__gt=1, dispatched_at__gt=now - RETRY_ELSEWHERE) & failed_here
+            avoided = avoided_retries(candidates, mine, now)
             picked = list(
-                candidates.exclude(avoided)
+                candidates.exclude(pk__in=list(avoided))
                 .order_by("-job__priority", "pk")
                 .select_for_update(skip_locked=True, of=("self",))
                 .values_list("pk", flat=True)[:limit]
@@ -105,9 +103,8 @@ def claim(
                 Attempt.objects.filter(pk__in=picked, worker="", ended_at=None).update(
                     worker=me, started_at=now, lease_expires_at=lease_end(now)
                 )
-            if len(picked) < limit:
-                first = candidates.filter(avoided).aggregate(at=Min("dispatched_at"))["at"]
-                retry_at = None if first is None else first + RETRY_ELSEWHERE
+            if avoided and len(picked) < limit:
+                retry_at = min(avoided.values()) + RETRY_ELSEWHERE
     last_output = OutputChunk.objects.filter(job_id=OuterRef("job_id")).order_by("-index")
     attempts = (
         Attempt.objects.filter(mine, active=True, ended_at=None, lease_expires_at__gte=now)
@@ -117,6 +114,30 @@ def claim(
         .order_by("-job__priority", "pk")
     )
     return Claimed(list(attempts), retry_at)
+
+
+def avoided_retries(candidates: QuerySet[Attempt], mine: Q, now: datetime) -> dict[int, datetime]:
+    """The candidates this instance leaves to others for now (by id, with when they
+    became claimable): retries, claimable for less than ``RETRY_ELSEWHERE``, of jobs an
+    earlier attempt of which ran on it. Two small reads, the second only if there are
+    such retries at all."""
+    recent = list(
+        candidates.filter(number__gt=1, dispatched_at__gt=now - RETRY_ELSEWHERE).values_list(
+            "pk", "job_id", "number", "dispatched_at"
+        )
+    )
+    if not recent:
+        return {}
+    ran_here = set(
+        Attempt.objects.filter(mine, job_id__in={job for _pk, job, _n, _at in recent}).values_list(
+            "job_id", "number"
+        )
+    )
+    return {
+        pk: at
+        for pk, job, number, at in recent
+        if any(earlier == job and n < number for earlier, n in ran_here)
+    }
 
 
 def heartbeat(key: WorkerKey, attempt_id: int) -> tuple[datetime, bool]:

@@ -5,12 +5,14 @@
 
 It needs Python's standard library only (no Django): it claims attempts over HTTP
 (docs/remote-workers.md), runs the handler registered for each job's function name, and
-reports the outcome. While an attempt runs, a reporter thread of its own sends its
-output and progress (at most every ``REPORT_INTERVAL``) and its heartbeats, which extend
-its lease. When the server is away every request is retried with exponential back-off
-and jitter, unchanged (reports are idempotent). On SIGTERM (or SIGINT) it claims nothing
-more, lets running attempts finish for ``--grace`` seconds, then hands the rest back so
-that other workers can claim them at once.
+reports the outcome, several outcomes per request under load (:class:`Worker`). While an
+attempt runs, a thread of its own sends its output and progress (at most every
+``REPORT_INTERVAL``) and its heartbeats, which extend its lease; a job's ``timeout`` is
+enforced here (the attempt fails timed out at once). When the server is away every
+request is retried with exponential back-off and jitter, unchanged (reports are
+idempotent). On SIGTERM (or SIGINT) it claims nothing more, lets running attempts finish
+for ``--grace`` seconds, then hands the rest back so that other workers can claim them at
+once.
 
 A handlers module registers functions by the job's name, as it was enqueued::
 

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import machine_lines, prepare_database, version
+from bench.queue import OURS, Workers, _terminate, empty_tables, time_jobs, workers
 from django_ratequeue.worker import handler
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -81,11 +82,9 @@ def remote_settings(concurrency: int) -> dict[str, Any]:
     }
 
 
-def worker_processes(
-    url: str, key: str, count: int, concurrency: int, starts: Path
-) -> Any:  # a bench.queue.Workers
-    """``count`` remote worker processes, without Django settings, as on a remote host."""
-    from bench.queue import Workers
+def worker_processes(url: str, key: str, count: int, concurrency: int, starts: Path) -> Workers:
+    """``count`` remote worker processes, without Django settings, as on a remote host
+    (``bench.queue``'s processes, with another command: killed with their group)."""
 
     class RemoteWorkers(Workers):
         def __init__(self) -> None:
@@ -112,10 +111,8 @@ def worker_processes(
 
 
 @contextmanager
-def cluster() -> Iterator[Any]:
+def cluster() -> Iterator[Workers]:
     """A ``qcluster``: its loop leader dispatches the remote queue's attempts."""
-    from bench.queue import OURS, workers
-
     with workers(OURS) as running:
         yield running
 
@@ -134,7 +131,6 @@ def serving() -> Iterator[str]:
 
 
 def end_to_end(key: str, args: argparse.Namespace) -> str:
-    from bench.queue import empty_tables, time_jobs
     from django_ratequeue import enqueue_many
     from django_ratequeue.queue.models import Job, Status
 
@@ -159,7 +155,6 @@ def percentile(values: Sequence[float], p: float) -> float:
 
 def claim_to_start(key: str, args: argparse.Namespace) -> str:
     """Sequential probes while every worker waits in its claim (see the module)."""
-    from bench.queue import empty_tables
     from django_ratequeue import enqueue
     from django_ratequeue.queue.models import Attempt
 
@@ -201,7 +196,6 @@ def heartbeat_statements(key: str, beats: int) -> str:
     from django.test.utils import CaptureQueriesContext
     from rest_framework.test import APIClient
 
-    from bench.queue import empty_tables
     from django_ratequeue import enqueue
     from django_ratequeue.queue.models import Attempt
 
@@ -281,14 +275,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     os.environ.setdefault("DATABASE_URL", DATABASE_URL)
     os.environ["BENCH_RATEQUEUE"] = json.dumps(remote_settings(slots))
     os.environ["BENCH_MAX_CONCURRENCY"] = str(slots)
-    from bench.queue import _terminate
-
     signal.signal(signal.SIGTERM, _terminate)
     import django
 
     django.setup()
     from bench.http import server_command
-    from bench.queue import empty_tables
     from django_ratequeue.queue.models import WorkerKey
     from django_ratequeue.queue.workerkeys import create_key
 

@@ -5,12 +5,14 @@
 
 It needs Python's standard library only (no Django): it claims attempts over HTTP
 (docs/remote-workers.md), runs the handler registered for each job's function name, and
-reports the outcome. While an attempt runs, a reporter thread of its own sends its
-output and progress (at most every ``REPORT_INTERVAL``) and its heartbeats, which extend
-its lease. When the server is away every request is retried with exponential back-off
-and jitter, unchanged (reports are idempotent). On SIGTERM (or SIGINT) it claims nothing
-more, lets running attempts finish for ``--grace`` seconds, then hands the rest back so
-that other workers can claim them at once.
+reports the outcome, several outcomes per request under load (:class:`Worker`). While an
+attempt runs, a thread of its own sends its output and progress (at most every
+``REPORT_INTERVAL``) and its heartbeats, which extend its lease; a job's ``timeout`` is
+enforced here (the attempt fails timed out at once). When the server is away every
+request is retried with exponential back-off and jitter, unchanged (reports are
+idempotent). On SIGTERM (or SIGINT) it claims nothing more, lets running attempts finish
+for ``--grace`` seconds, then hands the rest back so that other workers can claim them at
+once.
 
 A handlers module registers functions by the job's name, as it was enqueued::
 
@@ -28,7 +30,9 @@ A handlers module registers functions by the job's name, as it was enqueued::
 from __future__ import annotations
 
 import argparse
+import collections
 import contextvars
+import http.client
 import importlib
 import json
 import logging
@@ -39,8 +43,7 @@ import socket
 import threading
 import time
 import traceback
-import urllib.error
-import urllib.request
+import urllib.parse
 from collections.abc import Callable
 from typing import Any
 
@@ -83,38 +86,74 @@ class Refused(Exception):
 
 
 class Client:
-    """JSON over HTTP to the server's ``workers/`` endpoints, with the worker's key."""
+    """JSON over HTTP to the server's ``workers/`` endpoints, with the worker's key, on
+    kept-alive connections (one per thread that talks at a time, reused after)."""
 
     def __init__(self, url: str, key: str, stopping: threading.Event) -> None:
-        self.url = url.rstrip("/") + "/workers/"
-        self.key = key
+        parts = urllib.parse.urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ValueError(f"{url!r} is not an http:// or https:// URL.")
+        self.secure = parts.scheme == "https"
+        self.netloc = parts.netloc
+        self.path = parts.path.rstrip("/") + "/workers/"
+        self.headers = {"Authorization": f"Api-Key {key}", "Content-Type": "application/json"}
         self.stopping = stopping
+        self.idle: list[http.client.HTTPConnection] = []
+        self.lock = threading.Lock()
+
+    def connect(self) -> tuple[http.client.HTTPConnection, bool]:
+        """An idle connection (True: reused) or a new one."""
+        with self.lock:
+            if self.idle:
+                return self.idle.pop(), True
+        if self.secure:
+            return http.client.HTTPSConnection(self.netloc), False
+        return http.client.HTTPConnection(self.netloc), False
 
     def post(self, path: str, body: dict[str, Any], timeout: float = 30.0) -> Any:
-        """One request; raises :class:`ServerAway` or :class:`Refused`."""
-        request = urllib.request.Request(
-            self.url + path,
-            data=json.dumps(body, allow_nan=False).encode(),
-            headers={"Authorization": f"Api-Key {self.key}", "Content-Type": "application/json"},
-            method="POST",
-        )
-        try:
-            with urllib.request.urlopen(request, timeout=timeout) as response:
-                return json.loads(response.read() or b"null")
-        except urllib.error.HTTPError as error:
+        """One request; raises :class:`ServerAway` or :class:`Refused`. A kept-alive
+        connection the server closed meanwhile is replaced at once (every request here
+        may be sent twice)."""
+        data = json.dumps(body, allow_nan=False).encode()
+        while True:
+            connection, reused = self.connect()
             try:
-                detail = json.loads(error.read() or b"null")
+                connection.timeout = timeout
+                if connection.sock is None:
+                    connection.connect()
+                sock: socket.socket = connection.sock
+                # http.client sends the headers and the body apart: without this, Nagle's
+                # algorithm holds the body back until the server's delayed ACK.
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                sock.settimeout(timeout)
+                connection.request("POST", self.path + path, data, self.headers)
+                response = connection.getresponse()
+                payload = response.read()
+            except (OSError, http.client.HTTPException) as error:
+                connection.close()
+                if reused and not isinstance(error, TimeoutError):
+                    continue
+                raise ServerAway(str(error) or type(error).__name__) from None
+            if response.will_close:
+                connection.close()
+            else:
+                with self.lock:
+                    self.idle.append(connection)
+            try:
+                answer = json.loads(payload or b"null")
             except ValueError:
-                detail = None
-            if error.code >= 500 or error.code == 429:
-                raise ServerAway(f"{error.code}: {detail}") from None
-            raise Refused(error.code, detail) from None
-        except (OSError, ValueError) as error:  # refused, reset, timed out, cut short
-            raise ServerAway(str(error)) from None
+                answer = None
+                if response.status < 400:
+                    raise ServerAway(f"{response.status}: not JSON") from None
+            if response.status >= 500 or response.status == 429:
+                raise ServerAway(f"{response.status}: {answer}")
+            if response.status >= 400:
+                raise Refused(response.status, answer)
+            return answer
 
     def send(self, path: str, body: dict[str, Any], timeout: float = 30.0) -> Any:
         """:meth:`post` until the server answers (unless the worker is told to stop and
-        ``path`` is not a report that ends an attempt), backing off with jitter."""
+        ``path`` is a claim), backing off with jitter."""
         pause = BACKOFF_FIRST
         while True:
             try:
@@ -144,6 +183,8 @@ class RemoteAttempt:
         self.canceled = threading.Event()
         self.lost = threading.Event()
         self.done = threading.Event()
+        # The handler, still running past the job's timeout (its outcome reported).
+        self.overrun: threading.Thread | None = None
 
     def report(self, action: str, body: dict[str, Any] | None = None) -> Any:
         """Send a report on this attempt; None (and the attempt is lost) when the server
@@ -228,7 +269,17 @@ def canceled() -> bool:
 
 
 class Worker:
-    """Claims attempts while it has free slots, runs each in a thread of its own."""
+    """Claims attempts while it has free slots, runs each in a thread of its own.
+
+    Two threads talk to the server. The claimer takes attempts for the free slots,
+    waiting in a long claim when there is nothing to take yet. The reporter sends the
+    outcomes of ended attempts, all those that ended since its last request in one claim
+    (``reports``) that also takes attempts for the slots they freed, without waiting: under
+    load, one request ends attempts and takes the next ones. Slots a claim may fill are
+    reserved until its answer is in. An attempt stays in ``running`` until its outcome is
+    answered, and is never started again once ended, whatever a claim's answer holds."""
+
+    FINISHED_KEPT = 1000
 
     def __init__(
         self,
@@ -245,6 +296,10 @@ class Worker:
         self.grace = grace
         self.name = secrets.token_hex(8)
         self.running: dict[int, RemoteAttempt] = {}
+        self.finished: collections.deque[int] = collections.deque(maxlen=self.FINISHED_KEPT)
+        self.busy = 0  # attempts whose handler runs
+        self.reserved = 0  # slots a claim in flight may fill
+        self.outbox: list[tuple[RemoteAttempt, dict[str, Any]]] = []
         self.slots = threading.Condition()
         self.stopping = client.stopping
 
@@ -254,90 +309,187 @@ class Worker:
         refused: list[Refused] = []
         claimer = threading.Thread(target=self.claim_loop, args=(refused,), daemon=True)
         claimer.start()
+        threading.Thread(target=self.report_loop, daemon=True).start()
         while not self.stopping.wait(0.5) and claimer.is_alive():
             pass
         self.stopping.set()
+        with self.slots:
+            self.slots.notify_all()
         self.finish()
         if refused:
             raise refused[0]
 
+    def free(self) -> int:
+        """Slots neither running a handler nor reserved (under ``slots``)."""
+        return max(self.concurrency - self.busy - self.reserved, 0)
+
     def claim_loop(self, refused: list[Refused]) -> None:
-        while not self.stopping.is_set():
+        """Claim for the free slots while no outcome waits to be reported (the reporter's
+        claim takes them then)."""
+        while True:
             with self.slots:
-                while len(self.running) >= self.concurrency and not self.stopping.is_set():
+                while not self.stopping.is_set() and (self.outbox or not self.free()):
                     self.slots.wait(1.0)
-                free = self.concurrency - len(self.running)
+                if self.stopping.is_set():
+                    return
+                free = self.free()
+                self.reserved += free
                 running = list(self.running)
-            if self.stopping.is_set():
-                return
             try:
-                claimed = self.claim(free, running)
-            except ServerAway:
-                return  # told to stop while the server was away
+                claimed = self.exchange(free, running, [], CLAIM_WAIT)
+            except ServerAway:  # told to stop while the server was away
+                claimed = []
             except Refused as error:
                 refused.append(error)
+                claimed = []
+            self.start(claimed, free)
+            if refused or self.stopping.is_set():
                 return
-            for data in claimed:
-                self.start(data)
 
-    def claim(self, free: int, running: list[int]) -> list[dict[str, Any]]:
+    def report_loop(self) -> None:
+        """Send the outcomes of ended attempts, claiming for the free slots meanwhile."""
+        while True:
+            with self.slots:
+                while not self.outbox:
+                    self.slots.wait(1.0)
+                reports, self.outbox = self.outbox, []
+                free = 0 if self.stopping.is_set() else self.free()
+                self.reserved += free
+                running = list(self.running)
+            try:
+                claimed = self.exchange(free, running, reports, 0.0)
+            except (ServerAway, Refused):
+                claimed = []
+                for attempt, report in reports:  # one by one, until each is answered
+                    action = report.pop("action")
+                    try:
+                        attempt.report(action, report)
+                    except Exception:
+                        logger.exception("Could not report attempt %s", attempt.id)
+                    self.forget(attempt)
+            self.start(claimed, free)
+
+    def exchange(
+        self,
+        free: int,
+        running: list[int],
+        reports: list[tuple[RemoteAttempt, dict[str, Any]]],
+        wait: float,
+    ) -> list[dict[str, Any]]:
+        """One claim: report ``reports``, and take up to ``free`` attempts, waiting up
+        to ``wait`` seconds for one."""
         body: dict[str, Any] = {
             "worker": self.name,
             "host": socket.gethostname()[:255],
             "functions": sorted(self.handlers),
             "max": free,
-            "wait": CLAIM_WAIT,
+            "wait": wait,
             "running": running,
         }
         if self.queues:
             body["queues"] = self.queues
-        answer = self.client.send("claim/", body, timeout=CLAIM_WAIT + 30)
+        if reports:
+            body["reports"] = [{"id": attempt.id, **report} for attempt, report in reports]
+        answer = self.client.send("claim/", body, timeout=wait + 30)
+        by_id = {item["id"]: item for item in answer.get("reports", [])}
+        for attempt, _report in reports:
+            item = by_id.get(attempt.id, {"status": 0, "detail": "no answer"})
+            if item["status"] != 200:
+                logger.warning("Attempt %s: its outcome was refused: %s", attempt.id, item)
+            self.forget(attempt)
         lease = float(answer.get("lease_seconds", 30.0))
-        attempts = answer["attempts"]
+        attempts: list[dict[str, Any]] = answer["attempts"]
         for data in attempts:
             data["lease_seconds"] = lease
         return attempts
 
-    def start(self, data: dict[str, Any]) -> None:
-        attempt = RemoteAttempt(data, self.client)
-        attempt.lease_seconds = data["lease_seconds"]
+    def forget(self, attempt: RemoteAttempt) -> None:
+        """The attempt's outcome is answered: it is not ours any more."""
         with self.slots:
-            stopping = self.stopping.is_set()
-            if not stopping:
+            self.running.pop(attempt.id, None)
+            self.finished.append(attempt.id)
+            self.slots.notify_all()
+
+    def start(self, claimed: list[dict[str, Any]], reserved: int) -> None:
+        """Run what a claim took (that reserved ``reserved`` slots), each in a thread."""
+        started, released = [], []
+        with self.slots:
+            self.reserved -= reserved
+            for data in claimed:
+                if data["id"] in self.running or data["id"] in self.finished:
+                    continue  # ours already, or ended: a claim's answer gave it again
+                attempt = RemoteAttempt(data, self.client)
+                attempt.lease_seconds = data["lease_seconds"]
+                if self.stopping.is_set():  # claimed as the stop came: others may run it
+                    released.append(attempt)
+                    continue
                 self.running[attempt.id] = attempt
-        if stopping:  # claimed as the stop came: someone else may run it now
+                self.busy += 1
+                started.append(attempt)
+            self.slots.notify_all()
+        for attempt in released:
             self.release(attempt)
-            return
-        threading.Thread(
-            target=self.run, args=(attempt,), name=f"attempt-{attempt.id}", daemon=True
-        ).start()
+        for attempt in started:
+            threading.Thread(
+                target=self.run, args=(attempt,), name=f"attempt-{attempt.id}", daemon=True
+            ).start()
 
     def run(self, attempt: RemoteAttempt) -> None:
         reporter = threading.Thread(target=attempt.keep_reporting, daemon=True)
         reporter.start()
+        report: dict[str, Any] | None = None
         try:
-            outcome = self.execute(attempt)
+            action, body = self.execute(attempt)
             attempt.done.set()
             reporter.join()
             attempt.flush()
             if not attempt.lost.is_set():
-                action, body = outcome
-                attempt.report(action, body)
+                report = {"action": action, **body}
         except Exception:
             logger.exception("Could not report attempt %s", attempt.id)
         finally:
             attempt.done.set()
             with self.slots:
-                self.running.pop(attempt.id, None)
+                if report is not None:
+                    self.outbox.append((attempt, report))
+                self.slots.notify_all()
+            if report is None:
+                self.forget(attempt)
+            if attempt.overrun is not None:  # its slot is free once the handler returns
+                attempt.overrun.join()
+            with self.slots:
+                self.busy -= 1
                 self.slots.notify_all()
 
     def execute(self, attempt: RemoteAttempt) -> tuple[str, dict[str, Any]]:
-        """Run the attempt's handler; the report that ends it."""
+        """Run the attempt's handler; the report that ends it. A job with a ``timeout``
+        runs in a thread of its own, waited for that long: past it, the attempt fails as
+        timed out at once (the lease is not held until recovery), while its slot stays
+        taken until the handler returns (a thread cannot be stopped)."""
         data = attempt.data
         func = self.handlers.get(data["function"])
         if func is None:
             error = f"This worker has no handler for {data['function']!r}."
             return "fail", {"error": error, "retryable": False}
+        timeout = data.get("timeout")
+        if timeout is None:
+            return self.call(attempt, func)
+        outcome: list[tuple[str, dict[str, Any]]] = []
+        handler_thread = threading.Thread(
+            target=lambda: outcome.append(self.call(attempt, func)),
+            name=f"attempt-{attempt.id}-handler",
+            daemon=True,
+        )
+        handler_thread.start()
+        handler_thread.join(timeout)
+        if outcome:
+            return outcome[0]
+        attempt.overrun = handler_thread
+        error = f"The worker stopped waiting: the attempt overran its timeout of {timeout:g} s."
+        return "fail", {"error": error, "retryable": True, "timed_out": True}
+
+    def call(self, attempt: RemoteAttempt, func: Callable[..., Any]) -> tuple[str, dict[str, Any]]:
+        data = attempt.data
         token = _current.set(attempt)
         try:
             result = func(*data["args"], **data["kwargs"])
@@ -359,7 +511,7 @@ class Worker:
         with self.slots:
             while self.running and (left := deadline - time.monotonic()) > 0:
                 self.slots.wait(left)
-            left_over = list(self.running.values())
+            left_over = [a for a in self.running.values() if not a.done.is_set()]
         for attempt in left_over:
             self.release(attempt)
 

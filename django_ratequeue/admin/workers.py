@@ -11,7 +11,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from ..queue.models import Attempt, WorkerKey
-from ..queue.workerkeys import create_key, revoke
+from ..queue.workerkeys import create_key, key_tag, revoke
 from .actions import PermittedActionsMixin
 
 
@@ -39,7 +39,7 @@ class WorkerKeyAdmin(PermittedActionsMixin, admin.ModelAdmin):
     @admin.display(description="attempts running")
     def running(self, key: WorkerKey) -> int:
         return Attempt.objects.filter(
-            worker__startswith=f"remote:{key.pk}:", ended_at=None, active=True
+            worker__startswith=key_tag(key), ended_at=None, active=True
         ).count()
 
     def save_model(self, request: HttpRequest, obj: WorkerKey, form: Any, change: bool) -> None:

@@ -23,6 +23,7 @@ from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from .. import clock
 from ..conf import ratequeue_settings
 from ..exceptions import LeaseLost
 from ..queue import remote
@@ -92,6 +93,25 @@ class WorkerView(ApiView):
         return attempt_id
 
 
+class ReportSerializer(StrictSerializer):
+    """One attempt's outcome, sent with a claim: ``complete`` (with its ``result``) or
+    ``fail`` (with its ``error``, ``traceback``, ``retryable``), as their own endpoints
+    take them."""
+
+    id = serializers.IntegerField(min_value=1, max_value=MAX_ID)
+    action = serializers.ChoiceField(["complete", "fail"])
+    result = serializers.JSONField(required=False, allow_null=True, default=None)
+    error = serializers.CharField(trim_whitespace=False, required=False)
+    traceback = serializers.CharField(trim_whitespace=False, required=False, allow_blank=True)
+    retryable = serializers.BooleanField(default=True)
+    timed_out = serializers.BooleanField(default=False)
+
+    def validate(self, data: dict[str, Any]) -> dict[str, Any]:
+        if data["action"] == "fail" and "error" not in data:
+            raise serializers.ValidationError({"error": ["A failure needs its error."]})
+        return data
+
+
 class ClaimSerializer(StrictSerializer):
     worker = serializers.RegexField(
         remote.INSTANCE.pattern, help_text="The worker process's name for itself (random)."
@@ -111,6 +131,9 @@ class ClaimSerializer(StrictSerializer):
         required=False,
         default=list,
     )
+    reports = serializers.ListField(
+        child=ReportSerializer(), max_length=MAX_CLAIM, required=False, default=list
+    )
 
 
 class ClaimedAttemptSerializer(serializers.Serializer[Any]):
@@ -126,12 +149,14 @@ class ClaimedAttemptSerializer(serializers.Serializer[Any]):
     output_index = serializers.SerializerMethodField()
 
     def get_output_index(self, attempt: Any) -> int:
-        return remote.next_output_index(attempt.job_id)
+        return (attempt.last_output or 0) + 1
 
 
 class ClaimView(WorkerView):
     """``POST workers/claim/``: up to ``max`` attempts of the key's remote queues, waiting
-    up to ``wait`` seconds for one."""
+    up to ``wait`` seconds for one; first, the outcomes in ``reports`` (each answered as
+    its own endpoint would: 200, 409 or 400), so that one request ends attempts and takes
+    the next ones."""
 
     serializer_class = ClaimSerializer
     schema = ApiSchema("claimAttempts")
@@ -144,6 +169,7 @@ class ClaimView(WorkerView):
         if outside:
             raise PermissionDenied(f"This key may not claim from: {', '.join(outside)}.")
         seen(key, data["host"])
+        reports = self.end(data["reports"]) if data["reports"] else []
         deadline = time.monotonic() + data["wait"]
         while True:
             rings = remote.bell.ring_count()
@@ -151,18 +177,47 @@ class ClaimView(WorkerView):
                 key, data["worker"], queues, data["functions"], data["max"], data["running"]
             )
             left = deadline - time.monotonic()
-            if claimed or left <= 0:
+            if claimed.attempts or left <= 0:
                 break
             connection = connections[queue_db()]
             if not connection.in_atomic_block:
                 connection.close()  # a waiting claim holds no database connection
+            if claimed.retry_at is not None:  # a retry left to others becomes ours then
+                left = min(left, max((claimed.retry_at - clock.now()).total_seconds(), 0.01))
             remote.bell.wait(rings, left)
-        return Response(
-            {
-                "attempts": ClaimedAttemptSerializer(claimed, many=True).data,
-                "lease_seconds": ratequeue_settings().REMOTE_LEASE,
-            }
-        )
+        answer = {
+            "attempts": ClaimedAttemptSerializer(claimed.attempts, many=True).data,
+            "lease_seconds": ratequeue_settings().REMOTE_LEASE,
+        }
+        if data["reports"]:
+            answer["reports"] = reports
+        return Response(answer)
+
+    def end(self, reports: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """End the reported attempts; each one's answer: ``{"id", "status", "detail"}``."""
+        answers: dict[int, dict[str, Any]] = {}
+        outcomes: dict[int, dict[str, Any]] = {}
+        for report in reports:
+            attempt_id = report["id"]
+            try:
+                if report["action"] == "complete":
+                    outcomes[attempt_id] = remote.completion(report["result"])
+                else:
+                    outcomes[attempt_id] = remote.failure(
+                        report["error"],
+                        report.get("traceback", ""),
+                        report["retryable"],
+                        report["timed_out"],
+                    )
+            except (TypeError, ValueError) as error:
+                answers[attempt_id] = {"id": attempt_id, "status": 400, "detail": str(error)}
+        for attempt_id, ended in remote.end_many(self.key, outcomes).items():
+            answers[attempt_id] = (
+                {"id": attempt_id, "status": 200, "detail": ""}
+                if ended
+                else {"id": attempt_id, "status": 409, "detail": LeaseLostConflict.default_detail}
+            )
+        return [answers[report["id"]] for report in reports]
 
 
 class EmptySerializer(StrictSerializer):
@@ -201,6 +256,7 @@ class FailSerializer(StrictSerializer):
     error = serializers.CharField(trim_whitespace=False)
     traceback = serializers.CharField(trim_whitespace=False, required=False, allow_blank=True)
     retryable = serializers.BooleanField(default=True)
+    timed_out = serializers.BooleanField(default=False)
 
 
 class ReportView(WorkerView):
@@ -256,7 +312,8 @@ class CompleteView(ReportView):
 
 
 class FailView(ReportView):
-    """``POST workers/attempts/<id>/fail/`` ``{"error", "traceback", "retryable"}``."""
+    """``POST workers/attempts/<id>/fail/`` ``{"error", "traceback", "retryable",
+    "timed_out"}``."""
 
     serializer_class = FailSerializer
     schema = ApiSchema("failAttempt")
@@ -264,7 +321,12 @@ class FailView(ReportView):
 
     def report(self, attempt_id: int, data: Any) -> None:
         remote.fail(
-            self.key, attempt_id, data["error"], data.get("traceback", ""), data["retryable"]
+            self.key,
+            attempt_id,
+            data["error"],
+            data.get("traceback", ""),
+            data["retryable"],
+            data["timed_out"],
         )
 
 

@@ -19,13 +19,13 @@ from __future__ import annotations
 import re
 import threading
 import time
-from collections import Counter
 from collections.abc import Collection
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import connections, transaction
-from django.db.models import Max, QuerySet, Sum
+from django.db.models import OuterRef, Q, QuerySet, Subquery, Sum
 from django.db.models.functions import Length
 
 from .. import clock
@@ -36,21 +36,20 @@ from .execution import check_result_size
 from .models import Attempt, Job, Outcome, OutputChunk, WorkerKey, queue_db
 from .progress import UNSET, checked_progress, checked_text, store
 from .wakeup import LOOP, WORK, Waiter, signal
+from .workerkeys import instance_attempts, key_tag, worker_name
 
 # A worker program's name for itself (random per process), as it sends it with its claims.
 INSTANCE = re.compile(r"\A[A-Za-z0-9_-]{1,32}\Z")
-
-
-def worker_name(key: WorkerKey, instance: str) -> str:
-    """The ``Attempt.worker`` of what ``instance`` claims with ``key``."""
-    return f"remote:{key.pk}:{instance}"
+# A retry is left this long to the other workers before the one its previous attempt
+# ran on (and failed or lost) may take it.
+RETRY_ELSEWHERE = timedelta(seconds=1)
 
 
 def held(key: WorkerKey, attempt_id: int, now: datetime) -> QuerySet[Attempt]:
     """The attempt, if a worker of ``key`` holds it still."""
     return Attempt.objects.filter(
         pk=attempt_id,
-        worker__startswith=f"remote:{key.pk}:",
+        worker__startswith=key_tag(key),
         ended_at=None,
         lease_expires_at__gte=now,
     )
@@ -60,6 +59,15 @@ def lease_end(now: datetime) -> datetime:
     return now + timedelta(seconds=ratequeue_settings().REMOTE_LEASE)
 
 
+@dataclass
+class Claimed:
+    """What a claim took (with what it had taken before, its answer lost), and when a
+    retry it left to other workers becomes its to take (None: it left none)."""
+
+    attempts: list[Attempt]
+    retry_at: datetime | None = None
+
+
 def claim(
     key: WorkerKey,
     instance: str,
@@ -67,13 +75,16 @@ def claim(
     functions: Collection[str],
     limit: int,
     running: Collection[int] = (),
-) -> list[Attempt]:
+) -> Claimed:
     """Take up to ``limit`` remote attempts of ``queues`` (of ``functions`` if given),
     started now under a fresh lease; with them, any attempt this ``instance`` holds that
     is not in ``running`` (what a first try of the claim took before its response was
-    lost comes back)."""
+    lost comes back). A retry whose previous attempt ran on this instance is left to the
+    other workers for ``RETRY_ELSEWHERE`` after it became claimable."""
     me = worker_name(key, instance)
+    mine = instance_attempts(key, instance)
     now = clock.now()
+    retry_at = None
     if limit > 0:
         with transaction.atomic(using=queue_db()):
             candidates = Attempt.objects.filter(
@@ -81,8 +92,10 @@ def claim(
             )
             if functions:
                 candidates = candidates.filter(job__func__in=list(functions))
+            avoided = avoided_retries(candidates, mine, now)
             picked = list(
-                candidates.order_by("-job__priority", "pk")
+                candidates.exclude(pk__in=list(avoided))
+                .order_by("-job__priority", "pk")
                 .select_for_update(skip_locked=True, of=("self",))
                 .values_list("pk", flat=True)[:limit]
             )
@@ -90,26 +103,41 @@ def claim(
                 Attempt.objects.filter(pk__in=picked, worker="", ended_at=None).update(
                     worker=me, started_at=now, lease_expires_at=lease_end(now)
                 )
-    return list(
-        Attempt.objects.filter(active=True, worker=me, ended_at=None, lease_expires_at__gte=now)
+            if avoided and len(picked) < limit:
+                retry_at = min(avoided.values()) + RETRY_ELSEWHERE
+    last_output = OutputChunk.objects.filter(job_id=OuterRef("job_id")).order_by("-index")
+    attempts = (
+        Attempt.objects.filter(mine, active=True, ended_at=None, lease_expires_at__gte=now)
         .exclude(pk__in=list(running))
         .select_related("job")
+        .annotate(last_output=Subquery(last_output.values("index")[:1]))
         .order_by("-job__priority", "pk")
     )
+    return Claimed(list(attempts), retry_at)
 
 
-def running_per_key() -> Counter[int]:
-    """The attempts the workers of each key (by its id) run now."""
-    workers = Attempt.objects.filter(active=True, remote=True, ended_at=None).exclude(worker="")
-    return Counter(
-        int(worker.split(":")[1]) for worker in workers.values_list("worker", flat=True)
+def avoided_retries(candidates: QuerySet[Attempt], mine: Q, now: datetime) -> dict[int, datetime]:
+    """The candidates this instance leaves to others for now (by id, with when they
+    became claimable): retries, claimable for less than ``RETRY_ELSEWHERE``, of jobs an
+    earlier attempt of which ran on it. Two small reads, the second only if there are
+    such retries at all."""
+    recent = list(
+        candidates.filter(number__gt=1, dispatched_at__gt=now - RETRY_ELSEWHERE).values_list(
+            "pk", "job_id", "number", "dispatched_at"
+        )
     )
-
-
-def next_output_index(job_id: str) -> int:
-    """The index a new attempt of the job numbers its first output chunk with."""
-    last = OutputChunk.objects.filter(job_id=job_id).aggregate(index=Max("index"))["index"]
-    return (last or 0) + 1
+    if not recent:
+        return {}
+    ran_here = set(
+        Attempt.objects.filter(mine, job_id__in={job for _pk, job, _n, _at in recent}).values_list(
+            "job_id", "number"
+        )
+    )
+    return {
+        pk: at
+        for pk, job, number, at in recent
+        if any(earlier == job and n < number for earlier, n in ran_here)
+    }
 
 
 def heartbeat(key: WorkerKey, attempt_id: int) -> tuple[datetime, bool]:
@@ -164,22 +192,45 @@ def append_output(key: WorkerKey, attempt_id: int, index: int, text: Any) -> Non
         store(job_id, UNSET, index, [text])
 
 
-def complete(key: WorkerKey, attempt_id: int, result: Any) -> None:
-    """End the attempt as succeeded with ``result`` (JSON, at most MAX_RESULT_BYTES)."""
-    check_result_size(result)  # the rules a local runner's result meets
-    _end(key, attempt_id, outcome=Outcome.SUCCEEDED, result=result)
+def completion(result: Any) -> dict[str, Any]:
+    """The outcome of a succeeded attempt; a ValueError if ``result`` is not one a local
+    runner's job could return (JSON, at most MAX_RESULT_BYTES)."""
+    check_result_size(result)
+    return {"outcome": Outcome.SUCCEEDED, "result": result}
 
 
-def fail(key: WorkerKey, attempt_id: int, error: str, traceback: str, retryable: bool) -> None:
-    """End the attempt as failed: retried by its job's policy unless not ``retryable``."""
+def failure(
+    error: str, traceback: str, retryable: bool, timed_out: bool = False
+) -> dict[str, Any]:
+    """The outcome of a failed attempt: retried by its job's policy unless not
+    ``retryable``; ``timed_out``: it overran its timeout (the worker stopped waiting)."""
     limit = ratequeue_settings().MAX_ERROR_BYTES
-    _end(
-        key,
-        attempt_id,
-        outcome=Outcome.FAILED if retryable else Outcome.NON_RETRYABLE,
-        error=clip(error.replace("\x00", "\\x00"), limit),
-        traceback=clip(traceback.replace("\x00", "\\x00"), limit),
-    )
+    outcome = Outcome.FAILED if retryable else Outcome.NON_RETRYABLE
+    return {
+        "outcome": Outcome.TIMED_OUT if timed_out else outcome,
+        "error": clip(error.replace("\x00", "\\x00"), limit),
+        "traceback": clip(traceback.replace("\x00", "\\x00"), limit),
+    }
+
+
+def complete(key: WorkerKey, attempt_id: int, result: Any) -> None:
+    """End the attempt as succeeded with ``result`` (see :func:`completion`)."""
+    if not end_many(key, {attempt_id: completion(result)})[attempt_id]:
+        raise LeaseLost
+
+
+def fail(
+    key: WorkerKey,
+    attempt_id: int,
+    error: str,
+    traceback: str,
+    retryable: bool,
+    timed_out: bool = False,
+) -> None:
+    """End the attempt as failed (see :func:`failure`)."""
+    outcome = failure(error, traceback, retryable, timed_out)
+    if not end_many(key, {attempt_id: outcome})[attempt_id]:
+        raise LeaseLost
 
 
 def release(key: WorkerKey, attempt_id: int) -> None:
@@ -193,22 +244,31 @@ def release(key: WorkerKey, attempt_id: int) -> None:
         signal(WORK)
 
 
-def _end(key: WorkerKey, attempt_id: int, **outcome: Any) -> None:
-    values = {"result": None, "error": "", "traceback": "", **outcome}
+def end_many(key: WorkerKey, outcomes: dict[int, dict[str, Any]]) -> dict[int, bool]:
+    """End each attempt with its outcome (:func:`completion`, :func:`failure`), in one
+    transaction that signals the loop once; per attempt, False if a worker of ``key`` does
+    not hold it (any more). The same report, sent again after its response was lost,
+    finds its own effect and is True again, changing nothing."""
     now = clock.now()
+    ended: dict[int, bool] = {}
     with transaction.atomic(using=queue_db()):
-        if held(key, attempt_id, now).update(ended_at=now, exception_class_path="", **values):
+        for attempt_id, outcome in outcomes.items():
+            values = {"result": None, "error": "", "traceback": "", **outcome}
+            ended[attempt_id] = bool(
+                held(key, attempt_id, now).update(ended_at=now, exception_class_path="", **values)
+            )
+        if any(ended.values()):
             signal(LOOP)
-            return
-    # The same report, sent again after its response was lost, changes nothing.
-    ended = (
-        Attempt.objects.filter(pk=attempt_id, worker__startswith=f"remote:{key.pk}:")
-        .exclude(ended_at=None)
-        .values(*values)
-        .first()
-    )
-    if ended != values:
-        raise LeaseLost
+    for attempt_id, done in ended.items():
+        if not done:
+            values = {"result": None, "error": "", "traceback": "", **outcomes[attempt_id]}
+            ended[attempt_id] = (
+                Attempt.objects.filter(pk=attempt_id, worker__startswith=key_tag(key))
+                .exclude(ended_at=None)
+                .values(*values)
+                .first()
+            ) == values
+    return ended
 
 
 def _lock_held(key: WorkerKey, attempt_id: int) -> str:

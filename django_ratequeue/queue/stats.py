@@ -12,7 +12,7 @@ workers' heartbeats. Decisions never come from here; the loop keeps its own coun
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -28,9 +28,11 @@ from .models import (
     LoopState,
     Status,
     WorkerHeartbeat,
+    WorkerKey,
     queue_connection,
 )
 from .options import DEFAULT_QUEUE
+from .workerkeys import running_per_instance
 
 # Counts stop here and show as "10000+": counting further would read the whole history.
 COUNT_LIMIT = 10_000
@@ -121,10 +123,28 @@ class WorkerInfo:
 
 
 @dataclass(frozen=True)
+class RemoteWorkerInfo:
+    """The remote workers of one key (not revoked): where and when it was last used, and
+    the worker instances that hold attempts now, with how many each."""
+
+    key: str  # its name
+    prefix: str
+    queues: list[str]
+    host: str
+    last_seen: datetime | None
+    instances: dict[str, int]
+
+    @property
+    def running(self) -> int:
+        return sum(self.instances.values())
+
+
+@dataclass(frozen=True)
 class QueueOverview:
     queues: list[QueueCounts]
     loop: LoopInfo
     workers: list[WorkerInfo]
+    remote_workers: list[RemoteWorkerInfo] = field(default_factory=list)
     # Where counts stop (COUNT_LIMIT when read).
     count_limit: int = COUNT_LIMIT
 
@@ -182,6 +202,18 @@ class QueueOverview:
                     "leads": w.leads,
                 }
                 for w in self.workers
+            ],
+            "remote_workers": [
+                {
+                    "key": r.key,
+                    "prefix": r.prefix,
+                    "queues": r.queues,
+                    "host": r.host,
+                    "last_seen": iso(r.last_seen),
+                    "running": r.running,
+                    "instances": r.instances,
+                }
+                for r in self.remote_workers
             ],
         }
 
@@ -252,7 +284,33 @@ def queue_overview() -> QueueOverview:
         )
         for w in WorkerHeartbeat.objects.filter(seen_at__gte=live_since).order_by("host", "pid")
     ]
-    return QueueOverview(queues=queues, loop=loop, workers=workers, count_limit=COUNT_LIMIT)
+    return QueueOverview(
+        queues=queues,
+        loop=loop,
+        workers=workers,
+        remote_workers=remote_workers(),
+        count_limit=COUNT_LIMIT,
+    )
+
+
+def remote_workers() -> list[RemoteWorkerInfo]:
+    """The keys not revoked (by name), each with what its workers run now."""
+    running = running_per_instance()
+    return [
+        RemoteWorkerInfo(
+            key=key.name,
+            prefix=key.prefix,
+            queues=list(key.queues),
+            host=key.last_host,
+            last_seen=key.last_seen,
+            instances={
+                instance: count
+                for (prefix, instance), count in sorted(running.items())
+                if prefix == key.prefix
+            },
+        )
+        for key in WorkerKey.objects.filter(revoked_at=None).order_by("name", "prefix")
+    ]
 
 
 def _queues_by_status(then: str) -> str:

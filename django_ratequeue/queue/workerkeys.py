@@ -3,6 +3,9 @@
 A key reads ``<prefix>.<secret>``: the prefix (8 hex digits) finds the row and is shown in
 lists; the secret is 256 random bits. Only the SHA-256 of the whole key is stored, and it
 is compared in constant time. A revoked key fails its very next request.
+
+An attempt a remote worker claimed names it ``remote:<key prefix>:<key name>/<instance>``
+(:func:`worker_name`): whose it is, and whom to look for.
 """
 
 from __future__ import annotations
@@ -10,12 +13,15 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
+from collections import Counter
 from collections.abc import Iterable
 from datetime import timedelta
 
+from django.db.models import Q
+
 from .. import clock
 from .bounds import check_queue_name
-from .models import WorkerKey
+from .models import Attempt, WorkerKey
 
 # A key's last_seen is written at most this often (a heartbeat stays one write).
 LAST_SEEN_EVERY = timedelta(seconds=10)
@@ -66,6 +72,37 @@ def seen(row: WorkerKey, host: str = "") -> None:
     if host:
         changes["last_host"] = host
     WorkerKey.objects.filter(pk=row.pk).update(**changes)
+
+
+WORKER_LENGTH = Attempt._meta.get_field("worker").max_length or 64
+
+
+def worker_name(key: WorkerKey, instance: str) -> str:
+    """The ``Attempt.worker`` of what ``instance`` claims with ``key``:
+    ``remote:<key prefix>:<key name>/<instance>``, the name cut to fit the column. The
+    prefix tells whose it is, the name and the instance whom to look for."""
+    head = f"{key_tag(key)}"
+    room = WORKER_LENGTH - len(head) - len(instance) - 1
+    return f"{head}{key.name[: max(room, 0)]}/{instance}"
+
+
+def key_tag(key: WorkerKey) -> str:
+    """What the ``Attempt.worker`` of every worker of ``key`` begins with."""
+    return f"remote:{key.prefix}:"
+
+
+def instance_attempts(key: WorkerKey, instance: str) -> Q:
+    """The attempts ``instance`` claimed with ``key`` (whatever the key's name then)."""
+    return Q(worker__startswith=key_tag(key), worker__endswith=f"/{instance}")
+
+
+def running_per_instance() -> Counter[tuple[str, str]]:
+    """The attempts each remote worker runs now, by (key prefix, instance)."""
+    workers = Attempt.objects.filter(active=True, remote=True, ended_at=None).exclude(worker="")
+    return Counter(
+        (worker.split(":")[1], worker.rpartition("/")[2])
+        for worker in workers.values_list("worker", flat=True)
+    )
 
 
 def revoke(prefix: str) -> bool:

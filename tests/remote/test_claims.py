@@ -30,7 +30,7 @@ def test_eight_workers_claiming_at_once_never_share_an_attempt() -> None:
         try:
             start.wait()
             for _ in range(4):
-                mine.extend(a.pk for a in remote.claim(key, name, ["gpu"], [], 2, mine))
+                mine.extend(a.pk for a in remote.claim(key, name, ["gpu"], [], 2, mine).attempts)
         finally:
             results[name] = mine
             connections.close_all()

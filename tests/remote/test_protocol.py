@@ -66,6 +66,40 @@ def test_a_retried_claim_returns_what_the_first_took(worker: APIClient) -> None:
     assert claim(worker, running=[first["id"]]) == []
 
 
+def test_a_claim_reports_outcomes_and_takes_more(worker: APIClient, settings: Any) -> None:
+    """One request ends attempts and takes the next: each report answered as its own
+    endpoint would; sent again, the same answers and the same attempts."""
+    settings.RATEQUEUE = {**settings.RATEQUEUE, "MAX_RESULT_BYTES": 100}
+    done, big, next_ = (
+        enqueue("tests.queue.jobs.add", args=[n, 2], queue="gpu") for n in range(3)
+    )
+    dispatch()
+    first, second = claim(worker, max=2)
+    body = {
+        "worker": "w1",
+        "max": 1,
+        "running": [second["id"]],
+        "reports": [
+            {"id": first["id"], "action": "complete", "result": 3},
+            {"id": second["id"], "action": "complete", "result": "x" * 200},
+            {"id": 10**12, "action": "fail", "error": "not ours"},
+        ],
+    }
+    answers = []
+    for _try in range(2):  # the first answer lost: sent again, unchanged
+        response = worker.post(f"{API}claim/", body, format="json")
+        assert response.status_code == 200, response.content
+        answers.append(response.json())
+    for answer in answers:
+        assert [r["status"] for r in answer["reports"]] == [200, 400, 409]
+        assert "MAX_RESULT_BYTES" in answer["reports"][1]["detail"]
+        assert [a["job_id"] for a in answer["attempts"]] == [next_.id]
+    dispatch()
+    assert done.result(timeout=0) == 3  # as reported
+    assert second["job_id"] == big.id
+    assert Attempt.objects.get(pk=second["id"]).ended_at is None  # refused: still running
+
+
 def test_failures_follow_the_retry_policy(worker: APIClient) -> None:
     retried = enqueue("tests.queue.jobs.add", args=[1, 2], queue="gpu", retries=1)
     final = enqueue("tests.queue.jobs.add", args=[1, 2], queue="gpu", retries=1)
@@ -183,6 +217,11 @@ def test_a_key_claims_only_from_its_queues(worker: APIClient) -> None:
         {"queues": "gpu"},
         {"running": ["%s"]},
         {"unknown": 1},
+        {"reports": [{"id": 1, "action": "fail"}]},
+        {"reports": [{"id": 1, "action": "cheer"}]},
+        {"reports": [{"id": 1, "action": "complete", "extra": 1}]},
+        {"reports": [{"action": "complete"}]},
+        {"reports": {"id": 1}},
     ],
 )
 def test_malformed_claims_are_400(worker: APIClient, body: dict[str, Any]) -> None:

@@ -219,3 +219,22 @@ def test_workers_outlive_a_server_restart(
     # Any other attempt is one whose claim's answer was lost: ended unstarted or lost.
     others = Attempt.objects.exclude(outcome=Outcome.SUCCEEDED)
     assert set(others.values_list("outcome", flat=True)) <= {"", Outcome.WORKER_LOST}
+
+
+def test_a_job_past_its_timeout_fails_at_once(remote: Remote, tmp_path: Path) -> None:
+    """The worker stops waiting at the job's timeout and says so: the attempt ends timed
+    out then, rather than holding its lease until recovery finds it overran."""
+    out, marker = tmp_path / "ran.txt", tmp_path / "go"
+    remote.worker(concurrency=1)
+    handle = enqueue(
+        "tests.queue.jobs.block_until_file",
+        args=[str(out), str(marker)],
+        queue="gpu",
+        timeout=1,
+    )
+    ended = Attempt.objects.filter(job_id=handle.id).exclude(ended_at=None)
+    wait_for(ended.exists, 30, "the attempt to end")
+    marker.touch()
+    attempt = ended.get()
+    assert attempt.outcome == Outcome.TIMED_OUT
+    assert attempt.error.startswith("The worker stopped waiting"), attempt.error

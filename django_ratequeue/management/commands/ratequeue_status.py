@@ -14,8 +14,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from ... import clock
 from ...conf import ratequeue_settings
-from ...queue.models import Status, WorkerKey
-from ...queue.remote import running_per_key
+from ...queue.models import Status
 from ...queue.rollups import Figures, by_queue
 from ...queue.stats import COLUMNS, QueueCounts, QueueOverview, queue_overview
 
@@ -115,7 +114,7 @@ class Command(BaseCommand):
             return
         self.write_counts(overview)
         self.write_loop(overview)
-        self.write_remote()
+        self.write_remote(overview)
 
     def watch(self, interval: float, frames: int) -> None:
         """Draw a frame every ``interval`` seconds, over the last one on a terminal, one
@@ -143,7 +142,7 @@ class Command(BaseCommand):
         self.stdout.write(f"ratequeue_status at {_time(now)} (Ctrl-C to stop)")
         self.write_counts(overview, last_minute)
         self.write_loop(overview)
-        self.write_remote()
+        self.write_remote(overview)
 
     def write_counts(
         self, overview: QueueOverview, last_minute: dict[str, Figures] | None = None
@@ -201,17 +200,17 @@ class Command(BaseCommand):
                 + (f"  ({', '.join(roles)})" if roles else "")
             )
 
-    def write_remote(self) -> None:
+    def write_remote(self, overview: QueueOverview) -> None:
         """The remote workers, by key: where and when last seen, what they run now."""
-        keys = list(WorkerKey.objects.filter(revoked_at=None).order_by("name"))
-        if not keys:
+        if not overview.remote_workers:
             return
-        running = running_per_key()
         self.stdout.write("")
-        self.stdout.write(f"Remote worker keys: {len(keys)}")
-        for key in keys:
-            host = f" from {key.last_host}" if key.last_host else ""
+        self.stdout.write(f"Remote worker keys: {len(overview.remote_workers)}")
+        for remote in overview.remote_workers:
+            host = f" from {remote.host}" if remote.host else ""
             self.stdout.write(
-                f"  {key.prefix} {key.name} ({', '.join(key.queues)})  last seen "
-                f"{_time(key.last_seen)}{host}  running {running[key.pk]}"
+                f"  {remote.prefix} {remote.key} ({', '.join(remote.queues)})  last seen "
+                f"{_time(remote.last_seen)}{host}  running {remote.running}"
             )
+            for instance, running in remote.instances.items():
+                self.stdout.write(f"    worker {instance}  running {running}")

@@ -34,6 +34,7 @@ from ..queue.handles import AttemptInfo, Handle
 from ..queue.models import FINAL_STATUSES, Job, Outcome, OutputChunk, Status
 from ..queue.retry import Retry
 from ..queue.stats import COLUMNS, queue_overview
+from . import dashboard
 from .actions import PermittedActionsMixin
 
 RETRYABLE_STATUSES = (Status.FAILED, Status.CANCELED)
@@ -396,7 +397,7 @@ class JobAdmin(PermittedActionsMixin, admin.ModelAdmin):
             self.admin_site.admin_view(self.retry_view),
             name="django_ratequeue_job_retry",
         )
-        return [overview, cancel, retry, *super().get_urls()]
+        return [overview, *dashboard.urls(self), cancel, retry, *super().get_urls()]
 
     # -- a job's own page: its cancel and retry buttons ----------------------------------
 

@@ -1,0 +1,182 @@
+"""The per-minute figures of each queue (:class:`.models.QueueMinute`), and their series.
+
+Kept by the loop as it moves jobs, so that a chart never scans the jobs table: reading a
+series costs one row per minute read (per queue, or summed over the queues in SQL), however
+many jobs the table holds. What each figure counts (docs/concepts.md, "Rollups"):
+
+- ``enqueued``: jobs created (by producers, or by the loop for callbacks);
+- ``started``: attempts the loop dispatched (a worker claims them a moment later);
+- ``completed``, ``failed``, ``canceled``: jobs that reached that final status;
+- ``retried``: attempts that ended and whose job was scheduled for another try;
+- wait time: from the job being ready (enqueued, or its schedule or back-off due) to its
+  attempt's dispatch; run time: from the attempt's start to its end, as its runner wrote;
+- ``tokens_reserved``: cost drawn from a rate-gated queue's limit; ``tokens_spent``: the
+  reserved cost of the attempts that started with it.
+
+Each event counts in the minute of the loop step that saw it. Times are histograms over
+fixed log-scale buckets (:data:`.models.HISTOGRAM_BOUNDS`: 1 ms doubling up to about
+70 min), so minutes add up and a percentile read from a sum is within its bucket: at
+worst a factor of 2 off, the bucket's geometric middle on average.
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_right
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from django.db.models import Sum
+
+from .models import (
+    BUCKET_FIELDS,
+    COUNT_FIELDS,
+    HISTOGRAM_BOUNDS,
+    HISTOGRAM_BUCKETS,
+    QueueMinute,
+    bucket_field,
+)
+
+# The most points one series may have (a day by the minute is 1,440).
+MAX_POINTS = 10_000
+PERCENTILES = (0.50, 0.95, 0.99)
+
+
+@dataclass(frozen=True)
+class Figures:
+    """One point of a series: a minute, or several minutes summed (``start`` is the first).
+
+    Percentiles are in seconds, None when no sample fell in the point."""
+
+    start: datetime
+    enqueued: int
+    started: int
+    completed: int
+    failed: int
+    retried: int
+    canceled: int
+    wait_p50: float | None
+    wait_p95: float | None
+    wait_p99: float | None
+    run_p50: float | None
+    run_p95: float | None
+    run_p99: float | None
+    tokens_reserved: int
+    tokens_spent: int
+
+
+def floor_minute(moment: datetime) -> datetime:
+    """The UTC minute ``moment`` falls in."""
+    return moment.astimezone(UTC).replace(second=0, microsecond=0)
+
+
+def percentile(buckets: list[int], fraction: float) -> float | None:
+    """The ``fraction`` percentile (nearest rank) of a histogram's samples, in seconds: the
+    bucket holding that rank, at the rank's place between the bucket's bounds (on a log
+    scale; linear in the first bucket, the lower bound in the open last one). None if
+    the histogram is empty."""
+    total = sum(buckets)
+    if not total:
+        return None
+    rank = max(1, math.ceil(fraction * total))
+    below = 0
+    for index, count in enumerate(buckets):
+        if below + count >= rank:
+            # Strictly inside the bucket, so the value maps back to it.
+            place = (rank - below - 0.5) / count
+            if index == 0:
+                return HISTOGRAM_BOUNDS[0] * place
+            low = HISTOGRAM_BOUNDS[index - 1]
+            if index == len(HISTOGRAM_BOUNDS):
+                return low
+            return low * (HISTOGRAM_BOUNDS[index] / low) ** place
+        below += count
+    raise AssertionError("unreachable: the ranks add up to the total")
+
+
+def bucket_of(seconds: float) -> int:
+    """The histogram bucket a duration falls in (a negative one, from clocks that
+    disagree, in the first)."""
+    return bisect_right(HISTOGRAM_BOUNDS, seconds)
+
+
+def _figures(start: datetime, sums: dict[str, int]) -> Figures:
+    wait = [sums[bucket_field("wait", b)] for b in range(HISTOGRAM_BUCKETS)]
+    run = [sums[bucket_field("run", b)] for b in range(HISTOGRAM_BUCKETS)]
+    wait_p50, wait_p95, wait_p99 = (percentile(wait, p) for p in PERCENTILES)
+    run_p50, run_p95, run_p99 = (percentile(run, p) for p in PERCENTILES)
+    return Figures(
+        start=start,
+        enqueued=sums["enqueued"],
+        started=sums["started"],
+        completed=sums["completed"],
+        failed=sums["failed"],
+        retried=sums["retried"],
+        canceled=sums["canceled"],
+        wait_p50=wait_p50,
+        wait_p95=wait_p95,
+        wait_p99=wait_p99,
+        run_p50=run_p50,
+        run_p95=run_p95,
+        run_p99=run_p99,
+        tokens_reserved=sums["tokens_reserved"],
+        tokens_spent=sums["tokens_spent"],
+    )
+
+
+def series(
+    queue: str | None,
+    since: datetime,
+    until: datetime,
+    step: timedelta = timedelta(minutes=1),
+) -> list[Figures]:
+    """The figures of ``queue`` (all queues summed if None), one point per ``step``.
+
+    ``step`` is a whole number of minutes; the points start at ``since`` floored to a
+    multiple of ``step`` (since the epoch, UTC, so that points stay put from one refresh
+    to the next) and go on while their start is at or before ``until``: the point holding
+    ``until`` (the current, partial minute, when ``until`` is now) is the last. Points
+    with nothing in them are zeros. One query, returning one row per minute that has
+    figures in the range. ValueError for naive datetimes, a step that is not a positive
+    whole number of minutes, ``until`` before ``since``, or more than MAX_POINTS points.
+    """
+    if since.tzinfo is None or until.tzinfo is None:
+        raise ValueError("series() needs aware datetimes.")
+    seconds = step.total_seconds()
+    if seconds <= 0 or seconds % 60:
+        raise ValueError(f"The step must be a positive whole number of minutes, not {step}.")
+    if until < since:
+        raise ValueError("until is before since.")
+    width = int(seconds)
+    first = int(floor_minute(since).timestamp()) // width * width
+    last = int(floor_minute(until).timestamp()) // width * width
+    points = (last - first) // width + 1
+    if points > MAX_POINTS:
+        raise ValueError(f"{points} points asked for; at most {MAX_POINTS} per series.")
+    start = datetime.fromtimestamp(first, UTC)
+    rows = QueueMinute.objects.filter(minute__gte=start, minute__lt=start + step * points)
+    if queue is not None:
+        rows = rows.filter(queue=queue)
+    fields = (*COUNT_FIELDS, *BUCKET_FIELDS)
+    sums = [dict.fromkeys(fields, 0) for _ in range(points)]
+    by_minute = (
+        rows.values("minute")
+        .annotate(**{f"s_{f}": Sum(f) for f in fields})
+        .values_list("minute", *(f"s_{f}" for f in fields))
+        .order_by()
+    )
+    for minute, *values in by_minute:
+        point = sums[(int(minute.timestamp()) - first) // width]
+        for field, value in zip(fields, values, strict=True):
+            point[field] += value or 0
+    return [_figures(start + step * n, sums[n]) for n in range(points)]
+
+
+def queues_with_figures(since: datetime) -> list[str]:
+    """The queues with figures at ``since`` or later (its minute included), by name."""
+    return list(
+        QueueMinute.objects.filter(minute__gte=floor_minute(since))
+        .values_list("queue", flat=True)
+        .distinct()
+        .order_by("queue")
+    )

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Literal
 
 from .. import clock
@@ -196,14 +196,14 @@ class _Active:
         return cls(per_queue, per_copy, environment, per_worker)
 
 
-def window_bounds(window: Window, now: datetime) -> tuple[datetime, datetime, timedelta]:
-    """(since, until, step): ``until`` is the end of the current step, so the last bucket
-    is the one filling now."""
+def window_bounds(window: Window, now: datetime) -> tuple[datetime, timedelta]:
+    """(since, step) of ``window`` ending ``now``: ``since`` is the start of the step
+    ``span`` before the one holding ``now`` (aligned as :func:`.rollups.series` aligns
+    its points), so that the series has ``span / step`` points, the last one filling now."""
     span, step = WINDOWS[window]
-    epoch = datetime(2000, 1, 1, tzinfo=now.tzinfo)
-    steps = math.floor((now - epoch) / step) + 1
-    until = epoch + steps * step
-    return until - span, until, step
+    width = int(step.total_seconds())
+    current = math.floor(now.timestamp()) // width * width
+    return datetime.fromtimestamp(current, UTC) - (span - step), step
 
 
 def depth_series(
@@ -371,7 +371,7 @@ def snapshot(window: Window = DEFAULT_WINDOW) -> Snapshot:
     if window not in WINDOWS:
         raise ValueError(f"Unknown window {window!r}: one of {', '.join(WINDOWS)}.")
     now = clock.now()
-    since, until, step = window_bounds(window, now)
+    since, step = window_bounds(window, now)
     overview = queue_overview()
     overrides = queue_overrides()
     max_concurrency = environment_limit()
@@ -390,11 +390,11 @@ def snapshot(window: Window = DEFAULT_WINDOW) -> Snapshot:
             limits[counts.name],
             active,
             rate_values,
-            rollups.series(counts.name, since, until, step) if counts.name in charted else [],
+            rollups.series(counts.name, since, now, step) if counts.name in charted else [],
         )
         for counts in overview.queues
     ]
-    total = _total(queues, rollups.series(None, since, until, step), overview)
+    total = _total(queues, rollups.series(None, since, now, step), overview)
     workers = [LocalWorker(w, active.per_worker[w.id]) for w in overview.workers]
     return Snapshot(
         taken_at=now,

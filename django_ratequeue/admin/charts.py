@@ -19,9 +19,9 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
-WIDTH, HEIGHT = 600, 200
+WIDTH, HEIGHT = 480, 200
 # The plot area inside the SVG: room on the left for the y labels, below for the times.
-LEFT, RIGHT, TOP, BOTTOM = 56, 8, 10, 24
+LEFT, RIGHT, TOP, BOTTOM = 60, 10, 12, 26
 # What the numbers are: counts per bucket (summed), levels (a depth), or seconds.
 Kind = Literal["count", "level", "seconds"]
 # At most this many series in one chart (each its own class and dash pattern).

@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from django_ratequeue.admin.charts import Series, line_chart, number, summary
+from django_ratequeue.admin.charts import HEIGHT, WIDTH, Series, line_chart, number, summary
 
 SVG = "{http://www.w3.org/2000/svg}"
 
@@ -103,7 +103,7 @@ def test_huge_values_stay_inside_the_plot_and_read_short() -> None:
     huge = [1e15, 2.5e12, 123_456_789, 0]
     figure = parse(line_chart("c", "t", starts(4), [Series("a", huge)]))
     for x, y in points(figure)[0]:
-        assert 0 <= x <= 600 and 0 <= y <= 200
+        assert 0 <= x <= WIDTH and 0 <= y <= HEIGHT
     assert number(123_456_789) == "123M"
     assert number(12_500) == "12.5k"
     assert number(2.5e12) == "2.5e+12"

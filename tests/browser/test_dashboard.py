@@ -1,0 +1,166 @@
+"""The admin's queue dashboard in a real browser, against a live server and a real
+cluster: it renders its charts and tables, and updates without a reload while jobs run.
+
+With ``RATEQUEUE_SCREENSHOTS=<directory>`` the test also saves the dashboard's pictures for
+the docs there, in the light and the dark theme (``dashboard-light.png``,
+``dashboard-dark.png``)::
+
+    RATEQUEUE_SCREENSHOTS=docs/images pytest tests/browser/test_dashboard.py
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from datetime import timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+from django.contrib.auth.models import User
+
+from django_ratequeue import clock, enqueue, pause_queue
+from django_ratequeue.models import QueueMinute
+from django_ratequeue.queue.models import HISTOGRAM_BUCKETS, bucket_field
+from django_ratequeue.queue.rollups import bucket_of, floor_minute
+from tests.browser.pages import shows
+from tests.queue import jobs
+
+if TYPE_CHECKING:
+    from selenium.webdriver import Chrome
+
+DASHBOARD = "/admin/django_ratequeue/job/dashboard/"
+PASSWORD = "a-long-test-password"
+
+
+def log_in_to_the_admin(browser: Chrome, live_server: Any) -> None:
+    User.objects.create_superuser("operator", password=PASSWORD)
+    browser.get(f"{live_server.url}/admin/login/?next={DASHBOARD}")
+    browser.find_element("id", "id_username").send_keys("operator")
+    browser.find_element("id", "id_password").send_keys(PASSWORD)
+    browser.find_element("css selector", "#login-form [type=submit]").click()
+    shows(browser, lambda b: urlsplit(b.current_url).path == DASHBOARD, "the dashboard")
+
+
+def record_an_hour(queues: dict[str, int]) -> None:
+    """An hour of per-minute figures behind us, as the loop would have kept them: each
+    queue starts about ``queues[name]`` jobs a minute, with a daily-looking swell."""
+    now = floor_minute(clock.now())
+    for name, rate in queues.items():
+        for back in range(1, 60):
+            started = max(0, rate + (back % 17) - 8)
+            waits = [0.05 * (1 + back % 7)] * started
+            runs = [0.2 + 0.01 * (back % 11)] * started
+            buckets = dict.fromkeys(
+                [bucket_field(h, b) for h in ("wait", "run") for b in range(HISTOGRAM_BUCKETS)], 0
+            )
+            for wait in waits:
+                buckets[bucket_field("wait", bucket_of(wait))] += 1
+            for run in runs:
+                buckets[bucket_field("run", bucket_of(run))] += 1
+            QueueMinute.objects.create(
+                queue=name,
+                minute=now - timedelta(minutes=back),
+                enqueued=started + (back % 3),
+                started=started,
+                completed=max(0, started - back % 4),
+                failed=back % 4 if back % 5 == 0 else 0,
+                retried=back % 2,
+                **buckets,
+            )
+
+
+def count_shown(browser: Chrome, queue: str, column: str) -> str | None:
+    """The count the queues table shows for ``queue`` in ``column`` (e.g. "complete")."""
+    return browser.execute_script(
+        """
+        const [queue, column] = arguments;
+        const heads = [...document.querySelectorAll("table.rq-queues thead th")];
+        const index = heads.findIndex((th) => th.textContent.trim() === column);
+        const row = [...document.querySelectorAll("table.rq-queues tr.rq-queue")]
+            .find((tr) => tr.dataset.queue === queue);
+        return row && index >= 0 ? row.children[index].textContent.trim() : null;
+        """,
+        queue,
+        column,
+    )
+
+
+def save_screenshots(browser: Chrome, directory: Path) -> None:
+    """The top of the dashboard, light then dark (the admin follows the system's theme)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    browser.set_window_size(1440, 1500)
+    for scheme in ("light", "dark"):
+        browser.execute_cdp_cmd(
+            "Emulation.setEmulatedMedia",
+            {"features": [{"name": "prefers-color-scheme", "value": scheme}]},
+        )
+        browser.execute_script("document.activeElement.blur(); window.scrollTo(0, 0);")
+        browser.save_screenshot(str(directory / f"dashboard-{scheme}.png"))
+    browser.execute_cdp_cmd("Emulation.setEmulatedMedia", {"features": []})
+
+
+def test_the_dashboard_shows_the_queues_and_follows_jobs_live(
+    live_server: Any, cluster: Any, browser: Callable[..., Chrome]
+) -> None:
+    cluster()
+    record_an_hour({"emails": 20, "llm": 6})
+    page = browser()
+    log_in_to_the_admin(page, live_server)
+
+    # Rendered: the summary, the queues, a chart per figure with its text alternative.
+    charts = page.find_elements("css selector", ".rq-chart svg[role=img]")
+    assert len(charts) >= 4 * 3  # all queues, emails, llm
+    titles = [c.get_attribute("aria-labelledby") for c in charts]
+    assert all(t and t.endswith("-desc") for t in titles)
+    first = page.find_element("css selector", ".rq-chart desc").get_attribute("textContent")
+    assert first and "started:" in first and "in all" in first
+    assert count_shown(page, "emails", "complete") == "0"
+
+    # Live: jobs run on the cluster and the page shows them, without reloading.
+    page.execute_script("window.notReloaded = true;")
+    handles = [enqueue(jobs.add, args=[n, n], queue="emails") for n in range(5)]
+    handles.append(enqueue(jobs.fail_hard, queue="emails"))
+    for handle in handles[:-1]:
+        handle.result(timeout=60)
+    shows(page, lambda b: count_shown(b, "emails", "complete") == "5", "5 complete jobs shown")
+    shows(page, lambda b: count_shown(b, "emails", "failed") == "1", "1 failed job shown")
+    # A queue paused with a backlog: its badge and counts change live too.
+    pause_queue("llm")
+    for n in range(12):
+        enqueue(jobs.add, args=[n, 1], queue="llm", concurrency_key=f"user-{n % 3}")
+    shows(page, lambda b: count_shown(b, "llm", "waiting") == "12", "12 waiting jobs shown")
+    assert count_shown(page, "llm", "state") == "paused"
+    assert page.execute_script("return window.notReloaded === true;")
+
+    # The window toggle is a link, reachable by keyboard; it swaps the charts in place.
+    day = page.find_element("css selector", ".rq-window a[data-window=day]")
+    day.send_keys("\n")
+    shows(
+        page,
+        lambda b: (
+            "the last day"
+            in (
+                b.find_element("css selector", ".rq-chart title").get_attribute("textContent")
+                or ""
+            )
+        ),
+        "the day's charts",
+    )
+    assert page.execute_script("return window.notReloaded === true;")
+    assert urlsplit(page.current_url).query == "window=day"
+    page.find_element("css selector", ".rq-window a[data-window=hour]").send_keys("\n")
+    shows(
+        page,
+        lambda b: (
+            "the last hour"
+            in (
+                b.find_element("css selector", ".rq-chart title").get_attribute("textContent")
+                or ""
+            )
+        ),
+        "the hour's charts",
+    )
+
+    if directory := os.environ.get("RATEQUEUE_SCREENSHOTS"):
+        save_screenshots(page, Path(directory))

@@ -28,6 +28,7 @@ from .models import (
     Wait,
     queue_connection,
 )
+from .rollups import Tally
 from .transitions import fail_job, isolated
 
 # Concurrency keys looked at per queue beyond its free slots, to get past busy keys.
@@ -36,6 +37,8 @@ KEY_LOOKAHEAD = 100
 QUEUES_PER_STEP = 1000
 # What a rate-gated queue's reservation says about a job (see Dispatch.reserve_tokens).
 TokenGate = Literal["now", "later", "parked", "unfit"]
+# The most ready times of reserved jobs kept (Dispatch.ready_at); beyond, they are forgotten.
+READY_AT_KEPT = 100_000
 
 
 class Dispatch:
@@ -53,6 +56,9 @@ class Dispatch:
         self.queue_cursor = ""
         # When the jobs whose tokens are reserved for later may start (set by start_ready).
         self.reserved_starts: list[datetime] = []
+        # When the jobs whose reservation moved their start_at were ready before: their
+        # wait counts from then (kept for the pass; a new leader counts from start_at).
+        self.ready_at: dict[str, datetime] = {}
 
     def read_limits(self, changed: int | None) -> None:
         """Take in a runtime change of ``MAX_CONCURRENCY`` (``LoopState.max_concurrency``,
@@ -97,8 +103,11 @@ class Dispatch:
         Attempt.objects.filter(pk__in=granted, wait=Wait.RESUMING).resume()
         return bool(granted)
 
-    def start_ready(self, running: list[Attempt], now: datetime) -> tuple[list[Attempt], bool]:
+    def start_ready(
+        self, running: list[Attempt], now: datetime, tally: Tally
+    ) -> tuple[list[Attempt], bool]:
         """Start what the limits allow; returns (the new attempts, WAITING jobs remain).
+        Each start counts in ``tally`` as ``started``, with its wait and spent tokens.
 
         Each queue offers its jobs in rounds over its concurrency keys (see
         :meth:`queue_candidates`); the offers of all queues are taken by priority, then
@@ -127,7 +136,7 @@ class Dispatch:
             offers.extend(
                 (job, round_, turn)
                 for job, round_ in self.queue_candidates(
-                    name, limits, cursors.get(name), per_queue, per_copy, env_free, now
+                    name, limits, cursors.get(name), per_queue, per_copy, env_free, now, tally
                 )
             )
         offers.sort(key=lambda offer: (-offer[0].priority, offer[1], offer[2]))
@@ -135,6 +144,11 @@ class Dispatch:
         self.remember_turns(chosen, queues)
         if not chosen:
             return [], True
+        for job in chosen:
+            tally.count(job.queue, "started")
+            tally.wait(job.queue, self.ready_at.pop(job.pk, job.start_at))
+            if job.tokens_reserved:
+                tally.count(job.queue, "tokens_spent", job.cost)
         # Written without reading their ids back: runners claim them by query.
         attempts = [
             Attempt(
@@ -184,6 +198,7 @@ class Dispatch:
         per_copy: Counter[tuple[str, str]],
         env_free: int,
         now: datetime,
+        tally: Tally,
     ) -> list[tuple[Job, int]]:
         """The jobs queue ``name`` can start now, each with its round: the keys with work
         ready are visited in turn from ``cursor`` on, and round n offers each key's n-th
@@ -222,8 +237,9 @@ class Dispatch:
                 gate = isolated(
                     job,
                     now,
-                    partial(self.reserve_tokens, name, limits.rate_limit, job, now),
+                    partial(self.reserve_tokens, name, limits.rate_limit, job, now, tally),
                     "unfit",
+                    tally,
                 )
                 if gate == "parked":
                     break
@@ -236,7 +252,9 @@ class Dispatch:
                 chosen.append((job, rounds[job.pk]))
         return chosen
 
-    def reserve_tokens(self, queue: str, limit_name: str, job: Job, now: datetime) -> TokenGate:
+    def reserve_tokens(
+        self, queue: str, limit_name: str, job: Job, now: datetime, tally: Tally
+    ) -> TokenGate:
         """Reserve a job's ``cost`` from its queue's rate limit once, in this step's
         transaction; "now" when the reservation says it may start at the step's ``now``,
         "later" when not yet. A refusal ("parked": ``max_reserved`` is reached) parks the
@@ -248,13 +266,19 @@ class Dispatch:
             try:
                 decision = rate_limit(limit_name, count=job.cost, reserve=True)
             except ValueError as error:
-                fail_job(job, f"Its cost cannot be reserved from {limit_name!r}: {error}", now)
+                fail_job(
+                    job, f"Its cost cannot be reserved from {limit_name!r}: {error}", now, tally
+                )
                 return "unfit"
             if not decision.ok:
                 self.rate_limited_until[queue] = decision.retry_at or now + timedelta(seconds=1)
                 return "parked"
             job.tokens_reserved = True
+            tally.count(queue, "tokens_reserved", job.cost)
             if decision.retry_at is not None and decision.retry_at > job.start_at:
+                if len(self.ready_at) >= READY_AT_KEPT:  # canceled reserved jobs' leftovers
+                    self.ready_at.clear()
+                self.ready_at.setdefault(job.pk, job.start_at)
                 job.start_at = decision.retry_at
             Job.objects.filter(pk=job.pk).reserve(job.start_at)
         if job.start_at > now:

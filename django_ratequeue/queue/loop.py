@@ -33,6 +33,7 @@ from .models import (
     queue_db,
 )
 from .retention import prune_in_background
+from .rollups import ARRIVALS_SETTLE, Tally
 from .transitions import STEP_LIMIT, apply_cancels, finish, promote_due, recover
 from .wakeup import WORK, lease_end, request_runners, segment_ceiling, signal
 
@@ -52,6 +53,9 @@ class Loop:
         self.next_wake: datetime | None = None
         # The state and wake-up time the last step wrote.
         self.recorded: tuple[str, datetime | None] | None = None
+        # The jobs created before this are counted in the rollups (LoopState.arrivals_until,
+        # read at the pass's first step).
+        self.arrivals_until: datetime | None = None
 
     def run(self, seconds: float) -> bool:
         """Step until nothing is left to do now, for at most ``seconds``; False if this
@@ -66,16 +70,22 @@ class Loop:
     def step(self) -> bool | None:
         """One transaction of loop work; None if this process lost its generation."""
         now = clock.now()
+        tally = Tally(now)
         with transaction.atomic(using=queue_db()):
-            renewed = renew_lease(self.generation, now)
+            arrivals_since = self.arrivals_until
+            if arrivals_since is None:
+                arrivals_since = counted_arrivals() or now - ARRIVALS_SETTLE
+            arrivals_until = max(arrivals_since, now - ARRIVALS_SETTLE)
+            renewed = renew_lease(self.generation, now, arrivals_until)
             if renewed is None:
                 return None
             (max_concurrency,) = renewed
+            tally.count_arrivals(arrivals_since, arrivals_until)
             self.more_work = False
             did_work = self.recover(now)
             # Cancels before completions: a job canceled before the loop took in its
             # attempt's end ends CANCELED, whichever of the two reached the database first.
-            canceled, more_cancels = apply_cancels(now)
+            canceled, more_cancels = apply_cancels(now, tally)
             did_work |= canceled
             self.more_work |= more_cancels
             active = list(
@@ -93,7 +103,7 @@ class Loop:
             ended = [a.pk for a in active if a.ended_at is not None]
             if ended:
                 self.more_work |= len(ended) > STEP_LIMIT
-                finish(ended[:STEP_LIMIT], now)
+                finish(ended[:STEP_LIMIT], now, tally)
                 did_work = True
             running = [a for a in active if a.ended_at is None]
             self.dispatch.read_limits(max_concurrency)
@@ -101,7 +111,7 @@ class Loop:
             promoted = promote_due(now)
             self.more_work |= promoted == STEP_LIMIT
             did_work |= bool(promoted)
-            started, waiting_left = self.dispatch.start_ready(running, now)
+            started, waiting_left = self.dispatch.start_ready(running, now, tally)
             running.extend(started)
             if started:
                 signal(WORK)
@@ -117,6 +127,8 @@ class Loop:
             if (state, wake) != self.recorded:  # as the last step left it: nothing to write
                 LoopState.objects.rest(state, wake)
                 self.recorded = (state, wake)
+            tally.write()
+        self.arrivals_until = arrivals_until  # committed with the step
         if not did_work:
             prune_in_background()
         return did_work
@@ -153,6 +165,10 @@ class Loop:
         it wants waking: the next deferred start, rate-limit time, or recovery look."""
         wakes = next_deferred_starts()
         wakes.extend(self.dispatch.wakes())
+        # Count the jobs that arrived since, once they are ARRIVALS_SETTLE old.
+        unsettled = first_arrival_since(now - ARRIVALS_SETTLE)
+        if unsettled is not None:
+            wakes.append(unsettled + ARRIVALS_SETTLE)
         if running:
             # Look again for dead workers and overruns even if no completion arrives.
             wakes.append(now + timedelta(seconds=self.settings.WORKER_DEAD_AFTER))
@@ -165,24 +181,36 @@ class Loop:
         return LoopStatus.IDLE, None
 
 
-def renew_lease(generation: int, now: datetime) -> tuple[int | None] | None:
-    """Renew the lease of ``generation`` in this step's transaction; None if another
-    process took it. Returns the row's runtime ``max_concurrency``, read by the same
-    statement. On PostgreSQL the statement also lets the step commit without waiting
-    for the WAL flush. Safe: a crash may forget the step, never half of it, and whatever a
+def renew_lease(
+    generation: int, now: datetime, arrivals_until: datetime
+) -> tuple[int | None] | None:
+    """Renew the lease of ``generation`` in this step's transaction, and record that the
+    step counts the arrivals until ``arrivals_until``; None if another process took it.
+    Returns the row's runtime ``max_concurrency``, read by the same statement. On
+    PostgreSQL the statement also lets the step commit without waiting for the WAL flush.
+    Safe: a crash may forget the step, never half of it, and whatever a
     runner then did with its attempts was flushed with the runner's own durable claim,
     which PostgreSQL writes after the step it depends on."""
     connection = queue_connection()
     table = connection.ops.quote_name(LoopState._meta.db_table)
     relax = ", set_config('synchronous_commit', 'off', true)"
     sql = (
-        f"UPDATE {table} SET lease_expires_at = %s, updated_at = %s"
+        f"UPDATE {table} SET lease_expires_at = %s, updated_at = %s, arrivals_until = %s"
         f" WHERE id = %s AND generation = %s"
         f" RETURNING max_concurrency{relax if connection.vendor == 'postgresql' else ''}"
     )
     adapt = connection.ops.adapt_datetimefield_value
     with connection.cursor() as cursor:
-        cursor.execute(sql, [adapt(lease_end(now)), adapt(now), LoopState.SINGLETON, generation])
+        cursor.execute(
+            sql,
+            [
+                adapt(lease_end(now)),
+                adapt(now),
+                adapt(arrivals_until),
+                LoopState.SINGLETON,
+                generation,
+            ],
+        )
         row = cursor.fetchone()
     return None if row is None else (row[0],)
 
@@ -200,6 +228,26 @@ def next_deferred_starts() -> list[datetime]:
         cursor.execute(sql, [str(status) for status in DEFERRED_STATUSES])
         rows = cursor.fetchall()
     return [aware(start) for (start,) in rows]
+
+
+def counted_arrivals() -> datetime | None:
+    """Until when the rollups counted the arrivals (None: never yet)."""
+    return (
+        LoopState.objects.filter(pk=LoopState.SINGLETON)
+        .values_list("arrivals_until", flat=True)
+        .first()
+    )
+
+
+def first_arrival_since(moment: datetime) -> datetime | None:
+    """The creation time of the first job created at ``moment`` or later (through the
+    jobs' creation index), if any."""
+    return (
+        Job.objects.filter(created_at__gte=moment)
+        .order_by("created_at")
+        .values_list("created_at", flat=True)
+        .first()
+    )
 
 
 def aware(value: datetime | str) -> datetime:

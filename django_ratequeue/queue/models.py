@@ -376,6 +376,9 @@ class LoopState(models.Model):
     queue_cursor = models.CharField(max_length=200, blank=True, default="")
     # MAX_CONCURRENCY as changed at runtime (queue/control.py); None: the setting.
     max_concurrency = models.PositiveIntegerField(null=True, blank=True)
+    # The jobs created before this time are counted in the rollups' ``enqueued``
+    # (queue/rollups.py); None: none yet, counting starts at the next step.
+    arrivals_until = models.DateTimeField(null=True, blank=True)
 
     objects = LoopStateQuerySet.as_manager()
 
@@ -457,18 +460,19 @@ class QueueMinute(models.Model):
     (:mod:`.rollups` tells what each figure counts): the dashboard's series read these
     rows, never the jobs table. Every figure is a sum, so minutes add up to hours and days;
     the wait and run times are histograms over :data:`HISTOGRAM_BOUNDS` (the ``wait_h<i>``
-    and ``run_h<i>`` columns, added below) from which percentiles are read."""
+    and ``run_h<i>`` columns, added below) from which percentiles are read. Every figure
+    has a database default of 0: the loop's UPSERT names only the ones it adds to."""
 
     queue = models.CharField(max_length=200)
     minute = models.DateTimeField(help_text="The minute's start, UTC.")
-    enqueued = models.PositiveIntegerField(default=0)
-    started = models.PositiveIntegerField(default=0)
-    completed = models.PositiveIntegerField(default=0)
-    failed = models.PositiveIntegerField(default=0)
-    retried = models.PositiveIntegerField(default=0)
-    canceled = models.PositiveIntegerField(default=0)
-    tokens_reserved = models.PositiveBigIntegerField(default=0)
-    tokens_spent = models.PositiveBigIntegerField(default=0)
+    enqueued = models.PositiveIntegerField(db_default=0)
+    started = models.PositiveIntegerField(db_default=0)
+    completed = models.PositiveIntegerField(db_default=0)
+    failed = models.PositiveIntegerField(db_default=0)
+    retried = models.PositiveIntegerField(db_default=0)
+    canceled = models.PositiveIntegerField(db_default=0)
+    tokens_reserved = models.PositiveBigIntegerField(db_default=0)
+    tokens_spent = models.PositiveBigIntegerField(db_default=0)
 
     class Meta:
         verbose_name = "queue minute"
@@ -486,7 +490,7 @@ class QueueMinute(models.Model):
 
 
 for _field in BUCKET_FIELDS:
-    QueueMinute.add_to_class(_field, models.PositiveIntegerField(default=0))
+    QueueMinute.add_to_class(_field, models.PositiveIntegerField(db_default=0))
 
 
 class WorkerKey(models.Model):

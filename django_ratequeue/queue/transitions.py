@@ -31,6 +31,7 @@ from .models import (
     WorkerHeartbeat,
     new_job_id,
 )
+from .rollups import Tally
 
 logger = logging.getLogger("django_ratequeue.queue")
 
@@ -55,15 +56,24 @@ FINISH_FIELDS = [
     "on_complete",
     "context",
     "owner",
+    "queue",
 ]
 T = TypeVar("T")
 
 
-def finish(ended_ids: list[int], now: datetime) -> None:
-    """Apply the outcome of attempts that ended to their jobs."""
+def finish(ended_ids: list[int], now: datetime, tally: Tally) -> None:
+    """Apply the outcome of attempts that ended to their jobs (and count them in
+    ``tally``: their run time, the retries and the final statuses)."""
     ended = list(
         Attempt.objects.filter(pk__in=ended_ids).only(
-            "job", "started_at", "outcome", "result", "error", "traceback", "exception_class_path"
+            "job",
+            "started_at",
+            "ended_at",
+            "outcome",
+            "result",
+            "error",
+            "traceback",
+            "exception_class_path",
         )
     )
     jobs = Job.objects.only(*FINISH_FIELDS).in_bulk([a.job_id for a in ended])
@@ -82,11 +92,17 @@ def finish(ended_ids: list[int], now: datetime) -> None:
             released.append(attempt.pk)
             job.status = Status.WAITING
             job.attempts -= 1
-        elif not isolated(job, now, partial(_settle, job, attempt, now), False):
+        elif isolated(job, now, partial(_settle, job, attempt, now), False, tally):
+            assert attempt.started_at is not None and attempt.ended_at is not None
+            tally.run(job.queue, attempt.started_at, attempt.ended_at)
+            if job.status == Status.RETRYING:
+                tally.count(job.queue, "retried")
+        else:
             continue
         if job.status in FINAL_STATUSES:
             job.finished_at = now
             finals.append(job)
+            tally.final(job.queue, job.status)
         changed.append(job)
     Attempt.objects.filter(pk__in=[a.pk for a in ended]).finalize()
     if released:
@@ -171,8 +187,9 @@ def recover(now: datetime, dead_after: timedelta) -> bool:
     return recovered
 
 
-def apply_cancels(now: datetime) -> tuple[bool, bool]:
-    """Apply the oldest cancel requests; (did work, more requests are left)."""
+def apply_cancels(now: datetime, tally: Tally) -> tuple[bool, bool]:
+    """Apply the oldest cancel requests; (did work, more requests are left). The jobs
+    canceled at once count in ``tally``; running ones when their attempt ends."""
     requests = list(CancelRequest.objects.order_by("pk")[:CANCELS_PER_STEP])
     if not requests:
         return False, False
@@ -187,10 +204,11 @@ def apply_cancels(now: datetime) -> tuple[bool, bool]:
         pending = list(
             Job.objects.filter(scope)
             .not_started()
-            .only("on_complete", "context", "result", "owner")[:budget]
+            .only("on_complete", "context", "result", "owner", "queue")[:budget]
         )
         for job in pending:
             job.status, job.finished_at = Status.CANCELED, now
+            tally.final(job.queue, Status.CANCELED)
         Job.objects.filter(pk__in=[j.pk for j in pending]).cancel(now)
         create_callbacks(pending, now)
         running = Job.objects.filter(scope, status=Status.RUNNING, cancel_requested=False)
@@ -214,7 +232,7 @@ def promote_due(now: datetime) -> int:
     return len(due)
 
 
-def isolated(job: Job, now: datetime, work: Callable[[], T], fallback: T) -> T:
+def isolated(job: Job, now: datetime, work: Callable[[], T], fallback: T, tally: Tally) -> T:
     """Do the loop's ``work`` on one job; should it raise (a row changed behind the app's
     back, a setting removed while the job waited...), fail that job with the error, log
     it, and return ``fallback``: the step goes on for every other job.
@@ -227,15 +245,16 @@ def isolated(job: Job, now: datetime, work: Callable[[], T], fallback: T) -> T:
         raise
     except Exception as error:
         logger.exception("Main loop: job %r could not be processed; failing it", job.pk)
-        fail_job(job, f"The main loop could not process this job: {describe(error)}", now)
+        fail_job(job, f"The main loop could not process this job: {describe(error)}", now, tally)
         return fallback
 
 
-def fail_job(job: Job, error: str, now: datetime) -> None:
+def fail_job(job: Job, error: str, now: datetime, tally: Tally) -> None:
     """Fail a job the loop cannot go on with (a WAITING job that could never start, or a
     row it cannot process), with its ``on_complete`` call. The job raised nothing itself:
     no traceback, no exception class."""
     job.status, job.error, job.finished_at = Status.FAILED, error, now
+    tally.final(job.queue, Status.FAILED)
     job.traceback = job.exception_class_path = ""
     Job.objects.filter(pk=job.pk).fail(error, now)
     create_callbacks([job], now)

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from django_ratequeue import clock
 from django_ratequeue.models import LoopState
 from django_ratequeue.queue.heartbeat import beat
 from django_ratequeue.queue.loop import Loop
@@ -21,3 +26,24 @@ def run_pass() -> Loop:
     loop.run(30)
     Runner(beat(force=True)).drain()
     return loop
+
+
+class Clock:
+    """The queue's clock (:mod:`django_ratequeue.clock`), standing still until moved."""
+
+    def __init__(self) -> None:
+        self.moment = datetime.now(tz=UTC)
+
+    def now(self) -> datetime:
+        return self.moment
+
+    def advance(self, seconds: float) -> None:
+        self.moment += timedelta(seconds=seconds)
+
+
+def freeze(monkeypatch: pytest.MonkeyPatch) -> Clock:
+    """Stop the queue's clock (until the test ends) and return it, to move by hand."""
+    moved = Clock()
+    monkeypatch.setattr(clock, "now", moved.now)
+    monkeypatch.setattr(clock, "timestamp", lambda: moved.now().timestamp())
+    return moved

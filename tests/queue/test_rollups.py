@@ -5,23 +5,33 @@ from __future__ import annotations
 import math
 import random
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
+from django.db import DatabaseError
+from django.db.models import Sum
 
-from django_ratequeue.models import QueueMinute
+from django_ratequeue import enqueue
+from django_ratequeue.models import Attempt, Job, QueueMinute
+from django_ratequeue.queue.loop import Loop
 from django_ratequeue.queue.models import HISTOGRAM_BOUNDS, HISTOGRAM_BUCKETS, bucket_field
 from django_ratequeue.queue.rollups import (
+    ARRIVALS_SETTLE,
+    FINAL_FIGURES,
     MAX_POINTS,
     bucket_of,
     percentile,
     queues_with_figures,
     series,
 )
+from django_ratequeue.queue.stats import UNFINISHED
+from tests.queue import jobs
+from tests.queue.steps import freeze, leading_loop, run_pass
 
 T0 = datetime(2026, 11, 23, 10, 0, tzinfo=UTC)
 
 
-def minute_row(queue: str, minute: datetime, waits: list[float] = (), **counts: int) -> None:
+def minute_row(queue: str, minute: datetime, waits: tuple[float, ...] = (), **counts: int) -> None:
     buckets = {bucket_field("wait", bucket_of(w)): 0 for w in waits}
     for wait in waits:
         buckets[bucket_field("wait", bucket_of(wait))] += 1
@@ -36,7 +46,7 @@ def reference(samples: list[float], fraction: float) -> float:
 
 @pytest.mark.django_db
 def test_series_is_zero_filled_and_sums_queues_and_steps() -> None:
-    minute_row("a", T0, completed=3, enqueued=4, waits=[0.2, 0.3])
+    minute_row("a", T0, completed=3, enqueued=4, waits=(0.2, 0.3))
     minute_row("b", T0, completed=1, failed=2)
     minute_row("a", T0 + timedelta(minutes=2), started=5, tokens_reserved=7, tokens_spent=6)
     minute_row("a", T0 - timedelta(minutes=1), completed=100)  # before the range
@@ -48,6 +58,7 @@ def test_series_is_zero_filled_and_sums_queues_and_steps() -> None:
     assert (points[2].tokens_reserved, points[2].tokens_spent) == (7, 6)
     assert points[0].enqueued == 4
     assert points[1].wait_p50 is None and points[1].run_p99 is None
+    assert points[0].wait_p50 is not None and points[0].wait_p99 is not None
     assert bucket_of(points[0].wait_p50) == bucket_of(0.2)
     assert bucket_of(points[0].wait_p99) == bucket_of(0.3)
 
@@ -100,3 +111,117 @@ def test_percentiles_fall_in_the_bucket_of_the_sorted_lists(seed: int) -> None:
         estimate = percentile(buckets, fraction)
         assert estimate is not None
         assert bucket_of(estimate) == bucket_of(reference(samples, fraction)), fraction
+
+
+# -- kept by the loop ----------------------------------------------------------------------
+
+
+def table_figures() -> dict[str, dict[str, int]]:
+    """Per queue, what the jobs and attempts tables say the rollups must hold (for a run
+    where no attempt was released and no job was canceled while it had a retry due)."""
+    figures: dict[str, dict[str, int]] = {}
+    for job in Job.objects.all():
+        queue = figures.setdefault(job.queue, dict.fromkeys(FIGURES, 0))
+        queue["enqueued"] += 1
+        if job.status in FINAL_FIGURES:
+            queue[FINAL_FIGURES[job.status]] += 1
+    for attempt in Attempt.objects.select_related("job"):
+        queue = figures[attempt.queue]
+        queue["started"] += 1
+        queue["ran"] += attempt.started_at is not None
+        queue["retried"] += attempt.number < attempt.job.attempts
+    return figures
+
+
+def rollup_figures() -> dict[str, dict[str, int]]:
+    """Per queue, the rollups summed (``ran``: the run-time samples)."""
+    figures: dict[str, dict[str, int]] = {}
+    for row in QueueMinute.objects.all():
+        queue = figures.setdefault(row.queue, dict.fromkeys(FIGURES, 0))
+        for name in FIGURES[:-1]:
+            queue[name] += getattr(row, name)
+        queue["ran"] += sum(getattr(row, bucket_field("run", b)) for b in range(HISTOGRAM_BUCKETS))
+        waited = sum(getattr(row, bucket_field("wait", b)) for b in range(HISTOGRAM_BUCKETS))
+        assert waited == row.started  # one wait per start
+    return figures
+
+
+FIGURES = ["enqueued", "started", "completed", "failed", "retried", "canceled", "ran"]
+
+
+@pytest.mark.django_db
+def test_the_rollups_say_what_the_tables_say_after_a_mixed_run(
+    monkeypatch: pytest.MonkeyPatch, settings: Any
+) -> None:
+    limits = {"small": {"kind": "token bucket", "rate": 60, "period": 60, "max_reserved": 5}}
+    settings.RATEQUEUE = {
+        **settings.RATEQUEUE,
+        "RATE_LIMITS": limits,
+        "QUEUES": {"gated": {"rate_limit": "small"}},
+    }
+    frozen = freeze(monkeypatch)
+    quick: Any = {"retry_count": 2, "initial_interval": 1, "randomize_interval": False}
+    for n in range(5):
+        enqueue(jobs.add, args=[n, n], queue="a", on_complete=jobs.echo)
+    for _ in range(3):
+        enqueue(jobs.fail, queue="b", retries=quick)
+    enqueue(jobs.fail_hard, queue="b")
+    later = [enqueue(jobs.add, args=[1, 1], queue="a", run_after=600) for _ in range(3)]
+    gated = [enqueue(jobs.add, args=[1, 1], queue="gated") for _ in range(4)]
+    frozen.advance(0.5)
+    run_pass()
+    for handle in later[:2]:
+        handle.cancel()
+    for _ in range(50):  # back-offs come due and rate-limit tokens refill
+        if not Job.objects.exclude(pk=later[2].id).filter(status__in=UNFINISHED).exists():
+            break
+        frozen.advance(1.5)
+        run_pass()
+    frozen.advance(ARRIVALS_SETTLE.total_seconds() + 1)
+    run_pass()
+    frozen.advance(ARRIVALS_SETTLE.total_seconds() + 1)
+    run_pass()  # counts the callbacks the last pass enqueued
+
+    assert Job.objects.filter(queue="gated", status="complete").count() == len(gated)
+    assert rollup_figures() == table_figures()
+    expected = table_figures()
+    assert expected["b"] == {
+        "enqueued": 4,
+        "started": 10,
+        "completed": 0,
+        "failed": 4,
+        "retried": 6,
+        "canceled": 0,
+        "ran": 10,
+    }
+    assert expected["a"]["canceled"] == 2 and expected["default"]["enqueued"] == 5
+    tokens = QueueMinute.objects.filter(queue="gated").aggregate(
+        reserved=Sum("tokens_reserved"), spent=Sum("tokens_spent")
+    )
+    assert tokens == {"reserved": 4, "spent": 4}
+    # The series agrees, and a rate-gated job's wait counts its wait for tokens.
+    points = series("gated", frozen.now() - timedelta(hours=1), frozen.now())
+    assert sum(p.started for p in points) == sum(p.tokens_spent for p in points) == 4
+    assert max(p.wait_p99 or 0 for p in points) >= 1
+
+
+@pytest.mark.django_db
+def test_a_step_that_rolls_back_counts_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    frozen = freeze(monkeypatch)
+    loop = leading_loop()
+    loop.step()  # counting arrivals starts
+    enqueue(jobs.add, args=[1, 1])
+    frozen.advance(ARRIVALS_SETTLE.total_seconds() + 1)
+    keep_runners = Loop.keep_runners
+
+    def broken(*args: Any) -> None:
+        raise DatabaseError("the step breaks after dispatching")
+
+    monkeypatch.setattr(Loop, "keep_runners", broken)
+    with pytest.raises(DatabaseError):
+        loop.step()
+    assert not QueueMinute.objects.exists()
+    monkeypatch.setattr(Loop, "keep_runners", keep_runners)
+    loop.step()
+    (row,) = QueueMinute.objects.all()
+    assert (row.enqueued, row.started, row.queue) == (1, 1, "default")

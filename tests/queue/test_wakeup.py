@@ -7,14 +7,13 @@ real statements on the test database."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 import pytest
 from django.db import connection, transaction
 
-from django_ratequeue import clock, enqueue, enqueue_many
+from django_ratequeue import enqueue, enqueue_many
 from django_ratequeue.conf import ratequeue_settings
 from django_ratequeue.models import Attempt, LoopState
 from django_ratequeue.queue.agent import Agent
@@ -25,28 +24,12 @@ from django_ratequeue.queue.runner import Runner
 from django_ratequeue.queue.stats import queue_overview
 from django_ratequeue.queue.wakeup import LOOP, WORK, Waiter, signal
 from tests.queue import jobs
-from tests.queue.steps import leading_loop
-
-
-class Clock:
-    """The queue's clock (:mod:`django_ratequeue.clock`), standing still until moved."""
-
-    def __init__(self) -> None:
-        self.moment = datetime.now(tz=UTC)
-
-    def now(self) -> datetime:
-        return self.moment
-
-    def advance(self, seconds: float) -> None:
-        self.moment += timedelta(seconds=seconds)
+from tests.queue.steps import Clock, freeze, leading_loop
 
 
 @pytest.fixture
-def frozen(monkeypatch: pytest.MonkeyPatch) -> Iterator[Clock]:
-    moved = Clock()
-    monkeypatch.setattr(clock, "now", moved.now)
-    monkeypatch.setattr(clock, "timestamp", lambda: moved.now().timestamp())
-    yield moved
+def frozen(monkeypatch: pytest.MonkeyPatch) -> Clock:
+    return freeze(monkeypatch)
 
 
 def generation() -> int:

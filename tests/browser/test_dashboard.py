@@ -86,6 +86,30 @@ def count_shown(browser: Chrome, queue: str, column: str) -> str | None:
     )
 
 
+def chart_summary(browser: Chrome, queue: str, chart: str) -> str:
+    """The description of ``queue``'s ``chart`` (throughput, depth, wait, run), "" if the
+    page has no such chart."""
+    return browser.execute_script(
+        """
+        const [queue, chart] = arguments;
+        const section = [...document.querySelectorAll("section.rq-queue-charts")]
+            .find((s) => s.dataset.queue === queue);
+        const selector = `svg[aria-labelledby$="-${chart}-desc"] desc`;
+        const desc = section && section.querySelector(selector);
+        return desc ? desc.textContent : "";
+        """,
+        queue,
+        chart,
+    )
+
+
+def first_chart_title(browser: Chrome) -> str:
+    """Read in one script: the body may be swapped between two WebDriver calls."""
+    return browser.execute_script(
+        'return document.querySelector(".rq-chart title")?.textContent ?? "";'
+    )
+
+
 def save_screenshots(browser: Chrome, directory: Path) -> None:
     """The top of the dashboard, light then dark (the admin follows the system's theme)."""
     directory.mkdir(parents=True, exist_ok=True)
@@ -117,14 +141,27 @@ def test_the_dashboard_shows_the_queues_and_follows_jobs_live(
     assert first and "started:" in first and "in all" in first
     assert count_shown(page, "emails", "complete") == "0"
 
-    # Live: jobs run on the cluster and the page shows them, without reloading.
+    # Live: jobs run on the cluster and the page shows them, without reloading: their
+    # counts, and the charts of their queue (it had none: nothing happened in it before).
     page.execute_script("window.notReloaded = true;")
-    handles = [enqueue(jobs.add, args=[n, n], queue="emails") for n in range(5)]
-    handles.append(enqueue(jobs.fail_hard, queue="emails"))
+    assert not chart_summary(page, "default", "throughput")
+    handles = [enqueue(jobs.add, args=[n, n], queue="default") for n in range(5)]
+    handles.append(enqueue(jobs.fail_hard, queue="default"))
     for handle in handles[:-1]:
         handle.result(timeout=60)
-    shows(page, lambda b: count_shown(b, "emails", "complete") == "5", "5 complete jobs shown")
-    shows(page, lambda b: count_shown(b, "emails", "failed") == "1", "1 failed job shown")
+    shows(page, lambda b: count_shown(b, "default", "complete") == "5", "5 complete jobs shown")
+    shows(page, lambda b: count_shown(b, "default", "failed") == "1", "1 failed job shown")
+    throughput = shows(
+        page,
+        lambda b: (
+            "failed: 1 in all" in (text := chart_summary(b, "default", "throughput")) and text
+        ),
+        "the default queue's throughput chart",
+    )
+    assert "started: 6 in all" in throughput and "completed: 5 in all" in throughput
+    assert "no data" not in chart_summary(page, "default", "run")
+    assert page.execute_script("return window.notReloaded === true;")
+
     # A queue paused with a backlog: its badge and counts change live too.
     pause_queue("llm")
     for n in range(12):
@@ -136,31 +173,11 @@ def test_the_dashboard_shows_the_queues_and_follows_jobs_live(
     # The window toggle is a link, reachable by keyboard; it swaps the charts in place.
     day = page.find_element("css selector", ".rq-window a[data-window=day]")
     day.send_keys("\n")
-    shows(
-        page,
-        lambda b: (
-            "the last day"
-            in (
-                b.find_element("css selector", ".rq-chart title").get_attribute("textContent")
-                or ""
-            )
-        ),
-        "the day's charts",
-    )
+    shows(page, lambda b: "the last day" in first_chart_title(b), "the day's charts")
     assert page.execute_script("return window.notReloaded === true;")
     assert urlsplit(page.current_url).query == "window=day"
     page.find_element("css selector", ".rq-window a[data-window=hour]").send_keys("\n")
-    shows(
-        page,
-        lambda b: (
-            "the last hour"
-            in (
-                b.find_element("css selector", ".rq-chart title").get_attribute("textContent")
-                or ""
-            )
-        ),
-        "the hour's charts",
-    )
+    shows(page, lambda b: "the last hour" in first_chart_title(b), "the hour's charts")
 
     if directory := os.environ.get("RATEQUEUE_SCREENSHOTS"):
         save_screenshots(page, Path(directory))

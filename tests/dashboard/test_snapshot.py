@@ -76,11 +76,13 @@ def test_a_rate_gated_queue_without_tokens_is_rate_bound() -> None:
     llm = {q.name: q for q in snapshot().queues}["llm"]
     assert not llm.rate_bound  # the bucket is full
     rate_limit("llm_tokens", count=200)
+    rate_limit("llm_tokens", count=1000, reserve=True)  # 50 s of refill reserved ahead
     data = snapshot()
     llm = {q.name: q for q in data.queues}["llm"]
     assert llm.rate_bound and ("rate-bound", "rate-bound") in llm.badges
     use = {u.name: u for u in data.rate_limits}["llm_tokens"]
-    assert use.capacity == 200 and use.value < 1 and use.used == pytest.approx(1, abs=0.01)
+    assert use.capacity == 200 and use.value < -900 and use.used == 1
+    assert use.reserved > 900
     assert use.queues == ("llm",)
 
 

@@ -45,6 +45,7 @@ DEFAULTS: dict[str, Any] = {
     "ENQUEUE_RATE_LIMIT": None,
     "ENQUEUE_ASYNC_COMMIT": False,
     "RETENTION": 7 * 24 * 3600,
+    "ROLLUP_RETENTION": 7 * 24 * 3600,
     "SEGMENT": 0.1,
     "LOOP_LEASE": 10.0,
     "WATCHDOG_INTERVAL": 0.5,
@@ -132,6 +133,8 @@ class RateQueueSettings:
     ENQUEUE_ASYNC_COMMIT: bool
     # How long finished jobs are kept for result() and the admin, in seconds.
     RETENTION: float
+    # How long the queues' per-minute figures (queue/rollups.py) are kept, in seconds.
+    ROLLUP_RETENTION: float
     # Main loop timing, in seconds. SEGMENT: the loop's time slice (wake-ups are rounded
     # up to it; runners report completions at most this often).
     SEGMENT: float
@@ -471,6 +474,7 @@ class _Parser:
             ENQUEUE_RATE_LIMIT=self.enqueue_rate_limit(),
             ENQUEUE_ASYNC_COMMIT=self.flag("ENQUEUE_ASYNC_COMMIT"),
             RETENTION=self.duration("RETENTION", "E205", allow_zero=True),
+            ROLLUP_RETENTION=self.duration("ROLLUP_RETENTION", "E221", allow_zero=True),
             SEGMENT=durations["SEGMENT"],
             LOOP_LEASE=durations["LOOP_LEASE"],
             WATCHDOG_INTERVAL=durations["WATCHDOG_INTERVAL"],

@@ -52,6 +52,7 @@ def test_values_are_parsed_into_their_types() -> None:
         "ENQUEUE_RATE_LIMIT": {"rate": 200, "period": 1, "capacity": 600},
         "JOB_MODULES": ["tests.queue.jobs"],
         "RETENTION": timedelta(days=1),
+        "ROLLUP_RETENTION": timedelta(days=30),
     }
     with override_settings(RATEQUEUE=configured):
         settings = ratequeue_settings()
@@ -62,6 +63,7 @@ def test_values_are_parsed_into_their_types() -> None:
     assert TokenBucket(rate=200, period=1, capacity=600) == settings.ENQUEUE_RATE_LIMIT
     assert settings.JOB_MODULES == ("tests.queue.jobs",)
     assert settings.RETENTION == 86400.0
+    assert settings.ROLLUP_RETENTION == 30 * 86400.0
     with pytest.raises(TypeError):
         settings.QUEUES["new"] = QueueConfig()  # type: ignore[index]
 
@@ -97,6 +99,7 @@ def test_durations_are_finite_and_bounded(value: Any) -> None:
     for name in DURATIONS:
         assert [n for n, _ in problems(**{name: value})] == ["django_ratequeue.E202"], name
     assert [n for n, _ in problems(RETENTION=value)] == ["django_ratequeue.E205"]
+    assert [n for n, _ in problems(ROLLUP_RETENTION=value)] == ["django_ratequeue.E221"]
 
 
 @pytest.mark.parametrize("value", [1e308, 2**64, 1.5, "10"])

@@ -1,5 +1,5 @@
 """Retention: finished jobs are kept RETENTION seconds for ``result()`` and the admin,
-with their attempts and output.
+with their attempts and output; the queues' per-minute figures ROLLUP_RETENTION seconds.
 
 The loop prunes a small batch now and then when it has nothing else to do, and with it
 rate-limit rows that are full again (:mod:`..ratelimit.prune`);
@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from ..conf import ratequeue_settings
 from ..ratelimit.prune import prune_full_rows
-from .models import Attempt, Job, OutputChunk, WorkerHeartbeat, queue_db
+from .models import Attempt, Job, OutputChunk, QueueMinute, WorkerHeartbeat, queue_db
 
 BACKGROUND_EVERY = 60.0
 BACKGROUND_BATCH = 500
@@ -35,6 +35,16 @@ def prune_batch(limit: int) -> int:
     return len(ids)
 
 
+def prune_rollups(limit: int | None = None) -> int:
+    """Delete the per-minute figures older than ROLLUP_RETENTION (at most ``limit`` rows);
+    return how many."""
+    cutoff = timezone.now() - timedelta(seconds=ratequeue_settings().ROLLUP_RETENTION)
+    old = QueueMinute.objects.filter(minute__lt=cutoff)
+    if limit is not None:
+        old = QueueMinute.objects.filter(pk__in=list(old.values_list("pk", flat=True)[:limit]))
+    return old.delete()[0]
+
+
 def prune_heartbeats() -> int:
     """Forget worker processes not seen for a day."""
     cutoff = timezone.now() - timedelta(days=1)
@@ -42,10 +52,13 @@ def prune_heartbeats() -> int:
 
 
 def prune(batch_size: int = 1000) -> int:
-    """Prune every job that is due, in batches; return how many were deleted."""
+    """Prune every job that is due, in batches, and the per-minute figures that are; return
+    how many jobs were deleted."""
     total = 0
     while count := prune_batch(batch_size):
         total += count
+    while prune_rollups(batch_size):
+        pass
     prune_heartbeats()
     return total
 
@@ -57,5 +70,6 @@ def prune_in_background() -> None:
         return
     _next_background_prune = time.monotonic() + BACKGROUND_EVERY
     prune_batch(BACKGROUND_BATCH)
+    prune_rollups(BACKGROUND_BATCH)
     prune_heartbeats()
     prune_full_rows(BACKGROUND_BATCH)

@@ -214,6 +214,24 @@ def _figures(start: datetime, sums: dict[str, int]) -> Figures:
     )
 
 
+def _points(since: datetime, until: datetime, step: timedelta) -> tuple[datetime, int]:
+    """The first point's start and the number of points of a series (see :func:`series`)."""
+    if since.tzinfo is None or until.tzinfo is None:
+        raise ValueError("series() needs aware datetimes.")
+    seconds = step.total_seconds()
+    if seconds <= 0 or seconds % 60:
+        raise ValueError(f"The step must be a positive whole number of minutes, not {step}.")
+    if until < since:
+        raise ValueError("until is before since.")
+    width = int(seconds)
+    first = int(floor_minute(since).timestamp()) // width * width
+    last = int(floor_minute(until).timestamp()) // width * width
+    points = (last - first) // width + 1
+    if points > MAX_POINTS:
+        raise ValueError(f"{points} points asked for; at most {MAX_POINTS} per series.")
+    return datetime.fromtimestamp(first, UTC), points
+
+
 def series(
     queue: str | None,
     since: datetime,
@@ -230,20 +248,7 @@ def series(
     figures in the range. ValueError for naive datetimes, a step that is not a positive
     whole number of minutes, ``until`` before ``since``, or more than MAX_POINTS points.
     """
-    if since.tzinfo is None or until.tzinfo is None:
-        raise ValueError("series() needs aware datetimes.")
-    seconds = step.total_seconds()
-    if seconds <= 0 or seconds % 60:
-        raise ValueError(f"The step must be a positive whole number of minutes, not {step}.")
-    if until < since:
-        raise ValueError("until is before since.")
-    width = int(seconds)
-    first = int(floor_minute(since).timestamp()) // width * width
-    last = int(floor_minute(until).timestamp()) // width * width
-    points = (last - first) // width + 1
-    if points > MAX_POINTS:
-        raise ValueError(f"{points} points asked for; at most {MAX_POINTS} per series.")
-    start = datetime.fromtimestamp(first, UTC)
+    start, points = _points(since, until, step)
     rows = QueueMinute.objects.filter(minute__gte=start, minute__lt=start + step * points)
     if queue is not None:
         rows = rows.filter(queue=queue)
@@ -256,10 +261,30 @@ def series(
         .order_by()
     )
     for minute, *values in by_minute:
-        point = sums[(int(minute.timestamp()) - first) // width]
+        point = sums[int((minute - start) / step)]
         for field, value in zip(fields, values, strict=True):
             point[field] += value or 0
     return [_figures(start + step * n, sums[n]) for n in range(points)]
+
+
+def by_queue(since: datetime, until: datetime) -> dict[str, Figures]:
+    """Each queue's figures summed over the minutes from ``since`` to ``until`` (both
+    floored to the minute, both included), for the queues that have any: one query, one
+    row per queue. ``start`` is ``since``'s minute. ValueError as for :func:`series`."""
+    start, minutes = _points(since, until, timedelta(minutes=1))
+    fields = (*COUNT_FIELDS, *BUCKET_FIELDS)
+    rows = (
+        QueueMinute.objects.filter(
+            minute__gte=start, minute__lt=start + timedelta(minutes=minutes)
+        )
+        .values("queue")
+        .annotate(**{f"s_{f}": Sum(f) for f in fields})
+        .values_list("queue", *(f"s_{f}" for f in fields))
+        .order_by()
+    )
+    return {
+        queue: _figures(start, dict(zip(fields, values, strict=True))) for queue, *values in rows
+    }
 
 
 def queues_with_figures(since: datetime) -> list[str]:

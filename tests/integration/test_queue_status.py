@@ -5,14 +5,18 @@ from __future__ import annotations
 import json
 from datetime import timedelta
 from io import StringIO
+from typing import Any
 
 import pytest
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
 from django.utils import timezone
 
-from django_ratequeue import Status, enqueue
-from django_ratequeue.models import Attempt, Job
+from django_ratequeue import Status, clock, enqueue
+from django_ratequeue.management.commands import ratequeue_status
+from django_ratequeue.management.commands.ratequeue_status import CLEAR
+from django_ratequeue.models import Attempt, Job, QueueMinute
 from django_ratequeue.queue import stats
+from django_ratequeue.queue.rollups import floor_minute
 from tests.cluster import wait_for
 from tests.queue import jobs
 from tests.queue.steps import leading_loop
@@ -161,3 +165,62 @@ def test_counts_stop_at_the_limit_instead_of_reading_all_history(monkeypatch) ->
         next(line for line in text.splitlines() if line.startswith("emails")).split()[-2] == "3+"
     )
     assert "Counts stop at 3" in text
+
+
+@pytest.mark.django_db
+def test_watch_draws_frames_with_the_last_minute(settings: Any) -> None:
+    settings.RATEQUEUE = {
+        **settings.RATEQUEUE,
+        "RATE_LIMITS": {"smtp": {"kind": "token bucket", "rate": 1, "period": 60}},
+        "QUEUES": {"emails": {"max_concurrency": 2, "rate_limit": "smtp"}, "slow": {}},
+    }
+    enqueue(jobs.echo, queue="emails")
+    running = enqueue(jobs.echo, queue="slow")
+    enqueue(jobs.echo, queue="slow")
+    Job.objects.filter(pk=running.id).update(status=Status.RUNNING)
+    last_minute = floor_minute(clock.now()) - timedelta(minutes=1)
+    # 7 waits in [0.512 s, 1.024 s), 6 runs in [2.048 s, 4.096 s).
+    QueueMinute.objects.create(
+        queue="emails", minute=last_minute, started=7, completed=5, failed=1, wait_h10=7, run_h12=6
+    )
+    QueueMinute.objects.create(queue="slow", minute=last_minute - timedelta(minutes=1), started=3)
+
+    out = status("--watch", "--frames", "2", "--interval", "0.01")
+
+    frames = out.split("ratequeue_status at ")[1:]
+    assert len(frames) == 2 and CLEAR not in out  # not a terminal: one frame after the other
+    lines = frames[0].splitlines()
+    assert lines[1].endswith("STARTED/MIN  DONE/MIN  FAILED/MIN  WAIT P95  RUN P95  STATE")
+    rows = {line.split()[0]: line.split() for line in lines[2:] if line.strip()}
+    assert rows["emails"][-8:] == ["7", "5", "1", "975ms", "3.9s", "rate", "limit", "smtp"]
+    # Its minute is not the last one: zeros; one job runs, the other waits for its slot.
+    assert rows["slow"][-6:] == ["0", "0", "0", "-", "-", "saturated"]
+    assert rows["(all)"][-3:] == ["7", "5", "1"]
+
+
+@pytest.mark.parametrize("interval", ["0", "-1", "inf", "nan", "3601", "soon"])
+def test_watch_refuses_an_interval_it_cannot_keep(interval: str) -> None:
+    with pytest.raises(CommandError, match="--interval"):
+        status("--watch", "--interval", interval)
+
+
+def test_watch_does_not_go_with_json() -> None:
+    with pytest.raises(CommandError, match="does not go with --watch"):
+        status("--watch", "--json")
+
+
+class Terminal(StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.mark.django_db
+def test_watch_redraws_a_terminal_until_ctrl_c(monkeypatch: pytest.MonkeyPatch) -> None:
+    def ctrl_c(seconds: float) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(ratequeue_status.time, "sleep", ctrl_c)
+    out = Terminal()
+    call_command("ratequeue_status", "--watch", stdout=out)  # returns: no traceback
+    assert out.getvalue().startswith(CLEAR + "ratequeue_status at ")
+    assert out.getvalue().count("ratequeue_status at ") == 1

@@ -5,21 +5,26 @@ from __future__ import annotations
 import math
 import random
 from datetime import UTC, datetime, timedelta
+from io import StringIO
 from typing import Any
 
 import pytest
+from django.core.management import call_command
 from django.db import DatabaseError
 from django.db.models import Sum
+from django.utils import timezone
 
 from django_ratequeue import enqueue
 from django_ratequeue.models import Attempt, Job, QueueMinute
 from django_ratequeue.queue.loop import Loop
 from django_ratequeue.queue.models import HISTOGRAM_BOUNDS, HISTOGRAM_BUCKETS, bucket_field
+from django_ratequeue.queue.retention import prune_rollups
 from django_ratequeue.queue.rollups import (
     ARRIVALS_SETTLE,
     FINAL_FIGURES,
     MAX_POINTS,
     bucket_of,
+    floor_minute,
     percentile,
     queues_with_figures,
     series,
@@ -225,3 +230,16 @@ def test_a_step_that_rolls_back_counts_nothing(monkeypatch: pytest.MonkeyPatch) 
     loop.step()
     (row,) = QueueMinute.objects.all()
     assert (row.enqueued, row.started, row.queue) == (1, 1, "default")
+
+
+@pytest.mark.django_db
+def test_figures_are_kept_for_rollup_retention(settings: Any) -> None:
+    settings.RATEQUEUE = {**settings.RATEQUEUE, "ROLLUP_RETENTION": timedelta(days=2)}
+    now = floor_minute(timezone.now())
+    for days in (3, 3, 1):
+        minute_row("a", now - timedelta(days=days, minutes=QueueMinute.objects.count()))
+    assert prune_rollups(1) == 1  # the loop's background batch
+    call_command("ratequeue_prune", stdout=StringIO())
+    assert [row.minute for row in QueueMinute.objects.all()] == [
+        now - timedelta(days=1, minutes=2)
+    ]

@@ -165,6 +165,7 @@ def settings_read_as_attributes() -> None:
     assert_type(settings, RateQueueSettings)
     assert_type(settings.MAX_CONCURRENCY, int)
     assert_type(settings.RETENTION, float)
+    assert_type(settings.ROLLUP_RETENTION, float)
     assert_type(settings.QUEUES["emails"].max_concurrency, int)
     assert_type(settings.QUEUES["emails"].rate_limit, str | None)
     assert_type(settings.DEFAULT_RETRIES, Retry)

@@ -1,4 +1,5 @@
-"""``manage.py ratequeue_prune``: delete finished jobs older than RATEQUEUE["RETENTION"]."""
+"""``manage.py ratequeue_prune``: delete finished jobs older than RATEQUEUE["RETENTION"],
+and the queues' per-minute figures older than RATEQUEUE["ROLLUP_RETENTION"]."""
 
 from __future__ import annotations
 
@@ -10,7 +11,10 @@ from ...queue.retention import prune
 
 
 class Command(BaseCommand):
-    help = "Delete finished jobs (and their attempts) older than RATEQUEUE['RETENTION']."
+    help = (
+        "Delete finished jobs (and their attempts) older than RATEQUEUE['RETENTION'], and "
+        "the queues' per-minute figures older than RATEQUEUE['ROLLUP_RETENTION']."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(

@@ -18,13 +18,13 @@ from typing import Literal
 
 from .. import clock
 from ..conf import ratequeue_settings
-from ..ratelimit.api import shard_states
+from ..ratelimit.api import project_row_value
 from ..ratelimit.models import RateLimitState
 from ..ratelimit.status import describe
 from . import rollups
 from .limits import QueueLimits, environment_limit, queue_overrides
-from .models import Attempt, Status, Wait, WorkerKey
-from .stats import QueueCounts, QueueOverview, WorkerInfo, queue_overview
+from .models import Attempt, QueueSetting, Status, Wait, WorkerKey
+from .stats import COLUMNS, QueueCounts, QueueOverview, WorkerInfo, effective_limit, queue_overview
 
 Window = Literal["hour", "day"]
 # The windows the charts cover, and the width of one bucket in each.
@@ -237,17 +237,23 @@ UNFINISHED_COLUMNS = (
 )
 
 
-def _rate_value(name: str) -> tuple[float, float]:
-    """(tokens available now, capacity) of the key-less limit ``name``."""
-    config = ratequeue_settings().RATE_LIMITS[name]
-    states = shard_states(name, config, None, clock.timestamp())
-    return sum(state.value for state in states.values()), config.max_tokens
-
-
 def _rate_limits(gated: dict[str, list[str]]) -> list[RateLimitUse]:
+    """Each configured limit's key-less value now (its rows of every limit in one read; a
+    missing shard is full) and its keyed rows, counted up to KEYS_COUNTED."""
+    configured = ratequeue_settings().RATE_LIMITS
+    rows: dict[str, list[RateLimitState]] = {}
+    for row in RateLimitState.objects.filter(name__in=list(configured), key=""):
+        rows.setdefault(row.name, []).append(row)
+    now = clock.timestamp()
     uses = []
-    for name, config in sorted(ratequeue_settings().RATE_LIMITS.items()):
-        value, capacity = _rate_value(name)
+    for name, config in sorted(configured.items()):
+        stored = {row.shard: row for row in rows.get(name, [])}
+        value = sum(
+            project_row_value(stored[shard], config, now) or 0.0
+            if shard in stored
+            else config.per_shard(shard).max_tokens
+            for shard in range(config.shard_count)
+        )
         keyed = (
             RateLimitState.objects.filter(name=name, shard=0)
             .exclude(key="")[:KEYS_COUNTED]
@@ -255,7 +261,7 @@ def _rate_limits(gated: dict[str, list[str]]) -> list[RateLimitUse]:
         )
         uses.append(
             RateLimitUse(
-                name, describe(config), value, capacity, keyed, tuple(gated.get(name, ()))
+                name, describe(config), value, config.max_tokens, keyed, tuple(gated.get(name, ()))
             )
         )
     return uses
@@ -351,7 +357,7 @@ def _remote_workers(active: _Active) -> list[RemoteWorkers]:
     ]
 
 
-def _charted(overview: QueueOverview, active: _Active, with_figures: set[str]) -> list[str]:
+def _charted(queues: list[QueueCounts], active: _Active, with_figures: set[str]) -> list[str]:
     """The queues that get charts of their own: the ones with figures in the window or
     unfinished jobs, the ones with most slots in use and unfinished jobs first, at most
     CHARTED_QUEUES."""
@@ -360,10 +366,29 @@ def _charted(overview: QueueOverview, active: _Active, with_figures: set[str]) -
         return sum(counts.counts[column] for column in UNFINISHED_COLUMNS)
 
     ranked = sorted(
-        (q for q in overview.queues if q.name in with_figures or unfinished(q)),
+        (q for q in queues if q.name in with_figures or unfinished(q)),
         key=lambda q: (-active.per_queue[q.name], -unfinished(q), q.name),
     )
     return [q.name for q in ranked[:CHARTED_QUEUES]]
+
+
+def _without_jobs(
+    with_figures: set[str],
+    overview: QueueOverview,
+    overrides: dict[str, QueueSetting],
+    max_concurrency: int,
+) -> list[QueueCounts]:
+    """The queues with figures in the window that the overview does not list (their jobs
+    are pruned already: figures are kept longer), with no job."""
+    names = sorted(with_figures - {q.name for q in overview.queues})
+    return [
+        QueueCounts(
+            name,
+            *effective_limit(name, QueueLimits.of(name, overrides, max_concurrency), None),
+            dict.fromkeys([column for column, _label in COLUMNS], 0),
+        )
+        for name in names
+    ]
 
 
 def snapshot(window: Window = DEFAULT_WINDOW) -> Snapshot:
@@ -376,14 +401,17 @@ def snapshot(window: Window = DEFAULT_WINDOW) -> Snapshot:
     overrides = queue_overrides()
     max_concurrency = environment_limit()
     active = _Active.read()
-    limits = {q.name: QueueLimits.of(q.name, overrides, max_concurrency) for q in overview.queues}
+    with_figures = set(rollups.queues_with_figures(since))
+    listed = [*overview.queues, *_without_jobs(with_figures, overview, overrides, max_concurrency)]
+    listed.sort(key=lambda counts: counts.name)
+    limits = {q.name: QueueLimits.of(q.name, overrides, max_concurrency) for q in listed}
     gated: dict[str, list[str]] = {}
     for name, queue_limits in limits.items():
         if queue_limits.rate_limit:
             gated.setdefault(queue_limits.rate_limit, []).append(name)
     rate_limits = _rate_limits(gated)
     rate_values = {use.name: use.value for use in rate_limits}
-    charted = _charted(overview, active, set(rollups.queues_with_figures(since)))
+    charted = _charted(listed, active, with_figures)
     queues = [
         _queue_state(
             counts,
@@ -392,7 +420,7 @@ def snapshot(window: Window = DEFAULT_WINDOW) -> Snapshot:
             rate_values,
             rollups.series(counts.name, since, now, step) if counts.name in charted else [],
         )
-        for counts in overview.queues
+        for counts in listed
     ]
     total = _total(queues, rollups.series(None, since, now, step), overview)
     workers = [LocalWorker(w, active.per_worker[w.id]) for w in overview.workers]

@@ -1,6 +1,7 @@
 // The queue dashboard's live refresh: every few seconds, fetch the page's body again
 // (the server renders it: charts included) and swap it in. Nothing is fetched while the
-// tab is hidden or while the person paused it. The window links (last hour / day) switch
+// tab is hidden or while the person paused it, and the body is not swapped while the
+// keyboard's focus is in it. The window links (last hour / day) switch
 // without a reload. No dependency; without this script the page is a plain snapshot.
 
 const live = document.getElementById("rq-live");
@@ -41,6 +42,9 @@ if (live && toggle && status) {
       }
       if (!response.ok) {
         say(`Live update failed (HTTP ${response.status}); trying again.`);
+      } else if (live.contains(document.activeElement)) {
+        // Swapping the body would take the keyboard's focus away: wait until it leaves.
+        say("Live updates wait while a link of the dashboard has the focus.");
       } else {
         live.innerHTML = await response.text();
         say("");

@@ -179,5 +179,13 @@ def test_the_dashboard_shows_the_queues_and_follows_jobs_live(
     page.find_element("css selector", ".rq-window a[data-window=hour]").send_keys("\n")
     shows(page, lambda b: "the last hour" in first_chart_title(b), "the hour's charts")
 
+    # Live updates can be paused and resumed by keyboard; the button says its state.
+    pause = page.find_element("id", "rq-live-toggle")
+    pause.send_keys(" ")
+    assert (pause.get_attribute("aria-pressed"), pause.text) == ("true", "Resume live updates")
+    assert page.find_element("id", "rq-live-status").text == "Live updates paused."
+    pause.send_keys(" ")
+    assert (pause.get_attribute("aria-pressed"), pause.text) == ("false", "Pause live updates")
+
     if directory := os.environ.get("RATEQUEUE_SCREENSHOTS"):
         save_screenshots(page, Path(directory))

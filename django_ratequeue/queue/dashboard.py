@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Literal
 
@@ -77,7 +77,7 @@ class QueueState:
 
     @property
     def badges(self) -> list[tuple[str, str]]:
-        """(css class, words) for each state the queue is in; "running" when none."""
+        """(css class, words) for each state the queue is in; "can start more" when none."""
         found = [
             (kind, words)
             for kind, words, on in [
@@ -126,6 +126,11 @@ class RateLimitUse:
     def reserved(self) -> float:
         return max(0.0, -self.value)
 
+    @property
+    def keyed_shown(self) -> str:
+        """The keyed rows for people: "1000+" once the count reached KEYS_COUNTED."""
+        return f"{self.keyed_rows}+" if self.keyed_rows >= KEYS_COUNTED else str(self.keyed_rows)
+
 
 @dataclass(frozen=True)
 class LocalWorker:
@@ -147,11 +152,13 @@ class RemoteWorkers:
 
 @dataclass(frozen=True)
 class Snapshot:
+    """Everything the dashboard shows, read at ``taken_at``."""
+
     taken_at: datetime
     window: Window
     step: timedelta
     overview: QueueOverview
-    # Every queue of the overview, and the charts of all queues together.
+    # The overview's queues and the ones with figures in the window; all of them summed.
     queues: list[QueueState]
     total: QueueState
     busiest_keys: list[BusyKey]
@@ -161,7 +168,7 @@ class Snapshot:
     max_concurrency: int
     in_use: int
     # The queues charted one by one (at most CHARTED_QUEUES).
-    charted: list[str] = field(default_factory=list)
+    charted: list[str]
 
     @property
     def environment_saturated(self) -> bool:

@@ -36,7 +36,7 @@ DEFAULT_WINDOW: Window = "hour"
 # The busiest concurrency keys shown.
 BUSIEST_KEYS = 10
 # Queues charted one by one (the busiest first); the "all queues" charts sum every queue.
-CHARTED_QUEUES = 20
+CHARTED_QUEUES = 8
 # Active attempts read at most (they are at most MAX_CONCURRENCY plus the ones waiting on
 # a subtask; the cap only guards the page against a runaway table).
 ACTIVE_READ_LIMIT = 10_000

@@ -33,7 +33,7 @@ from .models import (
     queue_db,
 )
 from .retention import prune_in_background
-from .rollups import ARRIVALS_SETTLE, Tally
+from .rollups import ARRIVALS_SETTLE, ARRIVALS_WINDOW, Tally
 from .transitions import STEP_LIMIT, apply_cancels, finish, promote_due, recover
 from .wakeup import WORK, lease_end, request_runners, segment_ceiling, signal
 
@@ -75,13 +75,16 @@ class Loop:
             arrivals_since = self.arrivals_until
             if arrivals_since is None:
                 arrivals_since = counted_arrivals() or now - ARRIVALS_SETTLE
-            arrivals_until = max(arrivals_since, now - ARRIVALS_SETTLE)
+            # At most a window of arrivals per step: a loop that was down catches up in
+            # steps (more_work) rather than in one long read.
+            settled = now - ARRIVALS_SETTLE
+            arrivals_until = max(arrivals_since, min(settled, arrivals_since + ARRIVALS_WINDOW))
             renewed = renew_lease(self.generation, now, arrivals_until)
             if renewed is None:
                 return None
             (max_concurrency,) = renewed
             tally.count_arrivals(arrivals_since, arrivals_until)
-            self.more_work = False
+            self.more_work = arrivals_until < settled
             did_work = self.recover(now)
             # Cancels before completions: a job canceled before the loop took in its
             # attempt's end ends CANCELED, whichever of the two reached the database first.

@@ -49,6 +49,8 @@ PERCENTILES = (0.50, 0.95, 0.99)
 # How long after its creation a job is counted in ``enqueued``: a producer's transaction
 # that commits later than this after its enqueue is not counted (see Tally.count_arrivals).
 ARRIVALS_SETTLE = timedelta(seconds=10)
+# The most time of arrivals one step counts (a loop that was down catches up step by step).
+ARRIVALS_WINDOW = timedelta(minutes=1)
 # The figure each final status counts in.
 FINAL_FIGURES: dict[str, str] = {
     Status.COMPLETE.value: "completed",

@@ -4,6 +4,7 @@ of the jobs or attempts table, and few statements (PostgreSQL's plans)."""
 from __future__ import annotations
 
 from datetime import timedelta
+from functools import partial
 
 import pytest
 from django.utils import timezone
@@ -32,7 +33,7 @@ def test_series_reads_minutes_not_jobs() -> None:
     for queue in ("q3", None):
         for since, step in ((timedelta(hours=1), 1), (timedelta(days=1), 5)):
             report = assert_no_seq_scan(
-                lambda q=queue, s=since, m=step: series(q, now - s, now, timedelta(minutes=m)),
+                partial(series, queue, now - since, now, timedelta(minutes=step)),
                 tables=(Job, Attempt, QueueMinute),
                 max_queries=1,
             )

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import random
 from datetime import UTC, datetime, timedelta
 from io import StringIO
 from typing import Any
@@ -13,9 +12,11 @@ from django.core.management import call_command
 from django.db import DatabaseError
 from django.db.models import Sum
 from django.utils import timezone
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from django_ratequeue import enqueue
-from django_ratequeue.models import Attempt, Job, QueueMinute
+from django_ratequeue.models import Attempt, Job, LoopState, QueueMinute
 from django_ratequeue.queue.loop import Loop
 from django_ratequeue.queue.models import HISTOGRAM_BOUNDS, HISTOGRAM_BUCKETS, bucket_field
 from django_ratequeue.queue.retention import prune_rollups
@@ -23,6 +24,7 @@ from django_ratequeue.queue.rollups import (
     ARRIVALS_SETTLE,
     FINAL_FIGURES,
     MAX_POINTS,
+    Tally,
     bucket_of,
     floor_minute,
     percentile,
@@ -30,10 +32,12 @@ from django_ratequeue.queue.rollups import (
     series,
 )
 from django_ratequeue.queue.stats import UNFINISHED
+from tests.cluster import wait_for
 from tests.queue import jobs
 from tests.queue.steps import freeze, leading_loop, run_pass
 
-T0 = datetime(2026, 11, 23, 10, 0, tzinfo=UTC)
+# A multiple of 420 minutes since the epoch, so of every step of 1 to 7 minutes.
+T0 = datetime.fromtimestamp(datetime(2026, 11, 23, tzinfo=UTC).timestamp() // 25200 * 25200, UTC)
 
 
 def minute_row(queue: str, minute: datetime, waits: tuple[float, ...] = (), **counts: int) -> None:
@@ -102,20 +106,72 @@ def test_buckets_cover_a_millisecond_to_an_hour() -> None:
     assert percentile([0] * HISTOGRAM_BUCKETS, 0.5) is None
 
 
-@pytest.mark.parametrize("seed", range(20))
-def test_percentiles_fall_in_the_bucket_of_the_sorted_lists(seed: int) -> None:
-    rng = random.Random(seed)
-    samples = [
-        rng.lognormvariate(rng.uniform(-8, 8), rng.uniform(0.1, 3))
-        for _ in range(rng.randint(1, 500))
-    ]
+@settings(max_examples=200, deadline=None)
+@given(
+    samples=st.lists(st.floats(min_value=0, max_value=1e5), min_size=1, max_size=300),
+    fraction=st.sampled_from([0.01, 0.5, 0.95, 0.99, 1.0]),
+)
+def test_percentiles_fall_in_the_bucket_of_the_sorted_lists(
+    samples: list[float], fraction: float
+) -> None:
     buckets = [0] * HISTOGRAM_BUCKETS
     for sample in samples:
         buckets[bucket_of(sample)] += 1
-    for fraction in (0.5, 0.95, 0.99, 1.0):
-        estimate = percentile(buckets, fraction)
-        assert estimate is not None
-        assert bucket_of(estimate) == bucket_of(reference(samples, fraction)), fraction
+    estimate = percentile(buckets, fraction)
+    assert estimate is not None
+    assert bucket_of(estimate) == bucket_of(reference(samples, fraction))
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    events=st.lists(
+        st.tuples(
+            st.sampled_from(["a", "b"]),
+            st.integers(0, 40),  # the step's minute after T0
+            st.sampled_from(["started", "completed", "tokens_spent"]),
+            st.integers(1, 5),
+        ),
+        max_size=30,
+    ),
+    since=st.integers(0, 40),
+    span=st.integers(0, 40),
+    width=st.integers(1, 7),
+    queue=st.sampled_from(["a", None]),
+)
+@pytest.mark.django_db
+def test_series_sums_what_the_steps_wrote(
+    events: list[tuple[str, int, str, int]],
+    since: int,
+    span: int,
+    width: int,
+    queue: str | None,
+) -> None:
+    """Steps written one UPSERT each, read back as a series of any step: each point is the
+    sum of its minutes."""
+    QueueMinute.objects.all().delete()
+    for name, minute, figure, number in events:
+        tally = Tally(T0 + timedelta(minutes=minute, seconds=30))
+        tally.count(name, figure, number)
+        tally.write()
+    step = timedelta(minutes=width)
+    points = series(
+        queue, T0 + timedelta(minutes=since), T0 + timedelta(minutes=since + span), step
+    )
+    first = T0 + timedelta(minutes=since // width * width)
+    assert [p.start for p in points] == [first + step * n for n in range(len(points))]
+    assert points[-1].start <= T0 + timedelta(minutes=since + span) < points[-1].start + step
+    for point in points:
+        for figure in ("started", "completed", "tokens_spent"):
+            expected = sum(
+                number
+                for name, minute, counted, number in events
+                if counted == figure
+                and queue in (None, name)
+                and point.start <= T0 + timedelta(minutes=minute) < point.start + step
+            )
+            assert getattr(point, figure) == expected
 
 
 # -- kept by the loop ----------------------------------------------------------------------
@@ -243,3 +299,45 @@ def test_figures_are_kept_for_rollup_retention(settings: Any) -> None:
     assert [row.minute for row in QueueMinute.objects.all()] == [
         now - timedelta(days=1, minutes=2)
     ]
+
+
+def test_a_cluster_keeps_the_rollups_of_what_it_ran(cluster: Any) -> None:
+    """Real workers: the rollups end up saying what the tables say, arrivals included
+    (the resting loop wakes to count them once they are ARRIVALS_SETTLE old)."""
+    cluster(QUEUES={"pair": {"max_concurrency": 2}})
+    quick: Any = {"retry_count": 1, "initial_interval": 0.1, "randomize_interval": False}
+    handles: list[Any] = [enqueue(jobs.add, args=[n, n], queue="pair") for n in range(8)]
+    handles += [enqueue(jobs.fail, retries=quick) for _ in range(2)]
+    handles.append(enqueue(jobs.fail_hard, queue="pair"))
+    later = enqueue(jobs.add, args=[1, 1], run_after=3600)
+    later.cancel()
+    wait_for(
+        lambda: all(handle.status() in FINAL_FIGURES for handle in [*handles, later]),
+        30,
+        "every job to finish",
+    )
+    settled = ARRIVALS_SETTLE.total_seconds() + 20
+    wait_for(
+        lambda: rollup_figures() == table_figures(),
+        settled,
+        "the rollups to say what the tables say",
+    )
+    assert table_figures()["default"]["retried"] == 2
+
+
+@pytest.mark.django_db
+def test_a_loop_that_was_down_counts_the_arrivals_step_by_step(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    frozen = freeze(monkeypatch)
+    leading_loop().step()  # counting arrivals starts
+    for minutes in (0, 30, 59):
+        enqueue(jobs.add, args=[1, 1], queue="q", run_after=86400)
+        frozen.advance(minutes * 60)
+    frozen.advance(3600)
+    loop = leading_loop()  # a new pass reads where counting stopped
+    loop.step()
+    assert loop.more_work  # an hour to catch up, a window per step
+    loop.run(30)
+    assert sum(QueueMinute.objects.values_list("enqueued", flat=True)) == 3
+    assert LoopState.objects.get().arrivals_until == frozen.now() - ARRIVALS_SETTLE

@@ -12,7 +12,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, tzinfo
+from functools import lru_cache
 from typing import Literal
 
 from django.utils import timezone
@@ -57,7 +58,14 @@ def number(value: float | None, kind: Kind = "count") -> str:
 
 
 def _clock(moment: datetime) -> str:
-    return timezone.localtime(moment).strftime("%H:%M")
+    """The time of day in the current time zone, e.g. "14:05"."""
+    return _clock_in(moment, timezone.get_current_timezone())
+
+
+@lru_cache(maxsize=4096)
+def _clock_in(moment: datetime, zone: tzinfo) -> str:
+    # A page shows the same few dozen times in each of its charts.
+    return timezone.localtime(moment, zone).strftime("%H:%M")
 
 
 def summary(title: str, series: Sequence[Series], kind: Kind) -> str:

@@ -123,6 +123,11 @@ class RateLimitUse:
         return min(1.0, max(0.0, (self.capacity - self.value) / self.capacity))
 
     @property
+    def exhausted(self) -> bool:
+        """Not one whole token left: what is drawn now waits (or is refused)."""
+        return self.value < 1
+
+    @property
     def reserved(self) -> float:
         return max(0.0, -self.value)
 

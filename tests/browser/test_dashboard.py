@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 
 from django.contrib.auth.models import User
 
-from django_ratequeue import clock, enqueue, pause_queue
+from django_ratequeue import clock, enqueue, pause_queue, rate_limit
 from django_ratequeue.models import QueueMinute
 from django_ratequeue.queue.models import HISTOGRAM_BUCKETS, bucket_field
 from django_ratequeue.queue.rollups import bucket_of, floor_minute
@@ -103,6 +103,28 @@ def chart_summary(browser: Chrome, queue: str, chart: str) -> str:
     )
 
 
+def busiest_keys(browser: Chrome) -> list[list[str]]:
+    """The rows of the busiest keys' table, as the page shows them."""
+    return browser.execute_script(
+        """
+        return [...document.querySelectorAll("table.rq-keys tbody tr")]
+            .map((tr) => [...tr.children].map((td) => td.textContent.trim()));
+        """
+    )
+
+
+def rate_limit_use(browser: Chrome, name: str) -> str:
+    """The share of the limit ``name`` the page shows in use, e.g. "75%"."""
+    return browser.execute_script(
+        """
+        const row = [...document.querySelectorAll("table.rq-limits tbody tr")]
+            .find((tr) => tr.children[0].textContent.trim() === arguments[0]);
+        return row ? row.children[1].textContent.trim() : "";
+        """,
+        name,
+    )
+
+
 def first_chart_title(browser: Chrome) -> str:
     """Read in one script: the body may be swapped between two WebDriver calls."""
     return browser.execute_script(
@@ -121,6 +143,14 @@ def save_screenshots(browser: Chrome, directory: Path) -> None:
         )
         browser.execute_script("document.activeElement.blur(); window.scrollTo(0, 0);")
         browser.save_screenshot(str(directory / f"dashboard-{scheme}.png"))
+    # Below the charts: the busiest keys, the rate limits and the workers (light theme).
+    browser.execute_cdp_cmd(
+        "Emulation.setEmulatedMedia",
+        {"features": [{"name": "prefers-color-scheme", "value": "light"}]},
+    )
+    browser.set_window_size(1440, 1000)
+    browser.execute_script('document.getElementById("rq-keys").scrollIntoView();')
+    browser.save_screenshot(str(directory / "dashboard-tables.png"))
     browser.execute_cdp_cmd("Emulation.setEmulatedMedia", {"features": []})
 
 
@@ -169,6 +199,23 @@ def test_the_dashboard_shows_the_queues_and_follows_jobs_live(
     shows(page, lambda b: count_shown(b, "llm", "waiting") == "12", "12 waiting jobs shown")
     assert count_shown(page, "llm", "state") == "paused"
     assert page.execute_script("return window.notReloaded === true;")
+
+    # Rate limits drawn on, and jobs running with concurrency keys: live too.
+    rate_limit("send_message", count=15)
+    rate_limit("free_trial_signup", count=100)
+    for key in ["tenant-a", "tenant-a", "tenant-b"]:
+        enqueue(jobs.sleep, args=[30], queue="emails", concurrency_key=key)
+    shows(page, lambda b: rate_limit_use(b, "free_trial_signup") == "100%", "a limit all used")
+    # 15 of 20 used, less a token every 6 s since.
+    assert 55 <= int(rate_limit_use(page, "send_message").rstrip("%")) <= 75
+    shows(
+        page,
+        lambda b: (
+            busiest_keys(b)[:2]
+            == [["emails", "tenant-a", "2 at its limit", "2"], ["emails", "tenant-b", "1", "2"]]
+        ),
+        "the busiest keys",
+    )
 
     # The window toggle is a link, reachable by keyboard; it swaps the charts in place.
     day = page.find_element("css selector", ".rq-window a[data-window=day]")

@@ -236,3 +236,17 @@ def test_the_dashboard_shows_the_queues_and_follows_jobs_live(
 
     if directory := os.environ.get("RATEQUEUE_SCREENSHOTS"):
         save_screenshots(page, Path(directory))
+
+    # Logged out meanwhile: the page says so and stops asking, rather than showing the
+    # login form in place of the dashboard.
+    page.delete_all_cookies()
+    status = shows(
+        page,
+        lambda b: (
+            "session ended" in (text := b.find_element("id", "rq-live-status").text) and text
+        ),
+        "the page to notice the session ended",
+    )
+    assert status == "Live updates stopped: your session ended. Reload the page to log in again."
+    assert page.find_elements("css selector", "#rq-live table.rq-queues")
+    assert not page.find_elements("css selector", "#rq-live #login-form")

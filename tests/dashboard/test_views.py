@@ -143,7 +143,10 @@ def test_the_day_window_sums_quarters_of_an_hour(admin_client: Client) -> None:
     assert len(total.series) == 96
     assert sum(f.started for f in total.series) == 7
     assert total.series[1].start - total.series[0].start == timedelta(minutes=15)
-    assert 'aria-current="true">Last day' in response.content.decode()
+    page = response.content.decode()
+    assert 'aria-current="true">Last day' in page
+    assert 'data-interval="30000"' in page  # a day's points change slowly: fewer reads
+    assert 'data-interval="5000"' in admin_client.get(DASHBOARD).content.decode()
 
 
 @pytest.mark.django_db

@@ -9,7 +9,8 @@ const toggle = document.getElementById("rq-live-toggle");
 const status = document.getElementById("rq-live-status");
 
 if (live && toggle && status) {
-  const interval = Number(live.dataset.interval) || 5000;
+  // The body says how long until the next look (longer for the day's window).
+  const interval = () => Number(live.querySelector(".rq-body")?.dataset.interval) || 5000;
   let paused = false;
   let timer = null;
   let pending = null;
@@ -18,7 +19,7 @@ if (live && toggle && status) {
   const stop = () => { clearTimeout(timer); timer = null; };
   const schedule = () => {
     stop();
-    if (!paused && !document.hidden) timer = setTimeout(refresh, interval);
+    if (!paused && !document.hidden) timer = setTimeout(refresh, interval());
   };
 
   async function refresh() {

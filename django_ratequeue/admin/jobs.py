@@ -37,7 +37,7 @@ from ..queue.handles import AttemptInfo, Handle
 from ..queue.models import FINAL_STATUSES, Job, OutputChunk, Status
 from ..queue.retry import Retry
 from ..queue.stats import COLUMNS, queue_overview
-from . import related, timeline
+from . import dashboard, related, timeline
 from .actions import PermittedActionsMixin
 
 RETRYABLE_STATUSES = (Status.FAILED, Status.CANCELED)
@@ -491,7 +491,7 @@ class JobAdmin(PermittedActionsMixin, admin.ModelAdmin):
             self.admin_site.admin_view(self.live_view),
             name="django_ratequeue_job_live",
         )
-        return [overview, cancel, retry, live, *super().get_urls()]
+        return [overview, *dashboard.urls(self), cancel, retry, live, *super().get_urls()]
 
     # -- a job's own page: its cancel and retry buttons ----------------------------------
 

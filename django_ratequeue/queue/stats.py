@@ -218,7 +218,7 @@ class QueueOverview:
         }
 
 
-def _limit(name: str, limits: QueueLimits, set_at_enqueue: int | None) -> tuple[int, str]:
+def effective_limit(name: str, limits: QueueLimits, set_at_enqueue: int | None) -> tuple[int, str]:
     """The queue's limit as the loop applies it (see ``QueueLimits``), and where it is from."""
     at_runtime = limits.source == "runtime"
     if limits.max_concurrency == 0:
@@ -258,7 +258,7 @@ def queue_overview() -> QueueOverview:
         queues.append(
             QueueCounts(
                 name,
-                *_limit(name, limits, set_at_enqueue),
+                *effective_limit(name, limits, set_at_enqueue),
                 counts[name],
                 frozenset(capped.get(name, ())),
             )

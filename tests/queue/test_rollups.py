@@ -269,6 +269,8 @@ def test_the_rollups_say_what_the_tables_say_after_a_mixed_run(
 @pytest.mark.django_db
 def test_a_step_that_rolls_back_counts_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
     frozen = freeze(monkeypatch)
+    # At a minute's start: the job's arrival and its start then fall in the same minute.
+    frozen.moment = floor_minute(frozen.moment) + timedelta(minutes=1)
     loop = leading_loop()
     loop.step()  # counting arrivals starts
     enqueue(jobs.add, args=[1, 1])

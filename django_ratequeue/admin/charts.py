@@ -1,0 +1,245 @@
+"""Line charts as server-rendered SVG: no script, no CDN, and every text escaped.
+
+:func:`line_chart` draws series of numbers over time buckets into an ``<svg role="img">``
+with a ``<title>`` and a ``<desc>`` that say in words what the chart shows, a legend, and
+the numbers as a table for screen readers. Colours are the admin's CSS variables
+(``static/ratequeue/dashboard.css``), so the charts follow its light and dark themes; each
+series also has its own dash pattern, so that colour is never the only difference.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, tzinfo
+from functools import lru_cache
+from typing import Literal
+
+from django.utils import timezone
+from django.utils.html import escape, format_html, format_html_join
+from django.utils.safestring import SafeString
+
+WIDTH, HEIGHT = 480, 200
+# The plot area inside the SVG: room on the left for the y labels, below for the times.
+LEFT, RIGHT, TOP, BOTTOM = 60, 10, 12, 26
+# What the numbers are: counts per bucket (summed), levels (a depth), or seconds.
+Kind = Literal["count", "level", "seconds"]
+# At most this many series in one chart (each its own class and dash pattern).
+MAX_SERIES = 3
+
+
+@dataclass(frozen=True)
+class Series:
+    """One line: its name and a value per bucket (None: no value in that bucket)."""
+
+    label: str
+    values: Sequence[float | None]
+
+
+def _finite(value: float | None) -> float | None:
+    return value if value is not None and math.isfinite(value) else None
+
+
+def number(value: float | None, kind: Kind = "count") -> str:
+    """A value for people, short: ``950``, ``12.5k``, ``3.1M``, ``2.5e+12``, ``0.25 s``."""
+    if value is None or not math.isfinite(value):
+        return "-"
+    unit = " s" if kind == "seconds" else ""
+    magnitude = abs(value)
+    if magnitude >= 1e9:
+        return f"{value:.2g}{unit}"
+    for size, suffix in ((1e6, "M"), (1e3, "k")):
+        if magnitude >= size:
+            return f"{value / size:.3g}{suffix}{unit}"
+    if kind == "seconds" or not float(value).is_integer():
+        return f"{value:.3g}{unit}"
+    return f"{int(value)}{unit}"
+
+
+def _clock(moment: datetime) -> str:
+    """The time of day in the current time zone, e.g. "14:05"."""
+    return _clock_in(moment, timezone.get_current_timezone())
+
+
+@lru_cache(maxsize=4096)
+def _clock_in(moment: datetime, zone: tzinfo) -> str:
+    # A page shows the same few dozen times in each of its charts.
+    return timezone.localtime(moment, zone).strftime("%H:%M")
+
+
+def summary(title: str, series: Sequence[Series], kind: Kind) -> str:
+    """The chart in words, for its ``<desc>``: per series, its total or its latest value,
+    and its peak."""
+    parts = []
+    for line in series:
+        values = [v for v in map(_finite, line.values) if v is not None]
+        if not values:
+            parts.append(f"{line.label}: no data")
+        elif kind == "count":
+            parts.append(
+                f"{line.label}: {number(sum(values))} in all, "
+                f"at most {number(max(values))} per interval"
+            )
+        else:
+            parts.append(
+                f"{line.label}: {number(values[-1], kind)} at the end, "
+                f"at most {number(max(values), kind)}"
+            )
+    return f"{title}. " + "; ".join(parts) + "." if parts else f"{title}: no data."
+
+
+def _scale(series: Sequence[Series]) -> float:
+    """The top of the y axis: the largest value rounded up to 1, 2 or 5 times a power of
+    ten (1 when every value is zero or missing)."""
+    peak = max(
+        (v for line in series for v in map(_finite, line.values) if v is not None), default=0.0
+    )
+    if peak <= 0:
+        return 1.0
+    power = 10 ** math.floor(math.log10(peak))
+    for step in (1, 2, 5, 10):
+        if peak <= step * power:
+            return float(step * power)
+    return float(10 * power)  # pragma: no cover - peak <= 10 * power always
+
+
+def _segments(values: Sequence[float | None], top: float, buckets: int) -> list[list[str]]:
+    """The polyline points of each unbroken run of values (a missing value breaks it)."""
+    plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
+    runs: list[list[str]] = [[]]
+    for i, value in enumerate(values):
+        value = _finite(value)
+        if value is None:
+            runs.append([])
+            continue
+        x = LEFT + (plot_w * (i + 0.5) / buckets)
+        y = TOP + plot_h * (1 - min(max(value, 0.0), top) / top)
+        runs[-1].append(f"{x:.1f},{y:.1f}")
+    return [run for run in runs if run]
+
+
+def _line(index: int, values: Sequence[float | None], top: float, buckets: int) -> SafeString:
+    marks = []
+    for run in _segments(values, top, buckets):
+        if len(run) == 1:  # a lone value: a dot, a line needs two points
+            x, y = run[0].split(",")
+            marks.append(format_html('<circle cx="{}" cy="{}" r="2.5"></circle>', x, y))
+        else:
+            marks.append(format_html('<polyline points="{}"></polyline>', " ".join(run)))
+    return format_html('<g class="rq-series rq-s{}">{}</g>', index, SafeString("".join(marks)))
+
+
+def _axes(top: float, starts: Sequence[datetime], kind: Kind) -> SafeString:
+    plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
+    grid = []
+    for fraction in (0.0, 0.5, 1.0):
+        y = TOP + plot_h * (1 - fraction)
+        grid.append(
+            format_html(
+                '<line class="rq-grid" x1="{}" x2="{}" y1="{}" y2="{}"></line>'
+                '<text class="rq-label" x="{}" y="{}" text-anchor="end">{}</text>',
+                LEFT,
+                WIDTH - RIGHT,
+                f"{y:.1f}",
+                f"{y:.1f}",
+                LEFT - 6,
+                f"{y + 4:.1f}",
+                number(top * fraction, kind),
+            )
+        )
+    if starts:
+        picks = sorted({0, len(starts) // 2, len(starts) - 1})
+        for i in picks:
+            x = LEFT + plot_w * (i + 0.5) / len(starts)
+            anchor = (
+                "start"
+                if i == 0 and len(picks) > 1
+                else "end"
+                if i == picks[-1] and i
+                else "middle"
+            )
+            grid.append(
+                format_html(
+                    '<text class="rq-label" x="{}" y="{}" text-anchor="{}">{}</text>',
+                    f"{x:.1f}",
+                    HEIGHT - 6,
+                    anchor,
+                    _clock(starts[i]),
+                )
+            )
+    return SafeString("".join(grid))
+
+
+def _table(
+    title: str, starts: Sequence[datetime], series: Sequence[Series], kind: Kind
+) -> SafeString:
+    """The numbers as a table, for screen readers. Built by joining strings (a day's
+    chart has hundreds of cells): the labels and the title are escaped, the times and
+    numbers are made here of digits, letters and signs only."""
+    head = "".join(f'<th scope="col">{escape(line.label)}</th>' for line in series)
+    rows = "".join(
+        f'<tr><th scope="row">{_clock(start)}</th>'
+        + "".join(f"<td>{number(_finite(line.values[i]), kind)}</td>" for line in series)
+        + "</tr>"
+        for i, start in enumerate(starts)
+    )
+    return format_html(
+        '<table class="visually-hidden"><caption>{}</caption>'
+        '<thead><tr><th scope="col">from</th>{}</tr></thead><tbody>{}</tbody></table>',
+        title,
+        SafeString(head),
+        SafeString(rows),
+    )
+
+
+def line_chart(
+    chart_id: str,
+    title: str,
+    starts: Sequence[datetime],
+    series: Sequence[Series],
+    kind: Kind = "count",
+) -> SafeString:
+    """A ``<figure>`` with the SVG chart of ``series`` (one value per bucket of
+    ``starts``), its legend and its data table. ``chart_id`` must be unique in the page
+    (it names the title and description); every other argument may hold anything, it is
+    escaped."""
+    if len(series) > MAX_SERIES:
+        raise ValueError(f"A chart draws at most {MAX_SERIES} series, not {len(series)}.")
+    for line in series:
+        if len(line.values) != len(starts):
+            raise ValueError(
+                f"Series {line.label!r} has {len(line.values)} values for {len(starts)} buckets."
+            )
+    top = _scale(series)
+    buckets = max(len(starts), 1)
+    lines = SafeString(
+        "".join(_line(i + 1, line.values, top, buckets) for i, line in enumerate(series))
+    )
+    legend = format_html_join(
+        "",
+        '<li><svg class="rq-swatch" viewBox="0 0 24 8" aria-hidden="true" focusable="false">'
+        '<g class="rq-series rq-s{}"><line x1="0" x2="24" y1="4" y2="4"></line></g></svg>{}</li>',
+        ((i + 1, line.label) for i, line in enumerate(series)),
+    )
+    return format_html(
+        '<figure class="rq-chart">'
+        '<svg viewBox="0 0 {} {}" role="img" aria-labelledby="{}-title {}-desc" '
+        'preserveAspectRatio="xMidYMid meet">'
+        '<title id="{}-title">{}</title><desc id="{}-desc">{}</desc>{}{}</svg>'
+        '<figcaption><span class="rq-chart-title">{}</span><ul class="rq-legend">{}</ul>'
+        "</figcaption>{}</figure>",
+        WIDTH,
+        HEIGHT,
+        chart_id,
+        chart_id,
+        chart_id,
+        title,
+        chart_id,
+        summary(title, series, kind),
+        _axes(top, starts, kind),
+        lines,
+        title,
+        legend,
+        _table(title, starts, series, kind),
+    )

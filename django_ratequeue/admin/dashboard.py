@@ -1,0 +1,171 @@
+"""The admin's queue dashboard: the queues now and over the last hour or day, live.
+
+Two views under the job admin's URLs, with its permission (view on jobs): the page, and
+its body alone, which ``static/ratequeue/dashboard.js`` fetches every few seconds and
+swaps in (the page works without the script: it is then as of its load). Everything shown
+comes from :func:`..queue.dashboard.snapshot`; the charts are SVG drawn here
+(:mod:`.charts`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.contrib import admin
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
+from django.template.loader import render_to_string
+from django.template.response import TemplateResponse
+from django.urls import URLPattern, path
+from django.utils.safestring import SafeString
+
+from ..queue.dashboard import DEFAULT_WINDOW, WINDOWS, QueueState, Snapshot, Window, snapshot
+from ..queue.stats import COLUMNS
+from .charts import Series, line_chart
+
+# How often the page asks for a fresh body, in milliseconds, per window: a day's points
+# are 15 minutes wide and cost more to read.
+REFRESH_MS = {"hour": 5_000, "day": 30_000}
+BODY_TEMPLATE = "admin/django_ratequeue/job/_dashboard_body.html"
+
+
+@dataclass(frozen=True)
+class QueueCharts:
+    """A queue (or all queues together) and its four charts."""
+
+    state: QueueState
+    charts: list[SafeString]
+
+
+def charts_for(state: QueueState, number: int, window: str) -> QueueCharts:
+    """Throughput, depth, wait time and run time of ``state`` (``number`` makes the
+    charts' ids unique in the page: a queue's name may hold anything)."""
+    starts: list[datetime] = [f.start for f in state.series]
+    figures, depth = state.series, state.depth
+    span = "the last hour" if window == "hour" else "the last day"
+    name = state.name
+    prefix = f"rq-chart-{number}"
+    return QueueCharts(
+        state,
+        [
+            line_chart(
+                f"{prefix}-throughput",
+                f"{name}: jobs started, completed and failed per interval, {span}",
+                starts,
+                [
+                    Series("started", [f.started for f in figures]),
+                    Series("completed", [f.completed for f in figures]),
+                    Series("failed", [f.failed for f in figures]),
+                ],
+                "count",
+            ),
+            line_chart(
+                f"{prefix}-depth",
+                f"{name}: jobs not finished and jobs running, {span}",
+                [d.start for d in depth],
+                [
+                    Series("not finished", [d.unfinished for d in depth]),
+                    Series("running", [d.running for d in depth]),
+                ],
+                "level",
+            ),
+            line_chart(
+                f"{prefix}-wait",
+                f"{name}: wait before start, percentiles in seconds, {span}",
+                starts,
+                [
+                    Series("p50", [f.wait_p50 for f in figures]),
+                    Series("p95", [f.wait_p95 for f in figures]),
+                    Series("p99", [f.wait_p99 for f in figures]),
+                ],
+                "seconds",
+            ),
+            line_chart(
+                f"{prefix}-run",
+                f"{name}: run time, percentiles in seconds, {span}",
+                starts,
+                [
+                    Series("p50", [f.run_p50 for f in figures]),
+                    Series("p95", [f.run_p95 for f in figures]),
+                    Series("p99", [f.run_p99 for f in figures]),
+                ],
+                "seconds",
+            ),
+        ],
+    )
+
+
+def body_context(data: Snapshot) -> dict[str, object]:
+    by_name = {state.name: state for state in data.queues}
+    return {
+        "snapshot": data,
+        "columns": COLUMNS,
+        "total": charts_for(data.total, 0, data.window),
+        "charted": [
+            charts_for(by_name[name], number, data.window)
+            for number, name in enumerate(data.charted, start=1)
+        ],
+        "not_charted": len(data.queues) - len(data.charted),
+        "refresh_ms": REFRESH_MS[data.window],
+    }
+
+
+def _window(request: HttpRequest) -> Window | None:
+    """The window asked for (the default if none), or None when it is not one we know."""
+    asked = request.GET.get("window", DEFAULT_WINDOW)
+    return asked if asked in WINDOWS else None  # type: ignore[return-value]
+
+
+def _bad_window() -> HttpResponse:
+    known = ", ".join(WINDOWS)
+    return HttpResponseBadRequest(
+        f"Unknown window: choose one of {known}.", content_type="text/plain"
+    )
+
+
+def dashboard_view(model_admin: admin.ModelAdmin, request: HttpRequest) -> HttpResponse:
+    if not model_admin.has_view_permission(request):
+        raise PermissionDenied
+    window = _window(request)
+    if window is None:
+        return _bad_window()
+    data = snapshot(window)
+    context = {
+        **model_admin.admin_site.each_context(request),
+        "title": "Queue dashboard",
+        "opts": model_admin.opts,
+        "windows": list(WINDOWS),
+        **body_context(data),
+    }
+    return TemplateResponse(request, "admin/django_ratequeue/job/dashboard.html", context)
+
+
+def live_view(model_admin: admin.ModelAdmin, request: HttpRequest) -> HttpResponse:
+    """The dashboard's body alone, as HTML, for the page's live refresh."""
+    if not model_admin.has_view_permission(request):
+        raise PermissionDenied
+    window = _window(request)
+    if window is None:
+        return _bad_window()
+    html = render_to_string(BODY_TEMPLATE, body_context(snapshot(window)), request)
+    response = HttpResponse(html)
+    response["Cache-Control"] = "no-store"
+    return response
+
+
+def urls(model_admin: admin.ModelAdmin) -> list[URLPattern]:
+    """The dashboard's URLs, for the job admin's ``get_urls``."""
+    site = model_admin.admin_site
+    return [
+        path(
+            "dashboard/",
+            site.admin_view(lambda request: dashboard_view(model_admin, request)),
+            name="django_ratequeue_job_dashboard",
+        ),
+        path(
+            "dashboard/live/",
+            site.admin_view(lambda request: live_view(model_admin, request)),
+            name="django_ratequeue_job_dashboard_live",
+        ),
+    ]

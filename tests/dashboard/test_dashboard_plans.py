@@ -1,0 +1,57 @@
+"""The dashboard page and its live body on a 1,000,000-job table (PostgreSQL): no
+sequential scan of the jobs, attempts or per-minute tables, and a number of statements
+that follows the queues shown, not the jobs."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from django.conf import settings
+from django.contrib.auth.models import User
+from django.test import Client
+
+from django_ratequeue.models import Attempt, Job, QueueMinute
+from django_ratequeue.queue.dashboard import CHARTED_QUEUES
+from tests.dashboard.plans import assert_no_seq_scan
+from tests.dashboard.test_views import DASHBOARD, LIVE
+
+pytestmark = [
+    pytest.mark.postgres_only,
+    pytest.mark.django_db,
+    pytest.mark.usefixtures("million_jobs"),
+]
+QUEUES = 20  # as plans.fill_jobs makes them
+# The overview: its counts, the loop, workers and limits, and one statement per
+# unconfigured queue with unfinished jobs; the session and the user; then the dashboard's
+# own: the active attempts, limits, rate limits (the key-less rows, then each limit's
+# keyed rows, counted), worker keys, the queues with figures, and a series per charted
+# queue and one for all queues.
+MAX_STATEMENTS = (7 + QUEUES) + 2 + 6 + len(settings.RATEQUEUE["RATE_LIMITS"]) + CHARTED_QUEUES + 1
+
+
+@pytest.fixture
+def operator() -> Client:
+    client = Client()
+    client.force_login(User.objects.create_superuser("operator", password="not-used"))
+    return client
+
+
+@pytest.mark.parametrize("window", ["hour", "day"])
+@pytest.mark.parametrize("page", [DASHBOARD, LIVE])
+def test_the_dashboard_reads_no_table_whole(operator: Client, page: str, window: str) -> None:
+    took: list[float] = []
+
+    def load() -> None:
+        start = time.perf_counter()
+        response = operator.get(page, {"window": window})
+        took.append(time.perf_counter() - start)
+        assert response.status_code == 200
+        assert len(response.context["charted"]) == CHARTED_QUEUES
+
+    operator.get(page, {"window": window})  # a warm cache, as for a page left open
+    report = assert_no_seq_scan(
+        load, tables=(Job, Attempt, QueueMinute), max_queries=MAX_STATEMENTS
+    )
+    # Shown, not asserted: timings belong to bench/ (run with -s to see them).
+    print(f"{page}?window={window}: {report.count} statements, {took[0] * 1000:.0f} ms")

@@ -1,0 +1,118 @@
+"""queue/dashboard.snapshot(): the state it gives each queue, its depth series rebuilt from
+the rollups, and its windows."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from django_ratequeue import clock, enqueue, rate_limit, set_queue_concurrency
+from django_ratequeue.queue.dashboard import depth_series, snapshot, window_bounds
+from django_ratequeue.queue.rollups import Figures
+from django_ratequeue.queue.workerkeys import create_key
+from tests.dashboard.test_views import running
+from tests.queue import jobs
+
+T0 = datetime(2026, 11, 23, 10, 0, tzinfo=UTC)
+
+
+def figures(minute: int, **counts: int) -> Figures:
+    fields = dict.fromkeys(
+        ["enqueued", "started", "completed", "failed", "retried", "canceled"], 0
+    )
+    return Figures(
+        T0 + timedelta(minutes=minute),
+        **{**fields, **counts},
+        wait_p50=None,
+        wait_p95=None,
+        wait_p99=None,
+        run_p50=None,
+        run_p95=None,
+        run_p99=None,
+        tokens_reserved=0,
+        tokens_spent=0,
+    )
+
+
+def test_depth_is_rebuilt_backwards_from_the_counts_now() -> None:
+    flows = [
+        figures(0, enqueued=4),
+        figures(1, started=3),
+        figures(2, completed=2, retried=1),
+        figures(3, enqueued=1, started=2, failed=1),
+    ]
+    depth = depth_series(flows, unfinished_now=2, running_now=1)
+    assert [(d.unfinished, d.running) for d in depth] == [(4, 0), (4, 3), (2, 0), (2, 1)]
+    assert [d.start for d in depth] == [f.start for f in flows]
+
+
+def test_depth_never_goes_below_zero_nor_running_above_unfinished() -> None:
+    depth = depth_series([figures(0, enqueued=50, started=40), figures(1)], 3, 9)
+    assert all(0 <= d.running <= d.unfinished for d in depth)
+
+
+@pytest.mark.parametrize(
+    ("window", "points", "step"),
+    [("hour", 60, timedelta(minutes=1)), ("day", 96, timedelta(minutes=15))],
+)
+def test_a_window_ends_with_the_step_filling_now(
+    window: str, points: int, step: timedelta
+) -> None:
+    now = T0 + timedelta(minutes=37, seconds=12)
+    since, got = window_bounds(window, now)  # type: ignore[arg-type]
+    assert got == step
+    assert since + step * points > now >= since + step * (points - 1)
+
+
+def test_an_unknown_window_is_refused() -> None:
+    with pytest.raises(ValueError, match="Unknown window 'week'"):
+        snapshot("week")  # type: ignore[arg-type]
+
+
+@pytest.mark.django_db
+def test_a_rate_gated_queue_without_tokens_is_rate_bound() -> None:
+    enqueue(jobs.add, args=[1, 1], queue="llm", cost=10)
+    llm = {q.name: q for q in snapshot().queues}["llm"]
+    assert not llm.rate_bound  # the bucket is full
+    rate_limit("llm_tokens", count=200)
+    rate_limit("llm_tokens", count=1000, reserve=True)  # 50 s of refill reserved ahead
+    data = snapshot()
+    llm = {q.name: q for q in data.queues}["llm"]
+    assert llm.rate_bound and ("rate-bound", "rate-bound") in llm.badges
+    use = {u.name: u for u in data.rate_limits}["llm_tokens"]
+    assert use.capacity == 200 and use.value < -900 and use.used == 1
+    assert use.reserved > 900
+    assert use.queues == ("llm",)
+
+
+@pytest.mark.django_db
+def test_total_concurrency_saturates_a_queue_over_its_keys() -> None:
+    # llm: 1 per key, 4 in all.
+    for key in ["a", "b", "c"]:
+        running(enqueue(jobs.add, args=[1, 1], queue="llm", concurrency_key=key).id)
+    # Every key running is at its limit of 1.
+    assert {q.name: q for q in snapshot().queues}["llm"].saturated
+    set_queue_concurrency("llm", 2)
+    llm = {q.name: q for q in snapshot().queues}["llm"]
+    assert not llm.saturated  # each key runs 1 of 2, 3 of 4 in all
+    running(enqueue(jobs.add, args=[1, 1], queue="llm", concurrency_key="d").id)
+    llm = {q.name: q for q in snapshot().queues}["llm"]
+    assert llm.saturated and llm.in_use == 4
+
+
+@pytest.mark.django_db
+def test_remote_workers_are_listed_by_key_with_what_they_run() -> None:
+    row, _key = create_key("gpu box", ["remote"])
+    running(enqueue(jobs.add, args=[1, 1], queue="remote").id, worker=f"remote:{row.pk}:abc")
+    (remote,) = snapshot().remote_workers
+    assert (remote.name, remote.queues, remote.running) == ("gpu box", ("remote",), 1)
+
+
+@pytest.mark.django_db
+def test_the_environment_is_saturated_at_max_concurrency(settings: object) -> None:
+    for n in range(8):  # MAX_CONCURRENCY is 8 in the example project
+        running(enqueue(jobs.add, args=[n, 1], queue=f"q{n}").id, worker=f"w{n}")
+    data = snapshot()
+    assert data.in_use == 8 and data.environment_saturated
+    assert clock.now() >= data.taken_at

@@ -54,6 +54,8 @@ from bench.common import machine_lines, prepare_database, version
 ROOT = Path(__file__).resolve().parents[1]
 ENQUEUE = "/ratequeue/jobs/"
 BODY = json.dumps({"function": "bench.jobs.noop"}).encode()
+# Requests each client sends before the common start.
+WARM_UP = 20
 
 
 # -- the server --------------------------------------------------------------------------
@@ -76,6 +78,13 @@ def server_command(kind: str, port: int) -> tuple[list[str], dict[str, str], str
             f"uvloop {version('uvloop')}), psycopg_pool connections"
         )
         return command, {"BENCH_DB_POOL": "1"}, label
+    if kind == "gunicorn":
+        threads = os.environ.get("BENCH_THREADS", "4")
+        command = [sys.executable, "-m", "gunicorn", "bench.wsgi:application"]
+        command += ["--bind", f"127.0.0.1:{port}", "--workers", "1", "--threads", threads]
+        command += ["--worker-class", "gthread", "--log-level", "warning"]
+        label = f"gunicorn {version('gunicorn')} (WSGI, 1 process, gthread, {threads} threads)"
+        return command, {}, label
     command = [sys.executable, "manage.py", "runserver", f"127.0.0.1:{port}", "--noreload"]
     return command, {}, f"Django {version('django')} runserver (WSGI, threaded, 1 process)"
 
@@ -134,7 +143,7 @@ def client(port: int, token: str, count: int, start: Any, results: Any) -> None:
         response.read()
         return response.status
 
-    for _ in range(20):
+    for _ in range(WARM_UP):
         post()
     start.wait()
     began = time.time()
@@ -146,22 +155,47 @@ def client(port: int, token: str, count: int, start: Any, results: Any) -> None:
     results.put((began, time.time(), latencies, statuses))
 
 
+def group_cpu_seconds(group: int) -> float:
+    """CPU time (user and system) of the processes in process group ``group`` so far: the
+    server's, its workers included."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # gone meanwhile
+        # After the command: state, ppid, pgrp (index 2), ... utime (11), stime (12).
+        if int(fields[2]) == group:
+            total += int(fields[11]) + int(fields[12])
+    return total / ticks
+
+
 @dataclass(frozen=True)
 class HttpRate:
     requests: int
     seconds: float
     latencies: list[float]
     refused: int
+    served: int  # the requests and the warm-ups
+    server_cpu: float  # seconds, over the requests and the clients' warm-ups
 
     def __str__(self) -> str:
         ordered = sorted(self.latencies)
         p50 = ordered[len(ordered) // 2] * 1000
         p99 = ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))] * 1000
-        text = f"{self.requests / self.seconds:,.0f} jobs/s (p50 {p50:.1f} ms, p99 {p99:.1f} ms)"
+        cpu = self.server_cpu / self.served * 1000
+        text = (
+            f"{self.requests / self.seconds:,.0f} jobs/s (p50 {p50:.1f} ms, p99 {p99:.1f} ms; "
+            f"server CPU {cpu:.2f} ms a request)"
+        )
         return text + (f", {self.refused} not 201" if self.refused else "")
 
 
-def http_enqueues(port: int, token: str, clients: int, per_client: int) -> HttpRate:
+def http_enqueues(port: int, pid: int, token: str, clients: int, per_client: int) -> HttpRate:
     context = multiprocessing.get_context("spawn")
     start = context.Barrier(clients)
     results = context.Queue()
@@ -169,16 +203,19 @@ def http_enqueues(port: int, token: str, clients: int, per_client: int) -> HttpR
         context.Process(target=client, args=(port, token, per_client, start, results))
         for _ in range(clients)
     ]
+    cpu_before = group_cpu_seconds(pid)
     for process in processes:
         process.start()
     reports = [results.get(timeout=300) for _ in processes]
+    server_cpu = group_cpu_seconds(pid) - cpu_before
     for process in processes:
         process.join()
     began = min(report[0] for report in reports)
     ended = max(report[1] for report in reports)
     latencies = [latency for report in reports for latency in report[2]]
     refused = sum(status != 201 for report in reports for status in report[3])
-    return HttpRate(clients * per_client, ended - began, latencies, refused)
+    served = clients * (per_client + WARM_UP)
+    return HttpRate(clients * per_client, ended - began, latencies, refused, served, server_cpu)
 
 
 def bench_token() -> str:
@@ -470,7 +507,9 @@ def parse_arguments(argv: Sequence[str] | None) -> argparse.Namespace:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--server", choices=["uvicorn", "runserver"], default="uvicorn")
+    parser.add_argument(
+        "--server", choices=["uvicorn", "gunicorn", "runserver"], default="uvicorn"
+    )
     parser.add_argument("--clients", type=int, default=4, help="client processes")
     parser.add_argument("--requests", type=int, default=1000, help="enqueues per client")
     parser.add_argument("--chunks", type=int, default=10_000, help="tokens the job streams")
@@ -525,9 +564,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         empty_tables()
         token = bench_token()
         if args.only in (None, "enqueue"):
-            with server(args.server) as (port, label, _pid):
+            with server(args.server) as (port, label, pid):
                 print(f"server: {label}", flush=True)
-                rate = http_enqueues(port, token, args.clients, args.requests)
+                rate = http_enqueues(port, pid, token, args.clients, args.requests)
             rows.append(
                 (
                     f"HTTP enqueue, {args.clients} client processes x {args.requests:,}, "

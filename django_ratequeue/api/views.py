@@ -59,6 +59,9 @@ from .serializers import (
     JobSerializer,
     RateLimitQuerySerializer,
     RateLimitSerializer,
+    job_data,
+    shared,
+    validated,
 )
 from .sse import JobWatch, Resume, astream, stream
 from .throttles import ApiThrottle
@@ -176,9 +179,7 @@ class ApiView(GenericAPIView[Any]):
         super().initial(request, *args, **kwargs)
 
     def valid(self, data: Any) -> Any:
-        serializer = self.get_serializer(data=data)
-        serializer.is_valid(raise_exception=True)
-        return serializer.validated_data
+        return validated(self.get_serializer_class(), data)
 
     def owned_job(self, job_id: str) -> Job:
         """The request's own job ``job_id``, else 404."""
@@ -205,8 +206,9 @@ class EnqueueView(ApiView):
             options = job_options(request, job, data["args"], data["kwargs"], data, owner)
             created = enqueue_job(job.path, args=data["args"], kwargs=data["kwargs"], **options)
         location = f"{request.path}{quote(created.pk, safe='')}/"
-        body = JobSerializer(created).data
-        return Response(body, status=status.HTTP_201_CREATED, headers={"Location": location})
+        return Response(
+            job_data(created), status=status.HTTP_201_CREATED, headers={"Location": location}
+        )
 
 
 class BulkEnqueueView(ApiView):
@@ -232,7 +234,7 @@ class BulkEnqueueView(ApiView):
                 handles = enqueue_each(job, calls, options)
         ids = [handle.id for handle in handles]
         jobs = Job.objects.in_bulk(ids)
-        body = [JobSerializer(jobs[job_id]).data for job_id in ids]
+        body = [job_data(jobs[job_id]) for job_id in ids]
         return Response(body, status=status.HTTP_201_CREATED)
 
 
@@ -246,10 +248,9 @@ class JobView(ApiView):
     )
 
     def get(self, request: Request, job_id: str) -> Response:
-        query = JobQuerySerializer(data=request.query_params.dict())
-        query.is_valid(raise_exception=True)
+        query = validated(JobQuerySerializer, request.query_params.dict())
         job = self.owned_job(job_id)
-        context = {"since": query.validated_data["since"]}
+        context = {"since": query["since"]}
         return Response(JobDetailSerializer(job, context=context).data)
 
 
@@ -263,7 +264,7 @@ class CancelView(ApiView):
     def post(self, request: Request, job_id: str) -> Response:
         job = self.owned_job(job_id)
         Handle(job.pk, owner=job.owner).cancel()
-        return Response(JobSerializer(job).data, status=status.HTTP_202_ACCEPTED)
+        return Response(job_data(job), status=status.HTTP_202_ACCEPTED)
 
 
 class EventsView(ApiView):
@@ -295,9 +296,7 @@ class RateLimitView(ApiView):
         settings = ratequeue_settings()
         if name not in settings.PUBLIC_RATE_LIMITS:
             raise NotFound("There is no such public rate limit.")
-        query = RateLimitQuerySerializer(data=request.query_params.dict())
-        query.is_valid(raise_exception=True)
-        count = query.validated_data["count"]
+        count = validated(RateLimitQuerySerializer, request.query_params.dict())["count"]
         key = limit_key(request, settings.PUBLIC_RATE_LIMITS[name])
         config = settings.RATE_LIMITS[name]
         try:
@@ -318,7 +317,7 @@ class RateLimitView(ApiView):
             "retry_after": result.retry_after,
             "ts": clock.now(),
         }
-        return Response(RateLimitSerializer(body).data)
+        return Response(shared(RateLimitSerializer).to_representation(body))
 
 
 class SchemaView(APIView):

@@ -17,9 +17,10 @@ output was written in are counted: at most one write per PROGRESS_INTERVAL is th
 
 Event streams under load: one uvicorn server process, N (200) clients each following one
 running job's Server-Sent Events for a duration (60 s), from one asyncio client process. A
-few of the jobs (``--sse-live``) stream output all along: every PROGRESS_INTERVAL their
-chunks are written, one INSERT for all of them, as the progress writer of a worker would;
-the time from each chunk's commit to its arrival at the client is its delivery latency.
+few of the jobs (``--sse-live``) stream output all along: every PROGRESS_INTERVAL a chunk
+of each is written by the progress writer's own ``store`` (one transaction per job, with
+its signal), as a worker writes it; the time from each chunk's commit to its arrival at
+the client is its delivery latency.
 The others wait in silence (heartbeats only). Sampled every second: the server's resident
 memory, and the database connections open on the benchmark's database (a waiting stream
 must hold none). Errors: a refused or broken stream, a stream that ended early, a chunk
@@ -446,10 +447,11 @@ class SseLoad:
 
 def sse_load(port: int, pid: int, token: str, streams: int, live: int, seconds: float) -> SseLoad:
     """``streams`` clients follow running jobs for ``seconds``; ``live`` of the jobs get
-    a chunk of output every PROGRESS_INTERVAL, all in one INSERT."""
+    a chunk of output every PROGRESS_INTERVAL, each written as a worker's progress writer
+    writes it (its transaction, its signal to the streams' watchers)."""
     from django.conf import settings
 
-    from django_ratequeue.models import OutputChunk
+    from django_ratequeue.queue.progress import UNSET, store
 
     interval = settings.RATEQUEUE.get("PROGRESS_INTERVAL", 0.05)
     job_ids = running_jobs(token, streams)
@@ -473,12 +475,9 @@ def sse_load(port: int, pid: int, token: str, streams: int, live: int, seconds: 
             connections_peak = max(connections_peak, database_connections())
             next_sample += 1
         index += 1
-        OutputChunk.objects.bulk_create(
-            OutputChunk(job_id=job_id, index=index, text=f"token {index} ")
-            for job_id in job_ids[:live]
-        )
-        committed = time.time()
-        written.update(((job_id, index), committed) for job_id in job_ids[:live])
+        for job_id in job_ids[:live]:
+            store(job_id, UNSET, index, [f"token {index} "])
+            written[job_id, index] = time.time()
         time.sleep(max(0.0, began + index * interval - time.monotonic()))
     received, errors = results.get(timeout=seconds + 120)
     clients.join()

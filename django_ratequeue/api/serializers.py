@@ -11,7 +11,6 @@ the server's: the job's ``@job`` options and its ``http_options``.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from functools import cache
 from typing import Any, TypeVar
 
 from rest_framework import serializers
@@ -42,16 +41,22 @@ def library_rule(check: Any, *args: Any) -> Any:
         raise serializers.ValidationError(str(error)) from None
 
 
-@cache
 def shared(serializer_class: type[S]) -> S:
     """The process's one instance of ``serializer_class``, its fields built once: DRF
     builds them anew for each instance (a deep copy of every declared field), which cost
     an enqueue more than its query did. Checking data (``run_validation``) and shaping an
     object (``to_representation``) keep nothing on the instance: threads share it. Only
     for serializers that use no ``context``."""
-    serializer = serializer_class()
-    serializer.fields  # noqa: B018 (built here, once, rather than by two threads at once)
+    serializer = _shared.get(serializer_class)
+    if serializer is None:
+        serializer = serializer_class()
+        if isinstance(serializer, serializers.Serializer):
+            serializer.fields  # noqa: B018 (built before it is shared)
+        _shared[serializer_class] = serializer  # two threads may both build one: harmless
     return serializer
+
+
+_shared: dict[type[Any], Any] = {}
 
 
 def validated(serializer_class: type[serializers.BaseSerializer[Any]], data: Any) -> Any:

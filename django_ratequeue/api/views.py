@@ -278,7 +278,7 @@ class EventsView(ApiView):
         resume = Resume.parse(request.headers.get("Last-Event-ID"), request.GET.get("since"))
         if resume.ended and job.status in FINAL_STATUSES:
             return HttpResponse(status=status.HTTP_204_NO_CONTENT)
-        watch = JobWatch(job.pk, job.owner, resume.cursor)
+        watch = JobWatch(job.pk, resume.cursor)
         events = astream(watch) if isinstance(request._request, ASGIRequest) else stream(watch)
         response = StreamingHttpResponse(events, content_type="text/event-stream")
         response["Cache-Control"] = "no-cache"

@@ -185,6 +185,8 @@ class Watcher:
                 streams.remove(subscription)
             if not streams:
                 self.subscriptions.pop(subscription.job_id, None)
+            if not self.subscriptions and self.waiter is not None:
+                self.waiter.interrupt()  # to end within IDLE_EXIT, not after its wait
 
     def run(self) -> None:
         assert self.waiter is not None

@@ -4,10 +4,14 @@
     .venv/bin/python -m bench.http --quick      # smoke run
     .venv/bin/python -m bench.http --only sse --sse-seconds 60
 
-HTTP enqueue: one server process (uvicorn, ASGI, with the database's connections pooled;
-``--server runserver`` for Django's threaded development server instead) and N client
-processes (4) that POST ``jobs/`` one request after the other on a kept-alive connection,
-authenticated by a DRF token, after a common start. No cluster runs: this is the cost of
+HTTP enqueue: one server process and N client processes (4) that POST ``jobs/`` one
+request after the other on a kept-alive connection, authenticated by a DRF token, after a
+common start. The server: gunicorn (WSGI, one process, the gthread worker with
+``BENCH_THREADS`` threads, 1 by default; persistent connections), then uvicorn (ASGI, one
+process, the database's connections pooled), each that is installed; ``--server`` picks
+one (``runserver``: Django's threaded development server). With each, the floor: the same
+requests to a DRF view that does nothing (``bench/floor/``). The server's CPU time per
+request is measured (``/proc``, its process group). No cluster runs: this is the cost of
 the request, the enqueue being ``bench.queue``'s.
 
 Streaming: the same job run here (``run_attempt``, as a worker runs it) producing
@@ -20,11 +24,10 @@ running job's Server-Sent Events for a duration (60 s), from one asyncio client 
 few of the jobs (``--sse-live``) stream output all along: every PROGRESS_INTERVAL a chunk
 of each is written by the progress writer's own ``store`` (one transaction per job, with
 its signal), as a worker writes it; the time from each chunk's commit to its arrival at
-the client is its delivery latency.
-The others wait in silence (heartbeats only). Sampled every second: the server's resident
-memory, and the database connections open on the benchmark's database (a waiting stream
-must hold none). Errors: a refused or broken stream, a stream that ended early, a chunk
-that never arrived.
+the client is its delivery latency. The others wait in silence (heartbeats only).
+Sampled every second: the server's resident memory, and the database connections open on
+the benchmark's database (a waiting stream must hold none). Errors: a refused or broken
+stream, a stream that ended early, a chunk that never arrived.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import http.client
+import importlib.util
 import json
 import math
 import multiprocessing
@@ -54,6 +58,8 @@ from bench.common import machine_lines, prepare_database, version
 
 ROOT = Path(__file__).resolve().parents[1]
 ENQUEUE = "/ratequeue/jobs/"
+# The same body answered by a DRF view that does nothing (bench.urls): the floor.
+FLOOR = "/bench/floor/"
 BODY = json.dumps({"function": "bench.jobs.noop"}).encode()
 # Requests each client sends before the common start.
 WARM_UP = 20
@@ -80,7 +86,7 @@ def server_command(kind: str, port: int) -> tuple[list[str], dict[str, str], str
         )
         return command, {"BENCH_DB_POOL": "1"}, label
     if kind == "gunicorn":
-        threads = os.environ.get("BENCH_THREADS", "4")
+        threads = os.environ.get("BENCH_THREADS", "1")
         command = [sys.executable, "-m", "gunicorn", "bench.wsgi:application"]
         command += ["--bind", f"127.0.0.1:{port}", "--workers", "1", "--threads", threads]
         command += ["--worker-class", "gthread", "--log-level", "warning"]
@@ -88,6 +94,14 @@ def server_command(kind: str, port: int) -> tuple[list[str], dict[str, str], str
         return command, {}, label
     command = [sys.executable, "manage.py", "runserver", f"127.0.0.1:{port}", "--noreload"]
     return command, {}, f"Django {version('django')} runserver (WSGI, threaded, 1 process)"
+
+
+SERVERS = ("gunicorn", "uvicorn", "runserver")
+
+
+def installed(kind: str) -> bool:
+    """Whether the server ``kind`` can run here (Django's own always can)."""
+    return kind == "runserver" or importlib.util.find_spec(kind) is not None
 
 
 @contextmanager
@@ -132,14 +146,14 @@ def answers(port: int) -> bool:
 # -- the clients -------------------------------------------------------------------------
 
 
-def client(port: int, token: str, count: int, start: Any, results: Any) -> None:
+def client(port: int, url: str, token: str, count: int, start: Any, results: Any) -> None:
     """One client process: warm up, wait for the common start, then POST ``count`` enqueues
-    one after the other; reports its start, end, latencies and answers."""
+    (to ``url``) one after the other; reports its start, end, latencies and answers."""
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
     headers = {"Authorization": f"Token {token}", "Content-Type": "application/json"}
 
     def post() -> int:
-        connection.request("POST", ENQUEUE, BODY, headers)
+        connection.request("POST", url, BODY, headers)
         response = connection.getresponse()
         response.read()
         return response.status
@@ -196,12 +210,14 @@ class HttpRate:
         return text + (f", {self.refused} not 201" if self.refused else "")
 
 
-def http_enqueues(port: int, pid: int, token: str, clients: int, per_client: int) -> HttpRate:
+def http_enqueues(
+    port: int, pid: int, url: str, token: str, clients: int, per_client: int
+) -> HttpRate:
     context = multiprocessing.get_context("spawn")
     start = context.Barrier(clients)
     results = context.Queue()
     processes = [
-        context.Process(target=client, args=(port, token, per_client, start, results))
+        context.Process(target=client, args=(port, url, token, per_client, start, results))
         for _ in range(clients)
     ]
     cpu_before = group_cpu_seconds(pid)
@@ -507,7 +523,10 @@ def parse_arguments(argv: Sequence[str] | None) -> argparse.Namespace:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
-        "--server", choices=["uvicorn", "gunicorn", "runserver"], default="uvicorn"
+        "--server",
+        choices=SERVERS,
+        help="the server of the enqueue scenario (default: each of gunicorn and uvicorn "
+        "that is installed)",
     )
     parser.add_argument("--clients", type=int, default=4, help="client processes")
     parser.add_argument("--requests", type=int, default=1000, help="enqueues per client")
@@ -562,19 +581,24 @@ def main(argv: Sequence[str] | None = None) -> None:
     try:
         empty_tables()
         token = bench_token()
-        if args.only in (None, "enqueue"):
-            with server(args.server) as (port, label, pid):
+        servers = [args.server] if args.server else [k for k in SERVERS[:2] if installed(k)]
+        for kind in servers if args.only in (None, "enqueue") else ():
+            with server(kind) as (port, label, pid):
                 print(f"server: {label}", flush=True)
-                rate = http_enqueues(port, pid, token, args.clients, args.requests)
-            rows.append(
-                (
-                    f"HTTP enqueue, {args.clients} client processes x {args.requests:,}, "
-                    f"one server process ({label})",
-                    "≥ 500 jobs/s",
-                    str(rate),
-                )
-            )
-            print(f"- {rows[-1][2]}", flush=True)
+                for url, scenario, target in (
+                    (ENQUEUE, "HTTP enqueue", "≥ 500 jobs/s"),
+                    (FLOOR, "the floor: a DRF view doing nothing, same body and auth", "—"),
+                ):
+                    rate = http_enqueues(port, pid, url, token, args.clients, args.requests)
+                    rows.append(
+                        (
+                            f"{scenario}, {args.clients} client processes x "
+                            f"{args.requests:,}, one server process ({label})",
+                            target,
+                            str(rate),
+                        )
+                    )
+                    print(f"- {rows[-1][2]}", flush=True)
             empty_tables()
         if args.only in (None, "sse"):
             with server("uvicorn") as (port, label, pid):

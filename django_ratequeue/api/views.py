@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import inspect
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import ExitStack, contextmanager
+from functools import cache
 from typing import Any
 from urllib.parse import quote
 
@@ -358,9 +359,8 @@ def exposed(request: Request, name: str) -> Registered:
 def call_problem(job: Registered, args: list[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
     """The field error when ``args`` and ``kwargs`` do not fit the job's parameters (a
     call that would fail on every attempt); empty when they do."""
-    try:
-        signature = inspect.signature(job.func)
-    except (TypeError, ValueError):  # nothing to check against
+    signature = signature_of(job.func)
+    if signature is None:  # nothing to check against
         return {}
     try:
         signature.bind(*args, **kwargs)
@@ -368,6 +368,16 @@ def call_problem(job: Registered, args: list[Any], kwargs: dict[str, Any]) -> di
         field = "kwargs" if "keyword" in str(error) else "args"
         return {field: [f"The arguments do not fit the function: {error}."]}
     return {}
+
+
+@cache
+def signature_of(func: Callable[..., Any]) -> inspect.Signature | None:
+    """``func``'s signature, read once per process (not at each request); ``None`` when
+    it has none to read."""
+    try:
+        return inspect.signature(func)
+    except (TypeError, ValueError):
+        return None
 
 
 def check_call(job: Registered, args: list[Any], kwargs: dict[str, Any]) -> None:

@@ -1,7 +1,7 @@
 """GET jobs/<id>/events/: Server-Sent Events of a job, resumable, ending at its final
 status, read without holding a connection per waiting client (WSGI and ASGI alike).
 
-The streams read the job from reader threads, on their own connections: the tests commit
+The streams read the job through the watcher, on its own connection: the tests commit
 what they set up (``transaction=True``).
 """
 

@@ -90,6 +90,8 @@ def server_command(kind: str, port: int) -> tuple[list[str], dict[str, str], str
         command = [sys.executable, "-m", "gunicorn", "bench.wsgi:application"]
         command += ["--bind", f"127.0.0.1:{port}", "--workers", "1", "--threads", threads]
         command += ["--worker-class", "gthread", "--log-level", "warning"]
+        # Kept-alive connections stay open while a client waits for the common start.
+        command += ["--keep-alive", "300"]
         label = f"gunicorn {version('gunicorn')} (WSGI, 1 process, gthread, {threads} threads)"
         return command, {}, label
     command = [sys.executable, "manage.py", "runserver", f"127.0.0.1:{port}", "--noreload"]

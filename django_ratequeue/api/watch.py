@@ -179,6 +179,7 @@ class Watcher:
         return subscription
 
     def unsubscribe(self, subscription: Subscription) -> None:
+        """The stream ended (or its client went away): hand it nothing more."""
         with self.lock:
             streams = self.subscriptions.get(subscription.job_id, [])
             if subscription in streams:
@@ -189,6 +190,8 @@ class Watcher:
                 self.waiter.interrupt()  # to end within IDLE_EXIT, not after its wait
 
     def run(self) -> None:
+        """The thread: read what is due, else wait for a signal (or the periodic look's
+        timeout); end IDLE_EXIT seconds after the last stream went."""
         assert self.waiter is not None
         waiter = self.waiter
         every = True  # read every watched job: nothing was read yet

@@ -10,9 +10,10 @@ common start. The server: gunicorn (WSGI, one process, the gthread worker with
 ``BENCH_THREADS`` threads, 1 by default; persistent connections), then uvicorn (ASGI, one
 process, the database's connections pooled), each that is installed; ``--server`` picks
 one (``runserver``: Django's threaded development server). With each, the floor: the same
-requests to a DRF view that does nothing (``bench/floor/``). The server's CPU time per
-request is measured (``/proc``, its process group). No cluster runs: this is the cost of
-the request, the enqueue being ``bench.queue``'s.
+requests to a DRF view that does nothing (``bench/floor/``); none of the queue benchmark's
+peers (django-q2, django-tasks-db) has an HTTP API, so the floor is the comparison. The
+server's CPU time per request is measured (``/proc``, its process group). No cluster
+runs: this is the cost of the request, the enqueue being ``bench.queue``'s.
 
 Streaming: the same job run here (``run_attempt``, as a worker runs it) producing
 10,000 tokens, streaming each with ``stream_output`` or not; once with a pause per token

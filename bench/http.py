@@ -4,11 +4,16 @@
     .venv/bin/python -m bench.http --quick      # smoke run
     .venv/bin/python -m bench.http --only sse --sse-seconds 60
 
-HTTP enqueue: one server process (uvicorn, ASGI, with the database's connections pooled;
-``--server runserver`` for Django's threaded development server instead) and N client
-processes (4) that POST ``jobs/`` one request after the other on a kept-alive connection,
-authenticated by a DRF token, after a common start. No cluster runs: this is the cost of
-the request, the enqueue being ``bench.queue``'s.
+HTTP enqueue: one server process and N client processes (4) that POST ``jobs/`` one
+request after the other on a kept-alive connection, authenticated by a DRF token, after a
+common start. The server: gunicorn (WSGI, one process, the gthread worker with
+``BENCH_THREADS`` threads, 1 by default; persistent connections), then uvicorn (ASGI, one
+process, the database's connections pooled), each that is installed; ``--server`` picks
+one (``runserver``: Django's threaded development server). With each, the floor: the same
+requests to a DRF view that does nothing (``bench/floor/``); none of the queue benchmark's
+peers (django-q2, django-tasks-db) has an HTTP API, so the floor is the comparison. The
+server's CPU time per request is measured (``/proc``, its process group). No cluster
+runs: this is the cost of the request, the enqueue being ``bench.queue``'s.
 
 Streaming: the same job run here (``run_attempt``, as a worker runs it) producing
 10,000 tokens, streaming each with ``stream_output`` or not; once with a pause per token
@@ -17,13 +22,13 @@ output was written in are counted: at most one write per PROGRESS_INTERVAL is th
 
 Event streams under load: one uvicorn server process, N (200) clients each following one
 running job's Server-Sent Events for a duration (60 s), from one asyncio client process. A
-few of the jobs (``--sse-live``) stream output all along: every PROGRESS_INTERVAL their
-chunks are written, one INSERT for all of them, as the progress writer of a worker would;
-the time from each chunk's commit to its arrival at the client is its delivery latency.
-The others wait in silence (heartbeats only). Sampled every second: the server's resident
-memory, and the database connections open on the benchmark's database (a waiting stream
-must hold none). Errors: a refused or broken stream, a stream that ended early, a chunk
-that never arrived.
+few of the jobs (``--sse-live``) stream output all along: every PROGRESS_INTERVAL a chunk
+of each is written by the progress writer's own ``store`` (one transaction per job, with
+its signal), as a worker writes it; the time from each chunk's commit to its arrival at
+the client is its delivery latency. The others wait in silence (heartbeats only).
+Sampled every second: the server's resident memory, and the database connections open on
+the benchmark's database (a waiting stream must hold none). Errors: a refused or broken
+stream, a stream that ended early, a chunk that never arrived.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import http.client
+import importlib.util
 import json
 import math
 import multiprocessing
@@ -53,7 +59,11 @@ from bench.common import machine_lines, prepare_database, version
 
 ROOT = Path(__file__).resolve().parents[1]
 ENQUEUE = "/ratequeue/jobs/"
+# The same body answered by a DRF view that does nothing (bench.urls): the floor.
+FLOOR = "/bench/floor/"
 BODY = json.dumps({"function": "bench.jobs.noop"}).encode()
+# Requests each client sends before the common start.
+WARM_UP = 20
 
 
 # -- the server --------------------------------------------------------------------------
@@ -76,8 +86,25 @@ def server_command(kind: str, port: int) -> tuple[list[str], dict[str, str], str
             f"uvloop {version('uvloop')}), psycopg_pool connections"
         )
         return command, {"BENCH_DB_POOL": "1"}, label
+    if kind == "gunicorn":
+        threads = os.environ.get("BENCH_THREADS", "1")
+        command = [sys.executable, "-m", "gunicorn", "bench.wsgi:application"]
+        command += ["--bind", f"127.0.0.1:{port}", "--workers", "1", "--threads", threads]
+        command += ["--worker-class", "gthread", "--log-level", "warning"]
+        # Kept-alive connections stay open while a client waits for the common start.
+        command += ["--keep-alive", "300"]
+        label = f"gunicorn {version('gunicorn')} (WSGI, 1 process, gthread, {threads} threads)"
+        return command, {}, label
     command = [sys.executable, "manage.py", "runserver", f"127.0.0.1:{port}", "--noreload"]
     return command, {}, f"Django {version('django')} runserver (WSGI, threaded, 1 process)"
+
+
+SERVERS = ("gunicorn", "uvicorn", "runserver")
+
+
+def installed(kind: str) -> bool:
+    """Whether the server ``kind`` can run here (Django's own always can)."""
+    return kind == "runserver" or importlib.util.find_spec(kind) is not None
 
 
 @contextmanager
@@ -122,19 +149,19 @@ def answers(port: int) -> bool:
 # -- the clients -------------------------------------------------------------------------
 
 
-def client(port: int, token: str, count: int, start: Any, results: Any) -> None:
+def client(port: int, url: str, token: str, count: int, start: Any, results: Any) -> None:
     """One client process: warm up, wait for the common start, then POST ``count`` enqueues
-    one after the other; reports its start, end, latencies and answers."""
+    (to ``url``) one after the other; reports its start, end, latencies and answers."""
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
     headers = {"Authorization": f"Token {token}", "Content-Type": "application/json"}
 
     def post() -> int:
-        connection.request("POST", ENQUEUE, BODY, headers)
+        connection.request("POST", url, BODY, headers)
         response = connection.getresponse()
         response.read()
         return response.status
 
-    for _ in range(20):
+    for _ in range(WARM_UP):
         post()
     start.wait()
     began = time.time()
@@ -146,39 +173,69 @@ def client(port: int, token: str, count: int, start: Any, results: Any) -> None:
     results.put((began, time.time(), latencies, statuses))
 
 
+def group_cpu_seconds(group: int) -> float:
+    """CPU time (user and system) of the processes in process group ``group`` so far: the
+    server's, its workers included."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # gone meanwhile
+        # After the command: state, ppid, pgrp (index 2), ... utime (11), stime (12).
+        if int(fields[2]) == group:
+            total += int(fields[11]) + int(fields[12])
+    return total / ticks
+
+
 @dataclass(frozen=True)
 class HttpRate:
     requests: int
     seconds: float
     latencies: list[float]
     refused: int
+    served: int  # the requests and the warm-ups
+    server_cpu: float  # seconds, over the requests and the clients' warm-ups
 
     def __str__(self) -> str:
         ordered = sorted(self.latencies)
         p50 = ordered[len(ordered) // 2] * 1000
         p99 = ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))] * 1000
-        text = f"{self.requests / self.seconds:,.0f} jobs/s (p50 {p50:.1f} ms, p99 {p99:.1f} ms)"
+        cpu = self.server_cpu / self.served * 1000
+        text = (
+            f"{self.requests / self.seconds:,.0f} jobs/s (p50 {p50:.1f} ms, p99 {p99:.1f} ms; "
+            f"server CPU {cpu:.2f} ms a request)"
+        )
         return text + (f", {self.refused} not 201" if self.refused else "")
 
 
-def http_enqueues(port: int, token: str, clients: int, per_client: int) -> HttpRate:
+def http_enqueues(
+    port: int, pid: int, url: str, token: str, clients: int, per_client: int
+) -> HttpRate:
     context = multiprocessing.get_context("spawn")
     start = context.Barrier(clients)
     results = context.Queue()
     processes = [
-        context.Process(target=client, args=(port, token, per_client, start, results))
+        context.Process(target=client, args=(port, url, token, per_client, start, results))
         for _ in range(clients)
     ]
+    cpu_before = group_cpu_seconds(pid)
     for process in processes:
         process.start()
     reports = [results.get(timeout=300) for _ in processes]
+    server_cpu = group_cpu_seconds(pid) - cpu_before
     for process in processes:
         process.join()
     began = min(report[0] for report in reports)
     ended = max(report[1] for report in reports)
     latencies = [latency for report in reports for latency in report[2]]
     refused = sum(status != 201 for report in reports for status in report[3])
-    return HttpRate(clients * per_client, ended - began, latencies, refused)
+    served = clients * (per_client + WARM_UP)
+    return HttpRate(clients * per_client, ended - began, latencies, refused, served, server_cpu)
 
 
 def bench_token() -> str:
@@ -409,10 +466,11 @@ class SseLoad:
 
 def sse_load(port: int, pid: int, token: str, streams: int, live: int, seconds: float) -> SseLoad:
     """``streams`` clients follow running jobs for ``seconds``; ``live`` of the jobs get
-    a chunk of output every PROGRESS_INTERVAL, all in one INSERT."""
+    a chunk of output every PROGRESS_INTERVAL, each written as a worker's progress writer
+    writes it (its transaction, its signal to the streams' watchers)."""
     from django.conf import settings
 
-    from django_ratequeue.models import OutputChunk
+    from django_ratequeue.queue.progress import UNSET, store
 
     interval = settings.RATEQUEUE.get("PROGRESS_INTERVAL", 0.05)
     job_ids = running_jobs(token, streams)
@@ -436,12 +494,9 @@ def sse_load(port: int, pid: int, token: str, streams: int, live: int, seconds: 
             connections_peak = max(connections_peak, database_connections())
             next_sample += 1
         index += 1
-        OutputChunk.objects.bulk_create(
-            OutputChunk(job_id=job_id, index=index, text=f"token {index} ")
-            for job_id in job_ids[:live]
-        )
-        committed = time.time()
-        written.update(((job_id, index), committed) for job_id in job_ids[:live])
+        for job_id in job_ids[:live]:
+            store(job_id, UNSET, index, [f"token {index} "])
+            written[job_id, index] = time.time()
         time.sleep(max(0.0, began + index * interval - time.monotonic()))
     received, errors = results.get(timeout=seconds + 120)
     clients.join()
@@ -470,7 +525,12 @@ def parse_arguments(argv: Sequence[str] | None) -> argparse.Namespace:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--server", choices=["uvicorn", "runserver"], default="uvicorn")
+    parser.add_argument(
+        "--server",
+        choices=SERVERS,
+        help="the server of the enqueue scenario (default: each of gunicorn and uvicorn "
+        "that is installed)",
+    )
     parser.add_argument("--clients", type=int, default=4, help="client processes")
     parser.add_argument("--requests", type=int, default=1000, help="enqueues per client")
     parser.add_argument("--chunks", type=int, default=10_000, help="tokens the job streams")
@@ -524,19 +584,24 @@ def main(argv: Sequence[str] | None = None) -> None:
     try:
         empty_tables()
         token = bench_token()
-        if args.only in (None, "enqueue"):
-            with server(args.server) as (port, label, _pid):
+        servers = [args.server] if args.server else [k for k in SERVERS[:2] if installed(k)]
+        for kind in servers if args.only in (None, "enqueue") else ():
+            with server(kind) as (port, label, pid):
                 print(f"server: {label}", flush=True)
-                rate = http_enqueues(port, token, args.clients, args.requests)
-            rows.append(
-                (
-                    f"HTTP enqueue, {args.clients} client processes x {args.requests:,}, "
-                    f"one server process ({label})",
-                    "≥ 500 jobs/s",
-                    str(rate),
-                )
-            )
-            print(f"- {rows[-1][2]}", flush=True)
+                for url, scenario, target in (
+                    (ENQUEUE, "HTTP enqueue", "≥ 500 jobs/s"),
+                    (FLOOR, "the floor: a DRF view doing nothing, same body and auth", "—"),
+                ):
+                    rate = http_enqueues(port, pid, url, token, args.clients, args.requests)
+                    rows.append(
+                        (
+                            f"{scenario}, {args.clients} client processes x "
+                            f"{args.requests:,}, one server process ({label})",
+                            target,
+                            str(rate),
+                        )
+                    )
+                    print(f"- {rows[-1][2]}", flush=True)
             empty_tables()
         if args.only in (None, "sse"):
             with server("uvicorn") as (port, label, pid):

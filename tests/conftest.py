@@ -44,7 +44,7 @@ def cluster(
 @pytest.fixture(scope="module")
 def background_threads_stop() -> Iterator[None]:
     """After the module's tests, wait until the package's background threads (the
-    progress writer, the event streams' readers), which stop within a second of having
+    progress writer, the event streams' watcher), which stop within a second of having
     nothing to do, have closed their connections: PostgreSQL drops no test database
     that a session still uses."""
     yield

@@ -11,7 +11,7 @@ the server's: the job's ``@job`` options and its ``http_options``.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 from rest_framework import serializers
 
@@ -21,6 +21,8 @@ from ..queue.bounds import MAX_DELAY, NUL_REFUSED, check_json, seconds
 from ..queue.models import Job, OutputChunk, Status
 from ..queue.options import OPTION_NAMES, parse_start_at
 from ..ratelimit.config import MAX_TOKENS
+
+S = TypeVar("S", bound=serializers.BaseSerializer[Any])
 
 CLIENT_OPTIONS = ("start_at", "run_after", "id", "on_duplicate_id")
 # Ids whose URL jobs/<id>/ is another URL: the bulk enqueue's, or the jobs/ list's once a
@@ -37,6 +39,42 @@ def library_rule(check: Any, *args: Any) -> Any:
         return check(*args)
     except ValueError as error:
         raise serializers.ValidationError(str(error)) from None
+
+
+def shared(serializer_class: type[S]) -> S:
+    """The process's one instance of ``serializer_class``, its fields built once: DRF
+    builds them anew for each instance (a deep copy of every declared field), which cost
+    an enqueue more than its query did. Checking data (``run_validation``) and shaping an
+    object (``to_representation``) keep nothing on the instance: threads share it. Only
+    for serializers that use no ``context``."""
+    serializer = _shared.get(serializer_class)
+    if serializer is None:
+        serializer = serializer_class()
+        if isinstance(serializer, serializers.Serializer):
+            serializer.fields  # noqa: B018 (built before it is shared)
+        _shared[serializer_class] = serializer  # two threads may both build one: harmless
+    return serializer
+
+
+_shared: dict[type[Any], Any] = {}
+
+
+def validated(serializer_class: type[serializers.BaseSerializer[Any]], data: Any) -> Any:
+    """``data`` checked by the process's one instance of ``serializer_class``; data it
+    refuses is checked again by a serializer of its own, for DRF's errors exactly as
+    ``is_valid`` gives them (the rare path pays for the instance)."""
+    try:
+        return shared(serializer_class).run_validation(data)
+    except serializers.ValidationError:
+        serializer = serializer_class(data=data)
+        serializer.is_valid(raise_exception=True)
+        return serializer.validated_data
+
+
+def job_data(job: Job) -> dict[str, Any]:
+    """The job's answer (:class:`JobSerializer`), by the process's one instance of it."""
+    data: dict[str, Any] = shared(JobSerializer).to_representation(job)
+    return data
 
 
 class StrictSerializer(serializers.Serializer[Any]):

@@ -1,57 +1,43 @@
 """A job's Server-Sent Events: its status, progress, output, and the final result or error.
 
-The stream looks at the job now and then (:class:`JobWatch`) and sends what changed.
-Every event carries an ``id``: the number of the last output chunk sent so far, so that a
-client that reconnects with ``Last-Event-ID`` gets the output after it, and the current
-status and progress again (latest values; sending them twice is harmless). The final
-event's id ends in ``:end``; a client that comes back with that id gets 204 No Content,
-which tells ``EventSource`` to stop reconnecting.
+The stream follows its job through the process's watcher (:mod:`.watch`): it subscribes,
+and sends what each :class:`.watch.Look` the watcher hands it shows that it has not sent
+yet. Every event carries an ``id``: the number of the last output chunk sent so far, so
+that a client that reconnects with ``Last-Event-ID`` gets the output after it, and the
+current status and progress again (latest values; sending them twice is harmless). The
+final event's id ends in ``:end``; a client that comes back with that id gets 204 No
+Content, which tells ``EventSource`` to stop reconnecting.
 
 A waiting client holds no database connection: the stream gives back the one its
-request used, and each look at the job runs in one of a few reader threads of the process
-(:class:`Readers`), which keep a connection each while they have work. The same code
-serves WSGI (a plain generator) and ASGI (an async generator, so that a waiting stream
-holds no thread either). Looks come every POLL_FASTEST seconds while something changes,
-less often while nothing does.
+request used, and only the watcher reads. The same code serves WSGI (a plain generator,
+waiting on a queue in its server thread) and ASGI (an async generator, so that a waiting
+stream holds no thread either). Between events, a comment every HEARTBEAT seconds.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import logging
 import queue
 import re
-import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
-from concurrent.futures import Future
+from collections.abc import AsyncIterator, Iterator
+from contextlib import suppress
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
 from asgiref.sync import sync_to_async
-from django.db import DatabaseError, connections
+from django.db import connections
 
-from ..queue.models import FINAL_STATUSES, Job, OutputChunk, Status
-from .serializers import job_error
+from ..queue.models import FINAL_STATUSES, Status
+from .watch import Look, watcher
 
-T = TypeVar("T")
-logger = logging.getLogger("django_ratequeue.api")
-
-# Seconds between looks: this soon after a change, backing off to the slowest while
-# nothing changes (sooner for a running job, whose output may come at any moment).
-POLL_FASTEST = 0.05
-POLL_SLOWEST_RUNNING = 0.25
-POLL_SLOWEST = 1.0
 # A comment line this often keeps proxies from closing a quiet stream.
 HEARTBEAT = 15.0
 # A stream ends after this long; the client reconnects and goes on from its last id.
 LIFETIME = 300.0
 # What EventSource waits before it reconnects, in milliseconds.
 RECONNECT_MS = 1000
-# Output chunks read per look at most (a client far behind catches up over a few).
-CHUNKS_PER_LOOK = 200
-
 # Last-Event-ID: the last chunk's number, ":end" after the final event.
 EVENT_ID = re.compile(r"([0-9]{1,10})(:end)?")
 
@@ -75,39 +61,6 @@ class Resume:
         return cls()
 
 
-@dataclass(frozen=True)
-class Look:
-    """The job as one look found it, with the output chunks after the stream's cursor."""
-
-    status: str
-    attempts: int
-    progress: Any
-    result: Any
-    error: str | None
-    chunks: list[tuple[int, str]]
-
-
-def look(job_id: str, owner: str, cursor: int) -> Look | None:
-    """The job as its owner may see it (``None``: there is none), then its chunks. In that
-    order: the output of an attempt is written before its outcome, so a final status seen
-    first means every chunk is there to read."""
-    job = Job.objects.filter(pk=job_id, owner=owner).only(
-        "status", "attempts", "progress", "result", "error"
-    )
-    found = job.first()
-    if found is None:
-        return None
-    chunks = OutputChunk.objects.filter(job_id=job_id, index__gt=cursor).order_by("index")
-    return Look(
-        status=found.status,
-        attempts=found.attempts,
-        progress=found.progress,
-        result=found.result if found.status == Status.COMPLETE else None,
-        error=job_error(found),
-        chunks=list(chunks.values_list("index", "text")[:CHUNKS_PER_LOOK]),
-    )
-
-
 _UNSEEN = object()
 
 
@@ -116,17 +69,12 @@ class JobWatch:
     """One client's view of one job: what it was sent, and what to send next."""
 
     job_id: str
-    owner: str
     cursor: int
     status: str | None = None
     progress: Any = _UNSEEN
     done: bool = False
-    pause: float = POLL_FASTEST
     started: float = field(default_factory=time.monotonic)
     last_sent: float = field(default_factory=time.monotonic)
-
-    def look(self) -> Look | None:
-        return look(self.job_id, self.owner, self.cursor)
 
     def events(self, seen: Look | None) -> str:
         """The events ``seen`` calls for, as the text of the stream (maybe empty); sets
@@ -134,7 +82,7 @@ class JobWatch:
         if seen is None:
             self.done = True
             return ""
-        final = seen.status in FINAL_STATUSES and len(seen.chunks) < CHUNKS_PER_LOOK
+        final = seen.status in FINAL_STATUSES and not seen.more
         parts = []
         if seen.status != self.status and seen.status not in FINAL_STATUSES:
             parts.append(self.event("status", {"status": seen.status, "attempts": seen.attempts}))
@@ -160,9 +108,6 @@ class JobWatch:
             self.done = True
         if parts:
             self.last_sent = time.monotonic()
-        running = seen.status == Status.RUNNING
-        slowest = POLL_SLOWEST_RUNNING if running else POLL_SLOWEST
-        self.pause = POLL_FASTEST if parts else min(self.pause * 1.5, slowest)
         return "".join(parts)
 
     def event(self, name: str, data: Any, *, final: bool = False) -> str:
@@ -181,105 +126,60 @@ class JobWatch:
     def over(self) -> bool:
         return self.done or time.monotonic() - self.started >= LIFETIME
 
+    def patience(self) -> float:
+        """How long to wait for the watcher before a heartbeat, or the stream's end."""
+        now = time.monotonic()
+        return max(0.0, min(self.last_sent + HEARTBEAT, self.started + LIFETIME) - now)
+
 
 def stream(watch: JobWatch) -> Iterator[bytes]:
     """The events of ``watch``'s job, for a WSGI server (one thread per client)."""
     release_connections()
-    yield f"retry: {RECONNECT_MS}\n\n".encode()
-    while not watch.over:
-        try:
-            seen = readers.run(watch.look)
-        except DatabaseError:
-            logger.warning("A job's event stream lost the database", exc_info=True)
-            return  # the client reconnects, and goes on from its last event
-        text = watch.events(seen) or watch.heartbeat()
-        if text:
-            yield text.encode()
-        if not watch.done:
-            time.sleep(watch.pause)
+    looks: queue.SimpleQueue[Look | None] = queue.SimpleQueue()
+    subscription = watcher.subscribe(watch.job_id, watch.cursor, looks.put)
+    try:
+        yield f"retry: {RECONNECT_MS}\n\n".encode()
+        while not watch.over:
+            try:
+                text = watch.events(looks.get(timeout=watch.patience()))
+            except queue.Empty:
+                text = ""
+            text = text or watch.heartbeat()
+            if text:
+                yield text.encode()
+    finally:
+        watcher.unsubscribe(subscription)
 
 
 async def astream(watch: JobWatch) -> AsyncIterator[bytes]:
     """The events of ``watch``'s job, for an ASGI server: a waiting client holds neither
     a connection nor a thread. A client that goes away cancels it."""
     await sync_to_async(release_connections)()
-    yield f"retry: {RECONNECT_MS}\n\n".encode()
-    while not watch.over:
-        try:
-            seen = await asyncio.wrap_future(readers.submit(watch.look))
-        except DatabaseError:
-            logger.warning("A job's event stream lost the database", exc_info=True)
-            return
-        text = watch.events(seen) or watch.heartbeat()
-        if text:
-            yield text.encode()
-        if not watch.done:
-            await asyncio.sleep(watch.pause)
+    loop = asyncio.get_running_loop()
+    looks: asyncio.Queue[Look | None] = asyncio.Queue()
+
+    def deliver(look: Look | None) -> None:
+        with suppress(RuntimeError):  # the event loop closed: nobody listens any more
+            loop.call_soon_threadsafe(looks.put_nowait, look)
+
+    subscription = watcher.subscribe(watch.job_id, watch.cursor, deliver)
+    try:
+        yield f"retry: {RECONNECT_MS}\n\n".encode()
+        while not watch.over:
+            try:
+                text = watch.events(await asyncio.wait_for(looks.get(), watch.patience()))
+            except TimeoutError:
+                text = ""
+            text = text or watch.heartbeat()
+            if text:
+                yield text.encode()
+    finally:
+        watcher.unsubscribe(subscription)
 
 
 def release_connections() -> None:
     """Close this thread's database connections (those the request used to find the job)
-    unless a transaction holds them: the stream reads through :data:`readers`."""
+    unless a transaction holds them: only the watcher reads, on its own."""
     for connection in connections.all(initialized_only=True):
         if not connection.in_atomic_block:
             connection.close()
-
-
-class Readers:
-    """At most ``size`` threads that run the streams' looks, each on its own connection:
-    however many clients wait, the process holds at most ``size`` connections for them.
-    A thread with nothing to do for ``idle`` seconds closes its connections and ends."""
-
-    def __init__(self, size: int = 4, idle: float = 1.0) -> None:
-        self.size = size
-        self.idle = idle
-        self.tasks: queue.SimpleQueue[tuple[Callable[[], Any], Future[Any]]] = queue.SimpleQueue()
-        self.lock = threading.Lock()
-        self.threads = 0
-        self.waiting = 0
-
-    def submit(self, task: Callable[[], T]) -> Future[T]:
-        future: Future[T] = Future()
-        self.tasks.put((task, future))
-        with self.lock:
-            if self.threads < self.size and self.tasks.qsize() > self.waiting:
-                self.threads += 1
-                threading.Thread(target=self.work, name="ratequeue-events", daemon=True).start()
-        return future
-
-    def run(self, task: Callable[[], T]) -> T:
-        return self.submit(task).result()
-
-    def work(self) -> None:
-        try:
-            while (taken := self.next_task()) is not None:
-                task, future = taken
-                if future.set_running_or_notify_cancel():
-                    try:
-                        future.set_result(task())
-                    except BaseException as error:
-                        # A lost connection: the next look opens a new one.
-                        connections.close_all()
-                        future.set_exception(error)
-        finally:
-            connections.close_all()
-
-    def next_task(self) -> tuple[Callable[[], Any], Future[Any]] | None:
-        with self.lock:
-            self.waiting += 1
-        while True:
-            try:
-                taken = self.tasks.get(timeout=self.idle)
-            except queue.Empty:
-                with self.lock:
-                    if self.tasks.empty():
-                        self.waiting -= 1
-                        self.threads -= 1
-                        return None
-                continue
-            with self.lock:
-                self.waiting -= 1
-            return taken
-
-
-readers = Readers()

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import inspect
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import ExitStack, contextmanager
+from functools import cache
 from typing import Any
 from urllib.parse import quote
 
@@ -59,6 +60,9 @@ from .serializers import (
     JobSerializer,
     RateLimitQuerySerializer,
     RateLimitSerializer,
+    job_data,
+    shared,
+    validated,
 )
 from .sse import JobWatch, Resume, astream, stream
 from .throttles import ApiThrottle
@@ -176,9 +180,7 @@ class ApiView(GenericAPIView[Any]):
         super().initial(request, *args, **kwargs)
 
     def valid(self, data: Any) -> Any:
-        serializer = self.get_serializer(data=data)
-        serializer.is_valid(raise_exception=True)
-        return serializer.validated_data
+        return validated(self.get_serializer_class(), data)
 
     def owned_job(self, job_id: str) -> Job:
         """The request's own job ``job_id``, else 404."""
@@ -205,8 +207,9 @@ class EnqueueView(ApiView):
             options = job_options(request, job, data["args"], data["kwargs"], data, owner)
             created = enqueue_job(job.path, args=data["args"], kwargs=data["kwargs"], **options)
         location = f"{request.path}{quote(created.pk, safe='')}/"
-        body = JobSerializer(created).data
-        return Response(body, status=status.HTTP_201_CREATED, headers={"Location": location})
+        return Response(
+            job_data(created), status=status.HTTP_201_CREATED, headers={"Location": location}
+        )
 
 
 class BulkEnqueueView(ApiView):
@@ -232,7 +235,7 @@ class BulkEnqueueView(ApiView):
                 handles = enqueue_each(job, calls, options)
         ids = [handle.id for handle in handles]
         jobs = Job.objects.in_bulk(ids)
-        body = [JobSerializer(jobs[job_id]).data for job_id in ids]
+        body = [job_data(jobs[job_id]) for job_id in ids]
         return Response(body, status=status.HTTP_201_CREATED)
 
 
@@ -246,10 +249,9 @@ class JobView(ApiView):
     )
 
     def get(self, request: Request, job_id: str) -> Response:
-        query = JobQuerySerializer(data=request.query_params.dict())
-        query.is_valid(raise_exception=True)
+        query = validated(JobQuerySerializer, request.query_params.dict())
         job = self.owned_job(job_id)
-        context = {"since": query.validated_data["since"]}
+        context = {"since": query["since"]}
         return Response(JobDetailSerializer(job, context=context).data)
 
 
@@ -263,7 +265,7 @@ class CancelView(ApiView):
     def post(self, request: Request, job_id: str) -> Response:
         job = self.owned_job(job_id)
         Handle(job.pk, owner=job.owner).cancel()
-        return Response(JobSerializer(job).data, status=status.HTTP_202_ACCEPTED)
+        return Response(job_data(job), status=status.HTTP_202_ACCEPTED)
 
 
 class EventsView(ApiView):
@@ -277,7 +279,7 @@ class EventsView(ApiView):
         resume = Resume.parse(request.headers.get("Last-Event-ID"), request.GET.get("since"))
         if resume.ended and job.status in FINAL_STATUSES:
             return HttpResponse(status=status.HTTP_204_NO_CONTENT)
-        watch = JobWatch(job.pk, job.owner, resume.cursor)
+        watch = JobWatch(job.pk, resume.cursor)
         events = astream(watch) if isinstance(request._request, ASGIRequest) else stream(watch)
         response = StreamingHttpResponse(events, content_type="text/event-stream")
         response["Cache-Control"] = "no-cache"
@@ -295,9 +297,7 @@ class RateLimitView(ApiView):
         settings = ratequeue_settings()
         if name not in settings.PUBLIC_RATE_LIMITS:
             raise NotFound("There is no such public rate limit.")
-        query = RateLimitQuerySerializer(data=request.query_params.dict())
-        query.is_valid(raise_exception=True)
-        count = query.validated_data["count"]
+        count = validated(RateLimitQuerySerializer, request.query_params.dict())["count"]
         key = limit_key(request, settings.PUBLIC_RATE_LIMITS[name])
         config = settings.RATE_LIMITS[name]
         try:
@@ -318,7 +318,7 @@ class RateLimitView(ApiView):
             "retry_after": result.retry_after,
             "ts": clock.now(),
         }
-        return Response(RateLimitSerializer(body).data)
+        return Response(shared(RateLimitSerializer).to_representation(body))
 
 
 class SchemaView(APIView):
@@ -359,9 +359,8 @@ def exposed(request: Request, name: str) -> Registered:
 def call_problem(job: Registered, args: list[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
     """The field error when ``args`` and ``kwargs`` do not fit the job's parameters (a
     call that would fail on every attempt); empty when they do."""
-    try:
-        signature = inspect.signature(job.func)
-    except (TypeError, ValueError):  # nothing to check against
+    signature = signature_of(job.func)
+    if signature is None:  # nothing to check against
         return {}
     try:
         signature.bind(*args, **kwargs)
@@ -369,6 +368,16 @@ def call_problem(job: Registered, args: list[Any], kwargs: dict[str, Any]) -> di
         field = "kwargs" if "keyword" in str(error) else "args"
         return {field: [f"The arguments do not fit the function: {error}."]}
     return {}
+
+
+@cache
+def signature_of(func: Callable[..., Any]) -> inspect.Signature | None:
+    """``func``'s signature, read once per process (not at each request); ``None`` when
+    it has none to read."""
+    try:
+        return inspect.signature(func)
+    except (TypeError, ValueError):
+        return None
 
 
 def check_call(job: Registered, args: list[Any], kwargs: dict[str, Any]) -> None:

@@ -35,7 +35,7 @@ from .models import (
 from .retention import prune_in_background
 from .rollups import ARRIVALS_SETTLE, ARRIVALS_WINDOW, Tally
 from .transitions import STEP_LIMIT, apply_cancels, finish, promote_due, recover
-from .wakeup import WORK, lease_end, request_runners, segment_ceiling, signal
+from .wakeup import JOBS, WORK, lease_end, request_runners, segment_ceiling, signal
 
 
 class Loop:
@@ -116,9 +116,13 @@ class Loop:
             did_work |= bool(promoted)
             started, waiting_left = self.dispatch.start_ready(running, now, tally)
             running.extend(started)
-            if started:
-                signal(WORK)
-                did_work = True
+            did_work |= bool(started)
+            # Runners for the attempts started; the jobs' watchers (the HTTP API's event
+            # streams) for the statuses this step may have changed. One statement.
+            channels = [WORK] if started else []
+            if did_work:
+                channels.append(JOBS)
+            signal(*channels)
             self.keep_runners(running, now)
             # Rest as soon as nothing is left to do right now, even after doing some work.
             self.rested = not (self.more_work or (started and waiting_left))

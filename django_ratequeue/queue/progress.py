@@ -35,6 +35,7 @@ from ..exceptions import NotInJob
 from .bounds import NUL_REFUSED, check_json
 from .models import Attempt, Job, OutputChunk, queue_db
 from .subtasks import current_attempt
+from .wakeup import JOBS
 
 logger = logging.getLogger("django_ratequeue.queue")
 
@@ -136,25 +137,32 @@ class PendingOutput:
 
 def store(job_id: str, progress: Any, first: int, texts: list[str]) -> None:
     """One write: the job's ``progress`` (unless UNSET) and its chunks ``texts``, numbered
-    from ``first``, in one transaction. In plain SQL: a running job writes several times a
-    second, and building the ORM's statements would cost more than running them."""
+    from ``first``, in one transaction, that raises the ``JOBS`` signal with the job's id
+    (its event streams' watchers read it at once). In plain SQL: a running job writes
+    several times a second, and building the ORM's statements would cost more than
+    running them; the signal is each statement's ``RETURNING``, not a statement of its own
+    (PostgreSQL delivers one signal per transaction however often it is raised)."""
     connection = connections[queue_db()]
     quote = connection.ops.quote_name
+    signal = connection.vendor == "postgresql"
+    returning = " RETURNING pg_notify(%s, %s)" if signal else ""
+    notify = [JOBS, job_id] if signal else []
     with transaction.atomic(using=connection.alias), connection.cursor() as cursor:
         if progress is not UNSET:
             value = Job._meta.get_field("progress").get_db_prep_save(progress, connection)
             cursor.execute(
                 f"UPDATE {quote(Job._meta.db_table)} SET {quote('progress')} = %s "
-                f"WHERE {quote('id')} = %s",
-                [value, job_id],
+                f"WHERE {quote('id')} = %s{returning}",
+                [value, job_id, *notify],
             )
         if texts:
             columns = ", ".join(quote(name) for name in ("job_id", "index", "text"))
             rows = ", ".join(["(%s, %s, %s)"] * len(texts))
             params = [v for n, text in enumerate(texts) for v in (job_id, first + n, text)]
             cursor.execute(
-                f"INSERT INTO {quote(OutputChunk._meta.db_table)} ({columns}) VALUES {rows}",
-                params,
+                f"INSERT INTO {quote(OutputChunk._meta.db_table)} ({columns}) "
+                f"VALUES {rows}{returning}",
+                [*params, *notify],
             )
 
 

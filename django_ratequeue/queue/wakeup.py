@@ -1,9 +1,13 @@
 """The one wake-up protocol: how the loop and the runners learn that there is work.
 
-There are two signals. ``LOOP`` means the loop has something to look at: a job enqueued,
-a cancel requested, an attempt ended, a subtask wait asking for its slots back, a limit
-changed. ``WORK`` means attempts were dispatched and wait for a runner. Whoever causes
-one raises it in the same transaction as its rows (:func:`signal`). On PostgreSQL a
+There are three signals. ``LOOP`` means the loop has something to look at: a job
+enqueued, a cancel requested, an attempt ended, a subtask wait asking for its slots back, a
+limit changed. ``WORK`` means attempts were dispatched and wait for a runner. ``JOBS``
+means what a job shows its watchers changed (the HTTP API's event streams,
+:mod:`django_ratequeue.api.watch`): its payload is the job's id, raised by the progress
+writer with each write of output or progress; or empty, raised by a loop step that moved
+jobs on (any job's status may have changed). Whoever causes one raises it in the same
+transaction as its rows (:func:`signal`). On PostgreSQL a
 signal is a ``NOTIFY``: delivered at commit, dropped on rollback, so it never arrives
 before its rows can be read. A :class:`Waiter` sleeps until a signal it listens for
 arrives or its timeout passes, whichever comes first. SQLite has no notifications: its
@@ -20,6 +24,9 @@ from __future__ import annotations
 
 import logging
 import math
+import select
+import socket
+import threading
 import time
 from contextlib import suppress
 from datetime import datetime, timedelta
@@ -36,6 +43,7 @@ logger = logging.getLogger("django_ratequeue.queue")
 
 LOOP = "ratequeue_loop"
 WORK = "ratequeue_work"
+JOBS = "ratequeue_jobs"
 
 # The django-q2 task that serves the queue on a worker, by path (nothing here imports it).
 SERVE_TASK = "django_ratequeue.queue.runner.serve"
@@ -61,14 +69,15 @@ def notifies() -> bool:
     return queue_connection().vendor == "postgresql"
 
 
-def signal(channel: str) -> None:
-    """Raise ``channel`` in the current transaction (delivered at its commit), or at once
-    in autocommit. Nothing on SQLite, whose waiters poll."""
+def signal(*channels: str) -> None:
+    """Raise ``channels`` in the current transaction (delivered at its commit), or at once
+    in autocommit, in one statement. Nothing on SQLite, whose waiters poll."""
     connection = queue_connection()
-    if connection.vendor != "postgresql":
+    if connection.vendor != "postgresql" or not channels:
         return
+    notifies = ", ".join(["pg_notify(%s, '')"] * len(channels))
     with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_notify(%s, '')", [channel])
+        cursor.execute(f"SELECT {notifies}", list(channels))
 
 
 def request_runners(count: int) -> None:
@@ -105,19 +114,32 @@ def notify_clause(channel: str) -> str:
 
 
 class Waiter:
-    """Sleeps until one of ``channels`` is signalled, or a timeout. One per thread that
-    waits; on PostgreSQL it listens on a connection of its own (so that waiting holds no
-    transaction open, and the thread's Django connection stays free for its work)."""
+    """Sleeps until one of ``channels`` is signalled, or a timeout, or another thread
+    calls :meth:`interrupt`. One per thread that waits; on PostgreSQL it listens on a
+    connection of its own (so that waiting holds no transaction open, and the thread's
+    Django connection stays free for its work).
 
-    def __init__(self, channels: tuple[str, ...]) -> None:
+    The payloads of the signals taken are kept for :meth:`received`, for a waiter that
+    wants to know what changed (the event streams' watcher); the others ignore them."""
+
+    def __init__(self, channels: tuple[str, ...], *, interruptible: bool = False) -> None:
         self.channels = channels
         self._listener: Any = None
         self._data_version: int | None = None
+        self._payloads: set[str] | None = set()
+        self._interrupted = threading.Event()
+        # With ``interruptible``, a byte on this pair of sockets ends a wait early.
+        self._wake: tuple[socket.socket, socket.socket] | None = None
+        if interruptible:
+            self._wake = socket.socketpair()
+            self._wake[0].setblocking(False)
+            self._wake[1].setblocking(False)
 
     def wait(self, timeout: float) -> bool:
         """Sleep at most ``timeout`` seconds; True if a signal (or, on SQLite, another
-        connection's commit) came, False if the time ran out. Signals that arrived while
-        nobody waited are taken at once, all of them together."""
+        connection's commit) came, or :meth:`interrupt` was called, False if the time ran
+        out. Signals that arrived while nobody waited are taken at once, all of them
+        together."""
         timeout = max(timeout, 0.0)
         if not notifies():
             return self._poll(timeout)
@@ -126,8 +148,24 @@ class Waiter:
         except Exception:
             logger.warning("Lost the connection that listens for signals", exc_info=True)
             self.close()
+            self._payloads = None
             time.sleep(min(timeout, 0.1))
             return True  # look for work: a signal may have been lost meanwhile
+
+    def interrupt(self) -> None:
+        """End the current (or the next) wait now: from another thread, on a waiter made
+        ``interruptible``."""
+        assert self._wake is not None, "this Waiter was not made interruptible"
+        self._interrupted.set()
+        with suppress(BlockingIOError):  # full: a wake is pending already
+            self._wake[1].send(b"\0")
+
+    def received(self) -> set[str] | None:
+        """The payloads of the signals taken since the last call; ``None`` when what
+        changed is unknown (SQLite's commits carry none; a signal may have been missed
+        while the listening connection was opened again)."""
+        payloads, self._payloads = self._payloads, set()
+        return payloads
 
     def _listen(self, timeout: float) -> bool:
         if self._listener is None:
@@ -137,21 +175,41 @@ class Waiter:
             for channel in self.channels:
                 listener.execute(f"LISTEN {channel}")
             self._listener = listener
+            self._payloads = None
             return True  # anything signalled before we listened went unheard: look now
-        got = False
-        for _notify in self._listener.notifies(timeout=timeout, stop_after=1):
-            got = True
-        if got:
-            self._drain()
-        return got
+        # Signals read along with an earlier command wait in libpq, not on the socket.
+        if self._drain() | self._took_interrupt():
+            return True
+        sockets = [self._listener.pgconn.socket]
+        if self._wake is not None:
+            sockets.append(self._wake[0])
+        select.select(sockets, [], [], timeout)
+        return self._drain() | self._took_interrupt()
 
-    def _drain(self) -> None:
+    def _drain(self) -> bool:
         """Take the signals already received (the one wake covers them): whatever the
-        socket holds now, read without waiting (libpq's ``PQconsumeInput``)."""
+        socket holds now, read without waiting (libpq's ``PQconsumeInput``, which raises
+        when the connection was lost). True if there was one."""
         pgconn = self._listener.pgconn
         pgconn.consume_input()
-        while pgconn.notifies() is not None:
+        got = False
+        while (notify := pgconn.notifies()) is not None:
+            got = True
+            if self._payloads is not None:
+                self._payloads.add(notify.extra.decode())
             pgconn.consume_input()
+        return got
+
+    def _took_interrupt(self) -> bool:
+        """Whether :meth:`interrupt` was called since the last look (and forget it)."""
+        if self._wake is None:
+            return False
+        with suppress(BlockingIOError):
+            while self._wake[0].recv(64):
+                pass
+        interrupted = self._interrupted.is_set()
+        self._interrupted.clear()
+        return interrupted
 
     def _poll(self, timeout: float) -> bool:
         deadline = time.monotonic() + timeout
@@ -160,12 +218,14 @@ class Waiter:
             version = self._read_data_version()
             if self._data_version is not None and version != self._data_version:
                 self._data_version = version
+                self._payloads = None
                 return True
             self._data_version = version
             left = deadline - time.monotonic()
             if left <= 0:
                 return False
-            time.sleep(min(interval, left))
+            if self._interrupted.wait(min(interval, left)) and self._took_interrupt():
+                return True
 
     def _read_data_version(self) -> int:
         with queue_connection().cursor() as cursor:
@@ -174,7 +234,16 @@ class Waiter:
         return int(version)
 
     def close(self) -> None:
+        """Close the listening connection (the next wait opens another)."""
         if self._listener is not None:
             with suppress(Exception):  # already broken: nothing to release
                 self._listener.close()
             self._listener = None
+
+    def release(self) -> None:
+        """Close the listening connection and the interrupt's sockets: for good."""
+        self.close()
+        if self._wake is not None:
+            for end in self._wake:
+                end.close()
+            self._wake = None

@@ -10,7 +10,9 @@ from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
+from django.db import connection
 from django.test import override_settings
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
@@ -367,3 +369,20 @@ def test_an_id_that_only_starts_like_a_route_is_its_own_url(api: APIClient) -> N
     created = enqueue(api, GREET, args=["Ada"], options={"id": "bulk-reports"})
     assert created.status_code == 201
     assert api.get(f"{API}jobs/bulk-reports/").json()["id"] == "bulk-reports"
+
+
+def test_an_enqueue_costs_its_authentication_and_one_insert(ada: User) -> None:
+    """A regression guard on the statements per request: the token's lookup, then the job's
+    INSERT (with its wake-up signal in the same statement), and nothing else: no read
+    back, no session, no count."""
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=ada).key}")
+    for _ in range(2):  # the INSERT is prepared at its second use on a connection
+        enqueue(client, GREET, args=["warm-up"])
+
+    with CaptureQueriesContext(connection) as queries:
+        response = enqueue(client, GREET, args=["Ada"])
+
+    assert response.status_code == 201, response.content
+    statements = [query["sql"].split()[0].upper() for query in queries.captured_queries]
+    assert statements == ["SELECT", "EXECUTE" if connection.vendor == "postgresql" else "INSERT"]

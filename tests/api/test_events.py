@@ -1,7 +1,7 @@
 """GET jobs/<id>/events/: Server-Sent Events of a job, resumable, ending at its final
 status, read without holding a connection per waiting client (WSGI and ASGI alike).
 
-The streams read the job from reader threads, on their own connections: the tests commit
+The streams read the job through the watcher, on its own connection: the tests commit
 what they set up (``transaction=True``).
 """
 
@@ -16,14 +16,16 @@ from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
-from django.db import connection
+from django.db import connection, transaction
 from django.test import AsyncClient
 from django.utils import timezone
 from rest_framework.test import APIClient
 
 from django_ratequeue.api import sse
+from django_ratequeue.api.watch import CONNECTIONS
 from django_ratequeue.models import Job, OutputChunk
 from django_ratequeue.queue.models import Status
+from django_ratequeue.queue.wakeup import JOBS, signal
 from tests.api.conftest import API, enqueue, logged_in
 from tests.cluster import wait_for
 
@@ -140,13 +142,16 @@ def test_a_failed_job_ends_with_an_error_event(api: APIClient) -> None:
 
 def change_later(job_id: str, *steps: Callable[[], Any]) -> threading.Thread:
     """Apply ``steps`` to the job from another thread, one every tenth of a second, as a
-    worker would while a client watches."""
+    worker would while a client watches: each raises the ``JOBS`` signal as the loop and
+    the progress writer do (on SQLite the watcher sees the commit)."""
 
     def run() -> None:
         try:
             for step in steps:
                 time.sleep(0.1)
-                step()
+                with transaction.atomic():
+                    step()
+                    signal(JOBS)
         finally:
             connection.close()
 
@@ -213,7 +218,7 @@ def test_an_async_server_streams_the_same_events(ada: User) -> None:
 @pytest.mark.postgres_only
 def test_waiting_clients_hold_no_connection_each(ada: User) -> None:
     """Twenty clients watch a job that does not change: while they wait, the process holds
-    at most the readers' few connections for them, not one each."""
+    the watcher's connections for them (one reads, one listens), not one each."""
     client = logged_in(ada)
     job_id = enqueue(client, "tests.api.jobs.greet", args=["Ada"]).json()["id"]
     streams: list[Iterator[bytes]] = []
@@ -238,7 +243,7 @@ def test_waiting_clients_hold_no_connection_each(ada: User) -> None:
             "AND pid <> pg_backend_pid()"
         )
         (others,) = cursor.fetchone()
-    assert others <= sse.readers.size
+    assert others <= CONNECTIONS
     Job.objects.filter(pk=job_id).update(status=Status.CANCELED, finished_at=timezone.now())
     for stream in streams:
         assert b"event: error" in b"".join(stream)

@@ -54,7 +54,7 @@ def pytest_runtest_makereport(
 
 @pytest.fixture(autouse=True, scope="module")
 def live_server_threads_stop(background_threads_stop: None) -> None:
-    """The live server runs in this process: its event streams' reader threads too."""
+    """The live server runs in this process: its event streams' watcher too."""
 
 
 @pytest.fixture

@@ -1,0 +1,277 @@
+"""The process's one watcher of the jobs its event streams follow (:mod:`.sse`).
+
+A stream subscribes to its job (:meth:`Watcher.subscribe`) and waits for what the watcher
+hands it: a :class:`Look` at the job whenever the job changed. The watcher is one thread
+per process, started by the first subscription and ended a second after the last one
+went. However many streams there are, it reads every job that changed in one query (and
+their new output in one more), on its own connection, and hands each stream its part.
+
+When it reads is the queue's wake-up protocol (:class:`..queue.wakeup.Waiter` on the
+``JOBS`` channel), one mechanism in three cases:
+
+- PostgreSQL: the progress writer raises ``JOBS`` with the job's id in the transaction of
+  each write of output or progress; a loop step that moved jobs on raises it empty (any
+  job's status may have changed). A signal with an id has the watcher read that job; an
+  empty one, every watched job (at most once per ``POLL_INTERVAL``).
+- SQLite, which has no signals: the wait polls ``PRAGMA data_version`` every
+  ``POLL_INTERVAL`` (one read per process, not per stream) and the watcher reads every
+  watched job when another connection committed.
+- Either way a wait ends after ``RECHECK`` seconds without a signal, and the watcher then
+  reads every watched job: a signal lost (the listening connection was cut and opened
+  again, a status changed by hand) is made up for within that time.
+
+The watcher holds at most two connections (one that reads, one that listens), whatever the
+number of streams; a waiting stream holds none, nor a thread under ASGI.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
+from functools import reduce
+from operator import or_
+from typing import Any
+
+from django.db import DatabaseError, connections
+from django.db.models import F, OuterRef, Q, Subquery, Window
+from django.db.models.functions import RowNumber
+
+from ..conf import ratequeue_settings
+from ..queue.models import Job, OutputChunk, Status
+from ..queue.wakeup import JOBS, Waiter
+from .serializers import job_error
+
+logger = logging.getLogger("django_ratequeue.api")
+
+# Seconds without a signal after which every watched job is read anyway.
+RECHECK = 1.0
+# A watcher with no stream to serve for this long ends, closing its connections.
+IDLE_EXIT = 1.0
+# After a failed read (the database away), the next try waits this long.
+RETRY_AFTER = 0.5
+# Output chunks read per job and look at most (a stream far behind catches up over a few).
+CHUNKS_PER_LOOK = 200
+# The connections a watcher holds: one that reads, one that listens (PostgreSQL).
+CONNECTIONS = 2
+
+
+@dataclass(frozen=True)
+class Look:
+    """A job as one read found it, with the output chunks after the stream's cursor;
+    ``more``: there are more chunks than those (the next look reads them)."""
+
+    status: str
+    attempts: int
+    progress: Any
+    result: Any
+    error: str | None
+    chunks: list[tuple[int, str]]
+    more: bool = False
+
+
+def read(cursors: dict[str, int]) -> dict[str, Look | None]:
+    """The jobs ``cursors`` names (``None``: there is none any more), each with its chunks
+    after its cursor, in two queries for all of them. In that order: the output of an
+    attempt is written before its outcome, so a final status read first means that every
+    chunk is there to read."""
+    last_chunk = OutputChunk.objects.filter(job_id=OuterRef("pk")).order_by("-index")
+    jobs = {
+        job.pk: job
+        for job in Job.objects.filter(pk__in=list(cursors))
+        .only("status", "attempts", "progress", "result", "error")
+        .annotate(last_chunk=Subquery(last_chunk.values("index")[:1]))
+    }
+    unread = {
+        job_id: cursors[job_id]
+        for job_id, job in jobs.items()
+        if job.last_chunk is not None and job.last_chunk > cursors[job_id]
+    }
+    chunks: dict[str, list[tuple[int, str]]] = {job_id: [] for job_id in jobs}
+    if unread:
+        after = reduce(or_, (Q(job_id=job_id, index__gt=n) for job_id, n in unread.items()))
+        rank = Window(RowNumber(), partition_by=[F("job_id")], order_by=F("index").asc())
+        rows = (
+            OutputChunk.objects.filter(after)
+            .annotate(rank=rank)
+            .filter(rank__lte=CHUNKS_PER_LOOK + 1)
+            .order_by("job_id", "index")
+            .values_list("job_id", "index", "text")
+        )
+        for job_id, index, text in rows:
+            chunks[job_id].append((index, text))
+    looks: dict[str, Look | None] = dict.fromkeys(cursors)
+    for job_id, job in jobs.items():
+        looks[job_id] = Look(
+            status=job.status,
+            attempts=job.attempts,
+            progress=job.progress,
+            result=job.result if job.status == Status.COMPLETE else None,
+            error=job_error(job),
+            chunks=chunks[job_id][:CHUNKS_PER_LOOK],
+            more=len(chunks[job_id]) > CHUNKS_PER_LOOK,
+        )
+    return looks
+
+
+@dataclass(eq=False)
+class Subscription:
+    """One stream's hold on a job: where its output is (the last chunk handed to it),
+    what it was shown of the job, and how to hand it a :class:`Look` (from the watcher's
+    thread; ``None`` when the job is gone)."""
+
+    job_id: str
+    cursor: int
+    deliver: Callable[[Look | None], None]
+    shown: tuple[str, int, Any] | None = None
+
+    def hand(self, look: Look | None) -> None:
+        """Hand ``look`` on with the chunks this stream has not had, unless it shows
+        nothing new to it."""
+        if look is None:
+            self.deliver(None)
+            return
+        chunks = [chunk for chunk in look.chunks if chunk[0] > self.cursor]
+        shown = (look.status, look.attempts, look.progress)
+        if not chunks and shown == self.shown:
+            return
+        self.shown = shown
+        if chunks:
+            self.cursor = chunks[-1][0]
+        self.deliver(replace(look, chunks=chunks))
+
+
+class Watcher:
+    """The process's watcher thread: it reads the watched jobs when they change and hands
+    each of their streams what it has not seen (the module's docstring tells when)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.subscriptions: dict[str, list[Subscription]] = {}
+        # Jobs to read at the next turn: newly watched, signalled, or with more output.
+        self.due: set[str] = set()
+        self.waiter: Waiter | None = None
+        self.thread: threading.Thread | None = None
+        # Set by a new subscription: ends the wait of a watcher that has none.
+        self.woken = threading.Event()
+
+    def subscribe(
+        self, job_id: str, cursor: int, deliver: Callable[[Look | None], None]
+    ) -> Subscription:
+        """Watch ``job_id`` for a stream that has its output up to chunk ``cursor``:
+        the first look comes at once, the next ones when the job changes."""
+        subscription = Subscription(job_id, cursor, deliver)
+        with self.lock:
+            self.subscriptions.setdefault(job_id, []).append(subscription)
+            self.due.add(job_id)
+            if self.thread is None:
+                self.waiter = Waiter((JOBS,), interruptible=True)
+                self.thread = threading.Thread(target=self.run, name="ratequeue-events")
+                self.thread.daemon = True
+                self.thread.start()
+            else:
+                assert self.waiter is not None
+                self.waiter.interrupt()
+            self.woken.set()
+        return subscription
+
+    def unsubscribe(self, subscription: Subscription) -> None:
+        """The stream ended (or its client went away): hand it nothing more."""
+        with self.lock:
+            streams = self.subscriptions.get(subscription.job_id, [])
+            if subscription in streams:
+                streams.remove(subscription)
+            if not streams:
+                self.subscriptions.pop(subscription.job_id, None)
+            if not self.subscriptions and self.waiter is not None:
+                self.waiter.interrupt()  # to end within IDLE_EXIT, not after its wait
+
+    def run(self) -> None:
+        """The thread: read what is due, else wait for a signal (or the periodic look's
+        timeout); end IDLE_EXIT seconds after the last stream went."""
+        assert self.waiter is not None
+        waiter = self.waiter
+        every = True  # read every watched job: nothing was read yet
+        last_every = -math.inf
+        idle_since: float | None = None
+        try:
+            while True:
+                now = time.monotonic()
+                with self.lock:
+                    if self.subscriptions:
+                        idle_since = None
+                    elif idle_since is None:
+                        idle_since = now
+                    elif now - idle_since >= IDLE_EXIT:
+                        self.thread = self.waiter = None
+                        return
+                    every_due = every and now - last_every >= self.every_interval
+                    watched = set(self.subscriptions)
+                    due = watched if every_due else self.due & watched
+                    self.due = set()
+                if every_due:
+                    every, last_every = False, now
+                if due:
+                    self.look_at(due)
+                    continue
+                if not watched:  # nothing to read: wait for a stream, not for the database
+                    self.woken.wait(IDLE_EXIT)
+                    self.woken.clear()
+                    every = True
+                    continue
+                timeout = RECHECK
+                if every:  # due, but read too recently: the rest of the interval
+                    timeout = last_every + self.every_interval - now
+                try:
+                    signalled = waiter.wait(timeout)
+                except DatabaseError:  # SQLite's poll: its database away
+                    self.lost_database()
+                    every = True
+                    continue
+                payloads = waiter.received()
+                if not signalled and not every:
+                    every = bool(watched)  # the periodic look, for a signal missed
+                elif payloads is None or "" in payloads:
+                    every = True
+                else:
+                    with self.lock:
+                        self.due |= payloads
+        finally:
+            waiter.release()
+            connections.close_all()
+
+    def lost_database(self) -> None:
+        """Log it, and wait a little: the next read opens a new connection."""
+        logger.warning("The event streams' watcher lost the database", exc_info=True)
+        connections.close_all()
+        time.sleep(RETRY_AFTER)
+
+    @property
+    def every_interval(self) -> float:
+        """Reads of every watched job come at most this often."""
+        return ratequeue_settings().POLL_INTERVAL
+
+    def look_at(self, job_ids: Iterable[str]) -> None:
+        """Read ``job_ids`` and hand each of their streams its part."""
+        with self.lock:
+            streams = {job_id: list(self.subscriptions.get(job_id, ())) for job_id in job_ids}
+        cursors = {job_id: min(s.cursor for s in subs) for job_id, subs in streams.items() if subs}
+        try:
+            looks = read(cursors)
+        except DatabaseError:
+            self.lost_database()
+            with self.lock:
+                self.due |= set(cursors)
+            return
+        for job_id, look in looks.items():
+            if look is not None and look.more:
+                with self.lock:
+                    self.due.add(job_id)
+            for subscription in streams[job_id]:
+                subscription.hand(look)
+
+
+watcher = Watcher()

@@ -402,11 +402,7 @@ class JobAdmin(PermittedActionsMixin, admin.ModelAdmin):
     @admin.display(description="related")
     def related_jobs(self, job: Job) -> SafeString:
         """Links to the job's parent, children and callback (admin/related.py)."""
-        context = {
-            "related": related.related(job, timezone.now()),
-            "original": job,
-            "child_scan": related.CHILD_SCAN,
-        }
+        context = {"related": related.related(job), "original": job}
         return SafeString(render_to_string("admin/django_ratequeue/job/related.html", context))
 
     # -- actions -------------------------------------------------------------------------

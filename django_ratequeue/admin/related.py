@@ -7,26 +7,18 @@ Each read is bounded, however many jobs the table holds:
   (queue/transitions.py, ``create_callbacks``) with ``created_at`` equal to the job's
   ``finished_at``, and names the job in its one argument: it is found through the
   ``created_at`` index, among the jobs created in that second;
-- ``parent_id`` has no index (a child is found from its parent only here), so children are
-  looked for among the first CHILD_SCAN jobs (about) created while the parent ran, through
-  the ``created_at`` index. When more jobs than that were created meanwhile, the page says
-  the list may be incomplete.
+- the children are read through the partial ``parent_id`` index, the first CHILDREN_SHOWN.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 from ..queue.models import Job
 
-# The most jobs read, in creation order, when looking for a job's children; and the most
-# children listed.
-CHILD_SCAN = 5000
+# The most children listed.
 CHILDREN_SHOWN = 20
-# A child may be enqueued by a thread of its parent's that outlives the attempt (a timed
-# out attempt's thread is not killed): it is looked for this long after the parent ended.
-CHILD_SLACK = timedelta(minutes=1)
 # The callback is created in the step that finished the job, at its finished_at: looked
 # for within this of it.
 CALLBACK_WINDOW = timedelta(seconds=1)
@@ -44,35 +36,20 @@ class Related:
     children: list[Job] = field(default_factory=list)
     # More children exist than CHILDREN_SHOWN.
     more_children: bool = False
-    # More than CHILD_SCAN jobs were created while the job ran: some children may be missed.
-    children_incomplete: bool = False
     callback: Job | None = None
     # The job whose on_complete this job is.
     reports_on: Job | None = None
 
 
-def children(job: Job, now: datetime) -> tuple[list[Job], bool, bool]:
-    """Up to CHILDREN_SHOWN children of ``job``; whether there are more; whether the
-    search stopped at CHILD_SCAN jobs before the end of the job's run.
-
-    Two range reads of the ``created_at`` index: the creation time of the CHILD_SCAN-th
-    job created since the job was (and whether there is one more), then the children
-    among the jobs created up to it. A ``parent_id IN (those jobs)`` would let the planner
-    prefer a scan of the whole table."""
-    until = (job.finished_at or now) + CHILD_SLACK
-    window = Job.objects.filter(created_at__gte=job.created_at, created_at__lte=until)
-    edge = list(
-        window.order_by("created_at", "id").values_list("created_at", flat=True)[
-            CHILD_SCAN - 1 : CHILD_SCAN + 1
-        ]
-    )
-    incomplete = len(edge) > 1
+def children(job: Job) -> tuple[list[Job], bool]:
+    """Up to CHILDREN_SHOWN children of ``job``, oldest first, and whether there are more."""
     found = list(
-        window.filter(created_at__lte=edge[0] if incomplete else until, parent_id=job.pk)
+        Job.objects.filter(parent_id=job.pk)
+        .exclude(parent_id="")  # the partial index's condition, so that it serves the read
         .only(*SHOWN_FIELDS)
-        .order_by("created_at", "id")[: CHILDREN_SHOWN + 1]
+        .order_by("created_at")[: CHILDREN_SHOWN + 1]
     )
-    return found[:CHILDREN_SHOWN], len(found) > CHILDREN_SHOWN, incomplete
+    return found[:CHILDREN_SHOWN], len(found) > CHILDREN_SHOWN
 
 
 def callback(job: Job) -> Job | None:
@@ -105,12 +82,12 @@ def reports_on(job: Job) -> Job | None:
     )
 
 
-def related(job: Job, now: datetime) -> Related:
+def related(job: Job) -> Related:
     found = Related(callback=callback(job), reports_on=reports_on(job))
     if job.parent_id:
         found.parent = Job.objects.only(*SHOWN_FIELDS).filter(pk=job.parent_id).first()
         if found.parent is None:
             found.missing_parent = job.parent_id
     if job.attempts:  # a job that never ran enqueued nothing
-        found.children, found.more_children, found.children_incomplete = children(job, now)
+        found.children, found.more_children = children(job)
     return found

@@ -4,26 +4,33 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
-    dependencies = [
-    ]
+    dependencies = []
 
     operations = [
         migrations.CreateModel(
-            name='RateLimitState',
+            name="RateLimitState",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=200)),
-                ('key', models.CharField(blank=True, default='', max_length=255)),
-                ('shard', models.PositiveSmallIntegerField(default=0)),
-                ('value', models.FloatField()),
-                ('ts', models.FloatField()),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("name", models.CharField(max_length=200)),
+                ("key", models.CharField(blank=True, default="", max_length=255)),
+                ("shard", models.PositiveSmallIntegerField(default=0)),
+                ("value", models.FloatField()),
+                ("ts", models.FloatField()),
             ],
             options={
-                'verbose_name': 'rate limit',
-                'constraints': [models.UniqueConstraint(fields=('name', 'key', 'shard'), name='ratequeue_ratelimit_unique')],
+                "verbose_name": "rate limit",
+                "constraints": [
+                    models.UniqueConstraint(
+                        fields=("name", "key", "shard"), name="ratequeue_ratelimit_unique"
+                    )
+                ],
             },
         ),
     ]

@@ -4,19 +4,18 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('django_ratequeue', '0002_queue'),
+        ("django_ratequeue", "0002_queue"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='loopstate',
-            name='queue_cursor',
-            field=models.CharField(blank=True, default='', max_length=200),
+            model_name="loopstate",
+            name="queue_cursor",
+            field=models.CharField(blank=True, default="", max_length=200),
         ),
         migrations.AddIndex(
-            model_name='job',
-            index=models.Index(fields=['created_at', 'id'], name='ratequeue_job_created'),
+            model_name="job",
+            index=models.Index(fields=["created_at", "id"], name="ratequeue_job_created"),
         ),
     ]

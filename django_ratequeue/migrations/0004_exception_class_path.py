@@ -4,20 +4,19 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('django_ratequeue', '0003_queue_turns_and_job_list'),
+        ("django_ratequeue", "0003_queue_turns_and_job_list"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='attempt',
-            name='exception_class_path',
-            field=models.TextField(blank=True, default=''),
+            model_name="attempt",
+            name="exception_class_path",
+            field=models.TextField(blank=True, default=""),
         ),
         migrations.AddField(
-            model_name='job',
-            name='exception_class_path',
-            field=models.TextField(blank=True, default=''),
+            model_name="job",
+            name="exception_class_path",
+            field=models.TextField(blank=True, default=""),
         ),
     ]

@@ -4,20 +4,19 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('django_ratequeue', '0004_exception_class_path'),
+        ("django_ratequeue", "0004_exception_class_path"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='loopstate',
-            name='max_concurrency',
+            model_name="loopstate",
+            name="max_concurrency",
             field=models.PositiveIntegerField(blank=True, null=True),
         ),
         migrations.AddField(
-            model_name='queuesetting',
-            name='total_concurrency',
+            model_name="queuesetting",
+            name="total_concurrency",
             field=models.PositiveIntegerField(blank=True, null=True),
         ),
     ]

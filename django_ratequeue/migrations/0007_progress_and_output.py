@@ -5,28 +5,44 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('django_ratequeue', '0006_worker_serving'),
+        ("django_ratequeue", "0006_worker_serving"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='job',
-            name='progress',
+            model_name="job",
+            name="progress",
             field=models.JSONField(blank=True, null=True),
         ),
         migrations.CreateModel(
-            name='OutputChunk',
+            name="OutputChunk",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('index', models.PositiveIntegerField()),
-                ('text', models.TextField()),
-                ('job', models.ForeignKey(db_index=False, on_delete=django.db.models.deletion.DO_NOTHING, related_name='output_set', to='django_ratequeue.job')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("index", models.PositiveIntegerField()),
+                ("text", models.TextField()),
+                (
+                    "job",
+                    models.ForeignKey(
+                        db_index=False,
+                        on_delete=django.db.models.deletion.DO_NOTHING,
+                        related_name="output_set",
+                        to="django_ratequeue.job",
+                    ),
+                ),
             ],
             options={
-                'verbose_name': 'output chunk',
-                'constraints': [models.UniqueConstraint(fields=('job', 'index'), name='ratequeue_output_job_index')],
+                "verbose_name": "output chunk",
+                "constraints": [
+                    models.UniqueConstraint(
+                        fields=("job", "index"), name="ratequeue_output_job_index"
+                    )
+                ],
             },
         ),
     ]

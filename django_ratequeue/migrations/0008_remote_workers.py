@@ -4,37 +4,52 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('django_ratequeue', '0007_progress_and_output'),
+        ("django_ratequeue", "0007_progress_and_output"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='WorkerKey',
+            name="WorkerKey",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(help_text='Who or what uses it.', max_length=200)),
-                ('prefix', models.CharField(editable=False, max_length=16, unique=True)),
-                ('hashed', models.CharField(editable=False, max_length=64, verbose_name='SHA-256')),
-                ('queues', models.JSONField(default=list, help_text='The remote queues it may claim from.')),
-                ('created_at', models.DateTimeField(editable=False)),
-                ('revoked_at', models.DateTimeField(blank=True, editable=False, null=True)),
-                ('last_seen', models.DateTimeField(blank=True, editable=False, null=True)),
-                ('last_host', models.CharField(blank=True, default='', editable=False, max_length=255)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("name", models.CharField(help_text="Who or what uses it.", max_length=200)),
+                ("prefix", models.CharField(editable=False, max_length=16, unique=True)),
+                (
+                    "hashed",
+                    models.CharField(editable=False, max_length=64, verbose_name="SHA-256"),
+                ),
+                (
+                    "queues",
+                    models.JSONField(
+                        default=list, help_text="The remote queues it may claim from."
+                    ),
+                ),
+                ("created_at", models.DateTimeField(editable=False)),
+                ("revoked_at", models.DateTimeField(blank=True, editable=False, null=True)),
+                ("last_seen", models.DateTimeField(blank=True, editable=False, null=True)),
+                (
+                    "last_host",
+                    models.CharField(blank=True, default="", editable=False, max_length=255),
+                ),
             ],
             options={
-                'verbose_name': 'worker key',
+                "verbose_name": "worker key",
             },
         ),
         migrations.AddField(
-            model_name='attempt',
-            name='lease_expires_at',
+            model_name="attempt",
+            name="lease_expires_at",
             field=models.DateTimeField(blank=True, null=True),
         ),
         migrations.AddField(
-            model_name='attempt',
-            name='remote',
+            model_name="attempt",
+            name="remote",
             field=models.BooleanField(default=False),
         ),
     ]

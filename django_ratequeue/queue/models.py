@@ -156,6 +156,13 @@ class Job(models.Model):
                 name="ratequeue_job_finished",
                 condition=models.Q(finished_at__isnull=False),
             ),
+            # A job's children (jobs it enqueued while it ran), for its admin page. Partial:
+            # only child jobs write it.
+            models.Index(
+                fields=["parent_id", "created_at"],
+                name="ratequeue_job_children",
+                condition=~models.Q(parent_id=""),
+            ),
         ]
 
     def __str__(self) -> str:

@@ -165,15 +165,13 @@ def test_a_job_links_to_its_parent_children_and_callback(admin_client: Client) -
 
 
 @pytest.mark.django_db
-def test_children_are_looked_for_in_a_bounded_window(
-    admin_client: Client, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """``parent_id`` has no index: the search reads at most CHILD_SCAN jobs through the
-    ``created_at`` index, and the page says when it stopped before the job's end."""
-    monkeypatch.setattr(related, "CHILD_SCAN", 3)
+def test_the_first_children_are_listed_through_their_index(admin_client: Client) -> None:
+    """Children are read by ``parent_id`` through its partial index, the oldest
+    CHILDREN_SHOWN of them, and the page says when there are more."""
     parent = enqueue(jobs.add, args=[1, 2])
     running(parent.id)
     start = timezone.now()
+    count = related.CHILDREN_SHOWN + 2
     Job.objects.bulk_create(
         Job(
             id=new_job_id(),
@@ -182,26 +180,29 @@ def test_children_are_looked_for_in_a_bounded_window(
             start_at=start,
             created_at=start + timedelta(milliseconds=n),
             retry={},
-            parent_id=parent.id if n in (0, 5) else "",
+            parent_id=parent.id if n < count else "",
         )
-        for n in range(6)
+        for n in range(count + 5)
     )
 
     with CaptureQueriesContext(connection) as queries:
         shown = page(admin_client, parent.id)
 
-    assert shown.count('class="rq-job-link"') == 1  # the child among the first 3 read
-    assert "Looked among the first 3 jobs created while this job ran" in shown
-    searches = [q["sql"] for q in queries if '"parent_id" =' in q["sql"]]
-    assert len(searches) == 1 and '"created_at" <=' in searches[0] and "LIMIT" in searches[0]
+    assert shown.count('class="rq-job-link"') == related.CHILDREN_SHOWN
+    assert f"Only the first {related.CHILDREN_SHOWN} are listed" in shown
+    (search,) = [q["sql"] for q in queries if '"parent_id" =' in q["sql"]]
+    with connection.cursor() as cursor:
+        cursor.execute(f"EXPLAIN {'QUERY PLAN ' if connection.vendor == 'sqlite' else ''}{search}")
+        plan = " ".join(str(row) for row in cursor.fetchall())
+    assert "ratequeue_job_children" in plan, plan
 
 
 @pytest.mark.postgres_only
 @pytest.mark.django_db
 def test_the_related_jobs_are_read_through_indexes(admin_client: Client) -> None:
-    """Even when PostgreSQL would rather scan the whole table for a ``parent_id`` (no index
-    has it), every read of the job page's related jobs (and of its live view) goes through
-    an index. (The rows made up here predate their parent: none is shown as a child.)"""
+    """Even when PostgreSQL might rather scan the whole table (many jobs, a common
+    ``parent_id``), every read of the job page's related jobs (and of its live view) goes
+    through an index."""
     parent = enqueue(jobs.add, args=[1, 2], on_complete=jobs.callback)
     running(parent.id)
     with connection.cursor() as cursor:
@@ -233,6 +234,6 @@ def test_the_related_jobs_are_read_through_indexes(admin_client: Client) -> None
             if 'FROM "django_ratequeue_job"' in query["sql"]:
                 cursor.execute(f"EXPLAIN {query['sql']}")
                 plans.append("\n".join(row[0] for row in cursor.fetchall()))
-    assert len(plans) >= 4  # the job, its callback, the children's window, its children
+    assert len(plans) >= 3  # the job, its callback, its children
     for plan in plans:
         assert "Seq Scan on django_ratequeue_job" not in plan, plan

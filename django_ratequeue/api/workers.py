@@ -176,6 +176,7 @@ class ClaimView(WorkerView):
             claimed = remote.claim(
                 key, data["worker"], queues, data["functions"], data["max"], data["running"]
             )
+            remote.bell.pass_on()  # the next waiting claim looks after this one
             left = deadline - time.monotonic()
             if claimed.attempts or left <= 0:
                 break

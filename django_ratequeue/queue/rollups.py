@@ -1,8 +1,9 @@
 """The per-minute figures of each queue (:class:`.models.QueueMinute`), and their series.
 
-Kept by the loop as it moves jobs, so that a chart never scans the jobs table: reading a
-series costs one row per minute read (per queue, or summed over the queues in SQL), however
-many jobs the table holds. What each figure counts (docs/concepts.md, "Rollups"):
+Kept by the loop as it moves jobs, so that a chart never scans the jobs table: a series
+is summed by point in SQL (one row per queue and point, or per point over every queue),
+however many jobs the table holds and however many minutes a point spans. What each
+figure counts (docs/concepts.md, "Rollups"):
 
 - ``enqueued``: jobs created (by producers, or by the loop for callbacks);
 - ``started``: attempts the loop dispatched (a worker claims them a moment later);
@@ -24,10 +25,13 @@ from __future__ import annotations
 import math
 from bisect import bisect_right
 from collections import Counter
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
-from django.db.models import Count, Sum
+from django.db import NotSupportedError
+from django.db.models import Count, F, Func, IntegerField, Sum
 from django.db.models.functions import TruncMinute
 
 from .models import (
@@ -234,6 +238,79 @@ def _points(since: datetime, until: datetime, step: timedelta) -> tuple[datetime
     return datetime.fromtimestamp(first, UTC), points
 
 
+class _Point(Func):
+    """The index of the point a per-minute row falls in: whole steps of ``width`` seconds
+    from ``first`` (both in seconds since the epoch), so that a series is summed by point
+    in SQL. Epoch arithmetic is the one thing the two databases spell differently."""
+
+    output_field = IntegerField()
+
+    def __init__(self, minute: Any, first: int, width: int) -> None:
+        super().__init__(minute)
+        self.first, self.width = first, width
+
+    def as_sql(self, compiler: Any, connection: Any, **extra: Any) -> tuple[str, list[Any]]:
+        minute, params = compiler.compile(self.source_expressions[0])
+        if connection.vendor == "postgresql":
+            seconds = f"EXTRACT(EPOCH FROM {minute})::bigint"
+        elif connection.vendor == "sqlite":
+            # '%%s' is strftime's '%s' once the backend has put its '?' in.
+            seconds = f"CAST(strftime('%%s', {minute}) AS INTEGER)"
+        else:
+            raise NotSupportedError(f"Series are not read on {connection.vendor}.")
+        return f"(({seconds} - %s) / %s)", [*params, self.first, self.width]
+
+
+def _series(
+    queues: Collection[str] | None, since: datetime, until: datetime, step: timedelta
+) -> dict[str | None, list[Figures]]:
+    """The series of each of ``queues`` (of all queues summed, under None, when None):
+    one query, summing the minutes by point in SQL, one row per queue and point that has
+    figures. See :func:`series`."""
+    start, points = _points(since, until, step)
+    width = int(step.total_seconds())
+    rows = QueueMinute.objects.filter(minute__gte=start, minute__lt=start + step * points)
+    group = ["point"]
+    if queues is not None:
+        rows = rows.filter(queue__in=list(queues))
+        group = ["queue", "point"]
+    fields = (*COUNT_FIELDS, *BUCKET_FIELDS)
+    summed = (
+        rows.annotate(point=_Point(F("minute"), int(start.timestamp()), width))
+        .values(*group)
+        .annotate(**{f"s_{f}": Sum(f) for f in fields})
+        .values_list(*group, *(f"s_{f}" for f in fields))
+        .order_by()
+    )
+    found: dict[str | None, dict[int, dict[str, int]]] = {
+        queue: {} for queue in ([None] if queues is None else queues)
+    }
+    for row in summed:
+        queue = row[0] if queues is not None else None
+        point, *values = row[len(group) - 1 :]
+        found[queue][point] = {f: v or 0 for f, v in zip(fields, values, strict=True)}
+    zeros = dict.fromkeys(fields, 0)
+    return {
+        queue: [_figures(start + step * n, sums.get(n, zeros)) for n in range(points)]
+        for queue, sums in found.items()
+    }
+
+
+def series_by_queue(
+    queues: Collection[str],
+    since: datetime,
+    until: datetime,
+    step: timedelta = timedelta(minutes=1),
+) -> dict[str, list[Figures]]:
+    """The series of each of ``queues``, as :func:`series` gives one, in one query: a
+    dashboard charting several queues reads their points at once."""
+    return {
+        queue: points
+        for queue, points in _series(queues, since, until, step).items()
+        if queue is not None
+    }
+
+
 def series(
     queue: str | None,
     since: datetime,
@@ -246,27 +323,12 @@ def series(
     multiple of ``step`` (since the epoch, UTC, so that points stay put from one refresh
     to the next) and go on while their start is at or before ``until``: the point holding
     ``until`` (the current, partial minute, when ``until`` is now) is the last. Points
-    with nothing in them are zeros. One query, returning one row per minute that has
-    figures in the range. ValueError for naive datetimes, a step that is not a positive
-    whole number of minutes, ``until`` before ``since``, or more than MAX_POINTS points.
+    with nothing in them are zeros. One query, summing the minutes of each point in SQL:
+    one row per point that has figures. ValueError for naive datetimes, a step that is
+    not a positive whole number of minutes, ``until`` before ``since``, or more than
+    MAX_POINTS points.
     """
-    start, points = _points(since, until, step)
-    rows = QueueMinute.objects.filter(minute__gte=start, minute__lt=start + step * points)
-    if queue is not None:
-        rows = rows.filter(queue=queue)
-    fields = (*COUNT_FIELDS, *BUCKET_FIELDS)
-    sums = [dict.fromkeys(fields, 0) for _ in range(points)]
-    by_minute = (
-        rows.values("minute")
-        .annotate(**{f"s_{f}": Sum(f) for f in fields})
-        .values_list("minute", *(f"s_{f}" for f in fields))
-        .order_by()
-    )
-    for minute, *values in by_minute:
-        point = sums[int((minute - start) / step)]
-        for field, value in zip(fields, values, strict=True):
-            point[field] += value or 0
-    return [_figures(start + step * n, sums[n]) for n in range(points)]
+    return _series(None if queue is None else [queue], since, until, step)[queue]
 
 
 def by_queue(since: datetime, until: datetime) -> dict[str, Figures]:

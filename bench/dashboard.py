@@ -25,12 +25,14 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
+from typing import Literal
 
 from bench.common import machine_lines, prepare_database, version
 
 DATABASE = "postgres://root@127.0.0.1:5432/ratequeue_bench_dashboard"
 TARGET_MS = 200.0
-WINDOWS = ("hour", "day")
+WINDOWS: tuple[Literal["hour", "day"], ...] = ("hour", "day")
 
 
 @dataclass(frozen=True)
@@ -98,7 +100,7 @@ def measure(loads: int) -> list[Timing]:
     for window in WINDOWS:
         for what, url in pages.items():
             timings.append(timed(what, window, get(url, window), loads))
-        timings.append(timed("snapshot()", window, lambda w=window: snapshot(w), loads))
+        timings.append(timed("snapshot()", window, partial(snapshot, window), loads))
     return timings
 
 

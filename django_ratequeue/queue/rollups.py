@@ -259,7 +259,15 @@ class _Point(Func):
         super().__init__(minute)
         self.first, self.width = first, width
 
-    def as_sql(self, compiler: Any, connection: Any, **extra: Any) -> tuple[str, list[Any]]:
+    def as_sql(
+        self,
+        compiler: Any,
+        connection: Any,
+        function: str | None = None,
+        template: str | None = None,
+        arg_joiner: str | None = None,
+        **extra_context: Any,
+    ) -> tuple[str, tuple[Any, ...]]:
         minute, params = compiler.compile(self.source_expressions[0])
         if connection.vendor == "postgresql":
             seconds = f"EXTRACT(EPOCH FROM {minute})::bigint"
@@ -268,7 +276,7 @@ class _Point(Func):
             seconds = f"CAST(strftime('%%s', {minute}) AS INTEGER)"
         else:
             raise NotSupportedError(f"Series are not read on {connection.vendor}.")
-        return f"(({seconds} - %s) / %s)", [*params, self.first, self.width]
+        return f"(({seconds} - %s) / %s)", (*params, self.first, self.width)
 
 
 def _series(

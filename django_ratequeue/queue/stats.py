@@ -251,10 +251,10 @@ def queue_overview() -> QueueOverview:
     limits = {name: QueueLimits.of(name, overrides) for name in counts}
     set_at_enqueue = _set_at_enqueue(
         {
-            name: status
+            name: head
             for name, queue_limits in limits.items()
             if queue_limits.max_concurrency is None
-            and (status := _head_status(counts[name])) is not None
+            and (head := _head_status(counts[name])) is not None
         }
     )
     queues = [

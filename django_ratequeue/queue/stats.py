@@ -22,7 +22,6 @@ from .. import clock
 from ..conf import ratequeue_settings
 from .limits import QueueLimits, queue_overrides
 from .models import (
-    FINAL_STATUSES,
     Attempt,
     Job,
     LoopState,
@@ -48,9 +47,6 @@ COLUMNS: list[tuple[str, str]] = [
     (Status.COMPLETE, "Complete"),
     (Status.CANCELED, "Canceled"),
 ]
-
-
-UNFINISHED = [status for status in Status.values if status not in FINAL_STATUSES]
 
 
 def column_status(column: str) -> str:

@@ -4,7 +4,8 @@ The queue benchmark's peers are configured here too: django-q2 (``Q_CLUSTER``, O
 two workers) and django-tasks-db (``TASKS``). ``BENCH_WITHOUT_RATEQUEUE=1`` leaves our app
 out, for a django-q2 cluster that runs nothing of ours.
 
-``BENCH_DB_POOL=1`` pools the database's connections (bench.http's ASGI server).
+``BENCH_ADMIN=1`` keeps the admin (bench.dashboard). ``BENCH_DB_POOL=1`` pools the
+database's connections (bench.http's ASGI server).
 ``DATABASE_URL`` picks the database (default ``postgres://root@127.0.0.1:5432/ratequeue_bench``,
 created and migrated by the benchmark); ``BENCH_REDIS_URL`` the Redis database that DRF's
 throttle, django-ratelimit and ``limits`` share; ``BENCH_WORKERS`` the qcluster's workers
@@ -31,8 +32,10 @@ CACHES = {
 }
 
 # The benchmark serves no pages but the HTTP API (bench.http): no admin to discover at
-# start-up. Its clients authenticate with DRF's tokens.
-INSTALLED_APPS = [app for app in INSTALLED_APPS if app != "django.contrib.admin"]
+# start-up. Its clients authenticate with DRF's tokens. bench.dashboard times an admin
+# page: it keeps the admin (``BENCH_ADMIN=1``).
+if os.environ.get("BENCH_ADMIN") != "1":
+    INSTALLED_APPS = [app for app in INSTALLED_APPS if app != "django.contrib.admin"]
 INSTALLED_APPS += ["rest_framework.authtoken", "bench"]
 ROOT_URLCONF = "bench.urls"
 REST_FRAMEWORK = {

@@ -1,5 +1,6 @@
-"""The benchmark serves no pages but the HTTP API, for bench.http; none at all for the
-peers' processes, which run without our app (``BENCH_WITHOUT_RATEQUEUE=1``).
+"""The benchmark serves no pages but the HTTP API, for bench.http (and the admin, for
+bench.dashboard, when ``BENCH_ADMIN=1`` keeps it); none at all for the peers' processes,
+which run without our app (``BENCH_WITHOUT_RATEQUEUE=1``).
 
 ``bench/floor/`` is bench.http's floor: a DRF view that parses the same JSON body and
 answers 201 without doing anything, behind the same middleware and authentication as the
@@ -30,3 +31,7 @@ urlpatterns = (
     if apps.is_installed("django_ratequeue")
     else []
 )
+if apps.is_installed("django.contrib.admin"):  # bench.dashboard (BENCH_ADMIN=1)
+    from django.contrib import admin
+
+    urlpatterns.append(path("admin/", admin.site.urls))

@@ -43,6 +43,8 @@ def _finite(value: float | None) -> float | None:
 
 def number(value: float | None, kind: Kind = "count") -> str:
     """A value for people, short: ``950``, ``12.5k``, ``3.1M``, ``2.5e+12``, ``0.25 s``."""
+    if type(value) is int and kind != "seconds" and -1000 < value < 1000:
+        return str(value)  # most cells of a page: a small count, shown as it is
     if value is None or not math.isfinite(value):
         return "-"
     unit = " s" if kind == "seconds" else ""
@@ -104,18 +106,25 @@ def _scale(series: Sequence[Series]) -> float:
     return float(10 * power)  # pragma: no cover - peak <= 10 * power always
 
 
+@lru_cache(maxsize=64)
+def _xs(buckets: int) -> tuple[str, ...]:
+    """The x of each bucket's middle, formatted: the same in every chart of a window."""
+    plot_w = WIDTH - LEFT - RIGHT
+    return tuple(f"{LEFT + plot_w * (i + 0.5) / buckets:.1f}" for i in range(buckets))
+
+
 def _segments(values: Sequence[float | None], top: float, buckets: int) -> list[list[str]]:
     """The polyline points of each unbroken run of values (a missing value breaks it)."""
-    plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
+    plot_h = HEIGHT - TOP - BOTTOM
+    xs = _xs(buckets)
     runs: list[list[str]] = [[]]
-    for i, value in enumerate(values):
+    for x, value in zip(xs, values, strict=False):
         value = _finite(value)
         if value is None:
             runs.append([])
             continue
-        x = LEFT + (plot_w * (i + 0.5) / buckets)
         y = TOP + plot_h * (1 - min(max(value, 0.0), top) / top)
-        runs[-1].append(f"{x:.1f},{y:.1f}")
+        runs[-1].append(f"{x},{y:.1f}")
     return [run for run in runs if run]
 
 
@@ -178,11 +187,11 @@ def _table(
     chart has hundreds of cells): the labels and the title are escaped, the times and
     numbers are made here of digits, letters and signs only."""
     head = "".join(f'<th scope="col">{escape(line.label)}</th>' for line in series)
+    zone = timezone.get_current_timezone()
+    cells = [[f"<td>{number(value, kind)}</td>" for value in line.values] for line in series]
     rows = "".join(
-        f'<tr><th scope="row">{_clock(start)}</th>'
-        + "".join(f"<td>{number(_finite(line.values[i]), kind)}</td>" for line in series)
-        + "</tr>"
-        for i, start in enumerate(starts)
+        f'<tr><th scope="row">{_clock_in(start, zone)}</th>{"".join(row)}</tr>'
+        for start, *row in zip(starts, *cells, strict=True)
     )
     return format_html(
         '<table class="visually-hidden"><caption>{}</caption>'

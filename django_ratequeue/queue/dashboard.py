@@ -4,7 +4,8 @@ One :func:`snapshot` reads, in a number of queries that follows the number of qu
 never the size of the jobs table: the counts of :func:`.stats.queue_overview` (bounded
 index probes), the active attempts once (few: they hold the concurrency slots), the
 queues' limits, each configured rate limit's key-less row, the worker keys, and the
-per-minute rollups of :mod:`.rollups` for the charts. Like :mod:`.stats`, it is for people:
+per-minute rollups of :mod:`.rollups` for the charts (summed by point in SQL: one query
+for the charted queues, one for all queues). Like :mod:`.stats`, it is for people:
 the loop decides from its own reads.
 """
 
@@ -424,13 +425,14 @@ def snapshot(window: Window = DEFAULT_WINDOW) -> Snapshot:
     rate_limits = _rate_limits(gated)
     rate_values = {use.name: use.value for use in rate_limits}
     charted = _charted(listed, active, with_figures)
+    charted_series = rollups.series_by_queue(charted, since, now, step)
     queues = [
         _queue_state(
             counts,
             limits[counts.name],
             active,
             rate_values,
-            rollups.series(counts.name, since, now, step) if counts.name in charted else [],
+            charted_series.get(counts.name, []),
         )
         for counts in listed
     ]

@@ -22,7 +22,6 @@ from .. import clock
 from ..conf import ratequeue_settings
 from .limits import QueueLimits, queue_overrides
 from .models import (
-    FINAL_STATUSES,
     Attempt,
     Job,
     LoopState,
@@ -48,9 +47,6 @@ COLUMNS: list[tuple[str, str]] = [
     (Status.COMPLETE, "Complete"),
     (Status.CANCELED, "Canceled"),
 ]
-
-
-UNFINISHED = [status for status in Status.values if status not in FINAL_STATUSES]
 
 
 def column_status(column: str) -> str:
@@ -248,21 +244,24 @@ def queue_overview() -> QueueOverview:
     overrides = queue_overrides()
     for name in overrides:
         counts.setdefault(name, _empty_counts())
-    queues = []
-    for name in sorted(counts):
-        limits = QueueLimits.of(name, overrides)
-        unfinished = any(counts[name][column] for column in [*UNFINISHED, "dispatched"])
-        set_at_enqueue = None
-        if limits.max_concurrency is None and unfinished:
-            set_at_enqueue = _set_at_enqueue(name)
-        queues.append(
-            QueueCounts(
-                name,
-                *effective_limit(name, limits, set_at_enqueue),
-                counts[name],
-                frozenset(capped.get(name, ())),
-            )
+    limits = {name: QueueLimits.of(name, overrides) for name in counts}
+    set_at_enqueue = _set_at_enqueue(
+        {
+            name: head
+            for name, queue_limits in limits.items()
+            if queue_limits.max_concurrency is None
+            and (head := _head_status(counts[name])) is not None
+        }
+    )
+    queues = [
+        QueueCounts(
+            name,
+            *effective_limit(name, limits[name], set_at_enqueue.get(name)),
+            counts[name],
+            frozenset(capped.get(name, ())),
         )
+        for name in sorted(counts)
+    ]
     state = LoopState.objects.filter(pk=LoopState.SINGLETON).first() or LoopState()
     loop = LoopInfo(
         state=state.state,
@@ -370,10 +369,35 @@ def _dispatched() -> Counter[str]:
     return Counter(dict(rows))
 
 
-def _set_at_enqueue(queue: str) -> int | None:
-    """The limit an unconfigured queue's unfinished jobs were enqueued with (the highest of
-    the first COUNT_LIMIT: a queue's jobs normally all carry the same)."""
-    limits = Job.objects.filter(status__in=UNFINISHED, queue=queue).values_list(
-        "max_concurrency", flat=True
-    )[:COUNT_LIMIT]
-    return max((limit for limit in limits if limit is not None), default=None)
+# The unfinished statuses in the order the queue's next job is looked for: the one the
+# loop dispatches next, else the one that will wait next.
+HEAD_STATUSES = (Status.WAITING, Status.RETRYING, Status.SCHEDULED, Status.RUNNING)
+
+
+def _head_status(counts: dict[str, int]) -> str | None:
+    """The first of HEAD_STATUSES a queue has jobs in (RUNNING counts the dispatched)."""
+    for status in HEAD_STATUSES:
+        if counts[status] or (status == Status.RUNNING and counts["dispatched"]):
+            return status
+    return None
+
+
+def _set_at_enqueue(heads: dict[str, str]) -> dict[str, int | None]:
+    """The limit each unconfigured queue's jobs were enqueued with, as the first job the
+    dispatch index reaches in the given status has it (a queue's jobs normally all carry
+    the same; when they differ, the loop applies each job's own, and this shows the next
+    one's). One statement, one index probe per queue, however many jobs each holds."""
+    if not heads:
+        return {}
+    connection = queue_connection()
+    table = connection.ops.quote_name(Job._meta.db_table)
+    probes = " UNION ALL ".join(["SELECT %s AS status, %s AS name"] * len(heads))
+    sql = (
+        f"SELECT p.name, (SELECT j.max_concurrency FROM {table} j"
+        f" WHERE j.status = p.status AND j.queue = p.name"
+        f" ORDER BY j.concurrency_key, j.priority DESC, j.created_at LIMIT 1)"
+        f" FROM ({probes}) p"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [value for name, status in heads.items() for value in (status, name)])
+        return dict(cursor.fetchall())

@@ -9,8 +9,10 @@ from io import StringIO
 
 import pytest
 from django.core.management import CommandError, call_command
+from django.db import connection
 from django.db.models import Max
 from django.test import override_settings
+from django.test.utils import CaptureQueriesContext
 
 from django_ratequeue import (
     RateLimited,
@@ -65,6 +67,26 @@ def test_runtime_control_overrides_settings_and_is_validated() -> None:
         ("emails", False, None),
         ("reports", None, 3),
     ]
+
+
+@pytest.mark.django_db
+def test_the_limit_set_at_enqueue_is_the_next_jobs_in_one_statement() -> None:
+    """An unconfigured queue's jobs carry the limit they were enqueued with (the loop
+    applies each job's own); the overview shows the one of the job the loop dispatches
+    next (the waiting ones first), reading one row per queue in one statement."""
+    for queue, priority, limit in [("a", 0, 3), ("a", 5, 4), ("b", 0, 2), ("c", 0, None)]:
+        handle = enqueue(jobs.add, args=[1, 2], queue=queue, priority=priority)
+        Job.objects.filter(pk=handle.id).update(max_concurrency=limit)
+    scheduled = enqueue(jobs.add, args=[1, 2], queue="d", run_after=timedelta(hours=1))
+    Job.objects.filter(pk=scheduled.id).update(max_concurrency=7)
+    with CaptureQueriesContext(connection) as captured:
+        labels = {q.name: q.limit_label for q in queue_overview().queues}
+    assert labels["a"] == "4 (set at enqueue)"  # the higher priority is dispatched first
+    assert labels["b"] == "2 (set at enqueue)"
+    assert labels["c"] == "1 (not configured)"
+    assert labels["d"] == "7 (set at enqueue)"
+    of_jobs = [q["sql"] for q in captured.captured_queries if Job._meta.db_table in q["sql"]]
+    assert len([sql for sql in of_jobs if "max_concurrency" in sql]) == 1
 
 
 @pytest.mark.django_db

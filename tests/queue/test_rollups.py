@@ -18,7 +18,12 @@ from hypothesis import strategies as st
 from django_ratequeue import enqueue
 from django_ratequeue.models import Attempt, Job, LoopState, QueueMinute
 from django_ratequeue.queue.loop import Loop
-from django_ratequeue.queue.models import HISTOGRAM_BOUNDS, HISTOGRAM_BUCKETS, bucket_field
+from django_ratequeue.queue.models import (
+    FINAL_STATUSES,
+    HISTOGRAM_BOUNDS,
+    HISTOGRAM_BUCKETS,
+    bucket_field,
+)
 from django_ratequeue.queue.retention import prune_rollups
 from django_ratequeue.queue.rollups import (
     ARRIVALS_SETTLE,
@@ -28,10 +33,11 @@ from django_ratequeue.queue.rollups import (
     bucket_of,
     floor_minute,
     percentile,
+    percentiles,
     queues_with_figures,
     series,
+    series_by_queue,
 )
-from django_ratequeue.queue.stats import UNFINISHED
 from tests.cluster import wait_for
 from tests.queue import jobs
 from tests.queue.steps import freeze, leading_loop, run_pass
@@ -86,6 +92,41 @@ def test_series_is_zero_filled_and_sums_queues_and_steps() -> None:
 
 
 @pytest.mark.django_db
+def test_series_by_queue_sums_each_point_in_one_query(
+    django_assert_num_queries: Any,
+) -> None:
+    """Points of several minutes are summed by the database (counts and histograms, so
+    a point's percentiles are those of all its minutes' samples), on either side of a
+    point's edge, for each queue asked for in one query; a queue with no figures has
+    zeros."""
+    step = timedelta(minutes=15)
+    waits_a = (0.002, 0.004, 0.5, 2.0, 9.0)
+    for n, wait in enumerate(waits_a):  # the first point's minutes 0, 3, 6, 9, 12
+        minute_row("a", T0 + timedelta(minutes=3 * n), completed=n + 1, waits=(wait,))
+    minute_row("a", T0 + timedelta(minutes=14), failed=1)  # the first point's last minute
+    minute_row("a", T0 + timedelta(minutes=15), failed=10)  # the second point's first
+    minute_row("b", T0 + timedelta(minutes=29), started=4, tokens_spent=3)
+    minute_row("c", T0 + timedelta(minutes=20), started=99)  # not asked for
+
+    with django_assert_num_queries(1):
+        found = series_by_queue(
+            ["a", "b", "idle"], T0 + timedelta(minutes=7), T0 + timedelta(minutes=40), step
+        )
+    assert set(found) == {"a", "b", "idle"}
+    a, b, idle = found["a"], found["b"], found["idle"]
+    assert [p.start for p in a] == [T0 + step * n for n in range(3)]
+    assert [(p.completed, p.failed) for p in a] == [(15, 1), (0, 10), (0, 0)]
+    assert [(p.started, p.tokens_spent) for p in b] == [(0, 0), (4, 3), (0, 0)]
+    assert all(p.started == p.completed == 0 and p.wait_p50 is None for p in idle)
+    assert a[0].wait_p50 is not None and a[0].wait_p99 is not None
+    assert bucket_of(a[0].wait_p50) == bucket_of(reference(list(waits_a), 0.5))
+    assert bucket_of(a[0].wait_p99) == bucket_of(reference(list(waits_a), 0.99))
+    # The one-queue form is the same read.
+    assert series("a", T0 + timedelta(minutes=7), T0 + timedelta(minutes=40), step) == a
+    assert series_by_queue([], T0, T0 + timedelta(minutes=40), step) == {}
+
+
+@pytest.mark.django_db
 def test_series_refuses_what_it_cannot_answer() -> None:
     for step in [timedelta(0), timedelta(seconds=90), timedelta(minutes=-1)]:
         with pytest.raises(ValueError, match="whole number of minutes"):
@@ -120,6 +161,9 @@ def test_percentiles_fall_in_the_bucket_of_the_sorted_lists(
     estimate = percentile(buckets, fraction)
     assert estimate is not None
     assert bucket_of(estimate) == bucket_of(reference(samples, fraction))
+    # Several read in one walk are each the one read alone.
+    fractions = (0.01, 0.5, 0.95, 0.99, 1.0)
+    assert percentiles(buckets, fractions) == [percentile(buckets, f) for f in fractions]
 
 
 @settings(
@@ -234,7 +278,7 @@ def test_the_rollups_say_what_the_tables_say_after_a_mixed_run(
     for handle in later[:2]:
         handle.cancel()
     for _ in range(50):  # back-offs come due and rate-limit tokens refill
-        if not Job.objects.exclude(pk=later[2].id).filter(status__in=UNFINISHED).exists():
+        if not Job.objects.exclude(pk=later[2].id).exclude(status__in=FINAL_STATUSES).exists():
             break
         frozen.advance(1.5)
         run_pass()

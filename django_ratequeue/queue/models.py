@@ -239,6 +239,19 @@ class AttemptQuerySet(models.QuerySet["Attempt"]):
         return self.update(wait=Wait.NONE, wait_queue="")
 
 
+# What the run of an attempt reports on it: written by its runner (or remote worker),
+# read by the loop to finish its job.
+REPORT_FIELDS = (
+    "started_at",
+    "ended_at",
+    "outcome",
+    "result",
+    "error",
+    "traceback",
+    "exception_class_path",
+)
+
+
 class Attempt(models.Model):
     """One try at a job: created by the loop, claimed and ended by a runner.
 

@@ -34,7 +34,7 @@ from ..db import ServerStatement, sql_to_run
 from .bulk import update_rows
 from .execution import run_attempt
 from .heartbeat import beat, mark_serving
-from .models import Attempt, Job, queue_connection
+from .models import REPORT_FIELDS, Attempt, Job, queue_connection
 from .wakeup import LOOP, WORK, Waiter, notifies, notify_clause, signal
 
 logger = logging.getLogger(__name__)
@@ -192,15 +192,7 @@ class Runner:
             update_rows(
                 Attempt,
                 attempts,
-                [
-                    "started_at",
-                    "ended_at",
-                    "outcome",
-                    "result",
-                    "error",
-                    "traceback",
-                    "exception_class_path",
-                ],
+                REPORT_FIELDS,
                 # A recovered (superseded) attempt already ended: its late report is ignored.
                 condition="t.ended_at IS NULL",
                 # The loop's signal, raised by the statement itself (SQLite: none, it polls).

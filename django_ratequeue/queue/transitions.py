@@ -23,6 +23,7 @@ from .bounds import later
 from .bulk import update_rows
 from .models import (
     FINAL_STATUSES,
+    REPORT_FIELDS,
     Attempt,
     CancelRequest,
     Job,
@@ -64,18 +65,7 @@ T = TypeVar("T")
 def finish(ended_ids: list[int], now: datetime, tally: Tally) -> None:
     """Apply the outcome of attempts that ended to their jobs (and count them in
     ``tally``: their run time, the retries and the final statuses)."""
-    ended = list(
-        Attempt.objects.filter(pk__in=ended_ids).only(
-            "job",
-            "started_at",
-            "ended_at",
-            "outcome",
-            "result",
-            "error",
-            "traceback",
-            "exception_class_path",
-        )
-    )
+    ended = list(Attempt.objects.filter(pk__in=ended_ids).only("job", *REPORT_FIELDS))
     jobs = Job.objects.only(*FINISH_FIELDS).in_bulk([a.job_id for a in ended])
     changed: list[Job] = []
     finals: list[Job] = []

@@ -5,7 +5,8 @@ The rules are the ones the app applies when it reads the settings
 error with its id: E0xx the dict as a whole, E1xx rate limits, E2xx queues and the loop,
 E3xx/W3xx the services around it (E302: django-q2's ORM broker on the queue's database;
 E304: sessions for anonymous users of the HTTP API; W305: a runner's turn longer than
-django-q2's ``retry``). It also imports the other checks so that they register.
+django-q2's ``retry``; E306: SQLite taking its write lock at BEGIN; E307: a broker named in
+``Q_CLUSTER``). It also imports the other checks so that they register.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from django.apps import AppConfig
+from django.apps import AppConfig, apps
 from django.conf import settings
 from django.contrib.sessions.middleware import SessionMiddleware
 from django.core.checks import CheckMessage, Error, Warning, register
@@ -22,6 +23,13 @@ from django.utils.module_loading import import_string
 from . import backends as tasks_backend_checks  # noqa: F401
 from .conf import parse_settings
 from .queue.models import queue_db
+from .ratelimit.storage import rate_limit_db
+
+# The Q_CLUSTER keys that choose django-q2's broker; without any, it connects to Redis on
+# localhost (django_q.brokers.get_broker).
+BROKER_KEYS = ("orm", "redis", "django_redis", "sqs", "iron_mq", "mongo", "broker_class")
+# The SQLite transaction modes that take the write lock at BEGIN.
+LOCKING_MODES = ("IMMEDIATE", "EXCLUSIVE")
 
 
 @register()
@@ -99,5 +107,60 @@ def check_anonymous_api(
             hint='Add "django.contrib.sessions.middleware.SessionMiddleware" to MIDDLEWARE, '
             "or keep the API for logged-in users.",
             id="django_ratequeue.E304",
+        )
+    ]
+
+
+@register()
+def check_sqlite_locking(
+    app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
+) -> list[CheckMessage]:
+    """SQLite has no row locks: a consume or a reserve is serialisable there only when its
+    transaction takes the database's write lock at BEGIN. Without it, processes racing on
+    a limit read the same value, and those that try to write next fail with "database
+    is locked"."""
+    problems = []
+    for alias in sorted({queue_db(), rate_limit_db()}):
+        database = settings.DATABASES.get(alias)
+        if not database or not str(database.get("ENGINE", "")).endswith("sqlite3"):
+            continue
+        mode = (database.get("OPTIONS") or {}).get("transaction_mode")
+        if isinstance(mode, str) and mode.upper() in LOCKING_MODES:
+            continue
+        problems.append(
+            Error(
+                f"The SQLite database {alias!r} holds ratequeue's tables, but its "
+                "transactions take the write lock only when they first write: processes "
+                'that decide on a limit at once then fail with "database is locked" '
+                "instead of waiting their turn.",
+                hint=f'Set DATABASES[{alias!r}]["OPTIONS"]["transaction_mode"] = "IMMEDIATE" '
+                '(with "timeout": 30 and WAL; see "SQLite" in docs/operations.md).',
+                id="django_ratequeue.E306",
+            )
+        )
+    return problems
+
+
+@register()
+def check_cluster_broker(
+    app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
+) -> list[CheckMessage]:
+    """Jobs run on a django-q2 cluster: without a broker named in ``Q_CLUSTER``, django-q2
+    connects to Redis on localhost, and ``qcluster`` dies with a connection error where
+    there is none."""
+    if not apps.is_installed("django_q"):
+        return []
+    cluster = getattr(settings, "Q_CLUSTER", None)
+    if isinstance(cluster, dict) and any(key in cluster for key in BROKER_KEYS):
+        return []
+    problem = "is not set" if cluster is None else "names no broker"
+    return [
+        Error(
+            f"Q_CLUSTER {problem}: django-q2 would look for Redis on localhost:6379 to run "
+            "ratequeue's jobs.",
+            hint='Set Q_CLUSTER = {"name": "mysite", "orm": "default"} to keep the queue in '
+            'your database (or name your Redis with "redis": {...}); see "The cluster" in '
+            "docs/quickstart.md.",
+            id="django_ratequeue.E307",
         )
     ]

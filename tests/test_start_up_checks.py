@@ -1,0 +1,116 @@
+"""The system checks that name the fix for what a new project most often gets wrong: SQLite
+without ``transaction_mode: "IMMEDIATE"``, and no broker in ``Q_CLUSTER``."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.test import override_settings
+
+from django_ratequeue import checks
+
+ROOT = Path(__file__).resolve().parents[1]
+ORM_CLUSTER = {"name": "mysite", "orm": "default", "timeout": 300, "retry": 360}
+
+
+def check(
+    database: dict[str, Any],
+    tmp_path: Path,
+    command: tuple[str, ...] = ("check",),
+    **settings: Any,
+) -> Any:
+    """``manage.py check`` (or another ``command``) in a fresh process of a project on
+    ``database``; a setting given as ``None`` is left out."""
+    configured = {
+        "SECRET_KEY": "not secret",
+        "INSTALLED_APPS": [
+            "django.contrib.auth",
+            "django.contrib.contenttypes",
+            "django_q",
+            "django_ratequeue",
+        ],
+        "DATABASES": {"default": {"NAME": str(tmp_path / "db.sqlite3"), **database}},
+        "Q_CLUSTER": ORM_CLUSTER,
+        **settings,
+    }
+    configured = {name: value for name, value in configured.items() if value is not None}
+    code = (
+        "import django; from django.conf import settings\n"
+        f"settings.configure(**{configured!r})\n"
+        "django.setup()\n"
+        "from django.core.management import execute_from_command_line\n"
+        f"execute_from_command_line(['manage.py', *{command!r}])\n"
+    )
+    return subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+
+
+SQLITE = "django.db.backends.sqlite3"
+
+
+@pytest.mark.parametrize("options", [{}, {"transaction_mode": "DEFERRED"}, {"timeout": 30}])
+def test_sqlite_without_locking_at_begin_fails_the_check_naming_the_option(
+    options: dict[str, Any], tmp_path: Path
+) -> None:
+    done = check({"ENGINE": SQLITE, "OPTIONS": options}, tmp_path)
+    assert done.returncode == 1
+    assert "django_ratequeue.E306" in done.stderr
+    assert "database is locked" in done.stderr
+    assert 'DATABASES[\'default\']["OPTIONS"]["transaction_mode"] = "IMMEDIATE"' in done.stderr
+
+
+@pytest.mark.parametrize("mode", ["IMMEDIATE", "immediate", "EXCLUSIVE"])
+def test_sqlite_locking_at_begin_passes(mode: str, tmp_path: Path) -> None:
+    done = check({"ENGINE": SQLITE, "OPTIONS": {"transaction_mode": mode}}, tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "no issues" in done.stdout
+
+
+def test_other_databases_need_no_transaction_mode(tmp_path: Path) -> None:
+    """Only the databases that hold ratequeue's tables are checked (the router's)."""
+    postgres = {"ENGINE": "django.db.backends.postgresql", "NAME": "mysite"}
+    plain_sqlite = {"ENGINE": SQLITE, "NAME": str(tmp_path / "other.sqlite3")}
+    done = check(
+        {"ENGINE": SQLITE, "OPTIONS": {"transaction_mode": "IMMEDIATE"}},
+        tmp_path,
+        DATABASES={"default": postgres, "other": plain_sqlite},
+    )
+    assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.parametrize(
+    ("cluster", "problem"),
+    [(None, "Q_CLUSTER is not set"), ({"name": "mysite", "workers": 2}, "names no broker")],
+)
+def test_a_cluster_without_a_broker_fails_the_check(
+    cluster: dict[str, Any] | None, problem: str, settings: Any
+) -> None:
+    if cluster is None:
+        del settings.Q_CLUSTER
+    else:
+        settings.Q_CLUSTER = cluster
+    [error] = checks.check_cluster_broker()
+    assert error.id == "django_ratequeue.E307"
+    assert problem in error.msg
+    assert "Redis on localhost:6379" in error.msg
+    assert '"orm": "default"' in (error.hint or "")
+
+
+@pytest.mark.parametrize("broker", ["orm", "redis", "django_redis", "sqs", "broker_class"])
+def test_any_broker_named_passes(broker: str) -> None:
+    with override_settings(Q_CLUSTER={"name": "mysite", broker: "x"}):
+        assert checks.check_cluster_broker() == []
+
+
+def test_qcluster_stops_at_the_check_instead_of_a_redis_traceback(tmp_path: Path) -> None:
+    """``manage.py qcluster`` runs the system checks first: the error names the fix."""
+    database = {"ENGINE": SQLITE, "OPTIONS": {"transaction_mode": "IMMEDIATE"}}
+    done = check(database, tmp_path, command=("qcluster", "--run-once"), Q_CLUSTER=None)
+    assert done.returncode == 1
+    assert "django_ratequeue.E307" in done.stderr
+    assert "Q_CLUSTER is not set" in done.stderr

@@ -119,7 +119,7 @@ def check_sqlite_locking(
     transaction takes the database's write lock at BEGIN. Without it, processes racing on
     a limit read the same value, and those that try to write next fail with "database
     is locked"."""
-    problems = []
+    problems: list[CheckMessage] = []
     for alias in sorted({queue_db(), rate_limit_db()}):
         database = settings.DATABASES.get(alias)
         if not database or not str(database.get("ENGINE", "")).endswith("sqlite3"):

@@ -431,7 +431,7 @@ class JobAdmin(PermittedActionsMixin, admin.ModelAdmin):
         for job in queryset.filter(status__in=RETRYABLE_STATUSES).order_by("created_at"):
             try:
                 copies.append(f"{job.id} → {enqueue_copy(job).id}")
-            except ValueError as exc:
+            except (TypeError, ValueError) as exc:  # e.g. its call no longer fits the function
                 self.message_user(request, f"Could not retry {job.id}: {exc}", messages.ERROR)
         skipped = queryset.exclude(status__in=RETRYABLE_STATUSES).count()
         if copies:
@@ -582,7 +582,7 @@ class JobAdmin(PermittedActionsMixin, admin.ModelAdmin):
             return self._job_page(job.id)
         try:
             copy = enqueue_copy(job)
-        except ValueError as exc:
+        except (TypeError, ValueError) as exc:
             self.message_user(request, f"Could not retry {job.id}: {exc}", messages.ERROR)
             return self._job_page(job.id)
         self.message_user(request, f"Enqueued {copy.id}, a copy of {job.id}.", messages.SUCCESS)

@@ -8,11 +8,9 @@ a request only its owner's jobs (:func:`.permissions.request_owner`): any other 
 
 from __future__ import annotations
 
-import inspect
 import math
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from contextlib import ExitStack, contextmanager
-from functools import cache
 from typing import Any
 from urllib.parse import quote
 
@@ -358,26 +356,12 @@ def exposed(request: Request, name: str) -> Registered:
 
 def call_problem(job: Registered, args: list[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
     """The field error when ``args`` and ``kwargs`` do not fit the job's parameters (a
-    call that would fail on every attempt); empty when they do."""
-    signature = signature_of(job.func)
-    if signature is None:  # nothing to check against
+    call that would fail on every attempt, which enqueue refuses); empty when they do."""
+    problem = job.parameters.problem(args, kwargs)
+    if problem is None:
         return {}
-    try:
-        signature.bind(*args, **kwargs)
-    except TypeError as error:
-        field = "kwargs" if "keyword" in str(error) else "args"
-        return {field: [f"The arguments do not fit the function: {error}."]}
-    return {}
-
-
-@cache
-def signature_of(func: Callable[..., Any]) -> inspect.Signature | None:
-    """``func``'s signature, read once per process (not at each request); ``None`` when
-    it has none to read."""
-    try:
-        return inspect.signature(func)
-    except (TypeError, ValueError):
-        return None
+    field = "kwargs" if "keyword" in problem else "args"
+    return {field: [f"The arguments do not fit the function: {problem}."]}
 
 
 def check_call(job: Registered, args: list[Any], kwargs: dict[str, Any]) -> None:

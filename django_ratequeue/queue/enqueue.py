@@ -38,7 +38,7 @@ from .registry import (
     HttpOptions,
     Permission,
     Registered,
-    function_path,
+    check_call,
     register_job,
     registered_job,
 )
@@ -74,7 +74,7 @@ class JobFunction(Registered, Generic[P, R]):
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> Handle[R]:
         """Enqueue ``func(*args, **kwargs)``: every keyword is the function's own, never
         an option (options go through :meth:`using`)."""
-        return _enqueue_one(function_path(self.func), self.options, list(args), kwargs)
+        return _enqueue_one(registered_job(self.func), self.options, list(args), kwargs)
 
     def enqueue_many(
         self, params: Iterable[Any], **options: Unpack[EnqueueOptions]
@@ -150,13 +150,13 @@ def job(
     return decorate(func) if func is not None else decorate
 
 
-def _target(func: Callable[..., Any] | str) -> tuple[str, JobOptions]:
-    """The path and the default options of the registered job that ``func`` names (a
-    ``@job`` copy's own options when given one)."""
+def _target(func: Callable[..., Any] | str) -> tuple[Registered, JobOptions]:
+    """The registered job that ``func`` names and its default options (a ``@job`` copy's
+    own options when given one)."""
     registered = registered_job(func.func if isinstance(func, JobFunction) else func)
     if not isinstance(func, JobFunction):
         func = cast("JobFunction[..., Any]", registered)  # only @job registers jobs
-    return registered.path, func.options
+    return registered, func.options
 
 
 @overload
@@ -204,8 +204,8 @@ def enqueue(
         kwargs = {}
     elif not isinstance(kwargs, Mapping):
         raise ValueError(f"kwargs must be a dict, not {kwargs!r}.")
-    path, defaults = _target(func)
-    return _enqueue_one(path, defaults.merge(options), list(args), dict(kwargs))
+    target, defaults = _target(func)
+    return _enqueue_one(target, defaults.merge(options), list(args), dict(kwargs))
 
 
 def enqueue_job(
@@ -214,8 +214,8 @@ def enqueue_job(
     """:func:`enqueue`, giving back the job as it was written rather than a handle (the
     HTTP API answers with it without reading it back); the existing job when
     ``on_duplicate_id="ignore"`` gave that one."""
-    path, defaults = _target(func)
-    template, stamp, written = _write_one(path, defaults.merge(options), args, kwargs)
+    target, defaults = _target(func)
+    template, stamp, written = _write_one(target, defaults.merge(options), args, kwargs)
     if not written:
         return Job.objects.get(pk=stamp.id)
     job = template.job(args, kwargs, stamp)
@@ -224,18 +224,19 @@ def enqueue_job(
 
 
 def _enqueue_one(
-    path: str, options: JobOptions, args: list[Any], kwargs: dict[str, Any]
+    target: Registered, options: JobOptions, args: list[Any], kwargs: dict[str, Any]
 ) -> Handle[Any]:
-    template, stamp, _written = _write_one(path, options, args, kwargs)
+    template, stamp, _written = _write_one(target, options, args, kwargs)
     return Handle(stamp.id, owner=template.owner)
 
 
 def _write_one(
-    path: str, options: JobOptions, args: list[Any], kwargs: dict[str, Any]
+    target: Registered, options: JobOptions, args: list[Any], kwargs: dict[str, Any]
 ) -> tuple[JobTemplate, JobStamp, bool]:
     """Write one job; its template, its stamp, and whether it was written (not when
     ``on_duplicate_id="ignore"`` found the caller's own job with that id)."""
-    template = options.template(path)
+    template = options.template(target.path)
+    check_call(target, args, kwargs)
     args_json = check_json("arguments", args)
     kwargs_json = check_json("keyword arguments", kwargs)
     template.check_size(args_json, kwargs_json)
@@ -314,12 +315,13 @@ def enqueue_calls(
 ) -> list[Handle[Any]]:
     """:func:`enqueue_many` with each job's call given as ``(args, kwargs)``, both at once
     if need be (the HTTP API's bulk enqueue)."""
-    path, defaults = _target(func)
-    template = defaults.merge(options).template(path)
+    target, defaults = _target(func)
+    template = defaults.merge(options).template(target.path)
     now = clock.now()
     # Per job: its arguments as JSON text and its stamp (PER_JOB_COLUMNS' order).
     stamped: list[tuple[Any, ...]] = []
     for index, (args, kwargs) in enumerate(calls):
+        check_call(target, args, kwargs, f" of item {index}")
         args_json = check_json(f"arguments (item {index})", args)
         kwargs_json = check_json(f"keyword arguments (item {index})", kwargs)
         template.check_size(args_json, kwargs_json, f" (item {index})")

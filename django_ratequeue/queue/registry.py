@@ -16,12 +16,19 @@ own code registered runs, and a name is looked up here without importing anythin
 
 Over HTTP the bar is higher still: only jobs registered with ``@job(expose=True)`` can be
 enqueued there (:func:`exposed_job`).
+
+A call is checked against its function's parameters at enqueue (:func:`check_call`), in
+Python and over HTTP alike, so that arguments that could never fit fail there rather than
+on every attempt.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import inspect
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from difflib import get_close_matches
+from functools import cached_property
 from importlib import import_module
 from typing import Any, TypeVar, cast
 
@@ -68,6 +75,74 @@ class Exposure:
         return cls(permission, options) if expose else None
 
 
+# The call shapes whose answer one function keeps (see Parameters.problem).
+SHAPES_KEPT = 1000
+
+
+class Parameters:
+    """A job function's parameters, read once, and which calls fit them."""
+
+    def __init__(self, func: Callable[..., Any]) -> None:
+        try:
+            self.signature: inspect.Signature | None = inspect.signature(func)
+        except (TypeError, ValueError):  # nothing to check against (a builtin...)
+            self.signature = None
+        names = () if self.signature is None else self.signature.parameters
+        self.names = frozenset(names)
+        # Any keyword is taken when the function has a **kwargs parameter.
+        self.any_keyword = self.signature is not None and any(
+            p.kind == p.VAR_KEYWORD for p in self.signature.parameters.values()
+        )
+        self.shown = "(...)" if self.signature is None else bare(self.signature)
+        self._answers: dict[tuple[Any, ...], str | None] = {}
+
+    def problem(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> str | None:
+        """Say why calling the function with ``args`` and ``kwargs`` would raise
+        ``TypeError``, in Python's words; ``None`` when they fit.
+
+        Whether a call fits depends only on its number of positional arguments and the
+        names of its keywords: the answer is kept per such shape, for shapes that name
+        only the function's parameters (a caller's made-up names are not kept)."""
+        if self.signature is None:
+            return None
+        shape = (len(args), *kwargs)
+        try:
+            return self._answers[shape]
+        except KeyError:  # not asked yet (or forgotten, even by another thread meanwhile)
+            pass
+        answer = self._check(self.signature, args, kwargs)
+        if self.names.issuperset(kwargs):
+            if len(self._answers) >= SHAPES_KEPT:
+                self._answers.clear()
+            self._answers[shape] = answer
+        return answer
+
+    def _check(
+        self, signature: inspect.Signature, args: Sequence[Any], kwargs: Mapping[str, Any]
+    ) -> str | None:
+        """:meth:`problem`, worked out. A keyword the function does not have is named
+        first, as Python names it first in a call (``bind`` would name a missing argument
+        first, which a misspelt keyword leaves missing)."""
+        unknown = [] if self.any_keyword else [k for k in kwargs if k not in self.names]
+        if unknown:
+            name = unknown[0]
+            short = isinstance(name, str) and len(name) <= 100  # a hostile one is not compared
+            close = get_close_matches(name, self.names, n=1) if short else []
+            maybe = f" (did you mean {close[0]!r}?)" if close else ""
+            return f"got an unexpected keyword argument {_shown(name)}{maybe}"
+        try:
+            signature.bind(*args, **kwargs)
+        except TypeError as error:
+            return str(error)
+        return None
+
+
+def bare(signature: inspect.Signature) -> str:
+    """``signature`` as an error message shows it: names and defaults, no annotations."""
+    plain = [p.replace(annotation=p.empty) for p in signature.parameters.values()]
+    return str(signature.replace(parameters=plain, return_annotation=signature.empty))
+
+
 class Registered:
     """A function registered under its dotted path: the base of ``@job`` functions
     (:class:`.enqueue.JobFunction`), which add their options and ``enqueue``. Only those
@@ -77,6 +152,12 @@ class Registered:
         self.func = func
         self.path = job_path(func)
         self.exposure = exposure
+
+    @cached_property
+    def parameters(self) -> Parameters:
+        """The function's parameters, read once (enqueue checks calls against the
+        registered job, which lives as long as the process)."""
+        return Parameters(self.func)
 
 
 J = TypeVar("J", bound=Registered)
@@ -146,6 +227,17 @@ def function_path(func: Callable[..., Any] | str, what: str = "job function") ->
     if isinstance(func, Registered):
         func = func.func
     return registered_job(func, what).path
+
+
+def check_call(
+    job: Registered, args: Sequence[Any], kwargs: Mapping[str, Any], where: str = ""
+) -> None:
+    """Raise ``TypeError`` when ``args`` and ``kwargs`` do not fit the parameters of
+    ``job``'s function: a call that would fail on every attempt is refused at enqueue."""
+    known = job.parameters
+    problem = known.problem(args, kwargs)
+    if problem is not None:
+        raise TypeError(f"The arguments{where} do not fit {job.path}{known.shown}: {problem}.")
 
 
 def register_task(task: Any) -> None:

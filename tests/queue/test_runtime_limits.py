@@ -44,7 +44,7 @@ def test_a_limit_given_to_enqueue_many_applies_too() -> None:
 @pytest.mark.django_db
 def test_a_refused_enqueue_changes_no_limit() -> None:
     with pytest.raises(ValueError):
-        enqueue(jobs.add, args=[float("nan")], queue={"name": "reports", "max_concurrency": 3})
+        enqueue(jobs.add, args=[float("nan"), 1], queue={"name": "reports", "max_concurrency": 3})
     with pytest.raises(ValueError):
         enqueue(jobs.add, args=[1, 2], queue={"name": "reports", "max_concurrency": 1e308})
     assert not QueueSetting.objects.exists()

@@ -28,12 +28,12 @@ from ..conf import ratequeue_settings
 from ..exceptions import LeaseLost
 from ..queue import remote
 from ..queue.models import WorkerKey, queue_db
-from ..queue.workerkeys import find_key, seen
+from ..queue.workerkeys import MAX_CLAIM_WAIT, find_key, seen
 from .serializers import StrictSerializer
 from .views import ApiSchema, ApiView
 
 # The longest a claim may wait for work, and the most attempts it may take.
-MAX_WAIT = 60.0
+MAX_WAIT = MAX_CLAIM_WAIT
 MAX_CLAIM = 100
 # Attempt ids are bigint primary keys: a larger number names no attempt.
 MAX_ID = 2**63 - 1

@@ -13,10 +13,13 @@ from typing import Any, Generic, TypeVar
 from asgiref.sync import sync_to_async
 from django.db import models
 
+from ..conf import ratequeue_settings
 from ..exceptions import JobCanceled, JobDoesNotExist, JobFailed, RecursiveWaitDeadlock
+from .heartbeat import any_alive
 from .models import FINAL_STATUSES, Attempt, CancelRequest, Job, OutputChunk, Status
 from .subtasks import check_wait, current_attempt, slots_released, workers_exhausted
 from .wakeup import LOOP, signal
+from .workerkeys import remote_worker_seen
 
 R_co = TypeVar("R_co", covariant=True)
 
@@ -121,7 +124,7 @@ class Handle(Generic[R_co]):
                 break
             now = time.monotonic()
             if deadline is not None and now >= deadline:
-                raise TimeoutError(f"Job {self.id} did not finish within {timeout} seconds")
+                raise TimeoutError(not_finished(job, timeout))
             if parent is not None and now >= next_deadlock_check:
                 next_deadlock_check = now + DEADLOCK_CHECK_EVERY
                 if workers_exhausted(parent, self.id):
@@ -145,12 +148,12 @@ class Handle(Generic[R_co]):
         read = sync_to_async(self._job)
         pause = 0.005
         while True:
-            job = await read(*OUTCOME_FIELDS)
+            job = await read(*OUTCOME_FIELDS, "queue")
             if job.status in FINAL_STATUSES:
                 return self._outcome(job)
             now = time.monotonic()
             if deadline is not None and now >= deadline:
-                raise TimeoutError(f"Job {self.id} did not finish within {timeout} seconds")
+                raise TimeoutError(await sync_to_async(not_finished)(job, timeout))
             await asyncio.sleep(max(pause if deadline is None else min(pause, deadline - now), 0))
             pause = min(pause * 1.5, 0.5)
 
@@ -200,6 +203,27 @@ class Handle(Generic[R_co]):
             )
             for a in rows
         ]
+
+
+def not_finished(job: Job, timeout: float | None) -> str:
+    """Say that ``job`` did not finish within ``timeout`` seconds, and that nothing could
+    run it when no worker that serves its queue is alive."""
+    message = f"Job {job.id} did not finish within {timeout} seconds (it is {job.status})"
+    config = ratequeue_settings().QUEUES.get(job.queue)
+    if config is not None and config.remote:
+        if not remote_worker_seen(job.queue):
+            message += (
+                f": no remote worker that claims from queue {job.queue!r} has been seen "
+                "lately. Start one: python -m django_ratequeue.worker --url URL --key KEY "
+                "--handlers MODULE (docs/remote-workers.md)"
+            )
+    elif not any_alive():
+        message += (
+            ": no worker is alive (no django-q2 worker process has reported within "
+            f"WORKER_DEAD_AFTER, {ratequeue_settings().WORKER_DEAD_AFTER:g} s). Start the "
+            "cluster: python manage.py qcluster"
+        )
+    return message + "."
 
 
 def get_handle(id: str, owner: Any = None) -> Handle[Any]:

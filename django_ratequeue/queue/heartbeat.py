@@ -9,6 +9,7 @@ import socket
 import threading
 import time
 import uuid
+from datetime import timedelta
 
 from .. import clock
 from ..conf import ratequeue_settings
@@ -51,3 +52,10 @@ def beat(force: bool = False) -> str:
 def mark_serving(identity: str, serving: bool) -> None:
     """Say whether a runner serves the queue in this worker process now."""
     WorkerHeartbeat.objects.filter(pk=identity).update(serving=serving)
+
+
+def any_alive() -> bool:
+    """Say whether any django-q2 worker process has recorded that it is alive within
+    ``WORKER_DEAD_AFTER`` (the loop's own test for a dead worker)."""
+    dead_after = timedelta(seconds=ratequeue_settings().WORKER_DEAD_AFTER)
+    return WorkerHeartbeat.objects.filter(seen_at__gte=clock.now() - dead_after).exists()

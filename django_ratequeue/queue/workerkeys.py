@@ -20,11 +20,14 @@ from datetime import timedelta
 from django.db.models import Q
 
 from .. import clock
+from ..conf import ratequeue_settings
 from .bounds import check_queue_name
 from .models import Attempt, WorkerKey
 
 # A key's last_seen is written at most this often (a heartbeat stays one write).
 LAST_SEEN_EVERY = timedelta(seconds=10)
+# The longest a claim waits for work (seconds): a running worker asks at least this often.
+MAX_CLAIM_WAIT = 60.0
 PREFIX_LENGTH = 8
 
 
@@ -103,6 +106,17 @@ def running_per_instance() -> Counter[tuple[str, str]]:
         (worker.split(":")[1], worker.rpartition("/")[2])
         for worker in workers.values_list("worker", flat=True)
     )
+
+
+def remote_worker_seen(queue: str) -> bool:
+    """Say whether a worker whose key may claim from the remote ``queue`` was seen lately:
+    a running one asks for work at least every ``MAX_CLAIM_WAIT`` seconds and heartbeats
+    its attempts within ``REMOTE_LEASE``, and its key's ``last_seen`` lags by up to
+    ``LAST_SEEN_EVERY``."""
+    quiet = max(MAX_CLAIM_WAIT, ratequeue_settings().REMOTE_LEASE)
+    since = clock.now() - LAST_SEEN_EVERY - timedelta(seconds=quiet)
+    keys = WorkerKey.objects.filter(revoked_at=None, last_seen__gte=since)
+    return any(queue in key.queues for key in keys.only("queues"))
 
 
 def revoke(prefix: str) -> bool:

@@ -13,14 +13,13 @@ from rest_framework.settings import api_settings
 
 from ..conf import ratequeue_settings
 from ..contrib.drf import RateLimitThrottle
-from ..ratelimit.config import TokenBucket
 
 
 class ApiThrottle(RateLimitThrottle):
     """:class:`RateLimitThrottle` by the view's ``throttle_scope``, off when the scope is
     configured nowhere."""
 
-    def get_limit(self, view: Any) -> tuple[str, TokenBucket | None] | None:
+    def get_limit(self, view: Any) -> tuple[str, str | None] | None:
         scope = self.get_scope(view)
         rates = api_settings.DEFAULT_THROTTLE_RATES or {}
         if scope not in ratequeue_settings().RATE_LIMITS and scope not in rates:

@@ -78,8 +78,8 @@ class RateLimitThrottle(BaseThrottle):
 
     Without a ``scope`` on the class, the view's ``throttle_scope`` is used (like DRF's
     ``ScopedRateThrottle``); without either, and without a ``rate``, the view is not
-    throttled. Override :meth:`get_key` to limit by something else; ``None`` skips the
-    request.
+    throttled. Override :meth:`get_key` (or DRF's :meth:`get_cache_key`, in a throttle
+    ported from DRF) to limit by something else; ``None`` skips the request.
     """
 
     scope: str | None = None
@@ -117,18 +117,24 @@ class RateLimitThrottle(BaseThrottle):
             return f"user:{request.user.pk}"
         return f"ip:{address_identity(self.get_ident(request)) or ''}"
 
-    def get_limit(self, view: APIView) -> tuple[str, TokenBucket | None] | None:
-        """The limit's name and its inline configuration (``None`` when it is the one in
-        ``RATEQUEUE["RATE_LIMITS"]``), or ``None`` when the request is not throttled."""
+    def get_cache_key(self, request: Request, view: APIView) -> str | None:
+        """DRF's name for :meth:`get_key`: a throttle ported from DRF that overrides it
+        keeps its keys, and its ``None`` still skips the request."""
+        return self.get_key(request, view)
+
+    def get_limit(self, view: APIView) -> tuple[str, str | None] | None:
+        """The limit's name and its DRF rate string (``None`` when the limit is the one in
+        ``RATEQUEUE["RATE_LIMITS"]``), or ``None`` when the request is not throttled. The
+        rate is parsed only for a request that has a key (:meth:`allow_request`)."""
         scope = self.get_scope(view)
         if self.rate:
-            return scope or self.default_name(), self.parse_rate(self.rate)
+            return scope or self.default_name(), self.rate
         if not scope:
             return None
         if self.THROTTLE_RATES is None and scope in ratequeue_settings().RATE_LIMITS:
             return scope, None
         rate = self.get_rate(scope)
-        return None if rate is None else (scope, self.parse_rate(rate))
+        return None if rate is None else (scope, rate)
 
     def default_name(self) -> str:
         """The limit of a class with a ``rate`` and no scope: named after the class."""
@@ -155,12 +161,18 @@ class RateLimitThrottle(BaseThrottle):
         return parse_drf_rate(rate, strict=self.strict, burst=self.burst)
 
     def allow_request(self, request: Request, view: APIView) -> bool:
+        """Consume one token for the request's key, in DRF's order: a throttle that is
+        off allows the request before any key is computed, and a request without a key
+        before the rate is parsed."""
         self.result = None
         limit = self.get_limit(view)
-        key = None if limit is None else self.get_key(request, view)
-        if limit is None or key is None:
+        if limit is None:
             return True
-        name, config = limit
+        key = self.get_cache_key(request, view)
+        if key is None:
+            return True
+        name, rate = limit
+        config = None if rate is None else self.parse_rate(rate)
         self.result = rate_limit(name, key=key, config=config)
         headers: Any = getattr(view, "headers", None)
         if isinstance(headers, dict):  # APIView sends these with whatever it answers

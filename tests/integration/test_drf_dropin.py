@@ -362,3 +362,43 @@ def test_a_throttle_class_rate_wins_over_the_settings() -> None:
     request = factory.get("/")
     assert [call(Busy, request).status_code for _ in range(6)] == [200] * 5 + [429]
     assert [call(Unscoped, request).status_code for _ in range(6)] == [200] * 5 + [429]
+
+
+# -- a request without a key is allowed before the rate is parsed, as in DRF ---------------
+
+
+class SkipsHealthChecks(RateLimitThrottle):
+    """A throttle ported from DRF: its ``get_cache_key`` skips the health checker."""
+
+    rate = "1/min"
+
+    def get_cache_key(self, request: Any, view: Any) -> str | None:
+        if request.headers.get("user-agent") == "health-check":
+            return None
+        return f"ip:{self.get_ident(request)}"
+
+
+class HealthView(Foo):
+    throttle_classes = [SkipsHealthChecks]
+
+
+def test_a_drf_throttles_get_cache_key_decides_the_key() -> None:
+    health = factory.get("/", HTTP_USER_AGENT="health-check")
+    assert [call(HealthView, health).status_code for _ in range(3)] == [200, 200, 200]
+    assert not RateLimitState.objects.exists()
+    assert [call(HealthView).status_code for _ in range(2)] == [200, 429]
+    assert list(RateLimitState.objects.values_list("key", flat=True)) == ["ip:127.0.0.1"]
+
+
+class AnonymousOnly(AnonRateLimitThrottle):
+    THROTTLE_RATES = {"anon": "100/fortnight"}  # not a rate: parsed only for a request it keys
+
+
+def test_a_request_without_a_key_is_allowed_before_the_rate_is_parsed() -> None:
+    request = Request(HttpRequest())
+    user = User.objects.create(username="test")
+    force_authenticate(request, user)
+    request.user = user
+    assert AnonymousOnly().allow_request(request, Foo()) is True
+    with pytest.raises(ImproperlyConfigured, match="100/fortnight"):
+        AnonymousOnly().allow_request(Request(HttpRequest()), Foo())

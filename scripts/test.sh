@@ -2,10 +2,12 @@
 # The whole test suite, as CI runs it:
 #   ruff (lint + format), mypy, and lint-imports (the import layers in pyproject.toml);
 #   pytest on SQLite and on PostgreSQL with the newest Django 5.2 on python3;
-#   the same with Django 6.1 on Python 3.13 when such an interpreter is installed.
+#   the same with Django 6.1 on Python 3.13 when such an interpreter is installed;
+#   the release check (tests/test_release.py: the wheel and the sdist built, installed in a
+#   new virtual environment, and checked and migrated by a new project), once.
 # The two Django versions run one after the other (each its SQLite run, then its PostgreSQL
-# run, on test databases of its own), the linters beside the last; each step's output is
-# printed in one piece when it ends.
+# run, on test databases of its own), the linters and the release check beside the last;
+# each step's output is printed in one piece when it ends.
 # Extra arguments go to every pytest run, e.g. `scripts/test.sh -k ratelimit -x`.
 # PostgreSQL: role root, no password, 127.0.0.1:5432, database "ratequeue" (pytest-django
 # creates test_ratequeue_django5 and test_ratequeue_django6 beside it);
@@ -42,10 +44,13 @@ step() {
 # PostgreSQL server at DATABASE_URL, on a test database named after DJANGO.
 pytest_on() {
     local venv=$1 django=$2 url=${3:-}
+    # The release check does not depend on the database or Django's version: it runs once,
+    # as a step of its own (release).
+    local args=(--deselect tests/test_release.py "${pytest_args[@]}")
     if [ -n "$url" ]; then
-        DATABASE_URL=$url RATEQUEUE_TEST_DB_SUFFIX=$django "$venv/bin/pytest" "${pytest_args[@]}"
+        DATABASE_URL=$url RATEQUEUE_TEST_DB_SUFFIX=$django "$venv/bin/pytest" "${args[@]}"
     else
-        env -u DATABASE_URL RATEQUEUE_TEST_DB_SUFFIX="$django" "$venv/bin/pytest" "${pytest_args[@]}"
+        env -u DATABASE_URL RATEQUEUE_TEST_DB_SUFFIX="$django" "$venv/bin/pytest" "${args[@]}"
     fi
 }
 
@@ -63,6 +68,18 @@ lint() {
     step "ruff format" .venv/bin/ruff format --check . || true
     step "mypy" .venv/bin/mypy || true
     step "lint-imports" .venv/bin/lint-imports --no-logo || true
+}
+
+# release: the wheel and the sdist, installed from pip's cache or the package index.
+release() {
+    trap 'exit 130' INT TERM
+    step "release check (wheel and sdist)" .venv/bin/pytest -m release tests/test_release.py || true
+}
+
+# beside_the_tests: the linters, then the release check, while Django 5.2's tests run.
+beside_the_tests() {
+    lint
+    release
 }
 
 # in_background COMMAND...: start COMMAND in a process group of its own, so that an
@@ -99,7 +116,7 @@ else
     skipped="${skipped:+$skipped; }the Django 6.1 run was SKIPPED: no Python 3.13 found (install python3.13 to run it)"
 fi
 if step "environment: .venv" make_venv .venv python3 "Django>=5.2,<5.3"; then
-    in_background lint
+    in_background beside_the_tests
     test_django .venv django5 "Django 5.2, $(python3 --version)"
 fi
 wait

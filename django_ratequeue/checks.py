@@ -115,10 +115,13 @@ def check_anonymous_api(
 def check_sqlite_locking(
     app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
 ) -> list[CheckMessage]:
-    """SQLite has no row locks: a consume or a reserve is serialisable there only when its
-    transaction takes the database's write lock at BEGIN. Without it, processes racing on
-    a limit read the same value, and those that try to write next fail with "database
-    is locked"."""
+    """Refuse a SQLite database of ratequeue's tables whose transactions do not take the
+    write lock at BEGIN.
+
+    SQLite has no row locks: a consume or a reserve is serialisable there only when its
+    transaction takes the database's write lock first. Without it, processes racing on a
+    limit all read it, and those that write after the first fail with "database is
+    locked"."""
     problems: list[CheckMessage] = []
     for alias in sorted({queue_db(), rate_limit_db()}):
         database = settings.DATABASES.get(alias)
@@ -145,7 +148,9 @@ def check_sqlite_locking(
 def check_cluster_broker(
     app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
 ) -> list[CheckMessage]:
-    """Jobs run on a django-q2 cluster: without a broker named in ``Q_CLUSTER``, django-q2
+    """Refuse a project with django-q2 installed whose ``Q_CLUSTER`` names no broker.
+
+    Jobs run on a django-q2 cluster: without a broker named in ``Q_CLUSTER``, django-q2
     connects to Redis on localhost, and ``qcluster`` dies with a connection error where
     there is none."""
     if not apps.is_installed("django_q"):

@@ -4,9 +4,9 @@
 enqueued task is one ratequeue job of :func:`run_task`, which finds the task on the
 worker and sends the framework's ``task_started`` and ``task_finished`` around it, so the
 engine needs to know nothing about django.tasks. A task is registered when it is defined
-for this backend (:meth:`RateQueueBackend.validate_task`) and found by its name, never
-imported by it (see :mod:`.queue.registry`); the app imports installed apps' ``tasks``
-modules at start-up when a backend is ours. A task's queue name, priority and
+for this backend (:meth:`RateQueueBackend.validate_task`) at start-up, and found by its
+name, never imported by it (see :mod:`.queue.registry`); the app imports installed apps'
+``tasks`` modules at start-up when a backend is ours. A task's queue name, priority and
 ``run_after`` become the job's queue, priority and ``start_at``; its result is read back
 from the job and its attempts.
 
@@ -96,13 +96,14 @@ class RateQueueBackend(BaseTaskBackend):
 
     def validate_task(self, task: Task[..., Any]) -> None:
         """Refuse what cannot run here, and register the rest: django.tasks calls this when
-        a task for this backend is defined (and for each ``.using()`` copy)."""
+        a task for this backend is defined (and for each ``.using()`` copy), and enqueue
+        calls it again. A task defined after start-up is refused, as a worker would."""
         super().validate_task(task)
         try:
             QueueChoice.coerce(task.queue_name)
-        except ValueError as exc:
+            register_task(task)
+        except ValueError as exc:  # UnknownJob is one
             raise InvalidTask(str(exc)) from None
-        register_task(task)
 
     def enqueue(
         self, task: Task[_P, _R], args: Sequence[Any], kwargs: dict[str, Any]

@@ -23,7 +23,7 @@ from traceback import format_exception
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, cast
 
 import django
-from django.apps import AppConfig
+from django.apps import AppConfig, apps
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, register
 from django.core.exceptions import ImproperlyConfigured
@@ -126,6 +126,21 @@ class RateQueueBackend(BaseTaskBackend):
         # The job is written: a receiver that raises is logged, and does not undo it.
         task_enqueued.send_robust(type(self), task_result=result)
         return cast("TaskResult[_P, _R]", result)
+
+    def check(self, **kwargs: Any) -> list[CheckMessage]:
+        """Django's checks of a backend, and that the app whose tables it writes is
+        installed (run by ``manage.py check`` for every TASKS entry)."""
+        problems = list(super().check(**kwargs))
+        if not apps.is_installed("django_ratequeue"):
+            problems.append(
+                Error(
+                    f"TASKS[{self.alias!r}] uses {BACKEND_PATH}, but django_ratequeue is not "
+                    "in INSTALLED_APPS.",
+                    hint="Add 'django_ratequeue' to INSTALLED_APPS, then run manage.py migrate.",
+                    id="django_ratequeue.E310",
+                )
+            )
+        return problems
 
     def get_result(self, result_id: str) -> TaskResult[..., Any]:
         try:

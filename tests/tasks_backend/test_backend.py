@@ -13,6 +13,7 @@ pytest.importorskip("django.tasks")
 
 from django.core.exceptions import ImproperlyConfigured
 from django.tasks import TaskResultStatus, task, task_backends
+from django.tasks.checks import check_tasks
 from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
 from django.tasks.signals import task_enqueued, task_finished, task_started
 from django.test import override_settings
@@ -392,3 +393,18 @@ def test_a_job_whose_attempt_ended_while_no_loop_ran_shows_its_outcome() -> None
     run_pass()
     assert Job.objects.get(pk=added.id).status == Status.COMPLETE
     assert Job.objects.get(pk=broke_for_good.id).status == Status.FAILED
+
+
+def test_the_backends_check_says_when_the_app_is_not_installed(settings: Any) -> None:
+    assert list(check_tasks()) == []
+    without = [app for app in settings.INSTALLED_APPS if app != "django_ratequeue"]
+    with override_settings(INSTALLED_APPS=without):
+        problems = list(check_tasks())  # Django's check of every TASKS backend
+    assert [(p.id, p.msg) for p in problems] == [
+        (
+            "django_ratequeue.E310",
+            f"TASKS['default'] uses {BACKEND_PATH}, but django_ratequeue is not in "
+            "INSTALLED_APPS.",
+        )
+    ]
+    assert "Add 'django_ratequeue' to INSTALLED_APPS" in (problems[0].hint or "")

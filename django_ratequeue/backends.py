@@ -19,6 +19,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 from dataclasses import fields
+from datetime import datetime
 from traceback import format_exception
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, cast
 
@@ -116,11 +117,13 @@ class RateQueueBackend(BaseTaskBackend):
         kwargs = cast("dict[str, Any]", normalize_json(kwargs))
         # The job as written, not read back: a cluster may start it at once, and the result
         # of an enqueue is READY, as django.tasks says (not RUNNING).
+        # The task's run_after is kept as given: the job's start_at moves with its retries.
+        run_after = task.run_after.isoformat() if task.run_after is not None else None
         written = enqueue_job(
             self.job.using(queue=task.queue_name, priority=task.priority, start_at=task.run_after),
             args=[],
             kwargs={"task": task.module_path, "args": list(args), "kwargs": dict(kwargs),
-                    "backend": self.alias},
+                    "backend": self.alias, "run_after": run_after},
         )  # fmt: skip
         result = task_result(written, attempts=[], task=task)
         # The job is written: a receiver that raises is logged, and does not undo it.
@@ -218,11 +221,13 @@ def task_result(
     rebuilt from the job unless given."""
     call = job.kwargs
     if task is None:
+        run_after = call.get("run_after")  # None in rows enqueued before it was kept
         task = as_enqueued(
             resolve_task(call["task"]),
             priority=job.priority,
             queue_name=job.queue,
             backend=call["backend"],
+            run_after=datetime.fromisoformat(run_after) if run_after else None,
         )
     tries = [a for a in attempts if a.started_at is not None]  # the others never ran
     errors = [attempt_error(a) for a in tries if a.outcome and a.outcome != Outcome.SUCCEEDED]
@@ -256,9 +261,16 @@ def attempt_error(attempt: AttemptInfo) -> TaskError:
     )
 
 
-def run_task(task: str, args: list[Any], kwargs: dict[str, Any], backend: str) -> Any:
+def run_task(
+    task: str,
+    args: list[Any],
+    kwargs: dict[str, Any],
+    backend: str,
+    run_after: str | None = None,
+) -> Any:
     """The job the backend enqueues: run the task ``task`` on a ratequeue worker, sending
-    ``task_started`` before and ``task_finished`` after each attempt.
+    ``task_started`` before and ``task_finished`` after each attempt. (``run_after``, the
+    task's own in ISO 8601, is there for the results read back from the job.)
 
     A failure is re-raised for the engine to record and retry by the job's policy, so a
     ``task_finished`` with FAILED may be followed by another ``task_started``.

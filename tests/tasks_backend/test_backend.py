@@ -74,6 +74,9 @@ def test_enqueue_honours_queue_priority_and_run_after() -> None:
         7,
     )
     assert again.task.func is tasks.add.func
+    # Read back, the result is the one enqueue gave, its task's run_after included.
+    assert again.task.run_after == run_after
+    assert again == result
 
 
 def test_defaults_go_to_the_default_queue_now() -> None:
@@ -87,8 +90,10 @@ def test_defaults_go_to_the_default_queue_now() -> None:
         "args": [1, 2],
         "kwargs": {},
         "backend": "default",
+        "run_after": None,
     }
     assert result.id == job.id
+    assert tasks.add.get_result(result.id) == result
 
 
 def backend_settings(**params: Any) -> dict[str, Any]:
@@ -193,6 +198,16 @@ def test_an_exception_group_keeps_its_class() -> None:
     settle(result)
     assert [e.exception_class for e in result.errors] == [ExceptionGroup, ExceptionGroup]
     assert "ValueError: second" in result.errors[-1].traceback
+
+
+def test_a_result_read_back_keeps_the_tasks_run_after() -> None:
+    """The task as it was enqueued, although its job's start_at moves with each retry."""
+    run_after = timezone.now() - timedelta(minutes=5)
+    result = tasks.break_down.using(run_after=run_after).enqueue("twice")
+    settle(result)
+    assert result.attempts == 2
+    assert Job.objects.get(pk=result.id).start_at > run_after  # the retry's
+    assert tasks.break_down.get_result(result.id).task.run_after == run_after
 
 
 def signal_lines(path: Path, result_id: str) -> list[dict[str, Any]]:

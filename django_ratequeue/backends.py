@@ -33,8 +33,7 @@ from django.utils import timezone
 from .exceptions import JobCanceled, UnknownJob, class_path
 from .queue.enqueue import JobFunction, enqueue_job, job
 from .queue.execution import check_result_size
-from .queue.handles import AttemptInfo, Handle
-from .queue.models import FINAL_STATUSES, Attempt, Job, Outcome, Status
+from .queue.models import Attempt, Job, Outcome, Status
 from .queue.options import JobOptions, QueueChoice
 from .queue.registry import BACKEND_PATH, function_path, register_task, registered_task
 from .queue.subtasks import current_attempt
@@ -146,31 +145,27 @@ class RateQueueBackend(BaseTaskBackend):
         return problems
 
     def get_result(self, result_id: str) -> TaskResult[..., Any]:
+        """The result of the job ``result_id``: its row, and the attempts read after it."""
         try:
             job = Job.objects.get(pk=result_id, func=function_path(run_task))
         except Job.DoesNotExist:
             raise TaskResultDoesNotExist(result_id) from None
-        if job.status == Status.RUNNING:
-            take_in_ended_attempt(job)
-        return task_result(job, Handle(job.id, owner=job.owner).attempts())
-
-
-def take_in_ended_attempt(job: Job) -> None:
-    """Give a RUNNING job the status its ended attempt gives it, as the main loop will when
-    it takes the outcome in (not saved): until a loop runs again (a cluster that stopped),
-    the result says what happened rather than RUNNING."""
-    attempt = (
-        Attempt.objects.filter(
-            job=job, active=True, started_at__isnull=False, ended_at__isnull=False
+        # Read after the job, they hold at least the attempts it counts; later ones are not
+        # part of what it says.
+        attempts = list(
+            Attempt.objects.filter(job=job, number__lte=job.attempts).order_by("number")
         )
-        .order_by("-number")
-        .first()
-    )
-    if attempt is None or attempt.ended_at is None:
-        return
-    job.settle(attempt, now=attempt.ended_at)
-    if job.status in FINAL_STATUSES:
-        job.finished_at = attempt.ended_at
+        current = attempts[-1] if attempts else None
+        if (
+            job.status == Status.RUNNING
+            and current is not None
+            and current.number == job.attempts
+            and current.ended_at is not None
+        ):
+            # Its attempt ended, and the job, as read, was not told yet: what the loop makes
+            # of that end, by the loop's own rule, as of the end (not saved).
+            job.settle(current, now=current.ended_at)
+        return task_result(job, attempts)
 
 
 def check_findable(task: Task[..., Any]) -> None:
@@ -215,7 +210,7 @@ def result_status(status: str) -> TaskResultStatus:
 
 
 def task_result(
-    job: Job, attempts: list[AttemptInfo], task: Task[..., Any] | None = None
+    job: Job, attempts: list[Attempt], task: Task[..., Any] | None = None
 ) -> TaskResult[..., Any]:
     """The framework's view of a job enqueued by the backend and its attempts; ``task`` is
     rebuilt from the job unless given."""
@@ -252,7 +247,7 @@ def task_result(
     return result
 
 
-def attempt_error(attempt: AttemptInfo) -> TaskError:
+def attempt_error(attempt: Attempt) -> TaskError:
     """A failed attempt as a TaskError: the class its job raised, as recorded when the
     attempt ended (``builtins.Exception`` for one that ended before rows kept it)."""
     return TaskError(

@@ -12,6 +12,7 @@ import pytest
 pytest.importorskip("django.tasks")
 
 from django.core.exceptions import ImproperlyConfigured
+from django.db import connection
 from django.tasks import TaskResultStatus, task, task_backends
 from django.tasks.checks import check_tasks
 from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
@@ -22,7 +23,6 @@ from django.utils import timezone
 from django_ratequeue import Status, enqueue, get_handle
 from django_ratequeue.backends import BACKEND_PATH, RateQueueBackend, attempt_error
 from django_ratequeue.models import Attempt, Job
-from django_ratequeue.queue.handles import AttemptInfo
 from django_ratequeue.queue.runner import Runner
 from tests.cluster import wait_for
 from tests.queue.steps import leading_loop, run_pass
@@ -167,9 +167,19 @@ def test_get_result_of_an_unknown_id() -> None:
         task_backends["default"].get_result(plain.id)
 
 
-def failed_attempt(outcome: str, traceback: str, error: str = "", path: str = "") -> AttemptInfo:
+def failed_attempt(outcome: str, traceback: str, error: str = "", path: str = "") -> Attempt:
     now = timezone.now()
-    return AttemptInfo(1, now, now, now, outcome, error, traceback, "worker-1", path)
+    return Attempt(
+        number=1,
+        dispatched_at=now,
+        started_at=now,
+        ended_at=now,
+        outcome=outcome,
+        error=error,
+        traceback=traceback,
+        worker="worker-1",
+        exception_class_path=path,
+    )
 
 
 def test_an_attempts_error_class_is_the_one_stored_with_it() -> None:
@@ -423,3 +433,36 @@ def test_the_backends_check_says_when_the_app_is_not_installed(settings: Any) ->
         )
     ]
     assert "Add 'django_ratequeue' to INSTALLED_APPS" in (problems[0].hint or "")
+
+
+class StepAfterJobRead:
+    """An execute wrapper that runs one step of the loop right after the first read of the
+    jobs table, before the next statement: a read that races the loop, made to lose."""
+
+    def __init__(self) -> None:
+        self.job_read = self.stepped = False
+
+    def __call__(self, execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        if self.job_read and not self.stepped:
+            self.stepped = True  # first: the step's own statements pass through here too
+            leading_loop().step()
+        result = execute(sql, params, many, context)
+        self.job_read |= sql.lstrip().startswith("SELECT") and Job._meta.db_table in sql
+        return result
+
+
+def test_a_read_that_races_the_loop_taking_a_failure_in_says_failed() -> None:
+    """Read between the loop's step, which takes the failed attempt in, and what went
+    before: the result still says FAILED, when it finished and why, as before the step and
+    after it."""
+    with override_settings(TASKS=backend_settings(OPTIONS={"retries": 0})):
+        result = tasks.break_down.enqueue("for good")
+        run_without_loop(result)
+        racing = StepAfterJobRead()
+        with connection.execute_wrapper(racing):
+            result.refresh()
+    assert racing.stepped
+    assert Job.objects.get(pk=result.id).status == Status.FAILED  # the step took it in
+    (attempt,) = Attempt.objects.all()
+    assert (result.status, result.finished_at) == (TaskResultStatus.FAILED, attempt.ended_at)
+    assert [e.exception_class for e in result.errors] == [tasks.TaskBroke]

@@ -35,6 +35,11 @@ class Status(models.TextChoices):
 
 
 FINAL_STATUSES = frozenset({Status.FAILED, Status.COMPLETE, Status.CANCELED})
+# The order in which the WAITING jobs of one queue and concurrency key start: priority,
+# then the jobs whose tokens are reserved (they start at their reserved time, in the
+# order they reserved), then readiness: start_at, when the job became ready (enqueued,
+# scheduled, or at the end of a retry's back-off), and arrival between equals.
+READY_ORDER = ("-priority", "-tokens_reserved", "start_at", "created_at")
 # Statuses whose job waits for its start_at before it becomes WAITING.
 DEFERRED_STATUSES = (Status.SCHEDULED, Status.RETRYING)
 
@@ -136,9 +141,9 @@ class Job(models.Model):
         verbose_name = "job"
         indexes = [
             # The dispatch reads: the concurrency keys of queue Q with work ready (a skip
-            # scan), and the next jobs of each key by priority, then arrival.
+            # scan), and the next jobs of each key in the order they start (READY_ORDER).
             models.Index(
-                fields=["status", "queue", "concurrency_key", "-priority", "created_at"],
+                fields=["status", "queue", "concurrency_key", *READY_ORDER],
                 name="ratequeue_job_ready_by_key",
             ),
             # Scheduled starts and retries that have come due. Partial, like the next one, so

@@ -220,6 +220,23 @@ def test_a_result_read_back_keeps_the_tasks_run_after() -> None:
     assert tasks.break_down.get_result(result.id).task.run_after == run_after
 
 
+def test_equal_priorities_start_oldest_run_after_first(settings: Any) -> None:
+    """As django-tasks-db orders tasks: priority, then run_after (one at a time here)."""
+    settings.RATEQUEUE = {**settings.RATEQUEUE, "MAX_CONCURRENCY": 1}
+    now = timezone.now()
+    old = tasks.add.using(priority=20, run_after=now - timedelta(hours=2)).enqueue(1, 1)
+    very_old = tasks.add.using(priority=20, run_after=now - timedelta(hours=10)).enqueue(2, 2)
+    future = tasks.add.using(priority=30, run_after=now + timedelta(hours=10)).enqueue(3, 3)
+    high = tasks.add.using(priority=10).enqueue(4, 4)
+    low = tasks.add.using(priority=-2).enqueue(5, 5)
+    plain = tasks.add.enqueue(6, 6)
+    settle(old, very_old, high, low, plain)
+    started = sorted([old, very_old, high, low, plain], key=lambda result: result.started_at)
+    assert [r.id for r in started] == [r.id for r in (very_old, old, high, plain, low)]
+    future.refresh()
+    assert future.status == TaskResultStatus.READY
+
+
 def signal_lines(path: Path, result_id: str) -> list[dict[str, Any]]:
     if not path.exists():
         return []

@@ -42,17 +42,17 @@ def test_the_local_clock_moves_with_the_test(local_clock: None) -> None:
 
 
 def test_rate_limits_refill_on_the_moved_clock(local_clock: None) -> None:
+    """The example of docs/testing.md."""
     hourly = TokenBucket(rate=1, period=3600)
-    there = datetime.now(tz=UTC).replace(microsecond=0) + AHEAD
-    with time_machine.travel(there, tick=False) as traveller:
-        assert rate_limit("moved", config=hourly).ok
-        refused = rate_limit("moved", config=hourly)
-        assert not refused.ok
-        assert (refused.retry_at, refused.retry_after) == (there + timedelta(hours=1), 3600)
+    with time_machine.travel("2030-01-01 12:00Z", tick=False) as traveller:
+        assert rate_limit("exports", key="user:1", config=hourly).ok
+        refused = rate_limit("exports", key="user:1", config=hourly)
+        assert not refused.ok and refused.retry_after == 3600
+        assert refused.retry_at == datetime(2030, 1, 1, 13, tzinfo=UTC)
         traveller.shift(timedelta(minutes=59))
-        assert not rate_limit("moved", config=hourly).ok
+        assert not rate_limit("exports", key="user:1", config=hourly).ok
         traveller.shift(timedelta(minutes=1))
-        assert rate_limit("moved", config=hourly).ok
+        assert rate_limit("exports", key="user:1", config=hourly).ok
 
 
 def test_the_loop_starts_scheduled_jobs_and_retries_on_the_moved_clock(

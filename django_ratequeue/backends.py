@@ -4,9 +4,9 @@
 enqueued task is one ratequeue job of :func:`run_task`, which finds the task on the
 worker and sends the framework's ``task_started`` and ``task_finished`` around it, so the
 engine needs to know nothing about django.tasks. A task is registered when it is defined
-for this backend (:meth:`RateQueueBackend.validate_task`) and found by its name, never
-imported by it (see :mod:`.queue.registry`); the app imports installed apps' ``tasks``
-modules at start-up when a backend is ours. A task's queue name, priority and
+for this backend (:meth:`RateQueueBackend.validate_task`) at start-up, and found by its
+name, never imported by it (see :mod:`.queue.registry`); the app imports installed apps'
+``tasks`` modules at start-up when a backend is ours. A task's queue name, priority and
 ``run_after`` become the job's queue, priority and ``start_at``; its result is read back
 from the job and its attempts.
 
@@ -19,11 +19,12 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 from dataclasses import fields
+from datetime import datetime
 from traceback import format_exception
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, cast
 
 import django
-from django.apps import AppConfig
+from django.apps import AppConfig, apps
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, register
 from django.core.exceptions import ImproperlyConfigured
@@ -32,8 +33,7 @@ from django.utils import timezone
 from .exceptions import JobCanceled, UnknownJob, class_path
 from .queue.enqueue import JobFunction, enqueue_job, job
 from .queue.execution import check_result_size
-from .queue.handles import AttemptInfo, Handle
-from .queue.models import FINAL_STATUSES, Attempt, Job, Outcome, Status
+from .queue.models import Attempt, Job, Outcome, Status
 from .queue.options import JobOptions, QueueChoice
 from .queue.registry import BACKEND_PATH, function_path, register_task, registered_task
 from .queue.subtasks import current_attempt
@@ -96,13 +96,14 @@ class RateQueueBackend(BaseTaskBackend):
 
     def validate_task(self, task: Task[..., Any]) -> None:
         """Refuse what cannot run here, and register the rest: django.tasks calls this when
-        a task for this backend is defined (and for each ``.using()`` copy)."""
+        a task for this backend is defined (and for each ``.using()`` copy), and enqueue
+        calls it again. A task defined after start-up is refused, as a worker would."""
         super().validate_task(task)
         try:
             QueueChoice.coerce(task.queue_name)
-        except ValueError as exc:
+            register_task(task)
+        except ValueError as exc:  # UnknownJob is one
             raise InvalidTask(str(exc)) from None
-        register_task(task)
 
     def enqueue(
         self, task: Task[_P, _R], args: Sequence[Any], kwargs: dict[str, Any]
@@ -115,43 +116,56 @@ class RateQueueBackend(BaseTaskBackend):
         kwargs = cast("dict[str, Any]", normalize_json(kwargs))
         # The job as written, not read back: a cluster may start it at once, and the result
         # of an enqueue is READY, as django.tasks says (not RUNNING).
+        # The task's run_after is kept as given: the job's start_at moves with its retries.
+        run_after = task.run_after.isoformat() if task.run_after is not None else None
         written = enqueue_job(
             self.job.using(queue=task.queue_name, priority=task.priority, start_at=task.run_after),
             args=[],
             kwargs={"task": task.module_path, "args": list(args), "kwargs": dict(kwargs),
-                    "backend": self.alias},
+                    "backend": self.alias, "run_after": run_after},
         )  # fmt: skip
         result = task_result(written, attempts=[], task=task)
         # The job is written: a receiver that raises is logged, and does not undo it.
         task_enqueued.send_robust(type(self), task_result=result)
         return cast("TaskResult[_P, _R]", result)
 
+    def check(self, **kwargs: Any) -> list[CheckMessage]:
+        """Django's checks of a backend, and that the app whose tables it writes is
+        installed (run by ``manage.py check`` for every TASKS entry)."""
+        problems = list(super().check(**kwargs))
+        if not apps.is_installed("django_ratequeue"):
+            problems.append(
+                Error(
+                    f"TASKS[{self.alias!r}] uses {BACKEND_PATH}, but django_ratequeue is not "
+                    "in INSTALLED_APPS.",
+                    hint="Add 'django_ratequeue' to INSTALLED_APPS, then run manage.py migrate.",
+                    id="django_ratequeue.E310",
+                )
+            )
+        return problems
+
     def get_result(self, result_id: str) -> TaskResult[..., Any]:
+        """The result of the job ``result_id``: its row, and the attempts read after it."""
         try:
             job = Job.objects.get(pk=result_id, func=function_path(run_task))
         except Job.DoesNotExist:
             raise TaskResultDoesNotExist(result_id) from None
-        if job.status == Status.RUNNING:
-            take_in_ended_attempt(job)
-        return task_result(job, Handle(job.id, owner=job.owner).attempts())
-
-
-def take_in_ended_attempt(job: Job) -> None:
-    """Give a RUNNING job the status its ended attempt gives it, as the main loop will when
-    it takes the outcome in (not saved): until a loop runs again (a cluster that stopped),
-    the result says what happened rather than RUNNING."""
-    attempt = (
-        Attempt.objects.filter(
-            job=job, active=True, started_at__isnull=False, ended_at__isnull=False
+        # Read after the job, they hold at least the attempts it counts; later ones are not
+        # part of what it says.
+        attempts = list(
+            Attempt.objects.filter(job=job, number__lte=job.attempts).order_by("number")
         )
-        .order_by("-number")
-        .first()
-    )
-    if attempt is None or attempt.ended_at is None:
-        return
-    job.settle(attempt, now=attempt.ended_at)
-    if job.status in FINAL_STATUSES:
-        job.finished_at = attempt.ended_at
+        current = attempts[-1] if attempts else None
+        if (
+            job.status == Status.RUNNING
+            and current is not None
+            and current.number == job.attempts
+            and current.ended_at is not None
+        ):
+            # Its attempt ended, and the job, as read, was not told yet: what the loop makes
+            # of that end, by the loop's own rule, as of the end (not saved).
+            job.settle(current, now=current.ended_at)
+        return task_result(job, attempts)
 
 
 def check_findable(task: Task[..., Any]) -> None:
@@ -196,17 +210,19 @@ def result_status(status: str) -> TaskResultStatus:
 
 
 def task_result(
-    job: Job, attempts: list[AttemptInfo], task: Task[..., Any] | None = None
+    job: Job, attempts: list[Attempt], task: Task[..., Any] | None = None
 ) -> TaskResult[..., Any]:
     """The framework's view of a job enqueued by the backend and its attempts; ``task`` is
     rebuilt from the job unless given."""
     call = job.kwargs
     if task is None:
+        run_after = call.get("run_after")  # None in rows enqueued before it was kept
         task = as_enqueued(
             resolve_task(call["task"]),
             priority=job.priority,
             queue_name=job.queue,
             backend=call["backend"],
+            run_after=datetime.fromisoformat(run_after) if run_after else None,
         )
     tries = [a for a in attempts if a.started_at is not None]  # the others never ran
     errors = [attempt_error(a) for a in tries if a.outcome and a.outcome != Outcome.SUCCEEDED]
@@ -231,7 +247,7 @@ def task_result(
     return result
 
 
-def attempt_error(attempt: AttemptInfo) -> TaskError:
+def attempt_error(attempt: Attempt) -> TaskError:
     """A failed attempt as a TaskError: the class its job raised, as recorded when the
     attempt ended (``builtins.Exception`` for one that ended before rows kept it)."""
     return TaskError(
@@ -240,9 +256,16 @@ def attempt_error(attempt: AttemptInfo) -> TaskError:
     )
 
 
-def run_task(task: str, args: list[Any], kwargs: dict[str, Any], backend: str) -> Any:
+def run_task(
+    task: str,
+    args: list[Any],
+    kwargs: dict[str, Any],
+    backend: str,
+    run_after: str | None = None,
+) -> Any:
     """The job the backend enqueues: run the task ``task`` on a ratequeue worker, sending
-    ``task_started`` before and ``task_finished`` after each attempt.
+    ``task_started`` before and ``task_finished`` after each attempt. (``run_after``, the
+    task's own in ISO 8601, is there for the results read back from the job.)
 
     A failure is re-raised for the engine to record and retry by the job's policy, so a
     ``task_finished`` with FAILED may be followed by another ``task_started``.

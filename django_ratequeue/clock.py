@@ -1,4 +1,4 @@
-"""The one clock of every process: the database server's.
+"""The one clock of every process: the database server's (or, for tests, the process's own).
 
 Hosts that share a database judge each other by the times they write: heartbeats, the
 loop's lease, attempts' start times against their timeouts, rate-limit states. Were each
@@ -10,6 +10,11 @@ query at the first use, every :data:`RECHECK` seconds, and at once when the loca
 jumps (an NTP step). An offset within the measurement's own error (half the round trip,
 plus the millisecond of SQLite's clock) cannot be told from none, and counts as none: the
 processes of one host, and every process on SQLite, then share the local clock exactly.
+
+So a test that moves this process's clock (time-machine, freezegun) moves none of it: the
+next measurement takes the jump back out. ``RATEQUEUE["CLOCK"] = "local"`` makes the
+process's own clock the one clock instead, unmeasured, for tests (and single hosts):
+every time ratequeue reads then moves with the test's. docs/testing.md tells how.
 """
 
 from __future__ import annotations
@@ -20,6 +25,8 @@ from datetime import UTC, datetime
 
 from django.apps import apps
 from django.db import DatabaseError, connections, router
+
+from .conf import ratequeue_settings
 
 # Seconds between two measurements of the offset; and the jump of the local clock against
 # the monotonic one that makes us measure again at once.
@@ -51,8 +58,11 @@ _offset: _Offset | None = None
 
 
 def timestamp() -> float:
-    """Now, on the database's clock, in seconds since the epoch."""
+    """Now, in seconds since the epoch: on the database's clock, or this process's with
+    ``RATEQUEUE["CLOCK"] = "local"``."""
     global _offset
+    if ratequeue_settings().CLOCK == "local":
+        return time.time()
     wall, steady = time.time(), time.monotonic()
     known = _offset
     if known is None or steady - known.checked > RECHECK or abs(wall - steady - known.base) > JUMP:
@@ -62,7 +72,7 @@ def timestamp() -> float:
 
 
 def now() -> datetime:
-    """Now, on the database's clock, as an aware UTC datetime."""
+    """:func:`timestamp` as an aware UTC datetime."""
     return datetime.fromtimestamp(timestamp(), tz=UTC)
 
 

@@ -65,7 +65,10 @@ DEFAULTS: dict[str, Any] = {
     "API_ALLOW_ANONYMOUS": False,
     "API_MAX_BODY_BYTES": 2 * 1024 * 1024,
     "API_MAX_BULK_ITEMS": 1000,
+    "CLOCK": "database",
 }
+# The clocks the app can read (CLOCK): the database server's, or this process's own.
+CLOCKS = ("database", "local")
 
 
 @dataclass(frozen=True)
@@ -171,6 +174,10 @@ class RateQueueSettings:
     API_ALLOW_ANONYMOUS: bool
     API_MAX_BODY_BYTES: int
     API_MAX_BULK_ITEMS: int
+    # Whose clock every time the app writes or compares comes from (clock.py): "database",
+    # the database server's, shared by all hosts; or "local", this process's own, which
+    # tests move with time-machine or freezegun (one host only: docs/testing.md).
+    CLOCK: str
 
 
 class Problem(NamedTuple):
@@ -440,6 +447,18 @@ class _Parser:
         )
         return None
 
+    def clock(self) -> str:
+        value = self.values["CLOCK"]
+        if value not in CLOCKS:
+            self.problem(
+                "E230",
+                f'RATEQUEUE["CLOCK"] must be "database" or "local", got {value!r}.',
+                '"local" (this process\'s clock) is for tests that move time; keep the '
+                "default on hosts that share a database.",
+            )
+            return "database"
+        return str(value)
+
     def parse(self) -> RateQueueSettings:
         """The settings; meaningful only when no problem was found."""
         numbers = {name: self.positive_integer(name) for name in POSITIVE_INTEGERS}
@@ -496,6 +515,7 @@ class _Parser:
             API_ALLOW_ANONYMOUS=self.flag("API_ALLOW_ANONYMOUS"),
             API_MAX_BODY_BYTES=numbers["API_MAX_BODY_BYTES"],
             API_MAX_BULK_ITEMS=numbers["API_MAX_BULK_ITEMS"],
+            CLOCK=self.clock(),
         )
 
 

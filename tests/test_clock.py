@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.utils import timezone
@@ -21,6 +22,7 @@ from django_ratequeue import TokenBucket, enqueue, rate_limit
 from django_ratequeue.models import Attempt, LoopState, WorkerHeartbeat
 from django_ratequeue.queue.agent import take_lapsed_lease
 from django_ratequeue.queue.heartbeat import beat
+from django_ratequeue.ratelimit.prune import prune_full_rows
 from tests.cluster import wait_for
 from tests.queue import jobs
 from tests.queue.steps import leading_loop
@@ -86,3 +88,15 @@ def test_a_host_whose_clock_is_ahead_does_not_stop_refills_for_the_others() -> N
         assert rate_limit("skew", config=ten_a_second).ok
     # The token comes back after 0.1 s; on the ahead host's clock it would take 5.1 s.
     wait_for(lambda: rate_limit("skew", config=ten_a_second).ok, timeout=3, message="a refill")
+
+
+def test_a_host_whose_clock_is_ahead_prunes_no_limit_that_is_not_full(settings: Any) -> None:
+    """Pruning forgets rows that are full again, judged on the consumes' clock: a host two
+    hours ahead would otherwise find the hour's spent token refilled, and give it again."""
+    hourly = {"kind": "token bucket", "rate": 1, "period": 3600}
+    limits = {**settings.RATEQUEUE.get("RATE_LIMITS", {}), "hourly": hourly}
+    settings.RATEQUEUE = {**settings.RATEQUEUE, "RATE_LIMITS": limits}
+    assert rate_limit("hourly").ok
+    with skewed_clock(7200):
+        assert prune_full_rows() == 0
+    assert not rate_limit("hourly").ok

@@ -179,3 +179,9 @@ def test_a_removed_setting_is_refused_with_the_reason() -> None:
     [(problem_id, message)] = problems(DISPATCH_BATCH_SIZE=50)
     assert problem_id == "django_ratequeue.E001"
     assert "DISPATCH_BATCH_SIZE" in message and "runners claim attempts" in message
+
+
+@pytest.mark.parametrize("value", ["Local", "system", None, ["local"]])
+def test_the_clock_is_the_databases_or_the_process_own(value: Any) -> None:
+    assert [n for n, _ in problems(CLOCK=value)] == ["django_ratequeue.E230"]
+    assert problems(CLOCK="local") == problems(CLOCK="database") == []

@@ -18,7 +18,7 @@ from typing import Any, Literal
 from ..conf import RateQueueSettings
 from ..ratelimit.api import rate_limit
 from .bulk import insert_rows
-from .keys import keys_in_turn, next_jobs
+from .keys import keys_in_turn, next_jobs, ready_key
 from .limits import QueueLimits, environment_limit, queue_overrides
 from .models import (
     Attempt,
@@ -202,7 +202,7 @@ class Dispatch:
     ) -> list[tuple[Job, int]]:
         """The jobs queue ``name`` can start now, each with its round: the keys with work
         ready are visited in turn from ``cursor`` on, and round n offers each key's n-th
-        next job (by priority, then arrival), so every key gets a start before any key
+        next job (in the order of READY_ORDER), so every key gets a start before any key
         gets two. Each key is its own copy of the queue, under ``max_concurrency``; jobs
         without a key share the copy ``""``; ``total_concurrency`` caps them together."""
         if limits.max_concurrency == 0:
@@ -218,7 +218,7 @@ class Dispatch:
         takes = {key: min(room, per_key_limit - per_copy[(name, key)]) for key in keys}
         turn = {key: position for position, key in enumerate(keys)}
         jobs = next_jobs(name, takes)
-        jobs.sort(key=lambda job: (turn[job.concurrency_key], -job.priority, job.created_at))
+        jobs.sort(key=lambda job: (turn[job.concurrency_key], ready_key(job)))
         taken: Counter[str] = Counter()
         rounds: dict[str, int] = {}
         for job in jobs:

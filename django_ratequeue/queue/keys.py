@@ -1,15 +1,18 @@
 """Fair dispatch across concurrency keys: which keys of a queue have work ready, in turn.
 
-The keys with WAITING jobs in a queue are found by skipping through the index
-``(status, queue, concurrency_key, -priority, created_at)``: one index probe per key,
-however many jobs each key holds. The loop keeps, per queue, the key that got the last
-start (``LoopState.key_cursors``); the next round begins after it and wraps around, so a
-key with 10,000 waiting jobs takes one turn like a key with 10.
+The keys with WAITING jobs in a queue are found by skipping through the dispatch index
+``(status, queue, concurrency_key, *READY_ORDER)``: one index probe per key, however many
+jobs each key holds; each key's next jobs are the head of its range there. The loop
+keeps, per queue, the key that got the last start (``LoopState.key_cursors``); the next
+round begins after it and wraps around, so a key with 10,000 waiting jobs takes one turn
+like a key with 10.
 """
 
 from __future__ import annotations
 
-from .models import Job, Status, queue_connection
+from typing import Any
+
+from .models import READY_ORDER, Job, Status, queue_connection
 
 # Fields the loop needs to decide on and start a job.
 CANDIDATE_FIELDS = (
@@ -56,13 +59,32 @@ def keys_in_turn(queue: str, cursor: str | None, limit: int) -> list[str]:
     return after
 
 
+def ready_order(table: str = "") -> str:
+    """:data:`READY_ORDER` as the list of an SQL ``ORDER BY`` (of ``table``'s columns)."""
+    quote = queue_connection().ops.quote_name
+    prefix = f"{table}." if table else ""
+    return ", ".join(
+        f"{prefix}{quote(name.lstrip('-'))}{' DESC' if name.startswith('-') else ''}"
+        for name in READY_ORDER
+    )
+
+
+def ready_key(job: Job) -> tuple[Any, ...]:
+    """:data:`READY_ORDER` as the sort key of a job read (``-True`` sorts first)."""
+    return tuple(
+        -getattr(job, name[1:]) if name.startswith("-") else getattr(job, name)
+        for name in READY_ORDER
+    )
+
+
 def next_jobs(queue: str, takes: dict[str, int]) -> list[Job]:
-    """The next ``takes[key]`` WAITING jobs of each key, by priority then arrival: one
-    bounded index range per key, all in one statement."""
+    """The next ``takes[key]`` WAITING jobs of each key, in the order they start
+    (:data:`READY_ORDER`): one bounded index range per key, all in one statement."""
     connection = queue_connection()
     table = connection.ops.quote_name(Job._meta.db_table)
     # Plain fields: their columns are their names.
     columns = ", ".join(connection.ops.quote_name(name) for name in ("id", *CANDIDATE_FIELDS))
+    order = ready_order()
     parts: list[str] = []
     params: list[str | int] = []
     for position, (key, take) in enumerate(takes.items()):
@@ -71,7 +93,7 @@ def next_jobs(queue: str, takes: dict[str, int]) -> list[Job]:
         parts.append(
             f"SELECT * FROM (SELECT {columns} FROM {table}"
             f" WHERE status = '{Status.WAITING.value}' AND queue = %s AND concurrency_key = %s"
-            f" ORDER BY priority DESC, created_at LIMIT %s) AS key{position}"
+            f" ORDER BY {order} LIMIT %s) AS key{position}"
         )
         params += [queue, key, take]
     if not parts:

@@ -35,6 +35,11 @@ class Status(models.TextChoices):
 
 
 FINAL_STATUSES = frozenset({Status.FAILED, Status.COMPLETE, Status.CANCELED})
+# The order in which the WAITING jobs of one queue and concurrency key start: priority,
+# then the jobs whose tokens are reserved (they start at their reserved time, in the
+# order they reserved), then readiness: start_at, when the job became ready (enqueued,
+# scheduled, or at the end of a retry's back-off), and arrival between equals.
+READY_ORDER = ("-priority", "-tokens_reserved", "start_at", "created_at")
 # Statuses whose job waits for its start_at before it becomes WAITING.
 DEFERRED_STATUSES = (Status.SCHEDULED, Status.RETRYING)
 
@@ -136,9 +141,9 @@ class Job(models.Model):
         verbose_name = "job"
         indexes = [
             # The dispatch reads: the concurrency keys of queue Q with work ready (a skip
-            # scan), and the next jobs of each key by priority, then arrival.
+            # scan), and the next jobs of each key in the order they start (READY_ORDER).
             models.Index(
-                fields=["status", "queue", "concurrency_key", "-priority", "created_at"],
+                fields=["status", "queue", "concurrency_key", *READY_ORDER],
                 name="ratequeue_job_ready_by_key",
             ),
             # Scheduled starts and retries that have come due. Partial, like the next one, so
@@ -169,23 +174,32 @@ class Job(models.Model):
         return f"{self.func} [{self.id}]"
 
     def settle(self, attempt: Attempt, now: datetime) -> None:
-        """Apply the outcome of ``attempt``, which ran, to this job (not saved): complete,
-        canceled, failed, or retrying after its policy's back-off."""
-        if attempt.outcome == Outcome.SUCCEEDED:
+        """Take in the end of ``attempt``, this RUNNING job's current one (not saved):
+        complete, canceled, failed or retrying after its policy's back-off; waiting again
+        when the attempt never started (it was no try). A final status is reached at
+        ``now``. The one place that decides it: the loop saves it, and the django.tasks
+        backend shows it for a job whose attempt ended before the loop took it in."""
+        if attempt.started_at is None and self.cancel_requested:
+            self.status = Status.CANCELED
+        elif attempt.started_at is None:
+            self.status, self.attempts = Status.WAITING, self.attempts - 1
+        elif attempt.outcome == Outcome.SUCCEEDED:
             self.status = Status.CANCELED if self.cancel_requested else Status.COMPLETE
             self.result = attempt.result
             self.error = self.traceback = self.exception_class_path = ""
-            return
-        self.error, self.traceback = attempt.error, attempt.traceback
-        self.exception_class_path = attempt.exception_class_path
-        policy = Retry(**self.retry)
-        if self.cancel_requested:
-            self.status = Status.CANCELED
-        elif attempt.outcome == Outcome.NON_RETRYABLE or self.attempts > policy.retry_count:
-            self.status = Status.FAILED
         else:
-            self.status = Status.RETRYING
-            self.start_at = later(now, policy.delay(self.attempts))
+            self.error, self.traceback = attempt.error, attempt.traceback
+            self.exception_class_path = attempt.exception_class_path
+            policy = Retry(**self.retry)
+            if self.cancel_requested:
+                self.status = Status.CANCELED
+            elif attempt.outcome == Outcome.NON_RETRYABLE or self.attempts > policy.retry_count:
+                self.status = Status.FAILED
+            else:
+                self.status = Status.RETRYING
+                self.start_at = later(now, policy.delay(self.attempts))
+        if self.status in FINAL_STATUSES:
+            self.finished_at = now
 
 
 # The package's own exception, rather than the class the model metaclass made, so that a

@@ -8,7 +8,8 @@ own code registered runs, and a name is looked up here without importing anythin
 
 - ``@job`` registers its function under its dotted path as it decorates it;
 - a ``django.tasks`` task registers when it is defined for a ratequeue backend
-  (:meth:`.backends.RateQueueBackend.validate_task`);
+  (:meth:`.backends.RateQueueBackend.validate_task`) while the project starts; one defined
+  later is refused, since workers, which start the same way, would never know it;
 - :func:`autodiscover`, called by the app's ``ready()`` in every process (web and
   qcluster workers alike), imports the modules that hold them, as the admin finds
   ``admin.py``: each installed app's ``jobs`` module, its ``tasks`` module when a TASKS
@@ -33,6 +34,7 @@ from importlib import import_module
 from typing import Any, TypeVar, cast
 
 import django
+from django.apps import apps
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import autodiscover_modules
@@ -241,11 +243,20 @@ def check_call(
 
 
 def register_task(task: Any) -> None:
-    """Register a ``django.tasks`` Task defined for a ratequeue backend (see
-    :func:`register_job` for a path that is registered already)."""
+    """Register a ``django.tasks`` Task defined for a ratequeue backend while the project
+    starts (see :func:`register_job` for a path that is registered already). Refuse, with
+    :class:`UnknownJob`, a task first defined after start-up (its module imported by a
+    view, say): workers import only what every process imports at start-up, so they
+    would fail it."""
     known = _tasks.get(task.module_path)
-    if known is None or known.func is not task.func:
-        _tasks[task.module_path] = task
+    if known is not None and known.func is task.func:
+        return
+    if apps.ready:
+        raise UnknownJob(
+            f"Task {_shown(task.module_path)} is defined after start-up, where workers "
+            f"would not find it: only registered tasks run; {TASK_FIX}."
+        )
+    _tasks[task.module_path] = task
 
 
 def registered_task(path: str) -> Any:

@@ -20,6 +20,7 @@ from django.db.models import Count
 
 from .. import clock
 from ..conf import ratequeue_settings
+from .keys import ready_order
 from .limits import QueueLimits, queue_overrides
 from .models import (
     Attempt,
@@ -395,7 +396,7 @@ def _set_at_enqueue(heads: dict[str, str]) -> dict[str, int | None]:
     sql = (
         f"SELECT p.name, (SELECT j.max_concurrency FROM {table} j"
         f" WHERE j.status = p.status AND j.queue = p.name"
-        f" ORDER BY j.concurrency_key, j.priority DESC, j.created_at LIMIT 1)"
+        f" ORDER BY j.concurrency_key, {ready_order('j')} LIMIT 1)"
         f" FROM ({probes}) p"
     )
     with connection.cursor() as cursor:

@@ -74,23 +74,19 @@ def finish(ended_ids: list[int], now: datetime, tally: Tally) -> None:
         job = jobs.get(attempt.job_id)
         if job is None or job.status != Status.RUNNING:
             continue
-        if attempt.started_at is None and job.cancel_requested:
-            # Canceled before it started: it stays in the job's timeline as it ended.
-            job.status = Status.CANCELED
-        elif attempt.started_at is None:
-            # Its worker died before starting it: not a try; the job waits again.
-            released.append(attempt.pk)
-            job.status = Status.WAITING
-            job.attempts -= 1
-        elif isolated(job, now, partial(_settle, job, attempt, now), False, tally):
-            assert attempt.started_at is not None and attempt.ended_at is not None
+        if not isolated(job, now, partial(_settle, job, attempt, now), False, tally):
+            continue
+        if attempt.started_at is None:
+            # Canceled before it started, it stays in the job's timeline as it ended; if its
+            # worker died before starting it, it was no try: it goes, the job waits again.
+            if job.status == Status.WAITING:
+                released.append(attempt.pk)
+        else:
+            assert attempt.ended_at is not None
             tally.run(job.queue, attempt.started_at, attempt.ended_at)
             if job.status == Status.RETRYING:
                 tally.count(job.queue, "retried")
-        else:
-            continue
         if job.status in FINAL_STATUSES:
-            job.finished_at = now
             finals.append(job)
             tally.final(job.queue, job.status)
         changed.append(job)

@@ -15,12 +15,11 @@ a consumer holds (PostgreSQL), so a consume that commits meanwhile keeps its row
 
 from __future__ import annotations
 
-import time
-
 from django.db import router, transaction
 from django.db.models import F, FloatField, Value
 from django.db.models.functions import Cast
 
+from .. import clock
 from ..conf import ratequeue_settings
 from .algebra import State, project
 from .api import _phase
@@ -32,7 +31,7 @@ BATCH_SIZE = 1000
 
 def prune_full_rows(batch_size: int = BATCH_SIZE) -> int:
     """Delete up to ``batch_size`` full rows of each configured limit; return how many."""
-    now = time.time()
+    now = clock.timestamp()  # the consumes' clock: a host ahead must not find rows full
     return sum(
         _prune_limit(name, limit, now, batch_size)
         for name, limit in ratequeue_settings().RATE_LIMITS.items()

@@ -12,7 +12,9 @@ import pytest
 pytest.importorskip("django.tasks")
 
 from django.core.exceptions import ImproperlyConfigured
+from django.db import connection
 from django.tasks import TaskResultStatus, task, task_backends
+from django.tasks.checks import check_tasks
 from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
 from django.tasks.signals import task_enqueued, task_finished, task_started
 from django.test import override_settings
@@ -21,7 +23,6 @@ from django.utils import timezone
 from django_ratequeue import Status, enqueue, get_handle
 from django_ratequeue.backends import BACKEND_PATH, RateQueueBackend, attempt_error
 from django_ratequeue.models import Attempt, Job
-from django_ratequeue.queue.handles import AttemptInfo
 from django_ratequeue.queue.runner import Runner
 from tests.cluster import wait_for
 from tests.queue.steps import leading_loop, run_pass
@@ -73,6 +74,9 @@ def test_enqueue_honours_queue_priority_and_run_after() -> None:
         7,
     )
     assert again.task.func is tasks.add.func
+    # Read back, the result is the one enqueue gave, its task's run_after included.
+    assert again.task.run_after == run_after
+    assert again == result
 
 
 def test_defaults_go_to_the_default_queue_now() -> None:
@@ -86,8 +90,10 @@ def test_defaults_go_to_the_default_queue_now() -> None:
         "args": [1, 2],
         "kwargs": {},
         "backend": "default",
+        "run_after": None,
     }
     assert result.id == job.id
+    assert tasks.add.get_result(result.id) == result
 
 
 def backend_settings(**params: Any) -> dict[str, Any]:
@@ -161,9 +167,19 @@ def test_get_result_of_an_unknown_id() -> None:
         task_backends["default"].get_result(plain.id)
 
 
-def failed_attempt(outcome: str, traceback: str, error: str = "", path: str = "") -> AttemptInfo:
+def failed_attempt(outcome: str, traceback: str, error: str = "", path: str = "") -> Attempt:
     now = timezone.now()
-    return AttemptInfo(1, now, now, now, outcome, error, traceback, "worker-1", path)
+    return Attempt(
+        number=1,
+        dispatched_at=now,
+        started_at=now,
+        ended_at=now,
+        outcome=outcome,
+        error=error,
+        traceback=traceback,
+        worker="worker-1",
+        exception_class_path=path,
+    )
 
 
 def test_an_attempts_error_class_is_the_one_stored_with_it() -> None:
@@ -192,6 +208,33 @@ def test_an_exception_group_keeps_its_class() -> None:
     settle(result)
     assert [e.exception_class for e in result.errors] == [ExceptionGroup, ExceptionGroup]
     assert "ValueError: second" in result.errors[-1].traceback
+
+
+def test_a_result_read_back_keeps_the_tasks_run_after() -> None:
+    """The task as it was enqueued, although its job's start_at moves with each retry."""
+    run_after = timezone.now() - timedelta(minutes=5)
+    result = tasks.break_down.using(run_after=run_after).enqueue("twice")
+    settle(result)
+    assert result.attempts == 2
+    assert Job.objects.get(pk=result.id).start_at > run_after  # the retry's
+    assert tasks.break_down.get_result(result.id).task.run_after == run_after
+
+
+def test_equal_priorities_start_oldest_run_after_first(settings: Any) -> None:
+    """As django-tasks-db orders tasks: priority, then run_after (one at a time here)."""
+    settings.RATEQUEUE = {**settings.RATEQUEUE, "MAX_CONCURRENCY": 1}
+    now = timezone.now()
+    old = tasks.add.using(priority=20, run_after=now - timedelta(hours=2)).enqueue(1, 1)
+    very_old = tasks.add.using(priority=20, run_after=now - timedelta(hours=10)).enqueue(2, 2)
+    future = tasks.add.using(priority=30, run_after=now + timedelta(hours=10)).enqueue(3, 3)
+    high = tasks.add.using(priority=10).enqueue(4, 4)
+    low = tasks.add.using(priority=-2).enqueue(5, 5)
+    plain = tasks.add.enqueue(6, 6)
+    settle(old, very_old, high, low, plain)
+    started = sorted([old, very_old, high, low, plain], key=lambda result: result.started_at)
+    assert [r.id for r in started] == [r.id for r in (very_old, old, high, plain, low)]
+    future.refresh()
+    assert future.status == TaskResultStatus.READY
 
 
 def signal_lines(path: Path, result_id: str) -> list[dict[str, Any]]:
@@ -392,3 +435,51 @@ def test_a_job_whose_attempt_ended_while_no_loop_ran_shows_its_outcome() -> None
     run_pass()
     assert Job.objects.get(pk=added.id).status == Status.COMPLETE
     assert Job.objects.get(pk=broke_for_good.id).status == Status.FAILED
+
+
+def test_the_backends_check_says_when_the_app_is_not_installed(settings: Any) -> None:
+    assert list(check_tasks()) == []
+    without = [app for app in settings.INSTALLED_APPS if app != "django_ratequeue"]
+    with override_settings(INSTALLED_APPS=without):
+        problems = list(check_tasks())  # Django's check of every TASKS backend
+    assert [(p.id, p.msg) for p in problems] == [
+        (
+            "django_ratequeue.E310",
+            f"TASKS['default'] uses {BACKEND_PATH}, but django_ratequeue is not in "
+            "INSTALLED_APPS.",
+        )
+    ]
+    assert "Add 'django_ratequeue' to INSTALLED_APPS" in (problems[0].hint or "")
+
+
+class StepAfterJobRead:
+    """An execute wrapper that runs one step of the loop right after the first read of the
+    jobs table, before the next statement: a read that races the loop, made to lose."""
+
+    def __init__(self) -> None:
+        self.job_read = self.stepped = False
+
+    def __call__(self, execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        if self.job_read and not self.stepped:
+            self.stepped = True  # first: the step's own statements pass through here too
+            leading_loop().step()
+        result = execute(sql, params, many, context)
+        self.job_read |= sql.lstrip().startswith("SELECT") and Job._meta.db_table in sql
+        return result
+
+
+def test_a_read_that_races_the_loop_taking_a_failure_in_says_failed() -> None:
+    """Read between the loop's step, which takes the failed attempt in, and what went
+    before: the result still says FAILED, when it finished and why, as before the step and
+    after it."""
+    with override_settings(TASKS=backend_settings(OPTIONS={"retries": 0})):
+        result = tasks.break_down.enqueue("for good")
+        run_without_loop(result)
+        racing = StepAfterJobRead()
+        with connection.execute_wrapper(racing):
+            result.refresh()
+    assert racing.stepped
+    assert Job.objects.get(pk=result.id).status == Status.FAILED  # the step took it in
+    (attempt,) = Attempt.objects.all()
+    assert (result.status, result.finished_at) == (TaskResultStatus.FAILED, attempt.ended_at)
+    assert [e.exception_class for e in result.errors] == [tasks.TaskBroke]

@@ -9,7 +9,6 @@ else that stops the process is recorded, then re-raised for the runner to report
 
 from __future__ import annotations
 
-import json
 import signal
 import threading
 import time
@@ -28,7 +27,7 @@ from ..exceptions import (
     class_path,
     describe,
 )
-from .bounds import MAX_TIMEOUT, check_no_nul, clip
+from .bounds import MAX_TIMEOUT, check_json, clip
 from .models import Attempt, Job, Outcome
 from .progress import write_rest
 from .registry import registered_job
@@ -100,11 +99,10 @@ def run_attempt(attempt: Attempt) -> None:
         current_attempt.reset(token)
         # Its progress and output are complete before its outcome can be seen.
         write_rest(attempt)
-        # PostgreSQL text cannot hold a NUL: an error that quotes one keeps it escaped.
+        # Stored as a database can: cut to size, a NUL escaped, a lone surrogate replaced.
         limit = ratequeue_settings().MAX_ERROR_BYTES
         for field in ("error", "traceback", "exception_class_path"):
-            text = getattr(attempt, field).replace("\x00", "\\x00")
-            setattr(attempt, field, clip(text, limit))
+            setattr(attempt, field, clip(getattr(attempt, field), limit))
         attempt.ended_at = clock.now()
 
 
@@ -118,11 +116,10 @@ def failed(attempt: Attempt, exc: BaseException, outcome: str, error: str) -> No
 
 
 def check_result_size(result: Any) -> None:
-    """Refuse a result that is not JSON, holds a NUL, or is bigger than MAX_RESULT_BYTES:
-    the attempt fails rather than store it (and hand it to every reader and callback)."""
-    text = json.dumps(result, allow_nan=False)
-    check_no_nul("return value", text)
-    size = len(text)
+    """Refuse a result a database cannot store (:func:`.bounds.check_json`) or bigger than
+    MAX_RESULT_BYTES: the attempt fails rather than store it (and hand it to every reader
+    and callback)."""
+    size = len(check_json("return value", result))
     limit = ratequeue_settings().MAX_RESULT_BYTES
     if size > limit:
         raise ValueError(

@@ -208,8 +208,8 @@ def failure(
     outcome = Outcome.FAILED if retryable else Outcome.NON_RETRYABLE
     return {
         "outcome": Outcome.TIMED_OUT if timed_out else outcome,
-        "error": clip(error.replace("\x00", "\\x00"), limit),
-        "traceback": clip(traceback.replace("\x00", "\\x00"), limit),
+        "error": clip(error, limit),
+        "traceback": clip(traceback, limit),
     }
 
 

@@ -155,6 +155,7 @@ def test_clip_keeps_both_ends_within_the_cap() -> None:
     assert "bytes cut" in clipped
     assert clip("short", 1000) == "short"
     assert clip("\ud800 lone surrogate", 1000) == "? lone surrogate"
+    assert clip("a NUL: \x00", 1000) == "a NUL: \\x00"
 
 
 def drive(done: Callable[[], bool], limit: float = 30) -> None:

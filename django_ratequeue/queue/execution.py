@@ -17,6 +17,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from django.db import DatabaseError
+
 from .. import clock
 from ..conf import ratequeue_settings
 from ..exceptions import (
@@ -113,6 +115,18 @@ def failed(attempt: Attempt, exc: BaseException, outcome: str, error: str) -> No
     attempt.outcome, attempt.error = outcome, error
     attempt.traceback = "".join(tb.format_exception(exc))
     attempt.exception_class_path = class_path(type(exc))
+
+
+def refusal(error: DatabaseError) -> str:
+    """Return the error of an attempt whose outcome the database refused to store (a value
+    that slipped past :mod:`.bounds`): the attempt fails with it instead."""
+    lines = str(error).splitlines() or [type(error).__name__]
+    # PostgreSQL's LINE and CONTEXT quote the statement, values and all: its DETAIL does not.
+    reason = "; ".join([lines[0], *(line for line in lines[1:] if line.startswith("DETAIL:"))])
+    return clip(
+        f"The database refused this attempt's outcome, so it failed: {reason}",
+        ratequeue_settings().MAX_ERROR_BYTES,
+    )
 
 
 def check_result_size(result: Any) -> None:

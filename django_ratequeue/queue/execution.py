@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from django.db import DatabaseError
+from django.db import DatabaseError, DataError, IntegrityError
 
 from .. import clock
 from ..conf import ratequeue_settings
@@ -34,6 +34,9 @@ from .models import Attempt, Job, Outcome
 from .progress import write_rest
 from .registry import registered_job
 from .subtasks import current_attempt
+
+# What the database answers to a value it cannot store.
+REFUSED = (DataError, IntegrityError)
 
 
 @contextmanager

@@ -26,7 +26,7 @@ from contextlib import nullcontext
 from functools import cache, partial
 from typing import Any, TypeVar
 
-from django.db import DataError, IntegrityError, InterfaceError, OperationalError, transaction
+from django.db import InterfaceError, OperationalError, transaction
 from django.db.models import Q
 
 from .. import clock
@@ -34,15 +34,13 @@ from ..conf import ratequeue_settings
 from ..db import ServerStatement, sql_to_run
 from ..exceptions import class_path
 from .bulk import update_rows
-from .execution import refusal, run_attempt
+from .execution import REFUSED, refusal, run_attempt
 from .heartbeat import beat, mark_serving
 from .models import REPORT_FIELDS, Attempt, Job, Outcome, queue_connection
 from .wakeup import LOOP, WORK, Waiter, notifies, notify_clause, signal
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
-# What the database answers to a value it cannot store.
-REFUSED = (DataError, IntegrityError)
 
 
 def serve() -> None:

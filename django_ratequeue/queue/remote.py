@@ -25,7 +25,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import connections, transaction
-from django.db.models import OuterRef, Q, QuerySet, Subquery, Sum
+from django.db.models import Max, OuterRef, Q, QuerySet, Subquery, Sum
 from django.db.models.functions import Length
 
 from .. import clock
@@ -167,7 +167,8 @@ def report_progress(key: WorkerKey, attempt_id: int, data: Any) -> None:
 def append_output(key: WorkerKey, attempt_id: int, index: int, text: Any) -> None:
     """Store one piece of output, numbered ``index`` (the claim gives the first number;
     the worker counts on from it). Sent again, the same piece is a success that changes
-    nothing; another piece with a number already used is a ValueError."""
+    nothing; another piece with a number already used, or one that leaves a gap, is a
+    ValueError: numbers stay below the count of pieces, which MAX_OUTPUT_LENGTH bounds."""
     settings = ratequeue_settings()
     text = checked_text(text)
     if not text or len(text) > settings.MAX_OUTPUT_CHUNK_LENGTH:
@@ -183,7 +184,14 @@ def append_output(key: WorkerKey, attempt_id: int, index: int, text: Any) -> Non
             if existing != text:
                 raise ValueError(f"Output {index} of this job is already another text.")
             return
-        length = chunks.aggregate(length=Sum(Length("text")))["length"] or 0
+        written = chunks.aggregate(length=Sum(Length("text")), last=Max("index"))
+        following = (written["last"] or 0) + 1
+        if index != following:
+            raise ValueError(
+                f"index must be {following}, the number after the job's last piece of output "
+                "(or that of a piece sent already, sent again)."
+            )
+        length = written["length"] or 0
         if length + len(text) > settings.MAX_OUTPUT_LENGTH:
             raise ValueError(
                 f"The job's output would exceed {settings.MAX_OUTPUT_LENGTH} characters "

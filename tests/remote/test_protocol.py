@@ -134,6 +134,28 @@ def test_progress_and_output_reach_the_job(worker: APIClient) -> None:
     assert "".join(handle.output()) == "hello world"
 
 
+def test_output_is_numbered_without_gaps_across_attempts(worker: APIClient) -> None:
+    """A piece numbered past the next one is refused: a number as high as 2**31 - 1 used to
+    be stored, and the next attempt's output, numbered on from it, could not be."""
+    retry_at_once = {"retry_count": 1, "initial_interval": 0, "randomize_interval": False}
+    handle = enqueue("tests.queue.jobs.add", args=[1, 2], queue="gpu", retries=retry_at_once)
+    dispatch()
+    [attempt] = claim(worker)
+    for index, status in [(2**31 - 1, 400), (2, 400), (1, 200), (3, 400), (2, 200), (1, 200)]:
+        response = report(worker, attempt["id"], "output", {"index": index, "text": f"{index} "})
+        assert response.status_code == status, (index, response.content)
+    assert (
+        "index must be 3"
+        in report(worker, attempt["id"], "output", {"index": 5, "text": "x"}).json()["text"][0]
+    )
+    assert report(worker, attempt["id"], "fail", {"error": "again"}).status_code == 200
+    dispatch()
+    [retry] = claim(worker, worker="w2")  # another worker: w1 would leave it to others a while
+    assert retry["output_index"] == 3
+    assert report(worker, retry["id"], "output", {"index": 3, "text": "3"}).status_code == 200
+    assert "".join(handle.output()) == "1 2 3"
+
+
 def test_heartbeat_extends_the_lease_and_says_canceled(worker: APIClient) -> None:
     handle = enqueue("tests.queue.jobs.add", args=[1, 2], queue="gpu")
     dispatch()

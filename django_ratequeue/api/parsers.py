@@ -48,7 +48,7 @@ class CappedJSONParser(JSONParser):
             data = super().parse(io.BytesIO(body), media_type, parser_context)
             # Brackets, counted in C, bound the depth: only a body with many is measured.
             brackets = body.count(b"[") + body.count(b"{")
-            deep = brackets > MAX_BODY_DEPTH and nested_deeper(data, MAX_BODY_DEPTH)
+            deep = brackets > MAX_BODY_DEPTH and nested_deeper(body.decode(), MAX_BODY_DEPTH)
         except RecursionError:
             deep = True
         if deep:

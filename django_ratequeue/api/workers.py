@@ -332,8 +332,8 @@ class CompleteView(ReportView):
     field = "result"
 
     def report(self, attempt_id: int, data: Any) -> str:
-        """The answer's ``detail``: the error the attempt was failed with instead, if its
-        result is not one a job may return."""
+        """Complete the attempt; return the error it was failed with instead, if its result
+        is not one a job may return (the answer's ``detail``)."""
         return remote.complete(self.key, attempt_id, data["result"])
 
 

@@ -145,22 +145,24 @@ def check_json(what: str, value: Any) -> str:
     # Characters beyond the BMP are escaped as surrogate pairs too: only then, look closer.
     if "\\ud" in text:
         check_text(subject, json.dumps(value, ensure_ascii=False))
-    if text.count("[") + text.count("{") > MAX_JSON_DEPTH and nested_deeper(value, MAX_JSON_DEPTH):
+    if text.count("[") + text.count("{") > MAX_JSON_DEPTH and nested_deeper(text, MAX_JSON_DEPTH):
         raise ValueError(f"{subject} {DEPTH_REFUSED}.")
     return text
 
 
-def nested_deeper(value: Any, depth: int) -> bool:
-    """Return whether JSON ``value`` nests lists and objects more than ``depth`` deep,
-    measured level by level (no recursion, whatever the depth)."""
-    level = [value]
-    for _ in range(depth + 1):
-        containers = [item for item in level if isinstance(item, list | tuple | dict)]
-        if not containers:
+def nested_deeper(text: str, depth: int) -> bool:
+    """Return whether JSON ``text`` nests lists and objects more than ``depth`` deep.
+
+    Measured on the text, without recursion (whatever the depth) and in C: its strings
+    and scalars taken out, each pass removes the innermost pairs of brackets."""
+    brackets = _NOT_BRACKET.sub("", _JSON_STRING.sub("", text))
+    for _ in range(depth):
+        if not brackets:
             return False
-        level = [
-            child
-            for item in containers
-            for child in (item.values() if isinstance(item, dict) else item)
-        ]
-    return True
+        brackets = _EMPTY_PAIR.sub("", brackets)
+    return bool(brackets)
+
+
+_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+_EMPTY_PAIR = re.compile(r"\[\]|\{\}")

@@ -1,18 +1,22 @@
 """A remote worker: runs the jobs of remote queues on a machine without database access.
 
-    python -m django_ratequeue.worker --url https://example.com/ratequeue/ --key KEY \\
-        --handlers myworker.handlers [--concurrency 4] [--queues gpu ...]
+    RATEQUEUE_WORKER_KEY=KEY python -m django_ratequeue.worker \\
+        --url https://example.com/ratequeue/ --handlers myworker.handlers \\
+        [--concurrency 4] [--queues gpu ...]
 
-It needs Python's standard library only (no Django): it claims attempts over HTTP
-(docs/remote-workers.md), runs the handler registered for each job's function name, and
-reports the outcome, several outcomes per request under load (:class:`Worker`). While an
-attempt runs, a thread of its own sends its output and progress (at most every
-``REPORT_INTERVAL``) and its heartbeats, which extend its lease; a job's ``timeout`` is
-enforced here (the attempt fails timed out at once). When the server is away every
-request is retried with exponential back-off and jitter, unchanged (reports are
-idempotent). On SIGTERM (or SIGINT) it claims nothing more, lets running attempts finish
-for ``--grace`` seconds, then hands the rest back so that other workers can claim them at
-once.
+(or ``--key-file PATH``; ``--key KEY`` works too, but shows the key in the process list).
+It needs Python's standard library only (no Django): this file, copied alone as
+``worker.py``, runs as ``python worker.py`` with handler modules that import ``worker``.
+It claims attempts over HTTP (docs/remote-workers.md), runs the handler registered for
+each job's function name, and reports the outcome, several outcomes per request under load
+(:class:`Worker`). While an attempt runs, a thread of its own sends its output and progress
+(at most every ``REPORT_INTERVAL``) and its heartbeats, which extend its lease; a job's
+``timeout`` is enforced here (the attempt fails timed out at once). When the server is
+away every request is retried with exponential back-off and jitter, unchanged (reports
+are idempotent); a report the server fails on (a 500) is sent ``REPORT_TRIES`` times, then
+its attempt is reported failed, saying so. On SIGTERM (or SIGINT) it claims nothing more,
+lets running attempts finish for ``--grace`` seconds, then hands the rest back so that
+other workers can claim them at once.
 
 A handlers module registers functions by the job's name, as it was enqueued::
 
@@ -36,6 +40,7 @@ import http.client
 import importlib
 import json
 import logging
+import os
 import random
 import secrets
 import signal
@@ -45,6 +50,7 @@ import time
 import traceback
 import urllib.parse
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 logger = logging.getLogger("django_ratequeue.worker")
@@ -55,6 +61,11 @@ REPORT_INTERVAL = 0.1
 MAX_PIECE = 16 * 1024
 CLAIM_WAIT = 20.0
 BACKOFF_FIRST, BACKOFF_MAX = 0.1, 10.0
+# How often a report is sent while the server fails on it (a 500): the back-off between
+# the tries adds up to 3.1 s at most, well within a lease.
+REPORT_TRIES = 6
+# Where the key is read from when --key and --key-file are not given.
+KEY_VARIABLE = "RATEQUEUE_WORKER_KEY"
 
 _handlers: dict[str, Callable[..., Any]] = {}
 
@@ -74,15 +85,33 @@ class NonRetryableError(Exception):
 
 
 class ServerAway(Exception):
-    """No answer, or a 5xx: the request may be sent again."""
+    """No answer, or a 429, 502, 503 or 504 on the way: the request may be sent again."""
 
 
-class Refused(Exception):
+class Answered(Exception):
+    """An answer the request cannot go on from: its status, its body, and where from."""
+
+    def __init__(self, status: int, body: Any, url: str) -> None:
+        super().__init__(f"{status} from {url}: {body}")
+        self.status, self.body = status, body
+
+
+class ServerFailed(Answered):
+    """A 500 (or another 5xx the server gave): it failed on this request, perhaps on what
+    it holds. Sent again a few times only (:data:`REPORT_TRIES`) for a report."""
+
+
+class Refused(Answered):
     """A 4xx answer: sending it again would not help."""
 
-    def __init__(self, status: int, body: Any) -> None:
-        super().__init__(f"{status}: {body}")
-        self.status, self.body = status, body
+
+def not_found(url: str) -> str:
+    """Say what a 404 means: the URL the worker was given is not where the endpoints are."""
+    return (
+        f"nothing answers at {url}. --url must be where the project mounts "
+        "django_ratequeue.urls, such as https://example.com/ratequeue/ (the worker adds "
+        "workers/claim/ and the like to it)"
+    )
 
 
 class Client:
@@ -96,10 +125,13 @@ class Client:
         self.secure = parts.scheme == "https"
         self.netloc = parts.netloc
         self.path = parts.path.rstrip("/") + "/workers/"
+        self.url = f"{parts.scheme}://{parts.netloc}{self.path}"
         self.headers = {"Authorization": f"Api-Key {key}", "Content-Type": "application/json"}
         self.stopping = stopping
         self.idle: list[http.client.HTTPConnection] = []
         self.lock = threading.Lock()
+        # Whether the server answered yet: until it does, the worker waits without alarm.
+        self.answered = False
 
     def connect(self) -> tuple[http.client.HTTPConnection, bool]:
         """An idle connection (True: reused) or a new one."""
@@ -111,9 +143,9 @@ class Client:
         return http.client.HTTPConnection(self.netloc), False
 
     def post(self, path: str, body: dict[str, Any], timeout: float = 30.0) -> Any:
-        """One request; raises :class:`ServerAway` or :class:`Refused`. A kept-alive
-        connection the server closed meanwhile is replaced at once (every request here
-        may be sent twice)."""
+        """One request; raises :class:`ServerAway`, :class:`ServerFailed` or
+        :class:`Refused`. A kept-alive connection the server closed meanwhile is replaced
+        at once (every request here may be sent twice)."""
         data = json.dumps(body, allow_nan=False).encode()
         while True:
             connection, reused = self.connect()
@@ -134,36 +166,61 @@ class Client:
                 if reused and not isinstance(error, TimeoutError):
                     continue
                 raise ServerAway(str(error) or type(error).__name__) from None
+            self.answered = True
             if response.will_close:
                 connection.close()
             else:
                 with self.lock:
                     self.idle.append(connection)
-            try:
-                answer = json.loads(payload or b"null")
-            except ValueError:
-                answer = None
-                if response.status < 400:
-                    raise ServerAway(f"{response.status}: not JSON") from None
-            if response.status >= 500 or response.status == 429:
-                raise ServerAway(f"{response.status}: {answer}")
-            if response.status >= 400:
-                raise Refused(response.status, answer)
-            return answer
+            return self.answer(path, response.status, payload)
 
-    def send(self, path: str, body: dict[str, Any], timeout: float = 30.0) -> Any:
+    def answer(self, path: str, status: int, payload: bytes) -> Any:
+        """Return the JSON of an answer with ``status``, or raise what the status means."""
+        url = self.url + path
+        try:
+            answer = json.loads(payload or b"null")
+        except ValueError:
+            answer = None
+            if status < 400:
+                raise ServerAway(f"{status} from {url}: not JSON") from None
+        if status in (429, 502, 503, 504):
+            raise ServerAway(f"{status}: {answer}")
+        if status >= 500:
+            raise ServerFailed(status, answer, url)
+        if status == 404:
+            raise Refused(status, not_found(self.url.removesuffix("workers/")), url)
+        if status >= 400:
+            raise Refused(status, answer, url)
+        return answer
+
+    def send(
+        self, path: str, body: dict[str, Any], timeout: float = 30.0, tries: int | None = None
+    ) -> Any:
         """:meth:`post` until the server answers (unless the worker is told to stop and
-        ``path`` is a claim), backing off with jitter."""
+        ``path`` is a claim), backing off with jitter; a 500 is sent again ``tries`` times
+        at most (None: as often as the server is away). Until the server first answers,
+        the worker waits for it quietly (it may be starting too)."""
         pause = BACKOFF_FIRST
+        failures = 0
+        waiting_said = False
         while True:
             try:
                 return self.post(path, body, timeout)
             except ServerAway as away:
                 if self.stopping.is_set() and path == "claim/":
                     raise
-                logger.warning("Server away (%s); trying again in up to %.1fs", away, pause)
-                time.sleep(random.uniform(0, pause))
-                pause = min(pause * 2, BACKOFF_MAX)
+                if self.answered:
+                    logger.warning("Server away (%s); trying again in up to %.1fs", away, pause)
+                elif not waiting_said:
+                    logger.info("Waiting for the server at %s (%s)", self.url, away)
+                    waiting_said = True
+            except ServerFailed as failed:
+                failures += 1
+                if tries is not None and failures >= tries:
+                    raise
+                logger.warning("%s; trying again in up to %.1fs", failed, pause)
+            time.sleep(random.uniform(0, pause))
+            pause = min(pause * 2, BACKOFF_MAX)
 
 
 class RemoteAttempt:
@@ -190,7 +247,8 @@ class RemoteAttempt:
         """Send a report on this attempt; None (and the attempt is lost) when the server
         says it is not ours any more (409) or refuses our key (401, 403)."""
         try:
-            return self.client.send(f"attempts/{self.id}/{action}/", body or {})
+            path = f"attempts/{self.id}/{action}/"
+            return self.client.send(path, body or {}, tries=REPORT_TRIES)
         except Refused as refused:
             if refused.status in (401, 403, 409):
                 logger.warning("Attempt %s is lost: %s", self.id, refused)
@@ -199,20 +257,32 @@ class RemoteAttempt:
             raise
 
     def flush(self) -> None:
-        """Send the output and progress not sent yet, in order."""
+        """Send the output and progress not sent yet, in order. A piece the server does
+        not take (a 400: text no database can store, say) is logged and dropped, and the
+        rest is sent: it never costs the attempt its outcome."""
         with self.lock:
             texts, self.texts = self.texts, []
             progress, due = self.progress, not self.progress_sent
             self.progress_sent = True
         text = "".join(texts)
         for start in range(0, len(text), MAX_PIECE):
+            piece = {"index": self.output_index, "text": text[start : start + MAX_PIECE]}
             if self.lost.is_set():
                 return
-            piece = text[start : start + MAX_PIECE]
-            self.report("output", {"index": self.output_index, "text": piece})
-            self.output_index += 1
+            if self.send_piece("output", piece):
+                self.output_index += 1  # numbered on only from a piece taken in
         if due and not self.lost.is_set():
-            self.report("progress", {"progress": progress})
+            self.send_piece("progress", {"progress": progress})
+
+    def send_piece(self, action: str, body: dict[str, Any]) -> bool:
+        """Send a piece of output or progress; return whether the server took it in."""
+        try:
+            return self.report(action, body) is not None
+        except Answered as error:
+            logger.warning(
+                "Attempt %s: the server did not take its %s: %s", self.id, action, error
+            )
+            return False
 
     def beat(self) -> None:
         answer = self.report("heartbeat")
@@ -228,8 +298,8 @@ class RemoteAttempt:
                 self.flush()
                 if time.monotonic() - self.last_beat > self.lease_seconds / 3:
                     self.beat()
-            except Refused:
-                logger.exception("The server refused a report of attempt %s", self.id)
+            except Answered:
+                logger.exception("The server did not take a heartbeat of attempt %s", self.id)
 
 
 _current: contextvars.ContextVar[RemoteAttempt | None] = contextvars.ContextVar(
@@ -358,16 +428,30 @@ class Worker:
                 running = list(self.running)
             try:
                 claimed = self.exchange(free, running, reports, 0.0)
-            except (ServerAway, Refused):
+            except (ServerAway, Answered):
                 claimed = []
                 for attempt, report in reports:  # one by one, until each is answered
-                    action = report.pop("action")
-                    try:
-                        attempt.report(action, report)
-                    except Exception:
-                        logger.exception("Could not report attempt %s", attempt.id)
-                    self.forget(attempt)
+                    self.report_alone(attempt, report)
             self.start(claimed, free)
+
+    def report_alone(self, attempt: RemoteAttempt, report: dict[str, Any]) -> None:
+        """Send one attempt's outcome in a request of its own. Should the server not take
+        it in (it fails on it however often it is sent, or refuses it), report the attempt
+        failed, saying why: it is not left to lapse, and the worker goes on."""
+        body = dict(report)
+        action = body.pop("action")
+        try:
+            answer = attempt.report(action, body)
+            if answer and answer.get("detail"):
+                logger.warning("Attempt %s failed on the server: %s", attempt.id, answer["detail"])
+        except Answered as error:
+            reason = f"The server did not take this attempt's {action} report in: {error}"
+            logger.warning("Attempt %s: %s", attempt.id, reason)
+            try:
+                attempt.report("fail", {"error": reason, "retryable": True})
+            except Answered:
+                logger.exception("Could not report attempt %s; its lease will lapse", attempt.id)
+        self.forget(attempt)
 
     def exchange(
         self,
@@ -390,12 +474,15 @@ class Worker:
             body["queues"] = self.queues
         if reports:
             body["reports"] = [{"id": attempt.id, **report} for attempt, report in reports]
-        answer = self.client.send("claim/", body, timeout=wait + 30)
+        tries = REPORT_TRIES if reports else None  # a report the server fails on fails alone
+        answer = self.client.send("claim/", body, timeout=wait + 30, tries=tries)
         by_id = {item["id"]: item for item in answer.get("reports", [])}
         for attempt, _report in reports:
             item = by_id.get(attempt.id, {"status": 0, "detail": "no answer"})
             if item["status"] != 200:
                 logger.warning("Attempt %s: its outcome was refused: %s", attempt.id, item)
+            elif item["detail"]:
+                logger.warning("Attempt %s failed on the server: %s", attempt.id, item["detail"])
             self.forget(attempt)
         lease = float(answer.get("lease_seconds", 30.0))
         attempts: list[dict[str, Any]] = answer["attempts"]
@@ -520,7 +607,7 @@ class Worker:
         try:
             self.client.post(f"attempts/{attempt.id}/release/", {}, timeout=10)
             logger.info("Released attempt %s", attempt.id)
-        except (ServerAway, Refused) as error:
+        except (ServerAway, Answered) as error:
             logger.warning("Could not release attempt %s: %s", attempt.id, error)
 
 
@@ -534,16 +621,41 @@ def load_handlers(names: list[str]) -> dict[str, Callable[..., Any]]:
     return found
 
 
+def read_key(parser: argparse.ArgumentParser, args: argparse.Namespace) -> str:
+    """Return the worker key, from ``--key-file``, ``--key`` or :data:`KEY_VARIABLE`, in
+    that order. The variable is taken out of the environment: the processes handlers
+    start do not inherit it."""
+    if args.key and args.key_file:
+        parser.error("give --key or --key-file, not both")
+    from_environment = os.environ.pop(KEY_VARIABLE, "")
+    key = args.key or from_environment
+    if args.key_file:
+        try:
+            key = Path(args.key_file).read_text()
+        except OSError as error:
+            parser.error(f"cannot read --key-file: {error}")
+    if not key.strip():
+        parser.error(
+            f"no worker key: set {KEY_VARIABLE}, or give --key-file (or --key, which shows "
+            "it to anyone who lists this machine's processes)"
+        )
+    return key.strip()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m django_ratequeue.worker")
     parser.add_argument("--url", required=True, help="Where the ratequeue URLs are mounted.")
-    parser.add_argument("--key", required=True, help="A worker key (ratequeue_worker_key).")
+    parser.add_argument(
+        "--key-file", help=f"A file holding the worker key (or set {KEY_VARIABLE})."
+    )
+    parser.add_argument("--key", help="The worker key (visible in the process list).")
     parser.add_argument("--handlers", required=True, nargs="+", help="Handler module(s).")
     parser.add_argument("--concurrency", type=int, default=1)
     parser.add_argument("--queues", nargs="*", help="Only these of the key's queues.")
     parser.add_argument("--grace", type=float, default=30.0, help="Seconds, on SIGTERM.")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    key = read_key(parser, args)
     if args.concurrency < 1:
         parser.error("--concurrency must be at least 1")
     handlers = load_handlers(args.handlers)
@@ -558,7 +670,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     worker = Worker(
-        Client(args.url, args.key, stopping), handlers, args.concurrency, args.queues, args.grace
+        Client(args.url, key, stopping), handlers, args.concurrency, args.queues, args.grace
     )
     logger.info("Worker %s serving %s", worker.name, ", ".join(sorted(handlers)))
     try:
@@ -570,8 +682,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    # Run as ``-m``, this file is ``__main__``: run the imported module's main, so that
-    # handler modules (which import django_ratequeue.worker) register where it looks.
-    from django_ratequeue.worker import main as run
-
-    raise SystemExit(run())
+    # Run as a program, this file is ``__main__``, while handler modules import it by its
+    # name (``django_ratequeue.worker``; ``worker`` when copied alone): run main from the
+    # module of that name, where they register.
+    name = __spec__.name if __spec__ is not None else Path(__file__).stem
+    raise SystemExit(importlib.import_module(name).main())

@@ -41,7 +41,10 @@ $PY manage.py qcluster &
 cluster=$!
 $PY manage.py runserver "$HOST:$PORT" &
 server=$!
-$PY -m django_ratequeue.worker --url "http://127.0.0.1:$PORT/ratequeue/" --key "$KEY" \
+# The key goes in the environment, not on the command line, where `ps` would show it. The
+# worker waits quietly for the web server, which is starting too.
+RATEQUEUE_WORKER_KEY=$KEY $PY -m django_ratequeue.worker \
+    --url "http://127.0.0.1:$PORT/ratequeue/" \
     --handlers example_project.remote_handlers --concurrency 2 --grace 5 &
 remote_worker=$!
 set +m

@@ -15,6 +15,7 @@ import time
 from typing import Any
 
 from django.contrib.auth.models import AnonymousUser
+from django.core.validators import ProhibitNullCharactersValidator
 from django.db import connections
 from rest_framework import serializers, status
 from rest_framework.authentication import BaseAuthentication
@@ -22,6 +23,7 @@ from rest_framework.exceptions import APIException, AuthenticationFailed, Permis
 from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.validators import ProhibitSurrogateCharactersValidator
 
 from .. import clock
 from ..conf import ratequeue_settings
@@ -93,6 +95,22 @@ class WorkerView(ApiView):
         return attempt_id
 
 
+class KeptText(serializers.CharField):
+    """Text stored whatever it holds, such as an attempt's error: a NUL or a lone surrogate,
+    which DRF's CharField refuses, is escaped or replaced as it is stored
+    (:func:`..queue.bounds.clip`), so that the real error is never dropped."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(trim_whitespace=False, **kwargs)
+        self.validators = [
+            validator
+            for validator in self.validators
+            if not isinstance(
+                validator, ProhibitNullCharactersValidator | ProhibitSurrogateCharactersValidator
+            )
+        ]
+
+
 class ReportSerializer(StrictSerializer):
     """One attempt's outcome, sent with a claim: ``complete`` (with its ``result``) or
     ``fail`` (with its ``error``, ``traceback``, ``retryable``), as their own endpoints
@@ -101,8 +119,8 @@ class ReportSerializer(StrictSerializer):
     id = serializers.IntegerField(min_value=1, max_value=MAX_ID)
     action = serializers.ChoiceField(["complete", "fail"])
     result = serializers.JSONField(required=False, allow_null=True, default=None)
-    error = serializers.CharField(trim_whitespace=False, required=False)
-    traceback = serializers.CharField(trim_whitespace=False, required=False, allow_blank=True)
+    error = KeptText(required=False)
+    traceback = KeptText(required=False, allow_blank=True)
     retryable = serializers.BooleanField(default=True)
     timed_out = serializers.BooleanField(default=False)
 
@@ -155,8 +173,8 @@ class ClaimedAttemptSerializer(serializers.Serializer[Any]):
 class ClaimView(WorkerView):
     """``POST workers/claim/``: up to ``max`` attempts of the key's remote queues, waiting
     up to ``wait`` seconds for one; first, the outcomes in ``reports`` (each answered as
-    its own endpoint would: 200, 409 or 400), so that one request ends attempts and takes
-    the next ones."""
+    its own endpoint would: 200 or 409), so that one request ends attempts and takes the
+    next ones."""
 
     serializer_class = ClaimSerializer
     schema = ApiSchema("claimAttempts")
@@ -195,28 +213,32 @@ class ClaimView(WorkerView):
         return Response(answer)
 
     def end(self, reports: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """End the reported attempts; each one's answer: ``{"id", "status", "detail"}``."""
-        answers: dict[int, dict[str, Any]] = {}
-        outcomes: dict[int, dict[str, Any]] = {}
-        for report in reports:
-            attempt_id = report["id"]
-            try:
-                if report["action"] == "complete":
-                    outcomes[attempt_id] = remote.completion(report["result"])
-                else:
-                    outcomes[attempt_id] = remote.failure(
-                        report["error"],
-                        report.get("traceback", ""),
-                        report["retryable"],
-                        report["timed_out"],
-                    )
-            except (TypeError, ValueError) as error:
-                answers[attempt_id] = {"id": attempt_id, "status": 400, "detail": str(error)}
-        for attempt_id, ended in remote.end_many(self.key, outcomes).items():
+        """End the reported attempts; each one's answer: ``{"id", "status", "detail"}``,
+        the detail of a 200 the error a completion was failed with instead ("" if none)."""
+        outcomes = {
+            report["id"]: (
+                remote.completion(report["result"])
+                if report["action"] == "complete"
+                else remote.failure(
+                    report["error"],
+                    report.get("traceback", ""),
+                    report["retryable"],
+                    report["timed_out"],
+                )
+            )
+            for report in reports
+        }
+        actions = {report["id"]: report["action"] for report in reports}
+        answers = {}
+        for attempt_id, stored in remote.end_many(self.key, outcomes).items():
             answers[attempt_id] = (
-                {"id": attempt_id, "status": 200, "detail": ""}
-                if ended
-                else {"id": attempt_id, "status": 409, "detail": LeaseLostConflict.default_detail}
+                {"id": attempt_id, "status": 409, "detail": LeaseLostConflict.default_detail}
+                if stored is None
+                else {
+                    "id": attempt_id,
+                    "status": 200,
+                    "detail": stored["error"] if actions[attempt_id] == "complete" else "",
+                }
             )
         return [answers[report["id"]] for report in reports]
 
@@ -254,8 +276,8 @@ class CompleteSerializer(StrictSerializer):
 
 
 class FailSerializer(StrictSerializer):
-    error = serializers.CharField(trim_whitespace=False)
-    traceback = serializers.CharField(trim_whitespace=False, required=False, allow_blank=True)
+    error = KeptText()
+    traceback = KeptText(required=False, allow_blank=True)
     retryable = serializers.BooleanField(default=True)
     timed_out = serializers.BooleanField(default=False)
 
@@ -268,14 +290,15 @@ class ReportView(WorkerView):
     def post(self, request: Request, attempt_id: int) -> Response:
         data = self.valid(request.data or {})  # no body: an empty object
         try:
-            self.report(self.attempt(attempt_id), data)
+            detail = self.report(self.attempt(attempt_id), data)
         except LeaseLost:
             raise LeaseLostConflict from None
         except (TypeError, ValueError) as error:
             raise serializers.ValidationError({self.field: [str(error)]}) from None
-        return Response({"ok": True})
+        return Response({"ok": True, "detail": detail or ""})
 
-    def report(self, attempt_id: int, data: Any) -> None:
+    def report(self, attempt_id: int, data: Any) -> str | None:
+        """Take the report in; what the answer's ``detail`` says (None: nothing)."""
         raise NotImplementedError
 
 
@@ -308,8 +331,10 @@ class CompleteView(ReportView):
     schema = ApiSchema("completeAttempt")
     field = "result"
 
-    def report(self, attempt_id: int, data: Any) -> None:
-        remote.complete(self.key, attempt_id, data["result"])
+    def report(self, attempt_id: int, data: Any) -> str:
+        """Complete the attempt; return the error it was failed with instead, if its result
+        is not one a job may return (the answer's ``detail``)."""
+        return remote.complete(self.key, attempt_id, data["result"])
 
 
 class FailView(ReportView):

@@ -3,7 +3,9 @@
 Every number a producer passes is finite and bounded at enqueue, so that nothing the loop
 later computes from a job (its start, its next retry, its deadline) can overflow a
 datetime or a database column. Rows changed behind the app's back get the same safety from
-:func:`later`, which clamps instead of raising. docs/api.md lists these bounds.
+:func:`later`, which clamps instead of raising. Every value and text stored is one a
+database can hold (:func:`check_json`, :func:`check_text`, :func:`clip`). docs/api.md lists
+these bounds.
 """
 
 from __future__ import annotations
@@ -30,10 +32,21 @@ MIN_INT = -(2**31)
 # after rounding up to a SEGMENT.
 LATEST = datetime(9999, 1, 1, tzinfo=UTC)
 
+# How deep JSON may nest (lists and objects in one another). Every reader, from the
+# runner to the HTTP API's answers, then decodes and encodes it far within Python's
+# recursion limit; serde_json's default is the same.
+MAX_JSON_DEPTH = 128
+
 # A NUL character in JSON text: ``\u0000`` after an even run of backslashes (an odd run
 # would be an escaped backslash followed by the letters "u0000").
 _JSON_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
 NUL_REFUSED = "must not contain NUL characters ('\\x00'): PostgreSQL cannot store them"
+SURROGATE_REFUSED = (
+    "must be valid Unicode: it holds a lone surrogate such as '\\udce9' (what os.fsdecode() "
+    "gives for a file name that is not UTF-8), which no database can store; decode such "
+    "bytes with errors='replace', or pass them as base64"
+)
+DEPTH_REFUSED = f"must not nest lists and objects more than {MAX_JSON_DEPTH} deep"
 
 
 def seconds(name: str, value: Any, bound: timedelta, *, allow_zero: bool = True) -> float:
@@ -85,10 +98,13 @@ def later(moment: datetime, delay: float) -> datetime:
 
 
 def clip(text: str, limit: int) -> str:
-    """``text`` in at most ``limit`` bytes of UTF-8: its beginning and its end (where a
-    traceback names the error) around a note of what was cut. Characters UTF-8 cannot
-    encode (lone surrogates) are replaced, so that the text can always be stored."""
-    data = text.encode("utf-8", "replace")
+    """Return ``text`` as a database stores it, in at most ``limit`` bytes of UTF-8.
+
+    Its beginning and its end (where a traceback names the error) are kept around a note
+    of what was cut. A NUL is written ``\\x00``, and characters UTF-8 cannot encode (lone
+    surrogates) are replaced: an error message or a traceback is always stored, never
+    refused."""
+    data = text.replace("\x00", "\\x00").encode("utf-8", "replace")
     if len(data) <= limit:
         return data.decode()
     note = f"\n[... {len(data) - limit} bytes cut ...]\n".encode()
@@ -97,20 +113,56 @@ def clip(text: str, limit: int) -> str:
     return (head + note + tail).decode("utf-8", "ignore")
 
 
-def check_no_nul(what: str, json_text: str) -> None:
-    """A ValueError if the JSON text holds a NUL character (PostgreSQL cannot store one)."""
-    if "\\u0000" in json_text and _JSON_NUL.search(json_text):
-        raise ValueError(f"The job's {what} {NUL_REFUSED}.")
+def check_text(what: str, text: str) -> str:
+    """Return ``text`` if a database can store it, else raise a ValueError naming ``what``:
+    it must hold no NUL and no lone surrogate."""
+    if "\x00" in text:
+        raise ValueError(f"{what} {NUL_REFUSED}.")
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValueError(f"{what} {SURROGATE_REFUSED}.") from None
+    return text
 
 
 def check_json(what: str, value: Any) -> str:
-    """``value`` as JSON text, or a ValueError saying what to pass instead."""
+    """Return ``value`` as JSON text if a database can store it, else raise a ValueError
+    saying what to pass instead: it must be JSON (finite numbers), nested at most
+    :data:`MAX_JSON_DEPTH` deep, and its strings must hold no NUL and no lone surrogate."""
+    subject = f"The job's {what}"
     try:
         text = json.dumps(value, allow_nan=False)
+    except RecursionError:
+        raise ValueError(f"{subject} {DEPTH_REFUSED}.") from None
     except (TypeError, ValueError) as exc:
         raise ValueError(
-            f"The job's {what} must be JSON-serialisable ({exc}); pass plain data such as "
+            f"{subject} must be JSON-serialisable ({exc}); pass plain data such as "
             "ids, strings, numbers, lists and dicts."
         ) from None
-    check_no_nul(what, text)
+    if "\\u0000" in text and _JSON_NUL.search(text):
+        raise ValueError(f"{subject} {NUL_REFUSED}.")
+    # Characters beyond the BMP are escaped as surrogate pairs too: only then, look closer.
+    if "\\ud" in text:
+        check_text(subject, json.dumps(value, ensure_ascii=False))
+    if text.count("[") + text.count("{") > MAX_JSON_DEPTH and nested_deeper(text, MAX_JSON_DEPTH):
+        raise ValueError(f"{subject} {DEPTH_REFUSED}.")
     return text
+
+
+def nested_deeper(text: str, depth: int) -> bool:
+    """Return whether JSON ``text`` nests lists and objects more than ``depth`` deep.
+
+    Measured on the text, without recursion (whatever the depth) and in C: its strings
+    and scalars taken out, each pass removes the innermost pairs of brackets."""
+    brackets = _NOT_BRACKET.sub("", _JSON_STRING.sub("", text))
+    for _ in range(depth):
+        if not brackets:
+            return False
+        brackets = _EMPTY_PAIR.sub("", brackets)
+    return bool(brackets)
+
+
+_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+_EMPTY_PAIR = re.compile(r"\[\]|\{\}")

@@ -9,7 +9,6 @@ else that stops the process is recorded, then re-raised for the runner to report
 
 from __future__ import annotations
 
-import json
 import signal
 import threading
 import time
@@ -17,6 +16,8 @@ import traceback as tb
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
+
+from django.db import DatabaseError, DataError, IntegrityError
 
 from .. import clock
 from ..conf import ratequeue_settings
@@ -28,11 +29,14 @@ from ..exceptions import (
     class_path,
     describe,
 )
-from .bounds import MAX_TIMEOUT, check_no_nul, clip
+from .bounds import MAX_TIMEOUT, check_json, clip
 from .models import Attempt, Job, Outcome
 from .progress import write_rest
 from .registry import registered_job
 from .subtasks import current_attempt
+
+# What the database answers to a value it cannot store.
+REFUSED = (DataError, IntegrityError)
 
 
 @contextmanager
@@ -100,11 +104,10 @@ def run_attempt(attempt: Attempt) -> None:
         current_attempt.reset(token)
         # Its progress and output are complete before its outcome can be seen.
         write_rest(attempt)
-        # PostgreSQL text cannot hold a NUL: an error that quotes one keeps it escaped.
+        # Stored as a database can: cut to size, a NUL escaped, a lone surrogate replaced.
         limit = ratequeue_settings().MAX_ERROR_BYTES
         for field in ("error", "traceback", "exception_class_path"):
-            text = getattr(attempt, field).replace("\x00", "\\x00")
-            setattr(attempt, field, clip(text, limit))
+            setattr(attempt, field, clip(getattr(attempt, field), limit))
         attempt.ended_at = clock.now()
 
 
@@ -117,12 +120,23 @@ def failed(attempt: Attempt, exc: BaseException, outcome: str, error: str) -> No
     attempt.exception_class_path = class_path(type(exc))
 
 
+def refusal(error: DatabaseError) -> str:
+    """Return the error of an attempt whose outcome the database refused to store (a value
+    that slipped past :mod:`.bounds`): the attempt fails with it instead."""
+    lines = str(error).splitlines() or [type(error).__name__]
+    # PostgreSQL's LINE and CONTEXT quote the statement, values and all: its DETAIL does not.
+    reason = "; ".join([lines[0], *(line for line in lines[1:] if line.startswith("DETAIL:"))])
+    return clip(
+        f"The database refused this attempt's outcome, so it failed: {reason}",
+        ratequeue_settings().MAX_ERROR_BYTES,
+    )
+
+
 def check_result_size(result: Any) -> None:
-    """Refuse a result that is not JSON, holds a NUL, or is bigger than MAX_RESULT_BYTES:
-    the attempt fails rather than store it (and hand it to every reader and callback)."""
-    text = json.dumps(result, allow_nan=False)
-    check_no_nul("return value", text)
-    size = len(text)
+    """Refuse a result a database cannot store (:func:`.bounds.check_json`) or bigger than
+    MAX_RESULT_BYTES: the attempt fails rather than store it (and hand it to every reader
+    and callback)."""
+    size = len(check_json("return value", result))
     limit = ratequeue_settings().MAX_RESULT_BYTES
     if size > limit:
         raise ValueError(

@@ -26,10 +26,10 @@ from .bounds import (
     MAX_INT,
     MAX_TIMEOUT,
     MIN_INT,
-    NUL_REFUSED,
     check_json,
     check_queue_concurrency,
     check_queue_name,
+    check_text,
     integer,
     seconds,
 )
@@ -189,8 +189,7 @@ class JobTemplate:
     def __post_init__(self) -> None:
         """Refuse what no database column could store as given, on every database alike."""
         for name in ("queue", "concurrency_key", "owner", "id"):
-            if "\x00" in (getattr(self, name) or ""):
-                raise ValueError(f"{name} {NUL_REFUSED}.")
+            check_text(name, getattr(self, name) or "")
 
     @cached_property
     def columns(self) -> dict[str, Any]:
@@ -280,7 +279,7 @@ class JobOptions:
             return self
         try:
             key = json.dumps(other, sort_keys=True, allow_nan=False)
-        except (TypeError, ValueError):  # a callable, a datetime...: checked each time
+        except (TypeError, ValueError, RecursionError):  # a callable...: checked each time
             return JobOptions({**self.values, **other})
         merged = self._merged.get(key)
         if merged is None:

@@ -32,7 +32,7 @@ from django.db.models.functions import Length
 
 from ..conf import ratequeue_settings
 from ..exceptions import NotInJob
-from .bounds import NUL_REFUSED, check_json
+from .bounds import check_json, check_text
 from .models import Attempt, Job, OutputChunk, queue_db
 from .subtasks import current_attempt
 from .wakeup import JOBS
@@ -313,16 +313,7 @@ def checked_text(text: Any) -> str:
     """``text`` if it can be stored as output, else a ValueError or TypeError saying why."""
     if not isinstance(text, str):
         raise TypeError(f"stream_output() takes a str, not {type(text).__name__}.")
-    if not text.isascii():
-        try:
-            text.encode("utf-8")
-        except UnicodeEncodeError:
-            raise ValueError(
-                "stream_output() got text that is not valid Unicode (a lone surrogate)."
-            ) from None
-    if "\x00" in text:
-        raise ValueError(f"The job's output {NUL_REFUSED}.")
-    return text
+    return check_text("The job's output", text)
 
 
 def write_rest(attempt: Attempt) -> None:

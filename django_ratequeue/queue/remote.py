@@ -25,14 +25,14 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import connections, transaction
-from django.db.models import OuterRef, Q, QuerySet, Subquery, Sum
+from django.db.models import Max, OuterRef, Q, QuerySet, Subquery, Sum
 from django.db.models.functions import Length
 
 from .. import clock
 from ..conf import ratequeue_settings
-from ..exceptions import LeaseLost
+from ..exceptions import LeaseLost, describe
 from .bounds import clip
-from .execution import check_result_size
+from .execution import REFUSED, check_result_size, refusal
 from .models import Attempt, Job, Outcome, OutputChunk, WorkerKey, queue_db
 from .progress import UNSET, checked_progress, checked_text, store
 from .wakeup import LOOP, WORK, Waiter, signal
@@ -167,7 +167,8 @@ def report_progress(key: WorkerKey, attempt_id: int, data: Any) -> None:
 def append_output(key: WorkerKey, attempt_id: int, index: int, text: Any) -> None:
     """Store one piece of output, numbered ``index`` (the claim gives the first number;
     the worker counts on from it). Sent again, the same piece is a success that changes
-    nothing; another piece with a number already used is a ValueError."""
+    nothing; another piece with a number already used, or one that leaves a gap, is a
+    ValueError: numbers stay below the count of pieces, which MAX_OUTPUT_LENGTH bounds."""
     settings = ratequeue_settings()
     text = checked_text(text)
     if not text or len(text) > settings.MAX_OUTPUT_CHUNK_LENGTH:
@@ -183,7 +184,14 @@ def append_output(key: WorkerKey, attempt_id: int, index: int, text: Any) -> Non
             if existing != text:
                 raise ValueError(f"Output {index} of this job is already another text.")
             return
-        length = chunks.aggregate(length=Sum(Length("text")))["length"] or 0
+        written = chunks.aggregate(length=Sum(Length("text")), last=Max("index"))
+        following = (written["last"] or 0) + 1
+        if index != following:
+            raise ValueError(
+                f"index must be {following}, the number after the job's last piece of output "
+                "(or that of a piece sent already, sent again)."
+            )
+        length = written["length"] or 0
         if length + len(text) > settings.MAX_OUTPUT_LENGTH:
             raise ValueError(
                 f"The job's output would exceed {settings.MAX_OUTPUT_LENGTH} characters "
@@ -193,30 +201,39 @@ def append_output(key: WorkerKey, attempt_id: int, index: int, text: Any) -> Non
 
 
 def completion(result: Any) -> dict[str, Any]:
-    """The outcome of a succeeded attempt; a ValueError if ``result`` is not one a local
-    runner's job could return (JSON, at most MAX_RESULT_BYTES)."""
-    check_result_size(result)
+    """Return the outcome of a succeeded attempt with ``result``; if a local runner's job
+    could not have returned it (a value a database cannot store, or one over
+    MAX_RESULT_BYTES), the outcome of a failed attempt that says why, as a local runner
+    records one (retried by the job's policy)."""
+    try:
+        check_result_size(result)
+    except ValueError as error:
+        return failure(describe(error), "", retryable=True)
     return {"outcome": Outcome.SUCCEEDED, "result": result}
 
 
 def failure(
     error: str, traceback: str, retryable: bool, timed_out: bool = False
 ) -> dict[str, Any]:
-    """The outcome of a failed attempt: retried by its job's policy unless not
-    ``retryable``; ``timed_out``: it overran its timeout (the worker stopped waiting)."""
+    """Return the outcome of a failed attempt: retried by its job's policy unless not
+    ``retryable``; ``timed_out``: it overran its timeout (the worker stopped waiting).
+    Texts are stored whatever they hold (:func:`.bounds.clip`): the real error is kept."""
     limit = ratequeue_settings().MAX_ERROR_BYTES
     outcome = Outcome.FAILED if retryable else Outcome.NON_RETRYABLE
     return {
         "outcome": Outcome.TIMED_OUT if timed_out else outcome,
-        "error": clip(error.replace("\x00", "\\x00"), limit),
-        "traceback": clip(traceback.replace("\x00", "\\x00"), limit),
+        "error": clip(error, limit),
+        "traceback": clip(traceback, limit),
     }
 
 
-def complete(key: WorkerKey, attempt_id: int, result: Any) -> None:
-    """End the attempt as succeeded with ``result`` (see :func:`completion`)."""
-    if not end_many(key, {attempt_id: completion(result)})[attempt_id]:
+def complete(key: WorkerKey, attempt_id: int, result: Any) -> str:
+    """End the attempt as succeeded with ``result`` (see :func:`completion`); return the
+    error it was failed with instead ("" if none)."""
+    stored = end_many(key, {attempt_id: completion(result)})[attempt_id]
+    if stored is None:
         raise LeaseLost
+    return str(stored["error"])
 
 
 def fail(
@@ -229,7 +246,7 @@ def fail(
 ) -> None:
     """End the attempt as failed (see :func:`failure`)."""
     outcome = failure(error, traceback, retryable, timed_out)
-    if not end_many(key, {attempt_id: outcome})[attempt_id]:
+    if end_many(key, {attempt_id: outcome})[attempt_id] is None:
         raise LeaseLost
 
 
@@ -244,31 +261,63 @@ def release(key: WorkerKey, attempt_id: int) -> None:
         signal(WORK)
 
 
-def end_many(key: WorkerKey, outcomes: dict[int, dict[str, Any]]) -> dict[int, bool]:
+def end_many(
+    key: WorkerKey, outcomes: dict[int, dict[str, Any]]
+) -> dict[int, dict[str, Any] | None]:
     """End each attempt with its outcome (:func:`completion`, :func:`failure`), in one
-    transaction that signals the loop once; per attempt, False if a worker of ``key`` does
-    not hold it (any more). The same report, sent again after its response was lost,
-    finds its own effect and is True again, changing nothing."""
+    transaction that signals the loop once; per attempt, the values stored, or None if a
+    worker of ``key`` does not hold it (any more). The same report, sent again after its
+    response was lost, finds its own effect and is answered the same, changing nothing.
+
+    Should the database refuse a value (one that slipped past the checks of
+    :mod:`.bounds`), the attempts are ended one by one, and one whose outcome it still
+    refuses is ended as failed, with the database's reason: the others are not held up."""
     now = clock.now()
-    ended: dict[int, bool] = {}
+    stored = {
+        attempt_id: {"result": None, "error": "", "traceback": "", **outcome}
+        for attempt_id, outcome in outcomes.items()
+    }
+    try:
+        ended = _end(key, stored, now)
+    except REFUSED:
+        ended = {}
+        for attempt_id, values in stored.items():
+            try:
+                ended |= _end(key, {attempt_id: values}, now)
+            except REFUSED as error:
+                values |= {"result": None, **failure(refusal(error), "", retryable=True)}
+                ended |= _end(key, {attempt_id: values}, now)
+    return {
+        attempt_id: values if ended[attempt_id] or _ended_as(key, attempt_id, values) else None
+        for attempt_id, values in stored.items()
+    }
+
+
+def _end(key: WorkerKey, stored: dict[int, dict[str, Any]], now: datetime) -> dict[int, bool]:
+    """End each attempt a worker of ``key`` holds with its values, in one transaction that
+    signals the loop if any ended; per attempt, whether it did."""
     with transaction.atomic(using=queue_db()):
-        for attempt_id, outcome in outcomes.items():
-            values = {"result": None, "error": "", "traceback": "", **outcome}
-            ended[attempt_id] = bool(
+        ended = {
+            attempt_id: bool(
                 held(key, attempt_id, now).update(ended_at=now, exception_class_path="", **values)
             )
+            for attempt_id, values in stored.items()
+        }
         if any(ended.values()):
             signal(LOOP)
-    for attempt_id, done in ended.items():
-        if not done:
-            values = {"result": None, "error": "", "traceback": "", **outcomes[attempt_id]}
-            ended[attempt_id] = (
-                Attempt.objects.filter(pk=attempt_id, worker__startswith=key_tag(key))
-                .exclude(ended_at=None)
-                .values(*values)
-                .first()
-            ) == values
     return ended
+
+
+def _ended_as(key: WorkerKey, attempt_id: int, values: dict[str, Any]) -> bool:
+    """Return whether a worker of ``key`` ended the attempt with ``values`` already (the
+    same report, its response lost)."""
+    row = (
+        Attempt.objects.filter(pk=attempt_id, worker__startswith=key_tag(key))
+        .exclude(ended_at=None)
+        .values(*values)
+        .first()
+    )
+    return row == values
 
 
 def _lock_held(key: WorkerKey, attempt_id: int) -> str:

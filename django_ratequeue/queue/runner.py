@@ -22,19 +22,21 @@ import logging
 import random
 import time
 from collections.abc import Callable
-from functools import cache
+from contextlib import nullcontext
+from functools import cache, partial
 from typing import Any, TypeVar
 
-from django.db import InterfaceError, OperationalError
+from django.db import InterfaceError, OperationalError, transaction
 from django.db.models import Q
 
 from .. import clock
 from ..conf import ratequeue_settings
 from ..db import ServerStatement, sql_to_run
+from ..exceptions import class_path
 from .bulk import update_rows
-from .execution import run_attempt
+from .execution import REFUSED, refusal, run_attempt
 from .heartbeat import beat, mark_serving
-from .models import REPORT_FIELDS, Attempt, Job, queue_connection
+from .models import REPORT_FIELDS, Attempt, Job, Outcome, queue_connection
 from .wakeup import LOOP, WORK, Waiter, notifies, notify_clause, signal
 
 logger = logging.getLogger(__name__)
@@ -184,11 +186,32 @@ class Runner:
     def report(self, attempts: list[Attempt]) -> None:
         """Write the outcomes of attempts that ran, with their start times should a
         database crash have lost one, and signal the loop, which takes them in (through
-        lost connections, see :func:`through_reconnects`)."""
+        lost connections, see :func:`through_reconnects`).
+
+        Should the database refuse the statement (a value that slipped past the checks
+        of :mod:`.bounds`), each row is written on its own, and one it still refuses is
+        written as a failure that says why: the others of the chunk are not held up, and
+        no attempt stays running for good."""
         if not attempts:
             return
+        try:
+            through_reconnects(partial(self.write, attempts))
+        except REFUSED:
+            for attempt in attempts:
+                try:
+                    through_reconnects(partial(self.write, [attempt]))
+                except REFUSED as error:
+                    attempt.outcome, attempt.result = Outcome.FAILED, None
+                    attempt.error, attempt.traceback = refusal(error), ""
+                    attempt.exception_class_path = class_path(type(error))
+                    through_reconnects(partial(self.write, [attempt]))
 
-        def write() -> None:
+    def write(self, attempts: list[Attempt]) -> None:
+        """Write the outcomes of ``attempts`` with one statement that signals the loop; in
+        a savepoint within a transaction, which a refused statement must not abort."""
+        connection = queue_connection()
+        nested = connection.in_atomic_block
+        with transaction.atomic(using=connection.alias) if nested else nullcontext():
             update_rows(
                 Attempt,
                 attempts,
@@ -198,8 +221,6 @@ class Runner:
                 # The loop's signal, raised by the statement itself (SQLite: none, it polls).
                 returning=notify_clause(LOOP) if notifies() else "",
             )
-
-        through_reconnects(write)
 
     def start(self, attempt: Attempt) -> bool:
         """Record that a claimed attempt starts now, unless it was ended meanwhile (a

@@ -116,8 +116,21 @@ def test_a_signal_to_the_process_group_stops_everything(demo, signum: int) -> No
     assert "stopping the web server and the django-q2 cluster" in log.read_text()
 
 
+def command_lines(sid: int) -> list[str]:
+    """The command line of every live process of session ``sid``."""
+    lines = []
+    for pid in session_pids(sid):
+        try:
+            lines.append(Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode())
+        except OSError:
+            continue
+    return lines
+
+
 def test_the_demo_s_remote_worker_runs_the_remote_queue(demo) -> None:
-    *_running, database = demo
+    """It waits quietly for the web server, started with it, and its key is not in the
+    process list."""
+    process, log, _port, database = demo
     env = {**os.environ, "DATABASE_URL": f"sqlite:///{database}"}
     env.pop("DJANGO_SETTINGS_MODULE", None)
     code = "from example_project.demo.jobs import on_remote_worker; on_remote_worker.enqueue(3)"
@@ -135,3 +148,10 @@ def test_the_demo_s_remote_worker_runs_the_remote_queue(demo) -> None:
     assert json.loads(wait_for(result, 60, "the remote worker to run the job")).startswith(
         "3² = 9, on "
     )
+    output = log.read_text()
+    assert "Server away" not in output
+    with sqlite3.connect(database) as db:
+        [(prefix,)] = db.execute("SELECT prefix FROM django_ratequeue_workerkey").fetchall()
+    running = command_lines(process.pid)
+    assert any("django_ratequeue.worker" in line for line in running), running
+    assert not [line for line in running if f"{prefix}." in line]

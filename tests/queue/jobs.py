@@ -169,6 +169,26 @@ def fail_with_nul() -> None:
 
 
 @job
+def return_surrogate() -> str:
+    """Returns a file name as os.fsdecode() gives one that is not UTF-8."""
+    return os.fsdecode(b"caf\xe9.txt")
+
+
+@job
+def fail_with_surrogate() -> None:
+    raise FileNotFoundError("no such file: " + os.fsdecode(b"caf\xe9.txt"))
+
+
+@job
+def return_nested(depth: int) -> list[Any]:
+    """Returns lists nested ``depth`` deep."""
+    value: list[Any] = []
+    for _ in range(depth - 1):
+        value = [value]
+    return value
+
+
+@job
 def record_then_block(path: str, label: str, marker: str = "", limit: float = 30) -> str:
     """Record this run (with its pid); given a ``marker``, then wait until it exists."""
     record(path, label)
@@ -265,6 +285,8 @@ def misreport(cases: list[str]) -> list[str]:
         "progress object": lambda: report_progress({"x": object()}),
         "progress nul": lambda: report_progress({"x": "a\x00b"}),
         "progress big": lambda: report_progress({"x": "y" * 200}),
+        "progress surrogate": lambda: report_progress({"x": os.fsdecode(b"\xe9")}),
+        "progress deep": lambda: report_progress({"x": return_nested(1000)}),
         "output bytes": lambda: stream_output(b"bytes"),  # type: ignore[arg-type]
         "output nul": lambda: stream_output("a\x00b"),
         "output surrogate": lambda: stream_output("\ud800"),

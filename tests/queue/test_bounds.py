@@ -20,7 +20,7 @@ from django.utils import timezone
 
 from django_ratequeue import Retry, Status, enqueue, enqueue_many, get_handle
 from django_ratequeue.models import Attempt, Job, WorkerHeartbeat
-from django_ratequeue.queue.bounds import LATEST, clip, later
+from django_ratequeue.queue.bounds import LATEST, clip, later, nested_deeper
 from tests.cluster import wait_for
 from tests.queue import jobs
 from tests.queue.steps import leading_loop, run_pass
@@ -155,6 +155,27 @@ def test_clip_keeps_both_ends_within_the_cap() -> None:
     assert "bytes cut" in clipped
     assert clip("short", 1000) == "short"
     assert clip("\ud800 lone surrogate", 1000) == "? lone surrogate"
+    assert clip("a NUL: \x00", 1000) == "a NUL: \\x00"
+
+
+@pytest.mark.parametrize(
+    ("text", "depth"),
+    [
+        ("1", 0),
+        ("[]", 1),
+        ('{"a": [1, {}]}', 3),
+        ('[{}, [], {"a": [[]]}]', 4),
+        ('["]]]", "[[[[", "\\\\", "\\"]"]', 1),  # brackets and quotes inside strings
+        ("[" * 200 + "]" * 200, 200),
+    ],
+)
+def test_nesting_is_measured_on_the_text(text: str, depth: int) -> None:
+    assert not nested_deeper(text, depth)
+    assert depth == 0 or nested_deeper(text, depth - 1)
+
+
+def test_nesting_past_a_bound_is_found_whatever_the_depth() -> None:
+    assert nested_deeper("[" * 100_000 + "]" * 100_000, 128)
 
 
 def drive(done: Callable[[], bool], limit: float = 30) -> None:

@@ -2,12 +2,15 @@
 
 A plain enqueue sends its fixed options as literals inside a prepared INSERT (PostgreSQL),
 an enqueue with an id saves a model, ``enqueue_many`` COPYs its rows: what is read back
-from the row must be exactly what was given, ``%`` and quotes included. Only NUL, which
-PostgreSQL text cannot hold, is refused, on every database alike.
+from the row must be exactly what was given, ``%`` and quotes included. Only what a
+database cannot hold is refused, on every database alike: NUL, which PostgreSQL text
+cannot hold, and lone surrogates (``os.fsdecode`` of a file name that is not UTF-8), which
+no UTF-8 text can.
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import pytest
@@ -18,6 +21,7 @@ from hypothesis import strategies as st
 from django_ratequeue import Handle, JobFailed, Status, enqueue, enqueue_many
 from django_ratequeue.db import _sessions
 from django_ratequeue.models import Job
+from django_ratequeue.queue.bounds import MAX_JSON_DEPTH
 from django_ratequeue.queue.runner import Runner
 from tests.queue import jobs
 from tests.queue.steps import leading_loop
@@ -133,6 +137,51 @@ def test_nul_is_refused_and_nothing_is_written(
     assert not Job.objects.exists()
 
 
+SURROGATE = os.fsdecode(b"caf\xe9")  # "caf\udce9"
+
+
+@pytest.mark.parametrize(
+    ("options", "args", "kwargs", "what"),
+    [
+        ({"concurrency_key": SURROGATE}, [], {}, "concurrency_key"),
+        ({"owner": SURROGATE}, [], {}, "owner"),
+        ({"id": SURROGATE}, [], {}, "id"),
+        ({"queue": SURROGATE}, [], {}, "queue"),
+        ({"queue": {"name": SURROGATE, "max_concurrency": 2}}, [], {}, "queue"),
+        ({"context": {"title": SURROGATE}}, [], {}, "context"),
+        ({"context": {SURROGATE: 1}}, [], {}, "context"),
+        ({}, [SURROGATE], {}, "arguments"),
+        ({}, [["\ud83d", "\ude00"]], {}, "arguments"),  # a pair, as two characters
+        ({}, [], {"name": SURROGATE}, "keyword arguments"),
+    ],
+)
+def test_a_lone_surrogate_is_refused_and_nothing_is_written(
+    options: dict[str, Any], args: list[Any], kwargs: dict[str, Any], what: str
+) -> None:
+    with pytest.raises(ValueError, match=rf"{what} must be valid Unicode.*lone surrogate"):
+        enqueue(jobs.echo, args=args, kwargs=kwargs, **options)
+    with pytest.raises(ValueError, match=rf"{what}.*lone surrogate"):
+        enqueue_many(jobs.echo, [kwargs or args], **options)
+    assert not Job.objects.exists()
+
+
+def test_characters_beyond_the_bmp_and_escapes_that_look_like_surrogates_are_stored() -> None:
+    values = ["😀 🎉", "\\udce9", "\\ud83d\\ude00", {"😀": "\\udce9"}]
+    handle = enqueue(jobs.echo, args=values, context={"😀": "\\ud800"}, owner="😀")
+    row = Job.objects.get(pk=handle.id)
+    assert (row.args, row.context, row.owner) == (values, {"😀": "\\ud800"}, "😀")
+
+
+def test_json_nested_past_the_bound_is_refused_at_any_depth() -> None:
+    assert enqueue(jobs.echo, args=[jobs.return_nested(MAX_JSON_DEPTH - 1)])  # with args' list
+    for depth in (MAX_JSON_DEPTH, 100_000):
+        with pytest.raises(ValueError, match=f"arguments must not nest .* {MAX_JSON_DEPTH} deep"):
+            enqueue(jobs.echo, args=[jobs.return_nested(depth)])
+        with pytest.raises(ValueError, match=f"context must not nest .* {MAX_JSON_DEPTH} deep"):
+            enqueue(jobs.echo, context={"x": jobs.return_nested(depth)})
+    assert Job.objects.count() == 1
+
+
 def test_an_escaped_backslash_before_u0000_is_not_a_nul() -> None:
     handle = enqueue(jobs.echo, args=["\\u0000"], context={"\\u0000": "\\\\u0000"})
     row = Job.objects.get(pk=handle.id)
@@ -144,11 +193,14 @@ def test_an_escaped_backslash_before_u0000_is_not_a_nul() -> None:
     [
         (jobs.return_nul, "return value must not contain NUL"),
         (jobs.fail_with_nul, r"ValueError: bad \\x00 value"),
+        (jobs.return_surrogate, "return value must be valid Unicode: it holds a lone surrogate"),
+        (jobs.fail_with_surrogate, r"FileNotFoundError: no such file: caf\?\.txt"),
     ],
 )
-def test_a_nul_in_a_jobs_outcome_fails_that_job_alone(func: Any, error: str) -> None:
-    """PostgreSQL cannot store a NUL: a result holding one fails its job, an error quoting
-    one is stored escaped, and the other outcomes reported with it are written."""
+def test_an_unstorable_outcome_fails_that_job_alone(func: Any, error: str) -> None:
+    """No database stores a NUL in text or a lone surrogate: a result holding one fails
+    its job, an error quoting one is stored escaped or replaced, and the other outcomes
+    reported with it are written."""
     bad = enqueue(func, retries=0)
     innocent = enqueue(jobs.add, args=[1, 2])
     loop = leading_loop()

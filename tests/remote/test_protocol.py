@@ -91,13 +91,17 @@ def test_a_claim_reports_outcomes_and_takes_more(worker: APIClient, settings: An
         assert response.status_code == 200, response.content
         answers.append(response.json())
     for answer in answers:
-        assert [r["status"] for r in answer["reports"]] == [200, 400, 409]
+        assert [r["status"] for r in answer["reports"]] == [200, 200, 409]
+        assert answer["reports"][0]["detail"] == ""
         assert "MAX_RESULT_BYTES" in answer["reports"][1]["detail"]
         assert [a["job_id"] for a in answer["attempts"]] == [next_.id]
     dispatch()
     assert done.result(timeout=0) == 3  # as reported
     assert second["job_id"] == big.id
-    assert Attempt.objects.get(pk=second["id"]).ended_at is None  # refused: still running
+    # A result a job may not return fails its attempt, as on a local runner, saying why.
+    refused = Attempt.objects.get(pk=second["id"])
+    assert refused.outcome == Outcome.FAILED
+    assert refused.error == answers[0]["reports"][1]["detail"]
 
 
 def test_failures_follow_the_retry_policy(worker: APIClient) -> None:
@@ -128,6 +132,28 @@ def test_progress_and_output_reach_the_job(worker: APIClient) -> None:
     assert report(worker, attempt["id"], "output", {"index": 2, "text": "x"}).status_code == 400
     assert handle.progress() == {"done": 1, "total": 2}
     assert "".join(handle.output()) == "hello world"
+
+
+def test_output_is_numbered_without_gaps_across_attempts(worker: APIClient) -> None:
+    """A piece numbered past the next one is refused: a number as high as 2**31 - 1 used to
+    be stored, and the next attempt's output, numbered on from it, could not be."""
+    retry_at_once = {"retry_count": 1, "initial_interval": 0, "randomize_interval": False}
+    handle = enqueue("tests.queue.jobs.add", args=[1, 2], queue="gpu", retries=retry_at_once)
+    dispatch()
+    [attempt] = claim(worker)
+    for index, status in [(2**31 - 1, 400), (2, 400), (1, 200), (3, 400), (2, 200), (1, 200)]:
+        response = report(worker, attempt["id"], "output", {"index": index, "text": f"{index} "})
+        assert response.status_code == status, (index, response.content)
+    assert (
+        "index must be 3"
+        in report(worker, attempt["id"], "output", {"index": 5, "text": "x"}).json()["text"][0]
+    )
+    assert report(worker, attempt["id"], "fail", {"error": "again"}).status_code == 200
+    dispatch()
+    [retry] = claim(worker, worker="w2")  # another worker: w1 would leave it to others a while
+    assert retry["output_index"] == 3
+    assert report(worker, retry["id"], "output", {"index": 3, "text": "3"}).status_code == 200
+    assert "".join(handle.output()) == "1 2 3"
 
 
 def test_heartbeat_extends_the_lease_and_says_canceled(worker: APIClient) -> None:

@@ -1,11 +1,14 @@
-"""Remote worker processes (``python -m django_ratequeue.worker``) against a real server
-process and a real cluster: work shared and never run twice, a killed worker's attempt
-taken over once its lease lapses, a stopped worker's attempt handed back at once."""
+"""Remote worker processes (``python -m django_ratequeue.worker``, or ``worker.py`` copied
+alone) against a real server process and a real cluster: work shared and never run twice,
+a killed worker's attempt taken over once its lease lapses, a stopped worker's attempt
+handed back at once; a worker that waits for its server, one given a wrong URL, one whose
+report the server fails on."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -19,10 +22,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.db import connection
 
-from django_ratequeue import enqueue, enqueue_many
+from django_ratequeue import JobFailed, enqueue, enqueue_many
 from django_ratequeue.queue.models import Attempt, Job, Outcome, Status
 from django_ratequeue.queue.workerkeys import create_key
+from django_ratequeue.worker import KEY_VARIABLE
 from tests.cluster import FAST_TIMINGS, ROOT, Cluster, database_url, wait_for
 
 from .conftest import REMOTE_QUEUES
@@ -66,24 +71,34 @@ class Remote:
         assert server.poll() is None, log.read_text()
         return server
 
-    def worker(self, concurrency: int = 2, grace: float = 5.0) -> subprocess.Popen[bytes]:
-        log = (self.log_dir / f"worker-{len(self.processes)}.log").open("wb")
+    def worker(
+        self, concurrency: int = 2, grace: float = 5.0, key_as_argument: bool = False
+    ) -> subprocess.Popen[bytes]:
+        """Start a worker, its key in its environment (or given as ``--key``); its log is
+        :meth:`log_of` it."""
+        env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(ROOT)}  # no Django settings
+        key = ["--key", self.key] if key_as_argument else []
+        if not key_as_argument:
+            env[KEY_VARIABLE] = self.key
         process = subprocess.Popen(
             [
                 sys.executable,
                 "-m",
                 "django_ratequeue.worker",
-                *("--url", self.url, "--key", self.key, "--handlers", "tests.remote.handlers"),
+                *("--url", self.url, *key, "--handlers", "tests.remote.handlers"),
                 *("--concurrency", str(concurrency), "--grace", str(grace)),
             ],
             cwd=ROOT,
-            env={"PATH": os.environ["PATH"], "PYTHONPATH": str(ROOT)},  # no Django settings
-            stdout=log,
+            env=env,
+            stdout=self.log_dir.joinpath(f"worker-{len(self.processes)}.log").open("wb"),
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
         self.processes.append(process)
         return process
+
+    def log_of(self, process: subprocess.Popen[bytes]) -> str:
+        return (self.log_dir / f"worker-{self.processes.index(process)}.log").read_text()
 
 
 def free_port() -> int:
@@ -138,7 +153,7 @@ def lines(path: Path) -> list[str]:
 
 
 def test_two_workers_share_the_work_none_lost_none_twice(remote: Remote, tmp_path: Path) -> None:
-    first, second = remote.worker(), remote.worker()
+    first, second = remote.worker(), remote.worker(key_as_argument=True)
     out = tmp_path / "ran.txt"
     count = 100
     enqueue_many(
@@ -193,6 +208,17 @@ def test_the_worker_program_needs_no_django() -> None:
     )
 
 
+def test_a_worker_without_a_key_says_where_to_put_it() -> None:
+    finished = subprocess.run(
+        [sys.executable, "-m", "django_ratequeue.worker", "--url", "http://127.0.0.1:9/",
+         "--handlers", "tests.remote.handlers"],
+        cwd=ROOT, env={"PATH": os.environ["PATH"], "PYTHONPATH": str(ROOT)},
+        capture_output=True, timeout=60,
+    )  # fmt: skip
+    assert finished.returncode == 2
+    assert f"no worker key: set {KEY_VARIABLE}, or give --key-file" in finished.stderr.decode()
+
+
 def test_workers_outlive_a_server_restart(
     start_remote: Callable[..., Remote], tmp_path: Path
 ) -> None:
@@ -238,3 +264,130 @@ def test_a_job_past_its_timeout_fails_at_once(remote: Remote, tmp_path: Path) ->
     attempt = ended.get()
     assert attempt.outcome == Outcome.TIMED_OUT
     assert attempt.error.startswith("The worker stopped waiting"), attempt.error
+
+
+def command_line(process: subprocess.Popen[bytes]) -> str:
+    return Path(f"/proc/{process.pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+
+
+# A handlers module for a host with worker.py alone: it imports the copy as ``worker``.
+ALONE = """
+import importlib.util
+import os
+
+from worker import handler, stream_output
+
+assert importlib.util.find_spec("django") is None, "this host has no Django"
+assert importlib.util.find_spec("django_ratequeue") is None, "nor the package"
+
+
+@handler("tests.queue.jobs.record")
+def record(path, label):
+    stream_output("on a host without Django")
+    with open(path, "a") as out:
+        out.write(f"{label} {os.getpid()}\\n")
+    return label
+"""
+
+
+def test_worker_py_copied_alone_runs_with_a_plain_python(remote: Remote, tmp_path: Path) -> None:
+    """As docs/remote-workers.md says: worker.py copied next to a handlers module, run by
+    an interpreter that has neither Django nor the package (no site-packages, no
+    PYTHONPATH), its key in a file."""
+    host = tmp_path / "host"
+    host.mkdir()
+    shutil.copy(ROOT / "django_ratequeue" / "worker.py", host / "worker.py")
+    (host / "gpu_handlers.py").write_text(ALONE)
+    (host / "key").write_text(remote.key + "\n")
+    with (tmp_path / "alone.log").open("wb") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-S", "-E", "worker.py", "--url", remote.url,
+             "--key-file", "key", "--handlers", "gpu_handlers"],
+            cwd=host, env={"PATH": os.environ["PATH"]}, stdout=log, stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )  # fmt: skip
+    remote.processes.append(process)
+    handle = enqueue(
+        "tests.queue.jobs.record", args=[str(tmp_path / "ran.txt"), "alone"], queue="gpu"
+    )
+    assert handle.result(timeout=60) == "alone", (tmp_path / "alone.log").read_text()
+    assert handle.output() == ["on a host without Django"]
+    assert lines(tmp_path / "ran.txt") == [f"alone {process.pid}"]
+    assert remote.key not in command_line(process)
+
+
+def test_a_worker_started_before_its_server_waits_for_it_quietly(
+    remote: Remote, tmp_path: Path
+) -> None:
+    """As in the demo, which starts the web server and the worker together: no "Server
+    away" warnings while the server has never answered, one line saying it waits."""
+    server = remote.processes[0]
+    os.killpg(server.pid, signal.SIGKILL)
+    server.wait(timeout=10)
+    worker = remote.worker()
+    wait_for(lambda: "Waiting for the server" in remote.log_of(worker), 30, "the worker to wait")
+    remote.serve()
+    handle = enqueue("tests.queue.jobs.record", args=[str(tmp_path / "ran"), "late"], queue="gpu")
+    assert handle.result(timeout=60) == "late"
+    log = remote.log_of(worker)
+    assert log.count(f"Waiting for the server at {remote.url}workers/") == 1, log
+    assert "Server away" not in log, log
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_wrong_url_says_which_was_tried_and_what_it_should_be(live_server: Any) -> None:
+    wrong = f"{live_server.url}/nothing-here/"
+    finished = subprocess.run(
+        [sys.executable, "-m", "django_ratequeue.worker", "--url", wrong,
+         "--handlers", "tests.remote.handlers"],
+        cwd=ROOT, env={"PATH": os.environ["PATH"], "PYTHONPATH": str(ROOT), KEY_VARIABLE: "a.b"},
+        capture_output=True, timeout=60,
+    )  # fmt: skip
+    log = finished.stderr.decode()
+    assert finished.returncode == 2, log
+    assert f"404 from {wrong}workers/claim/: nothing answers at {wrong}." in log
+    assert "--url must be where the project mounts django_ratequeue.urls, such as" in log
+
+
+@pytest.mark.postgres_only
+def test_a_report_the_server_fails_on_fails_its_attempt_and_the_worker_goes_on(
+    start_remote: Callable[..., Remote], tmp_path: Path
+) -> None:
+    """The server answers 500 to one result however often it is sent (here a trigger
+    raises on it, as a bug in the server would): the worker tries a few times, reports
+    the attempt failed, saying so, and goes on claiming. (Within a lease of the default
+    length: the tries take seconds.)"""
+    remote = start_remote(REMOTE_LEASE=30.0)
+    with connection.cursor() as cursor:
+        cursor.execute(BREAK_ON_BOOM)
+    try:
+        worker = remote.worker(concurrency=1)
+        out = str(tmp_path / "ran")
+        boom = enqueue("tests.queue.jobs.record", args=[out, "boom"], queue="gpu", retries=0)
+        with pytest.raises(JobFailed) as failed:
+            boom.result(timeout=90)
+        assert failed.value.error.startswith(
+            "The server did not take this attempt's complete report in: 500 from "
+            f"{remote.url}workers/attempts/"
+        ), failed.value.error
+        after = enqueue("tests.queue.jobs.record", args=[out, "after"], queue="gpu")
+        assert after.result(timeout=60) == "after", remote.log_of(worker)
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute(MEND)
+
+
+# A server that fails on one value: PostgreSQL raises on any attempt row that would hold it.
+BREAK_ON_BOOM = """
+CREATE FUNCTION ratequeue_test_boom() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF NEW.result = '"boom"'::jsonb THEN RAISE EXCEPTION 'the server breaks on boom'; END IF;
+    RETURN NEW;
+END $$;
+CREATE TRIGGER ratequeue_test_boom BEFORE UPDATE ON django_ratequeue_attempt
+    FOR EACH ROW EXECUTE FUNCTION ratequeue_test_boom();
+"""
+MEND = """
+DROP TRIGGER ratequeue_test_boom ON django_ratequeue_attempt;
+DROP FUNCTION ratequeue_test_boom();
+"""

@@ -1,0 +1,62 @@
+"""A report the database refuses fails only its own attempt: the runner's one statement for
+its chunk is written row by row, and the row PostgreSQL still refuses is written as a
+failure that says why, rather than leaving every attempt of the chunk running for good."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from django.db import connection
+
+from django_ratequeue import JobFailed, enqueue, get_handle
+from django_ratequeue.models import Attempt
+from django_ratequeue.queue.execution import run_attempt
+from django_ratequeue.queue.heartbeat import beat
+from django_ratequeue.queue.runner import Runner
+from tests.queue import jobs
+from tests.queue.steps import leading_loop
+
+# What os.fsdecode() gives for a file name that is not UTF-8: jsonb cannot hold it.
+SURROGATE = os.fsdecode(b"caf\xe9")
+
+
+@pytest.mark.postgres_only
+@pytest.mark.parametrize(
+    "in_a_transaction",
+    [
+        pytest.param(False, marks=pytest.mark.django_db(transaction=True)),
+        pytest.param(True, marks=pytest.mark.django_db),
+    ],
+)
+def test_an_outcome_the_database_refuses_fails_that_attempt_alone(in_a_transaction: bool) -> None:
+    """In autocommit, as a runner reports, and inside a transaction (a test's, or a
+    caller's), which the refused statement must not abort."""
+    assert connection.in_atomic_block == in_a_transaction
+    handles = {enqueue(jobs.add, args=[n, n], retries=0).id: n for n in range(3)}
+    loop = leading_loop()
+    loop.step()
+    runner = Runner(beat(force=True), chunk=Runner.MAX_CHUNK)
+    chunk = runner.claim()
+    assert {attempt.job_id for attempt in chunk} == set(handles)
+    for attempt in chunk:
+        assert runner.start(attempt)
+        run_attempt(attempt)
+    bad = chunk[1]
+    bad.result = SURROGATE  # past the checks, as a job that bypassed them would leave it
+
+    runner.report(chunk)
+    loop.step()
+
+    assert not Attempt.objects.filter(ended_at=None).exists()
+    for job_id, n in handles.items():
+        if job_id != bad.job_id:
+            assert get_handle(job_id).result(timeout=0) == 2 * n
+    with pytest.raises(JobFailed) as failed:
+        get_handle(bad.job_id).result(timeout=0)
+    assert failed.value.error.startswith(
+        "The database refused this attempt's outcome, so it failed: invalid input syntax for "
+        "type json; DETAIL:  Unicode low surrogate must follow a high surrogate."
+    )
+    assert failed.value.exception_class_path == "django.db.utils.DataError"
+    assert SURROGATE not in failed.value.error

@@ -391,6 +391,7 @@ class JobAdmin(PermittedActionsMixin, admin.ModelAdmin):
                 "ended": _clock(a.ended_at),
                 "duration": _seconds(a),
                 "outcome": timeline.outcome_label(a),
+                "worker": timeline.worker_shown(a.worker),
             }
             for a in attempts
         ]

@@ -1,12 +1,12 @@
 """What the admin dashboard shows: the queues now and over the last hour or day.
 
 One :func:`snapshot` reads, in a number of queries that follows the number of queues and
-never the size of the jobs table: the counts of :func:`.stats.queue_overview` (bounded
-index probes), the active attempts once (few: they hold the concurrency slots), the
-queues' limits, each configured rate limit's key-less row, the worker keys, and the
-per-minute rollups of :mod:`.rollups` for the charts (summed by point in SQL: one query
-for the charted queues, one for all queues). Like :mod:`.stats`, it is for people:
-the loop decides from its own reads.
+never the size of the jobs table: :func:`.stats.queue_overview` (its counts are bounded
+index probes; with it the workers, local and remote), the active attempts once (few:
+they hold the concurrency slots), the queues' limits, each configured rate limit's
+key-less row, and the per-minute rollups of :mod:`.rollups` for the charts (summed by
+point in SQL: one query for the charted queues, one for all queues). Like :mod:`.stats`,
+it is for people: the loop decides from its own reads.
 """
 
 from __future__ import annotations
@@ -24,8 +24,16 @@ from ..ratelimit.models import RateLimitState
 from ..ratelimit.status import describe
 from . import rollups
 from .limits import QueueLimits, environment_limit, queue_overrides
-from .models import Attempt, QueueSetting, Status, Wait, WorkerKey
-from .stats import COLUMNS, QueueCounts, QueueOverview, WorkerInfo, effective_limit, queue_overview
+from .models import Attempt, QueueSetting, Status, Wait
+from .stats import (
+    COLUMNS,
+    QueueCounts,
+    QueueOverview,
+    RemoteWorkerInfo,
+    WorkerInfo,
+    effective_limit,
+    queue_overview,
+)
 
 Window = Literal["hour", "day"]
 # The windows the charts cover, and the width of one bucket in each.
@@ -145,18 +153,6 @@ class LocalWorker:
 
 
 @dataclass(frozen=True)
-class RemoteWorkers:
-    """A worker key: the remote workers using it, by their last request."""
-
-    name: str
-    prefix: str
-    queues: tuple[str, ...]
-    last_seen: datetime | None
-    last_host: str
-    running: int
-
-
-@dataclass(frozen=True)
 class Snapshot:
     """Everything the dashboard shows, read at ``taken_at``."""
 
@@ -170,7 +166,6 @@ class Snapshot:
     busiest_keys: list[BusyKey]
     rate_limits: list[RateLimitUse]
     local_workers: list[LocalWorker]
-    remote_workers: list[RemoteWorkers]
     max_concurrency: int
     in_use: int
     # The queues charted one by one (at most CHARTED_QUEUES).
@@ -179,6 +174,11 @@ class Snapshot:
     @property
     def environment_saturated(self) -> bool:
         return self.in_use >= self.max_concurrency
+
+    @property
+    def remote_workers(self) -> list[RemoteWorkerInfo]:
+        """The worker keys not revoked, each with what its remote workers run now."""
+        return self.overview.remote_workers
 
 
 @dataclass(frozen=True)
@@ -352,24 +352,6 @@ def _busiest(active: _Active, limits: dict[str, int]) -> list[BusyKey]:
     return [BusyKey(queue, key, n, limits.get(queue, 1)) for n, queue, key in keyed[:BUSIEST_KEYS]]
 
 
-def _remote_workers(active: _Active) -> list[RemoteWorkers]:
-    per_key: Counter[int] = Counter()
-    for worker, n in active.per_worker.items():
-        if worker.startswith("remote:"):  # remote:<key id>:<instance> (queue/remote.py)
-            per_key[int(worker.split(":")[1])] += n
-    return [
-        RemoteWorkers(
-            key.name,
-            key.prefix,
-            tuple(key.queues),
-            key.last_seen,
-            key.last_host,
-            per_key[key.pk],
-        )
-        for key in WorkerKey.objects.filter(revoked_at=None).order_by("name", "pk")
-    ]
-
-
 def _charted(queues: list[QueueCounts], active: _Active, with_figures: set[str]) -> list[str]:
     """The queues that get charts of their own: the ones with figures in the window or
     unfinished jobs, the ones with most slots in use and unfinished jobs first, at most
@@ -448,7 +430,6 @@ def snapshot(window: Window = DEFAULT_WINDOW) -> Snapshot:
         busiest_keys=_busiest(active, {q.name: q.counts.limit for q in queues}),
         rate_limits=rate_limits,
         local_workers=workers,
-        remote_workers=_remote_workers(active),
         max_concurrency=max_concurrency,
         in_use=active.environment,
         charted=charted,

@@ -11,7 +11,7 @@ from django_ratequeue import clock, enqueue, rate_limit, set_queue_concurrency
 from django_ratequeue.queue.dashboard import depth_series, snapshot, window_bounds
 from django_ratequeue.queue.rollups import Figures
 from django_ratequeue.queue.workerkeys import create_key
-from tests.dashboard.test_views import running
+from tests.dashboard.test_views import claim_remote, running
 from tests.queue import jobs
 
 T0 = datetime(2026, 11, 23, 10, 0, tzinfo=UTC)
@@ -103,10 +103,13 @@ def test_total_concurrency_saturates_a_queue_over_its_keys() -> None:
 
 @pytest.mark.django_db
 def test_remote_workers_are_listed_by_key_with_what_they_run() -> None:
-    row, _key = create_key("gpu box", ["remote"])
-    running(enqueue(jobs.add, args=[1, 1], queue="remote").id, worker=f"remote:{row.pk}:abc")
-    (remote,) = snapshot().remote_workers
-    assert (remote.name, remote.queues, remote.running) == ("gpu box", ("remote",), 1)
+    gpu, _key = create_key("gpu box", ["remote"])
+    create_key("spare box", ["remote"])
+    claim_remote(gpu, "w1", count=2)
+    gpu_box, spare_box = snapshot().remote_workers
+    assert (gpu_box.key, gpu_box.prefix, gpu_box.queues) == ("gpu box", gpu.prefix, ["remote"])
+    assert (gpu_box.running, gpu_box.instances) == (2, {"w1": 2})
+    assert (spare_box.key, spare_box.running) == ("spare box", 0)
 
 
 @pytest.mark.django_db

@@ -10,10 +10,12 @@ from django.contrib.auth.models import Permission, User
 from django.test import Client
 
 from django_ratequeue import Status, clock, enqueue, pause_queue
-from django_ratequeue.models import Attempt, Job, QueueMinute, WorkerHeartbeat
+from django_ratequeue.models import Attempt, Job, QueueMinute, WorkerHeartbeat, WorkerKey
+from django_ratequeue.queue import remote
 from django_ratequeue.queue.rollups import floor_minute
 from django_ratequeue.queue.workerkeys import create_key
 from tests.queue import jobs
+from tests.queue.steps import leading_loop
 
 DASHBOARD = "/admin/django_ratequeue/job/dashboard/"
 LIVE = "/admin/django_ratequeue/job/dashboard/live/"
@@ -25,6 +27,15 @@ def log_in(client: Client, *codenames: str, staff: bool = True) -> User:
     user.user_permissions.add(*Permission.objects.filter(codename__in=codenames))
     client.force_login(user)
     return user
+
+
+def claim_remote(key: WorkerKey, instance: str, count: int = 1) -> None:
+    """Enqueue ``count`` jobs on the remote queue, dispatch them and claim them as the
+    remote worker ``instance`` of ``key`` does."""
+    for n in range(count):
+        enqueue(jobs.add, args=[n, 1], queue="remote")
+    leading_loop().run(30)
+    assert len(remote.claim(key, instance, ["remote"], [], count).attempts) == count
 
 
 def running(job_id: str, worker: str = "w1") -> None:
@@ -131,6 +142,18 @@ def test_the_page_shows_state_limits_keys_rate_limits_workers_and_charts(
         "?queue__exact=emails" in page and "?concurrency_key=bob&amp;queue__exact=emails" in page
     )
     assert f'data-live-url="{LIVE}"' in page
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("page", PAGES)
+def test_the_pages_show_what_remote_workers_run(admin_client: Client, page: str) -> None:
+    gpu, _key = create_key("gpu box", ["remote"])
+    claim_remote(gpu, "w1", count=2)
+    response = admin_client.get(page)
+    assert response.status_code == 200
+    [key] = response.context["snapshot"].remote_workers
+    assert (key.prefix, key.running, key.instances) == (gpu.prefix, 2, {"w1": 2})
+    assert "2 on w1" in response.content.decode()
 
 
 @pytest.mark.django_db

@@ -558,7 +558,7 @@ class JobAdmin(PermittedActionsMixin, admin.ModelAdmin):
         if job is None or not self.has_cancel_permission(request):
             raise PermissionDenied
         if job.status in FINAL_STATUSES:
-            self.message_user(request, f"{job.id} is already {job.status}.", messages.WARNING)
+            self.message_user(request, f"Job {job.id} is already {job.status}.", messages.WARNING)
         else:
             Handle(job.id, owner=job.owner).cancel()  # staff act for every owner
             self.message_user(
@@ -577,7 +577,7 @@ class JobAdmin(PermittedActionsMixin, admin.ModelAdmin):
         if job.status not in RETRYABLE_STATUSES:
             self.message_user(
                 request,
-                f"{job.id} is {job.status}: only failed or canceled jobs are retried.",
+                f"Job {job.id} is {job.status}: only failed or canceled jobs are retried.",
                 messages.WARNING,
             )
             return self._job_page(job.id)

@@ -34,9 +34,10 @@ READ_PAGE = """
 const svg = document.querySelector(".field-attempt_timeline svg.rq-timeline");
 const bar = document.querySelector(".field-progress_value progress");
 const output = document.querySelector(".field-output_tail .rq-output pre");
+// Shown as laid out (a stylesheet can show an element that has the hidden attribute).
 const visible = (selector) => {
     const item = document.querySelector(selector);
-    return item !== null && !item.hidden;
+    return item !== null && item.getClientRects().length > 0;
 };
 return {
     status: document.querySelector(".field-status .readonly").textContent.trim(),

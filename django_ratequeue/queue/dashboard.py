@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Literal
 
@@ -219,6 +219,24 @@ def window_bounds(window: Window, now: datetime) -> tuple[datetime, timedelta]:
     return datetime.fromtimestamp(current, UTC) - (span - step), step
 
 
+def with_arrivals(
+    figures: list[rollups.Figures], arrivals: dict[datetime, int], step: timedelta
+) -> list[rollups.Figures]:
+    """Return ``figures`` with ``arrivals`` (jobs by minute of creation, not counted in
+    the rollups yet) added to the ``enqueued`` of the points that hold them."""
+    if not figures or not arrivals:
+        return figures
+    added: Counter[int] = Counter()
+    for minute, jobs in arrivals.items():
+        point = (minute - figures[0].start) // step
+        if 0 <= point < len(figures):
+            added[point] += jobs
+    return [
+        replace(point, enqueued=point.enqueued + added[n]) if added[n] else point
+        for n, point in enumerate(figures)
+    ]
+
+
 def depth_series(
     figures: list[rollups.Figures], unfinished_now: int, running_now: int
 ) -> list[Depth]:
@@ -408,17 +426,27 @@ def snapshot(window: Window = DEFAULT_WINDOW) -> Snapshot:
     rate_values = {use.name: use.value for use in rate_limits}
     charted = _charted(listed, active, with_figures)
     charted_series = rollups.series_by_queue(charted, since, now, step)
+    # Read after the series: an arrival counted in between is missed until the next look,
+    # never counted twice.
+    uncounted = rollups.uncounted_arrivals(since, now)
     queues = [
         _queue_state(
             counts,
             limits[counts.name],
             active,
             rate_values,
-            charted_series.get(counts.name, []),
+            with_arrivals(
+                charted_series.get(counts.name, []), uncounted.get(counts.name, {}), step
+            ),
         )
         for counts in listed
     ]
-    total = _total(queues, rollups.series(None, since, now, step), overview)
+    all_arrivals: Counter[datetime] = Counter()
+    for by_minute in uncounted.values():
+        all_arrivals.update(by_minute)
+    total = _total(
+        queues, with_arrivals(rollups.series(None, since, now, step), all_arrivals, step), overview
+    )
     workers = [LocalWorker(w, active.per_worker[w.id]) for w in overview.workers]
     return Snapshot(
         taken_at=now,

@@ -8,11 +8,13 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from django_ratequeue import clock, enqueue, rate_limit, set_queue_concurrency
+from django_ratequeue.models import QueueMinute
 from django_ratequeue.queue.dashboard import depth_series, snapshot, window_bounds
-from django_ratequeue.queue.rollups import Figures
+from django_ratequeue.queue.rollups import ARRIVALS_SETTLE, Figures
 from django_ratequeue.queue.workerkeys import create_key
 from tests.dashboard.test_views import claim_remote, running
 from tests.queue import jobs
+from tests.queue.steps import freeze, leading_loop
 
 T0 = datetime(2026, 11, 23, 10, 0, tzinfo=UTC)
 
@@ -50,6 +52,32 @@ def test_depth_is_rebuilt_backwards_from_the_counts_now() -> None:
 def test_depth_never_goes_below_zero_nor_running_above_unfinished() -> None:
     depth = depth_series([figures(0, enqueued=50, started=40), figures(1)], 3, 9)
     assert all(0 <= d.running <= d.unfinished for d in depth)
+
+
+@pytest.mark.django_db
+def test_the_depth_holds_the_arrivals_the_loop_has_not_counted_yet(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A burst: the loop counts its arrivals ARRIVALS_SETTLE after their enqueue; until
+    then the depth must not draw today's backlog across the whole window."""
+    frozen = freeze(monkeypatch)
+    loop = leading_loop()
+    loop.step()  # counting arrivals starts
+    for n in range(5):
+        enqueue(jobs.add, args=[n, n], queue="emails")
+    loop.run(30)  # starts two (emails runs two at a time); counts no arrival yet
+
+    def depths() -> list[list[tuple[int, int]]]:
+        data = snapshot()
+        emails = {q.name: q for q in data.queues}["emails"]
+        return [[(d.unfinished, d.running) for d in q.depth] for q in (emails, data.total)]
+
+    flat_before = [[(0, 0)] * 59 + [(5, 2)]] * 2
+    assert depths() == flat_before
+    frozen.advance(ARRIVALS_SETTLE.total_seconds() + 1)
+    loop.run(30)  # counts them now: the same depth, none counted twice
+    assert sum(QueueMinute.objects.values_list("enqueued", flat=True)) == 5
+    assert depths() == flat_before
 
 
 @pytest.mark.parametrize(

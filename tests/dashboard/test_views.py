@@ -22,8 +22,8 @@ LIVE = "/admin/django_ratequeue/job/dashboard/live/"
 PAGES = [DASHBOARD, LIVE]
 
 
-def log_in(client: Client, *codenames: str, staff: bool = True) -> User:
-    user = User.objects.create_user("someone", password="not-used", is_staff=staff)
+def log_in(client: Client, *codenames: str, staff: bool = True, username: str = "someone") -> User:
+    user = User.objects.create_user(username, password="not-used", is_staff=staff)
     user.user_permissions.add(*Permission.objects.filter(codename__in=codenames))
     client.force_login(user)
     return user
@@ -206,18 +206,38 @@ def test_hostile_queue_names_and_keys_are_escaped_everywhere(
 
 
 @pytest.mark.django_db
-def test_the_dashboard_is_linked_from_the_app_index_the_job_list_and_the_overview(
+def test_the_dashboard_is_linked_from_the_indexes_the_job_list_and_the_overview(
     admin_client: Client,
 ) -> None:
-    for page in [
-        "/admin/django_ratequeue/",
-        "/admin/django_ratequeue/job/",
-        "/admin/django_ratequeue/job/overview/",
-    ]:
+    for page in ["/admin/", "/admin/django_ratequeue/"]:
+        row = '<a href="/admin/django_ratequeue/queuedashboard/">Queue dashboard</a>'
+        assert row in admin_client.get(page).content.decode(), page
+    for page in ["/admin/django_ratequeue/job/", "/admin/django_ratequeue/job/overview/"]:
         assert f'href="{DASHBOARD}"' in admin_client.get(page).content.decode(), page
 
 
 @pytest.mark.django_db
 def test_viewers_without_job_permission_get_no_link_on_the_app_index(client: Client) -> None:
     log_in(client, "view_queuesetting")
-    assert DASHBOARD not in client.get("/admin/django_ratequeue/").content.decode()
+    app_index = client.get("/admin/django_ratequeue/").content.decode()
+    assert DASHBOARD not in app_index and "queuedashboard" not in app_index
+
+
+def index_rows(client: Client) -> dict[str, str]:
+    """The models the site's admin index lists, by name, with the URL each row links."""
+    app_list = client.get("/admin/").context["app_list"]
+    return {model["name"]: model["admin_url"] for app in app_list for model in app["models"]}
+
+
+@pytest.mark.django_db
+def test_the_sites_admin_index_lists_the_dashboard_for_who_may_see_it(client: Client) -> None:
+    log_in(client, "view_job")
+    rows = index_rows(client)
+    assert list(rows) == ["Jobs", "Queue dashboard"]
+    response = client.get(rows["Queue dashboard"], follow=True)
+    assert response.redirect_chain == [(DASHBOARD, 302)]
+    assert b"Busiest concurrency keys" in response.content
+
+    log_in(client, "view_queuesetting", username="settings only")
+    assert list(index_rows(client)) == ["Queue settings"]
+    assert client.get("/admin/django_ratequeue/queuedashboard/").status_code == 403

@@ -47,7 +47,7 @@ return {
         svg ? svg.querySelectorAll("rect.rq-run") : [], (r) => r.getAttribute("class")
     ),
     backoffs: svg ? svg.querySelectorAll("line.rq-backoff").length : 0,
-    tableRows: document.querySelectorAll(".field-attempt_timeline tbody tr").length,
+    tableRows: document.querySelectorAll(".field-attempt_timeline tbody tr.rq-attempt").length,
     done: bar ? bar.value : null,
     total: bar ? bar.max : null,
     output: output ? output.textContent : "",

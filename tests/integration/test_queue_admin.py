@@ -190,10 +190,19 @@ def test_list_cuts_long_ids_and_paths_short_with_tooltips(admin_client: Client) 
 
     page = admin_client.get(CHANGELIST).content.decode()
 
-    assert f'<span title="{handle.id}">…{handle.id[-12:]}</span>' in page
-    assert '<span title="tests.queue.jobs.add">jobs.add</span>' in page
-    assert f'title="tenant-{"x" * 40}">tenant-{"x" * 12}…</a>' in page
+    assert f'<span title="{handle.id}">…{handle.id[-10:]}</span>' in page
+    assert '<span title="tests.queue.jobs.add">jobs.<wbr>add</span>' in page
+    assert f'title="tenant-{"x" * 40}">tenant-{"x" * 8}…</a>' in page
     assert f">{handle.id}<" not in page and ">tests.queue.jobs.add<" not in page
+
+
+@pytest.mark.django_db
+def test_a_keys_link_lists_that_keys_jobs_whatever_it_holds(admin_client: Client) -> None:
+    odd = enqueue(jobs.add, args=[1, 2], concurrency_key="a&b=c #1")
+    enqueue(jobs.add, args=[1, 2], concurrency_key="a")
+    page = admin_client.get(CHANGELIST).content.decode()
+    assert '?concurrency_key=a%26b%3Dc+%231"' in page
+    assert listed(admin_client, concurrency_key="a&b=c #1") == [odd.id]
 
 
 @pytest.mark.django_db

@@ -21,7 +21,15 @@ from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils.safestring import SafeString
 
-from ..queue.dashboard import DEFAULT_WINDOW, WINDOWS, QueueState, Snapshot, Window, snapshot
+from ..queue.dashboard import (
+    DEFAULT_WINDOW,
+    KEYS_READ,
+    WINDOWS,
+    QueueState,
+    Snapshot,
+    Window,
+    snapshot,
+)
 from ..queue.models import Job, QueueDashboard
 from ..queue.stats import COLUMNS
 from .charts import Series, line_chart
@@ -110,6 +118,7 @@ def body_context(data: Snapshot) -> dict[str, object]:
         ],
         "not_charted": len(data.queues) - len(data.charted),
         "refresh_ms": REFRESH_MS[data.window],
+        "keys_read": KEYS_READ,
     }
 
 

@@ -21,7 +21,7 @@ from .. import clock
 from ..conf import ratequeue_settings
 from ..ratelimit.api import project_row_value
 from ..ratelimit.models import RateLimitState
-from ..ratelimit.status import describe
+from ..ratelimit.status import KeysNow, describe, keys_now
 from . import rollups
 from .limits import QueueLimits, environment_limit, queue_overrides
 from .models import Attempt, QueueSetting, Status, Wait
@@ -49,8 +49,8 @@ CHARTED_QUEUES = 8
 # Active attempts read at most (they are at most MAX_CONCURRENCY plus the ones waiting on
 # a subtask; the cap only guards the page against a runaway table).
 ACTIVE_READ_LIMIT = 10_000
-# Keyed rows of a rate limit counted at most.
-KEYS_COUNTED = 1_000
+# The keys of a rate limit read at most (its rows with a key, projected to now).
+KEYS_READ = 1_000
 
 
 @dataclass(frozen=True)
@@ -114,14 +114,16 @@ class BusyKey:
 
 @dataclass(frozen=True)
 class RateLimitUse:
-    """A configured rate limit's key-less value (the one rate-gated queues draw from)
-    against its capacity; ``value`` below zero: tokens reserved ahead."""
+    """A configured rate limit now: its value without a key (the one rate-gated queues
+    draw from; below zero: tokens reserved ahead) against its capacity, meaningful when
+    ``without_key`` (something draws on it without a key), and its keys."""
 
     name: str
     text: str
     value: float
     capacity: float
-    keyed_rows: int
+    without_key: bool
+    keys: KeysNow
     queues: tuple[str, ...]
 
     @property
@@ -141,9 +143,9 @@ class RateLimitUse:
         return max(0.0, -self.value)
 
     @property
-    def keyed_shown(self) -> str:
-        """The keyed rows for people: "1000+" once the count reached KEYS_COUNTED."""
-        return f"{self.keyed_rows}+" if self.keyed_rows >= KEYS_COUNTED else str(self.keyed_rows)
+    def keys_shown(self) -> str:
+        """The keys for people: "1000+" when there are more than KEYS_READ."""
+        return f"{self.keys.keys}+" if self.keys.capped else str(self.keys.keys)
 
 
 @dataclass(frozen=True)
@@ -269,8 +271,8 @@ UNFINISHED_COLUMNS = (
 
 
 def _rate_limits(gated: dict[str, list[str]]) -> list[RateLimitUse]:
-    """Each configured limit's key-less value now (its rows of every limit in one read; a
-    missing shard is full) and its keyed rows, counted up to KEYS_COUNTED."""
+    """Each configured limit's value without a key now (its rows of every limit in one
+    read; a missing shard is full) and its keys (the first KEYS_READ)."""
     configured = ratequeue_settings().RATE_LIMITS
     rows: dict[str, list[RateLimitState]] = {}
     for row in RateLimitState.objects.filter(name__in=list(configured), key=""):
@@ -285,14 +287,17 @@ def _rate_limits(gated: dict[str, list[str]]) -> list[RateLimitUse]:
             else config.per_shard(shard).max_tokens
             for shard in range(config.shard_count)
         )
-        keyed = (
-            RateLimitState.objects.filter(name=name, shard=0)
-            .exclude(key="")[:KEYS_COUNTED]
-            .count()
-        )
+        queues = tuple(gated.get(name, ()))
+        without_key = bool(stored or queues)
         uses.append(
             RateLimitUse(
-                name, describe(config), value, config.max_tokens, keyed, tuple(gated.get(name, ()))
+                name,
+                describe(config),
+                value,
+                config.max_tokens,
+                without_key,
+                keys_now(name, config, KEYS_READ),
+                queues,
             )
         )
     return uses

@@ -6,12 +6,15 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from django.test import Client
 
 from django_ratequeue import clock, enqueue, rate_limit, set_queue_concurrency
 from django_ratequeue.models import QueueMinute
 from django_ratequeue.queue.dashboard import depth_series, snapshot, window_bounds
 from django_ratequeue.queue.rollups import ARRIVALS_SETTLE, Figures
 from django_ratequeue.queue.workerkeys import create_key
+from django_ratequeue.ratelimit.status import KeysNow
+from example_project.demo.accounts import create_demo_accounts
 from tests.dashboard.test_views import claim_remote, running
 from tests.queue import jobs
 from tests.queue.steps import freeze, leading_loop
@@ -112,6 +115,27 @@ def test_a_rate_gated_queue_without_tokens_is_rate_bound() -> None:
     assert use.capacity == 200 and use.value < -900 and use.used == 1
     assert use.reserved > 900
     assert use.queues == ("llm",)
+
+
+@pytest.mark.django_db
+def test_a_limit_used_per_key_shows_its_keys_out_of_tokens(
+    client: Client, admin_client: Client
+) -> None:
+    """failed_logins is drawn per username and address (contrib/logins.py): its value
+    without a key, always full, says nothing; a locked-out user does."""
+    create_demo_accounts()
+    for _ in range(11):  # the demo's login allows 10 failures an hour
+        client.post("/accounts/login/", {"username": "alice", "password": "wrong"})
+    client.post("/accounts/login/", {"username": "bob", "password": "wrong"})
+    uses = {u.name: u for u in snapshot().rate_limits}
+    logins = uses["failed_logins"]
+    assert not logins.without_key  # nothing draws on it without a key
+    assert (logins.keys, logins.keys_shown) == (KeysNow(2, 1, capped=False), "2")
+    llm = uses["llm_tokens"]  # the llm queue draws on it, without a key
+    assert llm.without_key and llm.keys == KeysNow(0, 0, capped=False)
+    page = admin_client.get("/admin/django_ratequeue/job/dashboard/").content.decode()
+    row = page[page.index('<th scope="row">failed_logins</th>') :].split("</tr>")[0]
+    assert "not drawn on without a key" in row and "1 out of tokens" in row
 
 
 @pytest.mark.django_db

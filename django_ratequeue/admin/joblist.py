@@ -118,8 +118,8 @@ class JobListColumns:
 
     @admin.display(description="status", ordering="status")
     def state(self, job: Job) -> SafeString:
-        """The status, and under it its time: when a final job ended, when a scheduled
-        or retrying one starts."""
+        """Show the status and, under it, its time: when a final job ended, when a
+        scheduled or retrying one starts."""
         status = job.get_status_display()
         if job.status in FINAL_STATUSES:
             when = format_html("at {}", moment(job.finished_at))

@@ -43,7 +43,7 @@ login = protect_login("failed_logins")(
 
 
 def recent_questions(user: Any) -> list[dict[str, str]]:
-    """The questions ``user`` asked in the last RECENT_QUESTIONS_SINCE, the latest
+    """Return the questions ``user`` asked in the last RECENT_QUESTIONS_SINCE, the latest
     RECENT_QUESTIONS of them, oldest first: the page follows them again after a reload
     (read through the jobs' creation index, then kept if ``user`` owns them)."""
     since = timezone.now() - RECENT_QUESTIONS_SINCE

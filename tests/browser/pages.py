@@ -114,6 +114,6 @@ return problems;
 
 
 def layout_problems(browser: Chrome) -> list[str]:
-    """What keeps the page from fitting its window (see LAYOUT_PROBLEMS); [] when it fits."""
+    """Return what keeps the page from fitting its window (LAYOUT_PROBLEMS); [] if nothing."""
     problems: list[str] = browser.execute_script(LAYOUT_PROBLEMS)
     return problems

@@ -5,6 +5,7 @@ button lies over a table. Measured on the pages as Chromium lays them out."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -30,8 +31,9 @@ LONG_ERROR = "https://api.example.com/v1/" + "/".join(f"segment-{n}" for n in ra
 
 
 def a_busy_site() -> str:
-    """Jobs in every status over several queues, a job that failed with a long error, a
-    remote worker at work and a user locked out of logging in; returns the failed job's id."""
+    """Make jobs in every status over several queues, a job that failed with a long error,
+    a remote worker at work and a user locked out of logging in; return the failed job's
+    id."""
     failed = enqueue(
         jobs.fail, args=[LONG_ERROR], retries=Retry(retry_count=1, initial_interval=0.01)
     )
@@ -64,20 +66,27 @@ def log_in(browser: Chrome, live_server: Any) -> None:
     shows(browser, lambda b: b.find_elements("id", "site-name"), "the admin's index")
 
 
+@dataclass
+class BusyAdmin:
+    """A browser logged in to the admin of a busy site (:func:`a_busy_site`)."""
+
+    browser: Chrome
+    url: str
+    failed_job: str
+
+    def visit(self, path: str) -> list[str]:
+        """Open ``path`` and return what keeps it from fitting the window."""
+        self.browser.get(f"{self.url}{path}")
+        shows(self.browser, lambda b: b.find_elements("id", "content"), path)
+        return layout_problems(self.browser)
+
+
 @pytest.fixture
-def busy_admin(live_server: Any, browser: Callable[..., Chrome]) -> tuple[Chrome, str]:
-    """A browser logged in to the admin of a busy site, and the failed job's id."""
+def busy_admin(live_server: Any, browser: Callable[..., Chrome]) -> BusyAdmin:
     failed = a_busy_site()
     page = browser()
     log_in(page, live_server)
-    page.live_server_url = live_server.url  # type: ignore[attr-defined]
-    return page, failed
-
-
-def visit(page: Chrome, path: str) -> list[str]:
-    page.get(f"{page.live_server_url}{path}")  # type: ignore[attr-defined]
-    shows(page, lambda b: b.find_elements("id", "content"), path)
-    return layout_problems(page)
+    return BusyAdmin(page, live_server.url, failed)
 
 
 @pytest.mark.parametrize(
@@ -91,17 +100,15 @@ def visit(page: Chrome, path: str) -> list[str]:
         "/admin/django_ratequeue/workerkey/",
     ],
 )
-def test_the_admins_pages_fit_the_window(busy_admin: tuple[Chrome, str], path: str) -> None:
-    page, _failed = busy_admin
-    assert visit(page, path) == []
+def test_the_admins_pages_fit_the_window(busy_admin: BusyAdmin, path: str) -> None:
+    assert busy_admin.visit(path) == []
 
 
-def test_a_failed_jobs_tracebacks_stay_in_their_boxes(busy_admin: tuple[Chrome, str]) -> None:
-    page, failed = busy_admin
-    assert visit(page, f"/admin/django_ratequeue/job/{failed}/change/") == []
-    opened = page.execute_script(
+def test_a_failed_jobs_tracebacks_stay_in_their_boxes(busy_admin: BusyAdmin) -> None:
+    assert busy_admin.visit(f"/admin/django_ratequeue/job/{busy_admin.failed_job}/change/") == []
+    opened = busy_admin.browser.execute_script(
         "const all = document.querySelectorAll('.field-attempt_timeline details');"
         "all.forEach((d) => { d.open = true; }); return all.length;"
     )
     assert opened == 2  # one per attempt
-    assert layout_problems(page) == []
+    assert layout_problems(busy_admin.browser) == []

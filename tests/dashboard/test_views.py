@@ -224,7 +224,7 @@ def test_viewers_without_job_permission_get_no_link_on_the_app_index(client: Cli
 
 
 def index_rows(client: Client) -> dict[str, str]:
-    """The models the site's admin index lists, by name, with the URL each row links."""
+    """Return the models the site's admin index lists, by name, with each row's URL."""
     app_list = client.get("/admin/").context["app_list"]
     return {model["name"]: model["admin_url"] for app in app_list for model in app["models"]}
 

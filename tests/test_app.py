@@ -1,5 +1,6 @@
 import pytest
 from django.core import checks
+from django.core.management import call_command
 from django.test import override_settings
 
 # Django 6.1 checks JSONField support on SQLite by querying the database.
@@ -15,3 +16,7 @@ def test_unknown_setting_is_reported() -> None:
 
 def test_default_settings_pass_checks() -> None:
     assert checks.run_checks() == []
+
+
+def test_the_migrations_hold_every_model() -> None:
+    call_command("makemigrations", "django_ratequeue", check=True, dry_run=True)

@@ -4,7 +4,8 @@ Two views under the job admin's URLs, with its permission (view on jobs): the pa
 its body alone, which ``static/ratequeue/dashboard.js`` fetches every few seconds and
 swaps in (the page works without the script: it is then as of its load). Everything shown
 comes from :func:`..queue.dashboard.snapshot`; the charts are SVG drawn here
-(:mod:`.charts`).
+(:mod:`.charts`). The admin's index lists it as "Queue dashboard" (a proxy model's row,
+:class:`QueueDashboardAdmin`).
 """
 
 from __future__ import annotations
@@ -14,13 +15,22 @@ from datetime import datetime
 
 from django.contrib import admin
 from django.core.exceptions import PermissionDenied
-from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
+from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, HttpResponseRedirect
 from django.template.loader import render_to_string
 from django.template.response import TemplateResponse
-from django.urls import URLPattern, path
+from django.urls import URLPattern, path, reverse
 from django.utils.safestring import SafeString
 
-from ..queue.dashboard import DEFAULT_WINDOW, WINDOWS, QueueState, Snapshot, Window, snapshot
+from ..queue.dashboard import (
+    DEFAULT_WINDOW,
+    KEYS_READ,
+    WINDOWS,
+    QueueState,
+    Snapshot,
+    Window,
+    snapshot,
+)
+from ..queue.models import Job, QueueDashboard
 from ..queue.stats import COLUMNS
 from .charts import Series, line_chart
 
@@ -108,6 +118,7 @@ def body_context(data: Snapshot) -> dict[str, object]:
         ],
         "not_charted": len(data.queues) - len(data.charted),
         "refresh_ms": REFRESH_MS[data.window],
+        "keys_read": KEYS_READ,
     }
 
 
@@ -169,3 +180,35 @@ def urls(model_admin: admin.ModelAdmin) -> list[URLPattern]:
             name="django_ratequeue_job_dashboard_live",
         ),
     ]
+
+
+@admin.register(QueueDashboard)
+class QueueDashboardAdmin(admin.ModelAdmin):
+    """The dashboard's row on the admin's index, for whoever may view jobs: its one URL
+    opens the dashboard."""
+
+    def has_view_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return self.admin_site.get_model_admin(Job).has_view_permission(request)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+    def get_urls(self) -> list[URLPattern]:
+        opens = path(
+            "",
+            self.admin_site.admin_view(self.open_dashboard),
+            name="django_ratequeue_queuedashboard_changelist",
+        )
+        return [opens]
+
+    def open_dashboard(self, request: HttpRequest) -> HttpResponse:
+        """Send to the dashboard (under the job admin's URLs, where it has always been)."""
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        return HttpResponseRedirect(reverse("admin:django_ratequeue_job_dashboard"))

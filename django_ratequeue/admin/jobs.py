@@ -16,7 +16,6 @@ from typing import Any, cast
 from django.contrib import admin, messages
 from django.contrib.admin.utils import display_for_field
 from django.core.exceptions import PermissionDenied
-from django.core.paginator import Paginator
 from django.db.models import Count, Field, QuerySet, Sum
 from django.db.models.functions import Length
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse
@@ -26,12 +25,10 @@ from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils import timezone
 from django.utils.decorators import method_decorator
-from django.utils.functional import cached_property
 from django.utils.html import conditional_escape, format_html
 from django.utils.safestring import SafeString
 from django.views.decorators.http import require_POST
 
-from ..queue import stats
 from ..queue.enqueue import enqueue
 from ..queue.handles import AttemptInfo, Handle
 from ..queue.models import FINAL_STATUSES, Job, OutputChunk, Status
@@ -39,6 +36,13 @@ from ..queue.retry import Retry
 from ..queue.stats import COLUMNS, queue_overview
 from . import dashboard, related, timeline
 from .actions import PermittedActionsMixin
+from .joblist import (
+    LIST_DISPLAY,
+    CappedCountPaginator,
+    ConcurrencyKeyFilter,
+    JobListColumns,
+    QueueFilter,
+)
 
 RETRYABLE_STATUSES = (Status.FAILED, Status.CANCELED)
 # A job's page shows the end of its output, this many characters at most (the output may
@@ -73,57 +77,6 @@ PROGRESS_PAIRS = (
     ("count", "total"),
     ("step", "steps"),
 )
-
-
-class CappedCountPaginator(Paginator):
-    """Counts at most COUNT_LIMIT + 1 jobs: a full ``COUNT(*)`` would read the whole
-    history on every load of the list. The list says so under its count."""
-
-    @cached_property
-    def count(self) -> int:
-        jobs = cast("QuerySet[Job]", self.object_list)
-        return jobs[: stats.COUNT_LIMIT + 1].count()
-
-    @property
-    def capped(self) -> bool:
-        return self.count > stats.COUNT_LIMIT
-
-    @property
-    def limit(self) -> int:
-        return stats.COUNT_LIMIT
-
-
-class QueueFilter(admin.SimpleListFilter):
-    """Filter by queue, listing the queues without a ``SELECT DISTINCT`` over every job."""
-
-    title = "queue"
-    parameter_name = "queue__exact"
-
-    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        return [(name, name) for name in stats.queue_names()]
-
-    def queryset(self, request: HttpRequest, queryset: QuerySet[Job]) -> QuerySet[Job]:
-        chosen = self.value()
-        return queryset if chosen is None else queryset.filter(queue=chosen)
-
-
-class ConcurrencyKeyFilter(admin.SimpleListFilter):
-    """Filter by one concurrency key, reached by clicking a key in the list.
-
-    Keys are often per user, so listing every distinct key in the sidebar would not scale;
-    the sidebar only shows the key chosen.
-    """
-
-    title = "concurrency key"
-    parameter_name = "concurrency_key"
-
-    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        chosen = self.value()
-        return [(chosen, chosen)] if chosen else []
-
-    def queryset(self, request: HttpRequest, queryset: QuerySet[Job]) -> QuerySet[Job]:
-        chosen = self.value()
-        return queryset if chosen is None else queryset.filter(concurrency_key=chosen)
 
 
 def _json_block(value: Any) -> SafeString:
@@ -213,13 +166,6 @@ def describe_retry(policy: Retry) -> str:
     return text + "."
 
 
-def _shortened(full: str, shown: str) -> SafeString | str:
-    """``shown`` with the full value as its tooltip, when they differ."""
-    if shown == full:
-        return full
-    return format_html('<span title="{}">{}</span>', full, shown)
-
-
 def enqueue_copy(job: Job) -> Handle:
     """Enqueue the call ``job`` made, with its options, as a new job (new id, starts now)."""
     queue: Any = job.queue
@@ -242,19 +188,8 @@ def enqueue_copy(job: Job) -> Handle:
 
 
 @admin.register(Job)
-class JobAdmin(PermittedActionsMixin, admin.ModelAdmin):
-    list_display = [
-        "short_id",
-        "function",
-        "queue",
-        "key",
-        "status",
-        "attempts",
-        "priority",
-        "created_at",
-        "start_at",
-        "finished_at",
-    ]
+class JobAdmin(JobListColumns, PermittedActionsMixin, admin.ModelAdmin):
+    list_display = LIST_DISPLAY
     list_filter = ["status", QueueFilter, ConcurrencyKeyFilter]
     search_fields = ["id", "func"]
     ordering = ["-created_at"]
@@ -263,6 +198,10 @@ class JobAdmin(PermittedActionsMixin, admin.ModelAdmin):
     change_list_template = "admin/django_ratequeue/job/change_list.html"
     change_form_template = "admin/django_ratequeue/job/change_form.html"
     actions = ["cancel_selected", "retry_selected"]
+
+    class Media:
+        css = {"all": ["ratequeue/lists.css"]}
+
     fieldsets = [
         (None, {"fields": ["id", "func", "status", "queue", "concurrency_key", "owner"]}),
         (
@@ -289,33 +228,6 @@ class JobAdmin(PermittedActionsMixin, admin.ModelAdmin):
         "output_tail",
         "related_jobs",
     ]
-
-    # The list stays narrow enough for its status and attempts to show on a laptop: long
-    # ids, dotted paths and keys are cut short, whole in their tooltips.
-
-    @admin.display(description="id", ordering="id")
-    def short_id(self, job: Job) -> SafeString | str:
-        return _shortened(job.id, job.id if len(job.id) <= 14 else f"…{job.id[-12:]}")
-
-    @admin.display(description="function", ordering="func")
-    def function(self, job: Job) -> SafeString | str:
-        return _shortened(job.func, ".".join(job.func.split(".")[-2:]))
-
-    @admin.display(description="concurrency key", ordering="concurrency_key")
-    def key(self, job: Job) -> str:
-        if not job.concurrency_key:
-            return ""
-        url = reverse("admin:django_ratequeue_job_changelist")
-        shown = job.concurrency_key
-        if len(shown) > 20:
-            shown = f"{shown[:19]}…"
-        return format_html(
-            '<a href="{}?concurrency_key={}" title="{}">{}</a>',
-            url,
-            job.concurrency_key,
-            job.concurrency_key,
-            shown,
-        )
 
     @admin.display(description="args")
     def call_args(self, job: Job) -> SafeString:
@@ -391,6 +303,7 @@ class JobAdmin(PermittedActionsMixin, admin.ModelAdmin):
                 "ended": _clock(a.ended_at),
                 "duration": _seconds(a),
                 "outcome": timeline.outcome_label(a),
+                "worker": timeline.worker_shown(a.worker),
             }
             for a in attempts
         ]
@@ -557,7 +470,7 @@ class JobAdmin(PermittedActionsMixin, admin.ModelAdmin):
         if job is None or not self.has_cancel_permission(request):
             raise PermissionDenied
         if job.status in FINAL_STATUSES:
-            self.message_user(request, f"{job.id} is already {job.status}.", messages.WARNING)
+            self.message_user(request, f"Job {job.id} is already {job.status}.", messages.WARNING)
         else:
             Handle(job.id, owner=job.owner).cancel()  # staff act for every owner
             self.message_user(
@@ -576,7 +489,7 @@ class JobAdmin(PermittedActionsMixin, admin.ModelAdmin):
         if job.status not in RETRYABLE_STATUSES:
             self.message_user(
                 request,
-                f"{job.id} is {job.status}: only failed or canceled jobs are retried.",
+                f"Job {job.id} is {job.status}: only failed or canceled jobs are retried.",
                 messages.WARNING,
             )
             return self._job_page(job.id)

@@ -12,11 +12,13 @@ from datetime import UTC, datetime
 from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
+from django.utils.safestring import SafeString
 
 from ..ratelimit.api import project_row_value, reset_rate_limit
 from ..ratelimit.models import RateLimitState
 from ..ratelimit.status import config_for, describe
 from .actions import PermittedActionsMixin
+from .display import moment
 
 
 @admin.register(RateLimitState)
@@ -27,6 +29,9 @@ class RateLimitStateAdmin(PermittedActionsMixin, admin.ModelAdmin):
     ordering = ["name", "key", "shard"]
     readonly_fields = ["updated", "value_now", "limit"]
     actions = ["reset"]
+
+    class Media:
+        css = {"all": ["ratequeue/lists.css"]}
 
     @admin.display(description="value now")
     def value_now(self, row: RateLimitState) -> str:
@@ -40,8 +45,8 @@ class RateLimitStateAdmin(PermittedActionsMixin, admin.ModelAdmin):
         return describe(config_for(row.name))
 
     @admin.display(description="updated (ts)", ordering="ts")
-    def updated(self, row: RateLimitState) -> datetime:
-        return datetime.fromtimestamp(row.ts, tz=UTC)
+    def updated(self, row: RateLimitState) -> SafeString | str:
+        return moment(datetime.fromtimestamp(row.ts, tz=UTC))
 
     @admin.action(
         description="Reset the selected rate limits (all shards of each key)",

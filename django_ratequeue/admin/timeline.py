@@ -23,9 +23,11 @@ from itertools import pairwise
 from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.safestring import SafeString, mark_safe
+from django.utils.text import Truncator
 
 from ..queue.handles import AttemptInfo
 from ..queue.models import Outcome
+from ..queue.workerkeys import read_worker_name
 
 # The most attempts drawn: the latest ones (a job may retry dozens of times; the table
 # lists them all).
@@ -43,6 +45,10 @@ MIN_BAR = 2.0
 MIN_LABEL_WIDTH = 56
 # Error texts in tooltips are cut to this many characters.
 TOOLTIP_LENGTH = 200
+# The table shows a local worker's id (a uuid's hex) and a remote worker's key name and
+# instance cut to this many characters; the cell's tooltip holds the whole name.
+LOCAL_WORKER_SHOWN = 9
+REMOTE_WORKER_SHOWN = 24
 # Tick spacings to choose from, in seconds: the first giving at most MAX_TICKS ticks.
 TICK_STEPS = (
     0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5,
@@ -347,6 +353,15 @@ def render(
         )
         return SafeString(svg + note)
     return svg
+
+
+def worker_shown(worker: str) -> str:
+    """Return who ran an attempt, in short: a remote worker's key name and instance, the
+    start of a local worker's id, or "-" for nobody yet."""
+    remote = read_worker_name(worker)
+    if remote is not None:
+        return Truncator(remote.label).chars(REMOTE_WORKER_SHOWN)
+    return Truncator(worker).chars(LOCAL_WORKER_SHOWN) or "-"
 
 
 def legend() -> SafeString:

@@ -1,19 +1,19 @@
 """What the admin dashboard shows: the queues now and over the last hour or day.
 
 One :func:`snapshot` reads, in a number of queries that follows the number of queues and
-never the size of the jobs table: the counts of :func:`.stats.queue_overview` (bounded
-index probes), the active attempts once (few: they hold the concurrency slots), the
-queues' limits, each configured rate limit's key-less row, the worker keys, and the
-per-minute rollups of :mod:`.rollups` for the charts (summed by point in SQL: one query
-for the charted queues, one for all queues). Like :mod:`.stats`, it is for people:
-the loop decides from its own reads.
+never the size of the jobs table: :func:`.stats.queue_overview` (its counts are bounded
+index probes; with it the workers, local and remote), the active attempts once (few:
+they hold the concurrency slots), the queues' limits, each configured rate limit's
+key-less row, and the per-minute rollups of :mod:`.rollups` for the charts (summed by
+point in SQL: one query for the charted queues, one for all queues). Like :mod:`.stats`,
+it is for people: the loop decides from its own reads.
 """
 
 from __future__ import annotations
 
 import math
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Literal
 
@@ -21,11 +21,19 @@ from .. import clock
 from ..conf import ratequeue_settings
 from ..ratelimit.api import project_row_value
 from ..ratelimit.models import RateLimitState
-from ..ratelimit.status import describe
+from ..ratelimit.status import KeysNow, describe, keys_now
 from . import rollups
 from .limits import QueueLimits, environment_limit, queue_overrides
-from .models import Attempt, QueueSetting, Status, Wait, WorkerKey
-from .stats import COLUMNS, QueueCounts, QueueOverview, WorkerInfo, effective_limit, queue_overview
+from .models import Attempt, QueueSetting, Status, Wait
+from .stats import (
+    COLUMNS,
+    QueueCounts,
+    QueueOverview,
+    RemoteWorkerInfo,
+    WorkerInfo,
+    effective_limit,
+    queue_overview,
+)
 
 Window = Literal["hour", "day"]
 # The windows the charts cover, and the width of one bucket in each.
@@ -41,8 +49,8 @@ CHARTED_QUEUES = 8
 # Active attempts read at most (they are at most MAX_CONCURRENCY plus the ones waiting on
 # a subtask; the cap only guards the page against a runaway table).
 ACTIVE_READ_LIMIT = 10_000
-# Keyed rows of a rate limit counted at most.
-KEYS_COUNTED = 1_000
+# The keys of a rate limit read at most (its rows with a key, projected to now).
+KEYS_READ = 1_000
 
 
 @dataclass(frozen=True)
@@ -106,14 +114,16 @@ class BusyKey:
 
 @dataclass(frozen=True)
 class RateLimitUse:
-    """A configured rate limit's key-less value (the one rate-gated queues draw from)
-    against its capacity; ``value`` below zero: tokens reserved ahead."""
+    """A configured rate limit now: its value without a key (the one rate-gated queues
+    draw from; below zero: tokens reserved ahead) against its capacity, meaningful when
+    ``without_key`` (something draws on it without a key), and its keys."""
 
     name: str
     text: str
     value: float
     capacity: float
-    keyed_rows: int
+    without_key: bool
+    keys: KeysNow
     queues: tuple[str, ...]
 
     @property
@@ -133,26 +143,14 @@ class RateLimitUse:
         return max(0.0, -self.value)
 
     @property
-    def keyed_shown(self) -> str:
-        """The keyed rows for people: "1000+" once the count reached KEYS_COUNTED."""
-        return f"{self.keyed_rows}+" if self.keyed_rows >= KEYS_COUNTED else str(self.keyed_rows)
+    def keys_shown(self) -> str:
+        """The keys for people: "1000+" when there are more than KEYS_READ."""
+        return f"{self.keys.keys}+" if self.keys.capped else str(self.keys.keys)
 
 
 @dataclass(frozen=True)
 class LocalWorker:
     info: WorkerInfo
-    running: int
-
-
-@dataclass(frozen=True)
-class RemoteWorkers:
-    """A worker key: the remote workers using it, by their last request."""
-
-    name: str
-    prefix: str
-    queues: tuple[str, ...]
-    last_seen: datetime | None
-    last_host: str
     running: int
 
 
@@ -170,7 +168,6 @@ class Snapshot:
     busiest_keys: list[BusyKey]
     rate_limits: list[RateLimitUse]
     local_workers: list[LocalWorker]
-    remote_workers: list[RemoteWorkers]
     max_concurrency: int
     in_use: int
     # The queues charted one by one (at most CHARTED_QUEUES).
@@ -179,6 +176,11 @@ class Snapshot:
     @property
     def environment_saturated(self) -> bool:
         return self.in_use >= self.max_concurrency
+
+    @property
+    def remote_workers(self) -> list[RemoteWorkerInfo]:
+        """The worker keys not revoked, each with what its remote workers run now."""
+        return self.overview.remote_workers
 
 
 @dataclass(frozen=True)
@@ -219,6 +221,24 @@ def window_bounds(window: Window, now: datetime) -> tuple[datetime, timedelta]:
     return datetime.fromtimestamp(current, UTC) - (span - step), step
 
 
+def with_arrivals(
+    figures: list[rollups.Figures], arrivals: dict[datetime, int], step: timedelta
+) -> list[rollups.Figures]:
+    """Return ``figures`` with ``arrivals`` (jobs by minute of creation, not counted in
+    the rollups yet) added to the ``enqueued`` of the points that hold them."""
+    if not figures or not arrivals:
+        return figures
+    added: Counter[int] = Counter()
+    for minute, jobs in arrivals.items():
+        point = (minute - figures[0].start) // step
+        if 0 <= point < len(figures):
+            added[point] += jobs
+    return [
+        replace(point, enqueued=point.enqueued + added[n]) if added[n] else point
+        for n, point in enumerate(figures)
+    ]
+
+
 def depth_series(
     figures: list[rollups.Figures], unfinished_now: int, running_now: int
 ) -> list[Depth]:
@@ -251,8 +271,8 @@ UNFINISHED_COLUMNS = (
 
 
 def _rate_limits(gated: dict[str, list[str]]) -> list[RateLimitUse]:
-    """Each configured limit's key-less value now (its rows of every limit in one read; a
-    missing shard is full) and its keyed rows, counted up to KEYS_COUNTED."""
+    """Each configured limit's value without a key now (its rows of every limit in one
+    read; a missing shard is full) and its keys (the first KEYS_READ)."""
     configured = ratequeue_settings().RATE_LIMITS
     rows: dict[str, list[RateLimitState]] = {}
     for row in RateLimitState.objects.filter(name__in=list(configured), key=""):
@@ -267,14 +287,17 @@ def _rate_limits(gated: dict[str, list[str]]) -> list[RateLimitUse]:
             else config.per_shard(shard).max_tokens
             for shard in range(config.shard_count)
         )
-        keyed = (
-            RateLimitState.objects.filter(name=name, shard=0)
-            .exclude(key="")[:KEYS_COUNTED]
-            .count()
-        )
+        queues = tuple(gated.get(name, ()))
+        without_key = bool(stored or queues)
         uses.append(
             RateLimitUse(
-                name, describe(config), value, config.max_tokens, keyed, tuple(gated.get(name, ()))
+                name,
+                describe(config),
+                value,
+                config.max_tokens,
+                without_key,
+                keys_now(name, config, KEYS_READ),
+                queues,
             )
         )
     return uses
@@ -352,24 +375,6 @@ def _busiest(active: _Active, limits: dict[str, int]) -> list[BusyKey]:
     return [BusyKey(queue, key, n, limits.get(queue, 1)) for n, queue, key in keyed[:BUSIEST_KEYS]]
 
 
-def _remote_workers(active: _Active) -> list[RemoteWorkers]:
-    per_key: Counter[int] = Counter()
-    for worker, n in active.per_worker.items():
-        if worker.startswith("remote:"):  # remote:<key id>:<instance> (queue/remote.py)
-            per_key[int(worker.split(":")[1])] += n
-    return [
-        RemoteWorkers(
-            key.name,
-            key.prefix,
-            tuple(key.queues),
-            key.last_seen,
-            key.last_host,
-            per_key[key.pk],
-        )
-        for key in WorkerKey.objects.filter(revoked_at=None).order_by("name", "pk")
-    ]
-
-
 def _charted(queues: list[QueueCounts], active: _Active, with_figures: set[str]) -> list[str]:
     """The queues that get charts of their own: the ones with figures in the window or
     unfinished jobs, the ones with most slots in use and unfinished jobs first, at most
@@ -426,17 +431,27 @@ def snapshot(window: Window = DEFAULT_WINDOW) -> Snapshot:
     rate_values = {use.name: use.value for use in rate_limits}
     charted = _charted(listed, active, with_figures)
     charted_series = rollups.series_by_queue(charted, since, now, step)
+    # Read after the series: an arrival counted in between is missed until the next look,
+    # never counted twice.
+    uncounted = rollups.uncounted_arrivals(since, now)
     queues = [
         _queue_state(
             counts,
             limits[counts.name],
             active,
             rate_values,
-            charted_series.get(counts.name, []),
+            with_arrivals(
+                charted_series.get(counts.name, []), uncounted.get(counts.name, {}), step
+            ),
         )
         for counts in listed
     ]
-    total = _total(queues, rollups.series(None, since, now, step), overview)
+    all_arrivals: Counter[datetime] = Counter()
+    for by_minute in uncounted.values():
+        all_arrivals.update(by_minute)
+    total = _total(
+        queues, with_arrivals(rollups.series(None, since, now, step), all_arrivals, step), overview
+    )
     workers = [LocalWorker(w, active.per_worker[w.id]) for w in overview.workers]
     return Snapshot(
         taken_at=now,
@@ -448,7 +463,6 @@ def snapshot(window: Window = DEFAULT_WINDOW) -> Snapshot:
         busiest_keys=_busiest(active, {q.name: q.counts.limit for q in queues}),
         rate_limits=rate_limits,
         local_workers=workers,
-        remote_workers=_remote_workers(active),
         max_concurrency=max_concurrency,
         in_use=active.environment,
         charted=charted,

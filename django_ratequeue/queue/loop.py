@@ -33,7 +33,7 @@ from .models import (
     queue_db,
 )
 from .retention import prune_in_background
-from .rollups import ARRIVALS_SETTLE, ARRIVALS_WINDOW, Tally
+from .rollups import ARRIVALS_SETTLE, ARRIVALS_WINDOW, Tally, counted_arrivals
 from .transitions import STEP_LIMIT, apply_cancels, finish, promote_due, recover
 from .wakeup import JOBS, WORK, lease_end, request_runners, segment_ceiling, signal
 
@@ -235,15 +235,6 @@ def next_deferred_starts() -> list[datetime]:
         cursor.execute(sql, [str(status) for status in DEFERRED_STATUSES])
         rows = cursor.fetchall()
     return [aware(start) for (start,) in rows]
-
-
-def counted_arrivals() -> datetime | None:
-    """Until when the rollups counted the arrivals (None: never yet)."""
-    return (
-        LoopState.objects.filter(pk=LoopState.SINGLETON)
-        .values_list("arrivals_until", flat=True)
-        .first()
-    )
 
 
 def first_arrival_since(moment: datetime) -> datetime | None:

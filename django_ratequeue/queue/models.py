@@ -209,6 +209,17 @@ class Job(models.Model):
 Job.DoesNotExist = JobDoesNotExist  # type: ignore[misc, assignment]
 
 
+class QueueDashboard(Job):
+    """The admin's queue dashboard as a row of the admin's index (only a model gets one):
+    a proxy of the jobs, so no table, and no permission of its own (the dashboard needs
+    the view permission on jobs). Its admin (admin/dashboard.py) opens the dashboard."""
+
+    class Meta:
+        proxy = True
+        default_permissions = ()
+        verbose_name = verbose_name_plural = "queue dashboard"
+
+
 class Outcome(models.TextChoices):
     SUCCEEDED = "succeeded", "Succeeded"
     FAILED = "failed", "Failed"

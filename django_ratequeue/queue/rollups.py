@@ -41,6 +41,7 @@ from .models import (
     HISTOGRAM_BUCKETS,
     SUMMED_FIELDS,
     Job,
+    LoopState,
     QueueMinute,
     Status,
     bucket_field,
@@ -133,6 +134,43 @@ def bucket_of(seconds: float) -> int:
     return bisect_right(HISTOGRAM_BOUNDS, seconds)
 
 
+def arrivals(since: datetime, until: datetime | None = None) -> list[tuple[str, datetime, int]]:
+    """Return (queue, minute, jobs) for the jobs created in [since, until) (until now
+    when None), by queue and minute of creation: one read of the jobs' creation index
+    over that range."""
+    created = Job.objects.filter(created_at__gte=since)
+    if until is not None:
+        created = created.filter(created_at__lt=until)
+    return list(
+        created.annotate(arrival=TruncMinute("created_at", tzinfo=UTC))
+        .values("queue", "arrival")
+        .annotate(jobs=Count("pk"))
+        .values_list("queue", "arrival", "jobs")
+        .order_by()
+    )
+
+
+def counted_arrivals() -> datetime | None:
+    """Return until when the rollups counted the arrivals (None: never yet)."""
+    return (
+        LoopState.objects.filter(pk=LoopState.SINGLETON)
+        .values_list("arrivals_until", flat=True)
+        .first()
+    )
+
+
+def uncounted_arrivals(since: datetime, now: datetime) -> dict[str, dict[datetime, int]]:
+    """Return the jobs created at ``since`` or later that ``enqueued`` does not hold yet,
+    by queue and minute of creation: the ones the loop counts ARRIVALS_SETTLE after their
+    creation (from when it last counted; before its first step, from what that step
+    would count from)."""
+    counted = counted_arrivals() or now - ARRIVALS_SETTLE
+    found: dict[str, dict[datetime, int]] = {}
+    for queue, minute, jobs in arrivals(max(since, counted)):
+        found.setdefault(queue, {})[minute] = jobs
+    return found
+
+
 class Tally:
     """What one loop step did, per queue and minute, kept in memory and written once at
     the step's end, in its transaction: a step rolled back counts nothing, and a step that
@@ -170,15 +208,7 @@ class Tally:
         that after its creation is missed (or, after a change of leader, counted late)."""
         if until <= since:
             return
-        arrived = (
-            Job.objects.filter(created_at__gte=since, created_at__lt=until)
-            .annotate(arrival=TruncMinute("created_at", tzinfo=UTC))
-            .values("queue", "arrival")
-            .annotate(jobs=Count("pk"))
-            .values_list("queue", "arrival", "jobs")
-            .order_by()
-        )
-        for queue, minute, jobs in arrived:
+        for queue, minute, jobs in arrivals(since, until):
             self.rows.setdefault((queue, minute), Counter())["enqueued"] += jobs
 
     def write(self) -> None:

@@ -5,7 +5,8 @@ lists; the secret is 256 random bits. Only the SHA-256 of the whole key is store
 is compared in constant time. A revoked key fails its very next request.
 
 An attempt a remote worker claimed names it ``remote:<key prefix>:<key name>/<instance>``
-(:func:`worker_name`): whose it is, and whom to look for.
+(:func:`worker_name`): whose it is, and whom to look for. :func:`read_worker_name` reads
+such a name back, for every page and command that shows who runs what.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import hmac
 import secrets
 from collections import Counter
 from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import timedelta
 
 from django.db.models import Q
@@ -29,6 +31,8 @@ LAST_SEEN_EVERY = timedelta(seconds=10)
 # The longest a claim waits for work (seconds): a running worker asks at least this often.
 MAX_CLAIM_WAIT = 60.0
 PREFIX_LENGTH = 8
+# What a remote worker's Attempt.worker begins with (a local worker's is a uuid's hex).
+REMOTE = "remote:"
 
 
 def digest(key: str) -> str:
@@ -84,14 +88,41 @@ def worker_name(key: WorkerKey, instance: str) -> str:
     """The ``Attempt.worker`` of what ``instance`` claims with ``key``:
     ``remote:<key prefix>:<key name>/<instance>``, the name cut to fit the column. The
     prefix tells whose it is, the name and the instance whom to look for."""
-    head = f"{key_tag(key)}"
+    head = key_tag(key)
     room = WORKER_LENGTH - len(head) - len(instance) - 1
     return f"{head}{key.name[: max(room, 0)]}/{instance}"
 
 
 def key_tag(key: WorkerKey) -> str:
     """What the ``Attempt.worker`` of every worker of ``key`` begins with."""
-    return f"remote:{key.prefix}:"
+    return f"{REMOTE}{key.prefix}:"
+
+
+@dataclass(frozen=True)
+class RemoteWorker:
+    """A remote worker, as its attempts name it: its key's prefix and name (the name as
+    it was when the worker claimed, perhaps cut short), and its instance."""
+
+    prefix: str
+    key_name: str
+    instance: str
+
+    @property
+    def label(self) -> str:
+        """``<key name>/<instance>``: whom to look for."""
+        return f"{self.key_name}/{self.instance}"
+
+
+def read_worker_name(worker: str) -> RemoteWorker | None:
+    """Read back the ``Attempt.worker`` that :func:`worker_name` wrote; None when it is
+    not a remote worker's (a local worker's id, or "" for nobody yet)."""
+    if not worker.startswith(REMOTE):
+        return None
+    prefix, colon, rest = worker.removeprefix(REMOTE).partition(":")
+    key_name, slash, instance = rest.rpartition("/")
+    if len(prefix) != PREFIX_LENGTH or not colon or not slash or not instance:
+        return None
+    return RemoteWorker(prefix, key_name, instance)
 
 
 def instance_attempts(key: WorkerKey, instance: str) -> Q:
@@ -102,10 +133,8 @@ def instance_attempts(key: WorkerKey, instance: str) -> Q:
 def running_per_instance() -> Counter[tuple[str, str]]:
     """The attempts each remote worker runs now, by (key prefix, instance)."""
     workers = Attempt.objects.filter(active=True, remote=True, ended_at=None).exclude(worker="")
-    return Counter(
-        (worker.split(":")[1], worker.rpartition("/")[2])
-        for worker in workers.values_list("worker", flat=True)
-    )
+    named = (read_worker_name(worker) for worker in workers.values_list("worker", flat=True))
+    return Counter((remote.prefix, remote.instance) for remote in named if remote is not None)
 
 
 def remote_worker_seen(queue: str) -> bool:

@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
+from itertools import groupby
 from typing import Any
 
 from .. import clock
 from ..conf import ratequeue_settings
 from .algebra import State
-from .api import shard_states
+from .api import project_row_value, shard_states
 from .config import FixedWindow, RateLimitConfig, parse_config
+from .models import RateLimitState
 
 _PERIOD_NAMES = {1: "second", 60: "minute", 3600: "hour", 86400: "day", 604800: "week"}
 
@@ -79,3 +82,41 @@ def quota_headers(name: str, *, key: str | None, config: Any = None) -> Mapping[
         "RateLimit-Reset": str(math.ceil(reset)),
         "RateLimit-Policy": policy,
     }
+
+
+@dataclass(frozen=True)
+class KeysNow:
+    """A limit's keys as stored now: how many (of the first read, ``capped`` when there
+    are more), and how many of them cannot take one more token now (a user locked out,
+    a client refused)."""
+
+    keys: int
+    out_of_tokens: int
+    capped: bool
+
+
+def keys_now(name: str, config: RateLimitConfig, limit: int) -> KeysNow:
+    """Return the keys of the limit ``name`` that have rows, the first ``limit`` of them
+    by key (one read of at most ``limit`` rows through the limit's unique index), each
+    summed over its shards (a missing shard is a full share) and projected to now."""
+    rows = list(
+        RateLimitState.objects.filter(name=name)
+        .exclude(key="")
+        .order_by("key", "shard")
+        .only("name", "key", "shard", "value", "ts")[: limit + 1]
+    )
+    capped = len(rows) > limit
+    if capped:  # the last key may have more shards than were read: leave it out
+        last = rows[limit].key
+        rows = [row for row in rows[:limit] if row.key != last]
+    now = clock.timestamp()
+    keys = out = 0
+    for _key, shards in groupby(rows, key=lambda row: row.key):
+        stored = {row.shard: project_row_value(row, config, now) for row in shards}
+        value = 0.0
+        for shard in range(config.shard_count):
+            held = stored.get(shard)
+            value += config.per_shard(shard).max_tokens if held is None else held
+        keys += 1
+        out += value < 1
+    return KeysNow(keys, out, capped)

@@ -66,3 +66,54 @@ def question(browser: Chrome) -> dict[str, Any] | None:
         };
         """
     )
+
+
+# What keeps a page from fitting its window, measured on the laid-out page: the page or a
+# box in it scrolling sideways, an element sticking out of the content area, and the
+# page's buttons (the admin's object tools, the dashboard's controls) lying over a table.
+LAYOUT_PROBLEMS = """
+const name = (el) => el.tagName.toLowerCase() + (el.id ? "#" + el.id : "")
+    + (el.classList.length ? "." + [...el.classList].join(".") : "");
+const problems = [];
+const page = document.documentElement;
+if (page.scrollWidth > page.clientWidth) {
+    problems.push(`the page scrolls sideways: ${page.scrollWidth} > ${page.clientWidth}`);
+}
+const content = document.getElementById("content");
+const main = document.getElementById("main");
+for (const el of content.querySelectorAll("*")) {
+    const box = el.getBoundingClientRect();
+    if (!box.width) continue;
+    const style = getComputedStyle(el);
+    if (["auto", "scroll"].includes(style.overflowX) && el.scrollWidth > el.clientWidth + 1) {
+        problems.push(`${name(el)} scrolls sideways: ${el.scrollWidth} > ${el.clientWidth}`);
+    }
+    // A block of content (not the admin's own bars) within its fieldset or module, or
+    // else within the window's main area.
+    if (!el.matches("pre, table, svg, img, p, ul, dl")) continue;
+    const outer = el.parentElement.closest("fieldset, .module") || main;
+    const right = outer.getBoundingClientRect().right;
+    if (box.right > right + 1 && style.position !== "absolute") {
+        const by = `${Math.round(box.right)} > ${Math.round(right)}`;
+        problems.push(`${name(el)} sticks out of ${name(outer)}: ${by}`);
+    }
+}
+const buttons = document.querySelectorAll(".object-tools li, .rq-controls > *");
+for (const button of buttons) {
+    const a = button.getBoundingClientRect();
+    if (!a.width) continue;
+    for (const table of content.querySelectorAll("table")) {
+        const b = table.getBoundingClientRect();
+        if (a.left < b.right && b.left < a.right && a.top < b.bottom && b.top < a.bottom) {
+            problems.push(`${name(button)} lies over ${name(table)}`);
+        }
+    }
+}
+return problems;
+"""
+
+
+def layout_problems(browser: Chrome) -> list[str]:
+    """Return what keeps the page from fitting its window (LAYOUT_PROBLEMS); [] if nothing."""
+    problems: list[str] = browser.execute_script(LAYOUT_PROBLEMS)
+    return problems

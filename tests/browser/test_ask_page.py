@@ -53,3 +53,35 @@ def test_a_question_is_answered_word_by_word(
     alice = User.objects.get(username="alice")
     job = Job.objects.get(pk=done["id"])
     assert (job.owner, job.result) == (f"auth.user:{alice.pk}", answer)
+
+    # Reloaded: the question is there still, with its answer.
+    page.refresh()
+    again = shows(page, lambda b: (q := question(b)) and q["status"] == "complete" and q, "again")
+    assert (again["id"], again["answer"], again["statusText"]) == (done["id"], answer, "Answered.")
+
+
+def test_a_question_canceled_while_it_waits_says_so(
+    live_server: Any, cluster: Any, browser: Callable[..., Chrome]
+) -> None:
+    """The llm queue answers one question per user at a time: the second waits."""
+    cluster()
+    create_demo_accounts()
+    page = browser()
+    log_in(page, live_server, "alice")
+    for prompt in ["The first?", "The second?"]:
+        page.find_element("id", "prompt").send_keys(prompt)
+        page.find_element("id", "ask").click()
+        shows(page, lambda b, p=prompt: p in b.find_element("id", "questions").text, prompt)
+    second = "#questions li:nth-child(2)"
+    page.find_element("css selector", f"{second} .cancel").click()
+    status = shows(
+        page,
+        lambda b: b.execute_script(
+            "const item = document.querySelector(arguments[0]);"
+            "const text = item.querySelector('.status').textContent;"
+            "return item.dataset.status === 'canceled' && text;",
+            second,
+        ),
+        "the second question canceled",
+    )
+    assert status == "Canceled."

@@ -34,9 +34,10 @@ READ_PAGE = """
 const svg = document.querySelector(".field-attempt_timeline svg.rq-timeline");
 const bar = document.querySelector(".field-progress_value progress");
 const output = document.querySelector(".field-output_tail .rq-output pre");
+// Shown as laid out (a stylesheet can show an element that has the hidden attribute).
 const visible = (selector) => {
     const item = document.querySelector(selector);
-    return item !== null && !item.hidden;
+    return item !== null && item.getClientRects().length > 0;
 };
 return {
     status: document.querySelector(".field-status .readonly").textContent.trim(),
@@ -46,7 +47,7 @@ return {
         svg ? svg.querySelectorAll("rect.rq-run") : [], (r) => r.getAttribute("class")
     ),
     backoffs: svg ? svg.querySelectorAll("line.rq-backoff").length : 0,
-    tableRows: document.querySelectorAll(".field-attempt_timeline tbody tr").length,
+    tableRows: document.querySelectorAll(".field-attempt_timeline tbody tr.rq-attempt").length,
     done: bar ? bar.value : null,
     total: bar ? bar.max : null,
     output: output ? output.textContent : "",

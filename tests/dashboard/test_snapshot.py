@@ -6,13 +6,18 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from django.test import Client
 
 from django_ratequeue import clock, enqueue, rate_limit, set_queue_concurrency
+from django_ratequeue.models import QueueMinute
 from django_ratequeue.queue.dashboard import depth_series, snapshot, window_bounds
-from django_ratequeue.queue.rollups import Figures
+from django_ratequeue.queue.rollups import ARRIVALS_SETTLE, Figures
 from django_ratequeue.queue.workerkeys import create_key
-from tests.dashboard.test_views import running
+from django_ratequeue.ratelimit.status import KeysNow
+from example_project.demo.accounts import create_demo_accounts
+from tests.dashboard.test_views import claim_remote, running
 from tests.queue import jobs
+from tests.queue.steps import freeze, leading_loop
 
 T0 = datetime(2026, 11, 23, 10, 0, tzinfo=UTC)
 
@@ -52,6 +57,32 @@ def test_depth_never_goes_below_zero_nor_running_above_unfinished() -> None:
     assert all(0 <= d.running <= d.unfinished for d in depth)
 
 
+@pytest.mark.django_db
+def test_the_depth_holds_the_arrivals_the_loop_has_not_counted_yet(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A burst: the loop counts its arrivals ARRIVALS_SETTLE after their enqueue; until
+    then the depth must not draw today's backlog across the whole window."""
+    frozen = freeze(monkeypatch)
+    loop = leading_loop()
+    loop.step()  # counting arrivals starts
+    for n in range(5):
+        enqueue(jobs.add, args=[n, n], queue="emails")
+    loop.run(30)  # starts two (emails runs two at a time); counts no arrival yet
+
+    def depths() -> list[list[tuple[int, int]]]:
+        data = snapshot()
+        emails = {q.name: q for q in data.queues}["emails"]
+        return [[(d.unfinished, d.running) for d in q.depth] for q in (emails, data.total)]
+
+    flat_before = [[(0, 0)] * 59 + [(5, 2)]] * 2
+    assert depths() == flat_before
+    frozen.advance(ARRIVALS_SETTLE.total_seconds() + 1)
+    loop.run(30)  # counts them now: the same depth, none counted twice
+    assert sum(QueueMinute.objects.values_list("enqueued", flat=True)) == 5
+    assert depths() == flat_before
+
+
 @pytest.mark.parametrize(
     ("window", "points", "step"),
     [("hour", 60, timedelta(minutes=1)), ("day", 96, timedelta(minutes=15))],
@@ -87,6 +118,27 @@ def test_a_rate_gated_queue_without_tokens_is_rate_bound() -> None:
 
 
 @pytest.mark.django_db
+def test_a_limit_used_per_key_shows_its_keys_out_of_tokens(
+    client: Client, admin_client: Client
+) -> None:
+    """failed_logins is drawn per username and address (contrib/logins.py): its value
+    without a key, always full, says nothing; a locked-out user does."""
+    create_demo_accounts()
+    for _ in range(11):  # the demo's login allows 10 failures an hour
+        client.post("/accounts/login/", {"username": "alice", "password": "wrong"})
+    client.post("/accounts/login/", {"username": "bob", "password": "wrong"})
+    uses = {u.name: u for u in snapshot().rate_limits}
+    logins = uses["failed_logins"]
+    assert not logins.without_key  # nothing draws on it without a key
+    assert (logins.keys, logins.keys_shown) == (KeysNow(2, 1, capped=False), "2")
+    llm = uses["llm_tokens"]  # the llm queue draws on it, without a key
+    assert llm.without_key and llm.keys == KeysNow(0, 0, capped=False)
+    page = admin_client.get("/admin/django_ratequeue/job/dashboard/").content.decode()
+    row = page[page.index('<th scope="row">failed_logins</th>') :].split("</tr>")[0]
+    assert "not drawn on without a key" in row and "1 out of tokens" in row
+
+
+@pytest.mark.django_db
 def test_total_concurrency_saturates_a_queue_over_its_keys() -> None:
     # llm: 1 per key, 4 in all.
     for key in ["a", "b", "c"]:
@@ -103,10 +155,13 @@ def test_total_concurrency_saturates_a_queue_over_its_keys() -> None:
 
 @pytest.mark.django_db
 def test_remote_workers_are_listed_by_key_with_what_they_run() -> None:
-    row, _key = create_key("gpu box", ["remote"])
-    running(enqueue(jobs.add, args=[1, 1], queue="remote").id, worker=f"remote:{row.pk}:abc")
-    (remote,) = snapshot().remote_workers
-    assert (remote.name, remote.queues, remote.running) == ("gpu box", ("remote",), 1)
+    gpu, _key = create_key("gpu box", ["remote"])
+    create_key("spare box", ["remote"])
+    claim_remote(gpu, "w1", count=2)
+    gpu_box, spare_box = snapshot().remote_workers
+    assert (gpu_box.key, gpu_box.prefix, gpu_box.queues) == ("gpu box", gpu.prefix, ["remote"])
+    assert (gpu_box.running, gpu_box.instances) == (2, {"w1": 2})
+    assert (spare_box.key, spare_box.running) == ("spare box", 0)
 
 
 @pytest.mark.django_db

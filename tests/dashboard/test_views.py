@@ -10,21 +10,32 @@ from django.contrib.auth.models import Permission, User
 from django.test import Client
 
 from django_ratequeue import Status, clock, enqueue, pause_queue
-from django_ratequeue.models import Attempt, Job, QueueMinute, WorkerHeartbeat
+from django_ratequeue.models import Attempt, Job, QueueMinute, WorkerHeartbeat, WorkerKey
+from django_ratequeue.queue import remote
 from django_ratequeue.queue.rollups import floor_minute
 from django_ratequeue.queue.workerkeys import create_key
 from tests.queue import jobs
+from tests.queue.steps import leading_loop
 
 DASHBOARD = "/admin/django_ratequeue/job/dashboard/"
 LIVE = "/admin/django_ratequeue/job/dashboard/live/"
 PAGES = [DASHBOARD, LIVE]
 
 
-def log_in(client: Client, *codenames: str, staff: bool = True) -> User:
-    user = User.objects.create_user("someone", password="not-used", is_staff=staff)
+def log_in(client: Client, *codenames: str, staff: bool = True, username: str = "someone") -> User:
+    user = User.objects.create_user(username, password="not-used", is_staff=staff)
     user.user_permissions.add(*Permission.objects.filter(codename__in=codenames))
     client.force_login(user)
     return user
+
+
+def claim_remote(key: WorkerKey, instance: str, count: int = 1) -> None:
+    """Enqueue ``count`` jobs on the remote queue, dispatch them and claim them as the
+    remote worker ``instance`` of ``key`` does."""
+    for n in range(count):
+        enqueue(jobs.add, args=[n, 1], queue="remote")
+    leading_loop().run(30)
+    assert len(remote.claim(key, instance, ["remote"], [], count).attempts) == count
 
 
 def running(job_id: str, worker: str = "w1") -> None:
@@ -134,6 +145,18 @@ def test_the_page_shows_state_limits_keys_rate_limits_workers_and_charts(
 
 
 @pytest.mark.django_db
+@pytest.mark.parametrize("page", PAGES)
+def test_the_pages_show_what_remote_workers_run(admin_client: Client, page: str) -> None:
+    gpu, _key = create_key("gpu box", ["remote"])
+    claim_remote(gpu, "w1", count=2)
+    response = admin_client.get(page)
+    assert response.status_code == 200
+    [key] = response.context["snapshot"].remote_workers
+    assert (key.prefix, key.running, key.instances) == (gpu.prefix, 2, {"w1": 2})
+    assert "2 on w1" in response.content.decode()
+
+
+@pytest.mark.django_db
 def test_the_day_window_sums_quarters_of_an_hour(admin_client: Client) -> None:
     minute = floor_minute(clock.now())
     QueueMinute.objects.create(queue="emails", minute=minute, started=3)
@@ -183,18 +206,38 @@ def test_hostile_queue_names_and_keys_are_escaped_everywhere(
 
 
 @pytest.mark.django_db
-def test_the_dashboard_is_linked_from_the_app_index_the_job_list_and_the_overview(
+def test_the_dashboard_is_linked_from_the_indexes_the_job_list_and_the_overview(
     admin_client: Client,
 ) -> None:
-    for page in [
-        "/admin/django_ratequeue/",
-        "/admin/django_ratequeue/job/",
-        "/admin/django_ratequeue/job/overview/",
-    ]:
+    for page in ["/admin/", "/admin/django_ratequeue/"]:
+        row = '<a href="/admin/django_ratequeue/queuedashboard/">Queue dashboard</a>'
+        assert row in admin_client.get(page).content.decode(), page
+    for page in ["/admin/django_ratequeue/job/", "/admin/django_ratequeue/job/overview/"]:
         assert f'href="{DASHBOARD}"' in admin_client.get(page).content.decode(), page
 
 
 @pytest.mark.django_db
 def test_viewers_without_job_permission_get_no_link_on_the_app_index(client: Client) -> None:
     log_in(client, "view_queuesetting")
-    assert DASHBOARD not in client.get("/admin/django_ratequeue/").content.decode()
+    app_index = client.get("/admin/django_ratequeue/").content.decode()
+    assert DASHBOARD not in app_index and "queuedashboard" not in app_index
+
+
+def index_rows(client: Client) -> dict[str, str]:
+    """Return the models the site's admin index lists, by name, with each row's URL."""
+    app_list = client.get("/admin/").context["app_list"]
+    return {model["name"]: model["admin_url"] for app in app_list for model in app["models"]}
+
+
+@pytest.mark.django_db
+def test_the_sites_admin_index_lists_the_dashboard_for_who_may_see_it(client: Client) -> None:
+    log_in(client, "view_job")
+    rows = index_rows(client)
+    assert list(rows) == ["Jobs", "Queue dashboard"]
+    response = client.get(rows["Queue dashboard"], follow=True)
+    assert response.redirect_chain == [(DASHBOARD, 302)]
+    assert b"Busiest concurrency keys" in response.content
+
+    log_in(client, "view_queuesetting", username="settings only")
+    assert list(index_rows(client)) == ["Queue settings"]
+    assert client.get("/admin/django_ratequeue/queuedashboard/").status_code == 403

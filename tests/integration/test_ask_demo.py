@@ -86,7 +86,29 @@ def test_logging_in_leads_to_the_page_which_loads_the_client(client: Client) -> 
         "function": "example_project.demo.jobs.ask_model",
         "budgets": {"user": "llm_user_tokens", "model": "llm_tokens"},
         "cost": ASK_COST,
+        "questions": [],
     }
+
+
+def page_questions(client: Client) -> list[dict[str, str]]:
+    page = client.get("/ask/").content.decode()
+    config = page.split('<script id="ratequeue-client" type="application/json">')[1]
+    questions: list[dict[str, str]] = json.loads(config.split("</script>")[0])["questions"]
+    return questions
+
+
+def test_the_page_lists_the_askers_questions_again_after_a_reload(alice: Client) -> None:
+    first, second = (ask(alice, prompt).json()["id"] for prompt in ["One?", "<b>Two</b>?"])
+    bob = Client()
+    bob.login(username="bob", password=USERS["bob"])
+    bob.get("/ask/")
+    ask(bob, "Bob's?")
+
+    assert page_questions(alice) == [
+        {"id": first, "prompt": "One?", "status": "waiting"},
+        {"id": second, "prompt": "<b>Two</b>?", "status": "waiting"},
+    ]
+    assert [q["prompt"] for q in page_questions(bob)] == ["Bob's?"]
 
 
 def test_a_question_costs_the_asker_and_waits_for_their_own_turn(alice: Client) -> None:

@@ -20,6 +20,8 @@ from django_ratequeue.admin.jobs import LIVE_FIELDS, progress_fraction
 from django_ratequeue.models import Attempt, Job, OutputChunk
 from django_ratequeue.queue.models import new_job_id
 from django_ratequeue.queue.transitions import create_callbacks
+from django_ratequeue.queue.workerkeys import create_key
+from tests.dashboard.test_views import claim_remote
 from tests.queue import jobs
 
 JOBS = "/admin/django_ratequeue/job/"
@@ -237,3 +239,14 @@ def test_the_related_jobs_are_read_through_indexes(admin_client: Client) -> None
     assert len(plans) >= 3  # the job, its callback, its children
     for plan in plans:
         assert "Seq Scan on django_ratequeue_job" not in plan, plan
+
+
+@pytest.mark.django_db
+def test_the_attempts_table_names_a_remote_worker_by_its_key_and_instance(
+    admin_client: Client,
+) -> None:
+    gpu, _key = create_key("gpu box", ["remote"])
+    claim_remote(gpu, "w1")
+    attempt = Attempt.objects.get()
+    shown = page(admin_client, attempt.job_id)
+    assert f'<td title="{attempt.worker}">gpu box/w1</td>' in shown

@@ -17,6 +17,7 @@ from django_ratequeue.models import CancelRequest, Job, OutputChunk
 from django_ratequeue.queue import stats
 from tests.cluster import wait_for
 from tests.queue import jobs
+from tests.queue.steps import leading_loop, run_pass
 
 CHANGELIST = "/admin/django_ratequeue/job/"
 OVERVIEW = "/admin/django_ratequeue/job/overview/"
@@ -189,10 +190,19 @@ def test_list_cuts_long_ids_and_paths_short_with_tooltips(admin_client: Client) 
 
     page = admin_client.get(CHANGELIST).content.decode()
 
-    assert f'<span title="{handle.id}">…{handle.id[-12:]}</span>' in page
-    assert '<span title="tests.queue.jobs.add">jobs.add</span>' in page
-    assert f'title="tenant-{"x" * 40}">tenant-{"x" * 12}…</a>' in page
+    assert f'<span title="{handle.id}">…{handle.id[-10:]}</span>' in page
+    assert '<span title="tests.queue.jobs.add">jobs.<wbr>add</span>' in page
+    assert f'title="tenant-{"x" * 40}">tenant-{"x" * 8}…</a>' in page
     assert f">{handle.id}<" not in page and ">tests.queue.jobs.add<" not in page
+
+
+@pytest.mark.django_db
+def test_a_keys_link_lists_that_keys_jobs_whatever_it_holds(admin_client: Client) -> None:
+    odd = enqueue(jobs.add, args=[1, 2], concurrency_key="a&b=c #1")
+    enqueue(jobs.add, args=[1, 2], concurrency_key="a")
+    page = admin_client.get(CHANGELIST).content.decode()
+    assert '?concurrency_key=a%26b%3Dc+%231"' in page
+    assert listed(admin_client, concurrency_key="a&b=c #1") == [odd.id]
 
 
 @pytest.mark.django_db
@@ -241,6 +251,26 @@ def test_a_jobs_page_has_cancel_and_retry_buttons(admin_client: Client) -> None:
     copy = Job.objects.exclude(pk=waiting.id).get()
     assert f"Enqueued {copy.id}, a copy of {waiting.id}." in response.content.decode()
     assert response.redirect_chain[-1][0] == f"{CHANGELIST}{copy.id}/change/"
+
+
+@pytest.mark.django_db
+def test_a_button_of_a_page_left_open_says_why_it_did_nothing(admin_client: Client) -> None:
+    """The job ended after its page was loaded: the ids in the messages stay as they are
+    (the admin capitalises each message's first letter)."""
+    handle = enqueue(jobs.add, args=[1, 2], id="flaky-0c1d")
+    run_pass()  # runs it
+    leading_loop().run(30)  # takes in its outcome
+    assert handle.result(timeout=1) == 3
+    canceled = admin_client.post(f"{CHANGELIST}{handle.id}/cancel/", follow=True)
+    assert '<li class="warning">Job flaky-0c1d is already complete.</li>' in (
+        canceled.content.decode()
+    )
+    retried = admin_client.post(f"{CHANGELIST}{handle.id}/retry/", follow=True)
+    assert (
+        '<li class="warning">Job flaky-0c1d is complete: only failed or canceled jobs are '
+        "retried.</li>" in retried.content.decode()
+    )
+    assert not CancelRequest.objects.exists() and Job.objects.count() == 1
 
 
 @pytest.mark.django_db

@@ -10,8 +10,9 @@ from django.contrib.auth.models import User
 from django.core.management import CommandError, call_command
 from django.test import Client
 
+from django_ratequeue.queue.heartbeat import worker_id
 from django_ratequeue.queue.models import WorkerKey
-from django_ratequeue.queue.workerkeys import create_key, find_key
+from django_ratequeue.queue.workerkeys import create_key, find_key, read_worker_name, worker_name
 
 pytestmark = pytest.mark.django_db
 
@@ -81,3 +82,25 @@ def test_ratequeue_status_shows_remote_workers() -> None:
     out = StringIO()
     call_command("ratequeue_status", stdout=out)
     assert f"{row.prefix} gpu box (gpu)  last seen -  running 0" in out.getvalue()
+
+
+@pytest.mark.parametrize("name", ["gpu box", "a:b/c:d/", "x" * 200])
+@pytest.mark.parametrize("instance", ["w1", "w" * 32])
+def test_a_worker_name_reads_back_as_written(name: str, instance: str) -> None:
+    row, _key = create_key(name, ["gpu"])
+    remote = read_worker_name(worker_name(row, instance))
+    assert remote is not None
+    assert (remote.prefix, remote.instance) == (row.prefix, instance)
+    assert name.startswith(remote.key_name)  # cut short to fit the column, never changed
+
+
+def test_a_prefix_of_digits_is_read_as_a_prefix_not_an_id() -> None:
+    row, _key = create_key("gpu box", ["gpu"])
+    row.prefix = "12345678"  # what one key in 43 gets from token_hex
+    remote = read_worker_name(worker_name(row, "w1"))
+    assert remote is not None and (remote.prefix, remote.label) == ("12345678", "gpu box/w1")
+
+
+def test_local_workers_and_nobody_are_not_remote_workers() -> None:
+    assert read_worker_name(worker_id()) is None
+    assert read_worker_name("") is None

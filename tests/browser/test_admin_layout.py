@@ -1,0 +1,114 @@
+"""The admin's pages of a busy site at 1,400 pixels wide, the navigation sidebar open (as
+Django's admin starts): none scrolls sideways, nothing sticks out of its box, and no
+button lies over a table. Measured on the pages as Chromium lays them out."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import pytest
+from django.contrib.auth.models import User
+from django.test import Client
+
+from django_ratequeue import Retry, enqueue, pause_queue
+from django_ratequeue.models import Job
+from django_ratequeue.queue.workerkeys import create_key
+from example_project.demo.accounts import create_demo_accounts
+from tests.browser.pages import layout_problems, shows
+from tests.dashboard.test_views import claim_remote
+from tests.queue import jobs
+from tests.queue.steps import leading_loop, run_pass
+
+if TYPE_CHECKING:
+    from selenium.webdriver import Chrome
+
+WIDTH = 1400
+PASSWORD = "a-long-test-password"
+# An error as real ones come: a long line without a space to break it at.
+LONG_ERROR = "https://api.example.com/v1/" + "/".join(f"segment-{n}" for n in range(30))
+
+
+def a_busy_site() -> str:
+    """Make jobs in every status over several queues, a job that failed with a long error,
+    a remote worker at work and a user locked out of logging in; return the failed job's
+    id."""
+    failed = enqueue(
+        jobs.fail, args=[LONG_ERROR], retries=Retry(retry_count=1, initial_interval=0.01)
+    )
+    for n in range(3):
+        enqueue(jobs.add, args=[n, n], queue="emails", concurrency_key=f"tenant-{n}")
+        enqueue(jobs.block_until_file, args=["/nonexistent", "never", 0], queue="llm", cost=10)
+    run_pass()  # the first attempts run
+    leading_loop().run(30)  # their outcomes are taken in; the failed one retries
+    run_pass()
+    leading_loop().run(30)
+    assert Job.objects.get(pk=failed.id).status == "failed"
+    pause_queue("llm")
+    for n in range(12):
+        enqueue(jobs.add, args=[n, 1], queue="llm", concurrency_key=f"user-{n % 3}", cost=10)
+        enqueue(jobs.add, args=[n, 2], run_after=3600)
+    claim_remote(create_key("gpu box", ["remote"])[0], "w1")
+    create_demo_accounts()
+    for _ in range(11):  # the demo's login allows 10 failures an hour
+        Client().post("/accounts/login/", {"username": "alice", "password": "wrong"})
+    return failed.id
+
+
+def log_in(browser: Chrome, live_server: Any) -> None:
+    User.objects.create_superuser("operator", password=PASSWORD)
+    browser.set_window_size(WIDTH, 1000)
+    browser.get(f"{live_server.url}/admin/login/?next=/admin/")
+    browser.find_element("id", "id_username").send_keys("operator")
+    browser.find_element("id", "id_password").send_keys(PASSWORD)
+    browser.find_element("css selector", "#login-form [type=submit]").click()
+    shows(browser, lambda b: b.find_elements("id", "site-name"), "the admin's index")
+
+
+@dataclass
+class BusyAdmin:
+    """A browser logged in to the admin of a busy site (:func:`a_busy_site`)."""
+
+    browser: Chrome
+    url: str
+    failed_job: str
+
+    def visit(self, path: str) -> list[str]:
+        """Open ``path`` and return what keeps it from fitting the window."""
+        self.browser.get(f"{self.url}{path}")
+        shows(self.browser, lambda b: b.find_elements("id", "content"), path)
+        return layout_problems(self.browser)
+
+
+@pytest.fixture
+def busy_admin(live_server: Any, browser: Callable[..., Chrome]) -> BusyAdmin:
+    failed = a_busy_site()
+    page = browser()
+    log_in(page, live_server)
+    return BusyAdmin(page, live_server.url, failed)
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/admin/",
+        "/admin/django_ratequeue/job/",
+        "/admin/django_ratequeue/job/overview/",
+        "/admin/django_ratequeue/job/dashboard/",
+        "/admin/django_ratequeue/ratelimitstate/",
+        "/admin/django_ratequeue/workerkey/",
+    ],
+)
+def test_the_admins_pages_fit_the_window(busy_admin: BusyAdmin, path: str) -> None:
+    assert busy_admin.visit(path) == []
+
+
+def test_a_failed_jobs_tracebacks_stay_in_their_boxes(busy_admin: BusyAdmin) -> None:
+    assert busy_admin.visit(f"/admin/django_ratequeue/job/{busy_admin.failed_job}/change/") == []
+    opened = busy_admin.browser.execute_script(
+        "const all = document.querySelectorAll('.field-attempt_timeline details');"
+        "all.forEach((d) => { d.open = true; }); return all.length;"
+    )
+    assert opened == 2  # one per attempt
+    assert layout_problems(busy_admin.browser) == []

@@ -64,6 +64,8 @@ def test_the_depth_holds_the_arrivals_the_loop_has_not_counted_yet(
     """A burst: the loop counts its arrivals ARRIVALS_SETTLE after their enqueue; until
     then the depth must not draw today's backlog across the whole window."""
     frozen = freeze(monkeypatch)
+    frozen.moment = frozen.moment.replace(second=1, microsecond=0) + timedelta(minutes=1)
+    # at a minute's start, so that the settling below stays inside one minute
     loop = leading_loop()
     loop.step()  # counting arrivals starts
     for n in range(5):

@@ -35,6 +35,7 @@ from .ratelimit.config import RateLimitConfig, check_limit_name, parse_config
 # What each setting means and what it becomes when read: RateQueueSettings below.
 DEFAULTS: dict[str, Any] = {
     "MAX_CONCURRENCY": 10,
+    "SLOTS": 8,
     "MAX_QUEUE_CONCURRENCY": 100,
     "QUEUES": {},
     "RATE_LIMITS": {},
@@ -105,6 +106,8 @@ class RateQueueSettings:
 
     # Jobs running at once across the whole environment.
     MAX_CONCURRENCY: int
+    # Attempts one worker process runs at once.
+    SLOTS: int
     # Upper bound for any queue's max_concurrency.
     MAX_QUEUE_CONCURRENCY: int
     # Queue name -> its configuration (read-only).
@@ -200,6 +203,8 @@ POSITIVE_INTEGERS = (
     "API_MAX_BODY_BYTES",
     "API_MAX_BULK_ITEMS",
 )
+# The most slots a worker process may have: each may hold a thread and a connection.
+MAX_SLOTS = 1000
 DURATIONS = (
     "SEGMENT",
     "LOOP_LEASE",
@@ -243,6 +248,18 @@ class _Parser:
             return integer(f'RATEQUEUE["{name}"]', self.values[name], 1, MAX_INT)
         except ValueError as error:
             self.problem("E201", str(error), "e.g. 10")
+            return 0
+
+    def slots(self) -> int:
+        """How many attempts one worker process runs at once, or 0 (never valid)."""
+        try:
+            return integer('RATEQUEUE["SLOTS"]', self.values["SLOTS"], 1, MAX_SLOTS)
+        except ValueError as error:
+            self.problem(
+                "E222",
+                str(error),
+                "8 suits IO-bound jobs (network calls); 1 suits CPU-bound ones.",
+            )
             return 0
 
     def duration(self, name: str, number: str, *, allow_zero: bool) -> float:
@@ -504,6 +521,7 @@ class _Parser:
             RUNNER_TURN=durations["RUNNER_TURN"],
             REMOTE_LEASE=durations["REMOTE_LEASE"],
             MAX_CONCURRENCY=numbers["MAX_CONCURRENCY"],
+            SLOTS=self.slots(),
             MAX_QUEUE_CONCURRENCY=numbers["MAX_QUEUE_CONCURRENCY"],
             MAX_ARGUMENTS_BYTES=numbers["MAX_ARGUMENTS_BYTES"],
             MAX_RESULT_BYTES=numbers["MAX_RESULT_BYTES"],

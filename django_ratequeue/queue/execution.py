@@ -1,20 +1,21 @@
-"""Running one claimed attempt: its job's function under its time limit, and what came
-of it (outcome, result, error, the class of what it raised) recorded on the attempt for
-the runner to report. The only rows written here are the job's progress and output that
-are still pending as the attempt ends (:mod:`.progress`).
+"""Running claimed attempts: the call that runs an attempt's job (:func:`prepare`), for
+a slot (:mod:`django_ratequeue.slots`) to run, and what came of it (outcome, result,
+error, the class of what it raised) recorded on the attempt for the runner to report
+(:func:`finish`). The only rows written here are the job's progress and output that are
+still pending as the attempt ends (:mod:`.progress`).
 
-A job that raises ``SystemExit`` or ``KeyboardInterrupt`` fails like any other; anything
-else that stops the process is recorded, then re-raised for the runner to report what ran.
+Whatever a job raises is its outcome, ``SystemExit`` and ``KeyboardInterrupt`` included:
+the attempt fails, the worker goes on.
 """
 
 from __future__ import annotations
 
-import signal
-import threading
-import time
+import asyncio
+import contextvars
 import traceback as tb
-from collections.abc import Iterator
-from contextlib import contextmanager
+from datetime import datetime
+from functools import partial
+from inspect import iscoroutinefunction, unwrap
 from typing import Any
 
 from django.db import DatabaseError, DataError, IntegrityError
@@ -29,6 +30,7 @@ from ..exceptions import (
     class_path,
     describe,
 )
+from ..slots import Call, Finished, Slots
 from .bounds import MAX_TIMEOUT, check_json, clip
 from .models import Attempt, Job, Outcome
 from .progress import write_rest
@@ -39,76 +41,87 @@ from .subtasks import current_attempt
 REFUSED = (DataError, IntegrityError)
 
 
-@contextmanager
-def time_limit(seconds: float | None) -> Iterator[None]:
-    """Interrupt the job with :class:`AttemptTimedOut` after ``seconds`` (SIGALRM, main
-    thread only; the loop's recovery covers the rest). django-q2's own alarm is restored.
-    A timeout beyond MAX_TIMEOUT (a row changed behind the app's back) counts as that."""
-    if not seconds or not seconds > 0 or threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    seconds = min(seconds, MAX_TIMEOUT.total_seconds())
+def prepare(attempt: Attempt) -> Call:
+    """Return the call that runs a claimed attempt: its job's registered function with the
+    job's arguments, under the attempt's time limit, with the attempt as the current one.
 
-    def interrupt(signum: int, frame: Any) -> None:
-        raise AttemptTimedOut(f"The attempt ran past its timeout of {seconds:g} seconds.")
-
-    started = time.monotonic()
-    previous_handler = signal.signal(signal.SIGALRM, interrupt)
-    previous_delay, _interval = signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous_handler)
-        if previous_delay:
-            remaining = previous_delay - (time.monotonic() - started)
-            signal.setitimer(signal.ITIMER_REAL, max(remaining, 0.001))
-
-
-def run_attempt(attempt: Attempt) -> None:
-    """Run one claimed attempt and record its outcome on it (written by the caller).
-
-    The job's function is looked up among the registered jobs, never imported: a row whose
+    The function is looked up among the registered jobs, never imported: a row whose
     function is not one (changed in the database, or from a deploy that registers other
-    jobs) fails at once, without retries, with an error that says how to register it."""
+    jobs) raises :class:`UnknownJob`, which fails the attempt without retries."""
     job: Job = attempt.job
+    func = registered_job(job.func).func
+    if not isinstance(job.args, list) or not isinstance(job.kwargs, dict):
+        raise NonRetryableError(
+            "The job's row holds malformed arguments: args must be a JSON list and "
+            "kwargs a JSON object."
+        )
+    context = contextvars.copy_context()
+    context.run(current_attempt.set, attempt)
+    timeout = attempt.timeout
+    # A timeout beyond MAX_TIMEOUT (a row changed behind the app's back) counts as that.
+    if timeout is not None and timeout > 0:
+        timeout = min(timeout, MAX_TIMEOUT.total_seconds())
+    else:
+        timeout = None
+    return Call(
+        key=attempt.pk,
+        function=partial(func, *job.args, **job.kwargs),
+        is_async=iscoroutinefunction(unwrap(func)),
+        timeout=timeout,
+        context=context,
+    )
+
+
+def finish(attempt: Attempt, finished: Finished, ended_at: datetime | None = None) -> Attempt:
+    """Record on ``attempt`` how its call ended, for the runner to report: its outcome and
+    result, or how it failed; with its progress and output written first."""
     attempt.result, attempt.error, attempt.traceback = None, "", ""
     attempt.outcome, attempt.exception_class_path = Outcome.SUCCEEDED, ""
-    token = current_attempt.set(attempt)
+    error = finished.error
+    if error is None:
+        try:
+            check_result_size(finished.value)
+            attempt.result = finished.value
+        except Exception as exc:
+            error = exc
+    if error is not None:
+        failed(attempt, error, *_outcome_of(error, finished.timed_out))
+    # Its progress and output are complete before its outcome can be seen.
+    write_rest(attempt)
+    # Stored as a database can: cut to size, a NUL escaped, a lone surrogate replaced.
+    limit = ratequeue_settings().MAX_ERROR_BYTES
+    for field in ("error", "traceback", "exception_class_path"):
+        setattr(attempt, field, clip(getattr(attempt, field), limit))
+    attempt.ended_at = ended_at or clock.now()
+    return attempt
+
+
+def _outcome_of(error: BaseException, timed_out: bool) -> tuple[str, str]:
+    """The outcome of an attempt whose call raised ``error``, and its error text."""
+    if timed_out or isinstance(error, AttemptTimedOut):
+        return Outcome.TIMED_OUT, str(error)
+    if isinstance(error, NonRetryableError | RecursiveWaitDeadlock | UnknownJob):
+        return Outcome.NON_RETRYABLE, describe(error)
+    if isinstance(error, Exception):
+        return Outcome.FAILED, describe(error)
+    if isinstance(error, asyncio.CancelledError):
+        return Outcome.FAILED, f"{describe(error)} (the job's task was cancelled)"
+    # SystemExit, KeyboardInterrupt: the job's own; it fails, the worker goes on.
+    return Outcome.FAILED, f"{describe(error)} (a job cannot stop its worker: this attempt failed)"
+
+
+# Runs an attempt in the calling thread (run_attempt): tests, and nothing else.
+_here = Slots(0, lambda finished: None, name="ratequeue-here", interrupt_with=AttemptTimedOut)
+
+
+def run_attempt(attempt: Attempt) -> Attempt:
+    """Run one claimed attempt in this thread and record its outcome on it (written by the
+    caller): a step of a test, as a runner's slot would run it."""
     try:
-        func = registered_job(job.func).func
-        if not isinstance(job.args, list) or not isinstance(job.kwargs, dict):
-            raise NonRetryableError(
-                "The job's row holds malformed arguments: args must be a JSON list and "
-                "kwargs a JSON object."
-            )
-        with time_limit(attempt.timeout):
-            result = func(*job.args, **job.kwargs)
-        check_result_size(result)
-        attempt.result = result
-    except AttemptTimedOut as exc:
-        failed(attempt, exc, Outcome.TIMED_OUT, str(exc))
-    except (NonRetryableError, RecursiveWaitDeadlock, UnknownJob) as exc:
-        failed(attempt, exc, Outcome.NON_RETRYABLE, describe(exc))
+        call = prepare(attempt)
     except Exception as exc:
-        failed(attempt, exc, Outcome.FAILED, describe(exc))
-    except (SystemExit, KeyboardInterrupt) as exc:
-        # The job's own (django-q2's workers ignore SIGINT): it fails, the worker goes on.
-        error = f"{describe(exc)} (a job cannot stop its worker: this attempt failed)"
-        failed(attempt, exc, Outcome.FAILED, error)
-    except BaseException as exc:
-        # Anything else stops the process: record the attempt for the caller to report.
-        failed(attempt, exc, Outcome.FAILED, f"{describe(exc)} (its worker stopped)")
-        raise
-    finally:
-        current_attempt.reset(token)
-        # Its progress and output are complete before its outcome can be seen.
-        write_rest(attempt)
-        # Stored as a database can: cut to size, a NUL escaped, a lone surrogate replaced.
-        limit = ratequeue_settings().MAX_ERROR_BYTES
-        for field in ("error", "traceback", "exception_class_path"):
-            setattr(attempt, field, clip(getattr(attempt, field), limit))
-        attempt.ended_at = clock.now()
+        return finish(attempt, Finished(attempt.pk, error=exc))
+    return finish(attempt, _here.run_here(call))
 
 
 def failed(attempt: Attempt, exc: BaseException, outcome: str, error: str) -> None:

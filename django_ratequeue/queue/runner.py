@@ -1,28 +1,35 @@
 """Runners: what serves the queue on a django-q2 worker.
 
 A runner is the django-q2 task :func:`serve`, which the loop asks for when attempts wait
-and too few runners serve (:meth:`.loop.Loop.keep_runners`). It claims the dispatched
-attempts of the highest priority itself, in chunks, with one UPDATE that skips rows other
-runners are claiming (``FOR UPDATE SKIP LOCKED`` on PostgreSQL; SQLite writes one at a
-time); runs them; reports their outcomes with one statement that signals the loop; and
-when nothing is left to claim, waits for the loop's ``WORK`` signal. It hands its worker
-back to django-q2 after ``RUNNER_IDLE`` seconds without work, or at the end of its turn
-(``RUNNER_TURN``), so that the cluster's other tasks get their turn too.
+and too few runners serve (:meth:`.loop.Loop.keep_runners`). It runs attempts in the
+slots of its process (``RATEQUEUE["SLOTS"]`` at once, see :mod:`django_ratequeue.slots`):
+it claims as many dispatched attempts as it has free slots, the highest priority first,
+with one UPDATE that skips rows other runners are claiming (``FOR UPDATE SKIP LOCKED`` on
+PostgreSQL; SQLite writes one at a time), and starts each in a slot. As calls end it
+reports their outcomes, those that ended together in one statement that signals the
+loop, before it claims again: so a slot takes more work only once the outcome of its
+last is recorded, and a worker that dies re-runs only what was in its slots. When
+nothing is left to claim it waits for the loop's ``WORK`` signal or an end. It hands its
+worker back to django-q2 after ``RUNNER_IDLE`` seconds without work, or at the end of its
+turn (``RUNNER_TURN``, once its slots are empty), so that the cluster's other tasks get
+their turn too.
 
 Only attempt ids go through the database (never client data). A claim takes attempts
 nobody's yet and not ended, so an attempt that already ran or was recovered never runs
-again, and each records its start time as it really starts. A job that raises
-``SystemExit`` or ``KeyboardInterrupt`` fails like any other; the worker goes on.
+again.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import queue
 import random
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from contextlib import nullcontext
+from datetime import timedelta
 from functools import cache, partial
 from typing import Any, TypeVar
 
@@ -31,10 +38,10 @@ from django.db.models import Q
 
 from .. import clock
 from ..conf import ratequeue_settings
-from ..db import ServerStatement, sql_to_run
-from ..exceptions import class_path
+from ..exceptions import AttemptTimedOut, class_path
+from ..slots import Finished, Slots
 from .bulk import update_rows
-from .execution import REFUSED, refusal, run_attempt
+from .execution import REFUSED, finish, prepare, refusal, run_attempt
 from .heartbeat import beat, mark_serving
 from .models import REPORT_FIELDS, Attempt, Job, Outcome, queue_connection
 from .wakeup import LOOP, WORK, Waiter, notifies, notify_clause, signal
@@ -49,28 +56,17 @@ def serve() -> None:
 
     Through reconnects from the first statement on: this worker's connection may have
     been cut while it waited for the task (a database restart)."""
-    global _chunk
     settings = ratequeue_settings()
     worker = through_reconnects(lambda: beat(force=True))
     through_reconnects(lambda: mark_serving(worker, True))
-    runner = Runner(worker, _chunk)
-    waiter = Waiter((WORK,))
+    runner = Runner(worker)
     # Turns of different lengths, so that the runners of a cluster do not all hand their
     # workers back at the same moment.
     turn_ends = time.monotonic() + settings.RUNNER_TURN * random.uniform(0.8, 1.0)
-    idle_since = time.monotonic()
     try:
-        while time.monotonic() < turn_ends:
-            if runner.run_next():
-                idle_since = time.monotonic()
-                continue
-            left = min(idle_since + settings.RUNNER_IDLE, turn_ends) - time.monotonic()
-            if left <= 0:
-                break
-            waiter.wait(left)
+        runner.serve(turn_ends, settings.RUNNER_IDLE)
     finally:
-        waiter.close()
-        _chunk = runner.chunk
+        runner.close()
 
         def leave() -> None:
             mark_serving(worker, False)
@@ -79,56 +75,123 @@ def serve() -> None:
         through_reconnects(leave)
 
 
-# The chunk size this worker process's last runner ended with: the next one starts there.
-_chunk = 1
+_slots: Slots | None = None
+_slots_lock = threading.Lock()
+
+
+def process_slots() -> Slots:
+    """The slots of this process, shared by its runners one after the other."""
+    global _slots
+    with _slots_lock:
+        if _slots is None:
+            _slots = Slots(
+                ratequeue_settings().SLOTS,
+                on_finish=lambda finished: None,
+                name="ratequeue-slot",
+                interrupt_with=AttemptTimedOut,
+            )
+        return _slots
 
 
 class Runner:
-    """Claims, runs and reports attempts in chunks.
+    """Claims attempts for its free slots, starts them, and reports them as they end."""
 
-    A chunk is claimed with one UPDATE, each of its attempts records its start with a
-    short one as it really starts (so that its start time is true, and known should the
-    worker die), and their outcomes are reported with one statement. It doubles (up to
-    ``MAX_CHUNK``) while jobs finish quickly and falls back to one attempt after a slow
-    chunk, so quick jobs share their claims and reports while a slow job holds others
-    back at most once in a row.
-    """
-
-    MAX_CHUNK = 32
-    QUICK = 0.005
-
-    def __init__(self, worker: str, chunk: int = 1) -> None:
+    def __init__(self, worker: str, slots: Slots | None = None) -> None:
         self.worker = worker
-        self.chunk = chunk
+        self.slots = slots or process_slots()
+        self.slots.on_finish = self.ended
+        self.held: dict[Hashable, Attempt] = {}
+        self.finished: queue.SimpleQueue[tuple[Finished, float]] = queue.SimpleQueue()
+        self.waiter = Waiter((WORK,), interruptible=True)
 
-    def run_next(self) -> int:
-        """Claim a chunk and run it; how many attempts it ran (0: nothing to claim)."""
-        claimed = self.claim()
-        if not claimed:
-            return 0
-        return self.run_chunk(claimed)
+    def ended(self, finished: Finished) -> None:
+        """Take the end of a call (from the slot that ran it) for the next report."""
+        self.finished.put((finished, time.monotonic()))
+        self.waiter.interrupt()
+
+    def serve(self, turn_ends: float, idle: float) -> None:
+        """Claim, start and report until the turn ends or ``idle`` seconds pass without
+        work; then report what is still running as it ends."""
+        idle_since = time.monotonic()
+        while (now := time.monotonic()) < turn_ends:
+            more = self.turn()
+            if self.held:
+                idle_since = now
+            if more:
+                continue
+            left = min(idle_since + idle, turn_ends) - now
+            if left <= 0:
+                break
+            self.waiter.wait(left)
+        self.finish_held()
+
+    def turn(self) -> bool:
+        """Report what ended, then claim and start attempts for the free slots; whether
+        it took all it asked for (more may wait)."""
+        self.report_ended()
+        free = self.slots.free
+        if free <= 0:
+            return False
+        claimed = self.claim(free)
+        for attempt in claimed:
+            self.start(attempt)
+        return len(claimed) == free
+
+    def start(self, attempt: Attempt) -> None:
+        """Start a claimed attempt in a free slot; one whose call cannot be made (an
+        unknown function, malformed arguments) ends at once."""
+        try:
+            call = prepare(attempt)
+        except Exception as exc:
+            self.report([finish(attempt, Finished(attempt.pk, error=exc))])
+            return
+        self.held[attempt.pk] = attempt
+        self.slots.start(call)
+
+    def report_ended(self) -> int:
+        """Report the attempts whose calls ended since the last report; how many."""
+        ended = []
+        while not self.finished.empty():
+            finished, heard = self.finished.get()
+            attempt = self.held.pop(finished.key, None)
+            if attempt is None:
+                continue
+            # When the call really ended: the slot's reading, on the queue's clock.
+            ago = max(heard - finished.ended, 0.0) + (time.monotonic() - heard)
+            ended.append(finish(attempt, finished, clock.now() - timedelta(seconds=ago)))
+        self.report(ended)
+        return len(ended)
+
+    def finish_held(self) -> None:
+        """Take no more work, and report the attempts in the slots as they end."""
+        while self.held:
+            self.report_ended()
+            if self.held:
+                self.waiter.wait(1.0)
 
     def drain(self) -> int:
-        """Run chunks until nothing is left to claim; how many attempts ran."""
-        total = 0
-        while ran := self.run_next():
-            total += ran
-        return total
+        """Claim and run attempts in this thread, one at a time, until nothing is left to
+        claim; how many ran. The in-process step of tests: what a runner does, without
+        its threads."""
+        ran = 0
+        while claimed := self.claim(1):
+            for attempt in claimed:
+                self.report([run_attempt(attempt)])
+                ran += 1
+        return ran
 
-    def claim(self) -> list[Attempt]:
-        """Take up to ``chunk`` dispatched attempts nobody claimed yet, the highest
-        priority first, then in dispatch order: so a free worker never starts a lower
-        priority while a higher one waits. One durable statement, which also starts a
-        chunk of one (a slow job's claim costs no more) and, on PostgreSQL, returns what
-        the attempts run. Through lost connections: claiming again also finds what a
-        first try may have taken before its connection broke."""
+    def close(self) -> None:
+        self.waiter.close()
+
+    def claim(self, limit: int = 1) -> list[Attempt]:
+        """Take up to ``limit`` dispatched attempts nobody claimed yet, started now, the
+        highest priority first, then in dispatch order: so a free slot never starts a
+        lower priority while a higher one waits. One durable statement, which on
+        PostgreSQL also returns what the attempts run. Through lost connections: claiming
+        again also finds what a first try may have taken before its connection broke."""
         connection = queue_connection()
-        stamp = clock.now() if self.chunk == 1 else None
-        params: list[Any] = [
-            self.chunk,
-            self.worker,
-            connection.ops.adapt_datetimefield_value(stamp),
-        ]
+        stamp = clock.now()
+        params: list[Any] = [limit, self.worker, connection.ops.adapt_datetimefield_value(stamp)]
 
         def take() -> list[Attempt]:
             with connection.cursor() as cursor:
@@ -139,9 +202,7 @@ class Runner:
             # SQLite returns the attempts' own columns only: read the rest. What a first
             # try took before its connection broke comes back the same way: claimed by
             # us, not started, or started by that very claim.
-            taken = Q(pk__in=[row[0] for row in rows]) | Q(started_at=None)
-            if stamp is not None:
-                taken |= Q(started_at=stamp)
+            taken = Q(pk__in=[row[0] for row in rows]) | Q(started_at=stamp)
             return list(
                 Attempt.objects.filter(taken, worker=self.worker, ended_at=None, active=True)
                 .select_related("job")
@@ -158,30 +219,6 @@ class Runner:
             )
 
         return through_reconnects(take)
-
-    def run_chunk(self, claimed: list[Attempt]) -> int:
-        """Start and run claimed attempts one after the other, report them together, and
-        signal the loop; how many ran (an attempt canceled meanwhile does not start).
-
-        Should something stop this process in the middle (a ``BaseException`` that is not
-        the job's own ``SystemExit`` or ``KeyboardInterrupt``), the attempts that ran are
-        reported first and the claimed ones that did not start are handed back: they wait
-        again, and none of them counts as a try."""
-        ran: list[Attempt] = []
-        began = time.monotonic()
-        try:
-            for attempt in claimed:
-                if attempt.started_at is not None or self.start(attempt):
-                    ran.append(attempt)
-                    run_attempt(attempt)
-        except BaseException:
-            self.report([attempt for attempt in ran if attempt.ended_at is not None])
-            self.release([attempt.pk for attempt in claimed if attempt.started_at is None])
-            raise
-        quick = time.monotonic() - began < self.QUICK * max(len(ran), 1)
-        self.chunk = min(self.chunk * 2, self.MAX_CHUNK) if quick else 1
-        self.report(ran)
-        return len(ran)
 
     def report(self, attempts: list[Attempt]) -> None:
         """Write the outcomes of attempts that ran, with their start times should a
@@ -222,51 +259,12 @@ class Runner:
                 returning=notify_clause(LOOP) if notifies() else "",
             )
 
-    def start(self, attempt: Attempt) -> bool:
-        """Record that a claimed attempt starts now, unless it was ended meanwhile (a
-        cancel). Each attempt gets its true start time, and should this worker die, the
-        attempts of its chunk that had not started are known: they are not tries. One
-        short statement per job; on PostgreSQL it does not wait for the WAL flush (the
-        claim, which makes the attempt ours, did; the report writes the time again)."""
-        stamp = clock.now()
-        connection = queue_connection()
-        params = [connection.ops.adapt_datetimefield_value(stamp), attempt.pk, self.worker]
-        statement = _start_statement(
-            connection.vendor == "postgresql" and not connection.in_atomic_block
-        )
-
-        def take() -> int:
-            with connection.cursor() as cursor:
-                cursor.execute(sql_to_run(connection, statement), params)
-                return cursor.rowcount
-
-        if not through_reconnects(take):
-            return False
-        attempt.started_at = stamp
-        return True
-
     def release(self, attempt_ids: list[int]) -> None:
         """Hand back claimed attempts that did not start, for another runner (or the
         loop's recovery, see :func:`.transitions.recover`) to take."""
         Attempt.objects.filter(
             pk__in=attempt_ids, worker=self.worker, started_at=None, ended_at=None
         ).update(worker="")
-
-
-@cache
-def _start_statement(async_commit: bool) -> ServerStatement:
-    """The start of a claimed attempt, in plain SQL, prepared on the server from a
-    session's second use (see :mod:`django_ratequeue.db`): the ORM, and planning the
-    statement each time, would cost more than running it."""
-    table = queue_connection().ops.quote_name(Attempt._meta.db_table)
-    text = "UPDATE {} SET started_at = {} WHERE id = {} AND worker = {} AND ended_at IS NULL{}"
-    relax = " RETURNING set_config('synchronous_commit', 'off', true)" if async_commit else ""
-    return ServerStatement(
-        name=f"ratequeue_start_attempt{'_async' if async_commit else ''}",
-        text=text.format(table, "%s", "%s", "%s", relax),
-        prepared_text=text.format(table, "$1", "$2", "$3", relax),
-        arguments="%s, %s, %s",
-    )
 
 
 @cache

@@ -171,14 +171,14 @@ def test_on_sqlite_a_waiter_wakes_on_another_connections_commit(transactional_db
 
 
 @pytest.mark.django_db
-def test_a_claim_takes_at_most_its_chunk_by_priority(settings: Any) -> None:
+def test_a_claim_takes_at_most_its_limit_by_priority(settings: Any) -> None:
     settings.RATEQUEUE = {**settings.RATEQUEUE, "MAX_CONCURRENCY": 10}
     low = enqueue_many(jobs.add, [[1, 1]] * 3, priority=0)
     high = enqueue(jobs.add, args=[2, 2], priority=5)
     leading_loop().step()
-    (first,) = Runner("one", chunk=1).claim()
+    (first,) = Runner("one").claim(1)
     assert first.job_id == high.id
-    two = Runner("two", chunk=2).claim()
+    two = Runner("two").claim(2)
     assert [a.job_id for a in two] == [low[0].id, low[1].id]
     assert Attempt.objects.filter(worker="").count() == 1
 
@@ -196,11 +196,9 @@ def test_runners_claiming_at_once_never_take_the_same_attempt(
     def claim(name: str) -> None:
         try:
             start.wait()
-            runner, mine = Runner(name, chunk=3), []
-            while taken := runner.claim():
-                for attempt in taken:  # as a runner does, one after the other
-                    assert runner.start(attempt)
-                    mine.append(attempt.pk)
+            runner, mine = Runner(name), []
+            while taken := runner.claim(3):
+                mine.extend(attempt.pk for attempt in taken)
             claimed[name] = mine
         finally:
             connection.close()

@@ -9,11 +9,14 @@ else that stops the process is recorded, then re-raised for the runner to report
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
+import inspect
 import signal
 import threading
 import time
 import traceback as tb
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -83,7 +86,7 @@ def run_attempt(attempt: Attempt) -> None:
                 "kwargs a JSON object."
             )
         with time_limit(attempt.timeout):
-            result = func(*job.args, **job.kwargs)
+            result = call_job(func, job.args, job.kwargs)
         check_result_size(result)
         attempt.result = result
     except AttemptTimedOut as exc:
@@ -109,6 +112,18 @@ def run_attempt(attempt: Attempt) -> None:
         for field in ("error", "traceback", "exception_class_path"):
             setattr(attempt, field, clip(getattr(attempt, field), limit))
         attempt.ended_at = clock.now()
+
+
+def call_job(func: Callable[..., Any], args: list[Any], kwargs: dict[str, Any]) -> Any:
+    """Call a job's function; run an ``async def`` one (also behind ``functools.partial``
+    or ``functools.wraps``) to its end on an event loop of its own, in a copy of this
+    context, which holds :data:`.subtasks.current_attempt`."""
+    if not (
+        inspect.iscoroutinefunction(func) or inspect.iscoroutinefunction(inspect.unwrap(func))
+    ):
+        return func(*args, **kwargs)
+    with asyncio.Runner() as runner:
+        return runner.run(func(*args, **kwargs), context=contextvars.copy_context())
 
 
 def failed(attempt: Attempt, exc: BaseException, outcome: str, error: str) -> None:

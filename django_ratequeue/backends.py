@@ -282,7 +282,7 @@ def run_task(
         value = function.call(*context_args(function, result), *args, **kwargs)
         value = stored_value(value)
     except (Exception, SystemExit, KeyboardInterrupt) as exc:  # the runner fails all three
-        task_failed(sender, result, exc)
+        task_failed(sender, result, task_error(exc))
         raise
     task_succeeded(sender, result, value)
     return value
@@ -303,7 +303,11 @@ async def arun_task(
         value = await function.acall(*context_args(function, result), *args, **kwargs)
         value = stored_value(value)
     except (Exception, SystemExit, KeyboardInterrupt) as exc:
-        await sync_to_async(task_failed)(sender, result, exc)
+        error, traceback = task_error(exc), exc.__traceback__
+        try:
+            await sync_to_async(task_failed)(sender, result, error)
+        finally:
+            exc.__traceback__ = traceback  # asgiref raises it again in its thread
         raise
     await sync_to_async(task_succeeded)(sender, result, value)
     return value
@@ -349,23 +353,18 @@ def task_succeeded(sender: type, result: TaskResult[..., Any], value: Any) -> No
     task_finished.send_robust(sender, task_result=result)
 
 
-def task_failed(sender: type, result: TaskResult[..., Any], exc: BaseException) -> None:
-    """Record ``exc`` on the result and send ``task_finished``, inside a handler of
-    ``exc`` (Django's own receiver logs it from there), also in another thread."""
-    error = TaskError(
+def task_error(exc: BaseException) -> TaskError:
+    return TaskError(
         exception_class_path=class_path(type(exc)), traceback="".join(format_exception(exc))
     )
+
+
+def task_failed(sender: type, result: TaskResult[..., Any], error: TaskError) -> None:
+    """Record ``error`` on the result and send ``task_finished``: called inside the handler
+    of the task's exception (``sync_to_async`` carries it to its thread), where Django's own
+    receiver logs it from."""
     _finish(result, TaskResultStatus.FAILED, errors=[*result.errors, error])
-    if sys.exc_info()[1] is exc:
-        task_finished.send_robust(sender, task_result=result)
-        return
-    traceback = exc.__traceback__
-    try:
-        raise exc
-    except BaseException:
-        task_finished.send_robust(sender, task_result=result)
-    finally:
-        exc.__traceback__ = traceback  # as raised by the task, without this frame
+    task_finished.send_robust(sender, task_result=result)
 
 
 if HAS_DJANGO_TASKS:

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
         set_max_concurrency,
         set_queue_concurrency,
     )
-    from .queue.enqueue import JobFunction, enqueue, enqueue_many, job
+    from .queue.enqueue import AsyncJobFunction, JobFunction, enqueue, enqueue_many, job
     from .queue.handles import Handle, cancel_all, get_handle
     from .queue.models import Status
     from .queue.options import EnqueueOptions
@@ -75,6 +75,7 @@ _EXPORTS: dict[str, str] = {
     # jobs and queues
     "job": ".queue.enqueue",
     "JobFunction": ".queue.enqueue",
+    "AsyncJobFunction": ".queue.enqueue",
     "EnqueueOptions": ".queue.options",
     "enqueue": ".queue.enqueue",
     "enqueue_many": ".queue.enqueue",
@@ -93,6 +94,7 @@ _EXPORTS: dict[str, str] = {
 
 # A literal list, which type checkers read as the names the package re-exports.
 __all__ = [
+    "AsyncJobFunction",
     "DuplicateJobId",
     "EnqueueOptions",
     "EnqueueRateLimited",

@@ -1,9 +1,10 @@
 """A backend for Django's tasks framework (Django 6.0+): ``@task`` functions run on ratequeue.
 
 ``TASKS = {"default": {"BACKEND": "django_ratequeue.backends.RateQueueBackend"}}``. Each
-enqueued task is one ratequeue job of :func:`run_task`, which finds the task on the
-worker and sends the framework's ``task_started`` and ``task_finished`` around it, so the
-engine needs to know nothing about django.tasks. A task is registered when it is defined
+enqueued task is one ratequeue job of :func:`run_task` (:func:`arun_task` for an ``async
+def`` task, which runs on the worker's event loop), which finds the task on the worker
+and sends the framework's ``task_started`` and ``task_finished`` around it, so the engine
+needs to know nothing about django.tasks. A task is registered when it is defined
 for this backend (:meth:`RateQueueBackend.validate_task`) at start-up, and found by its
 name, never imported by it (see :mod:`.queue.registry`); the app imports installed apps'
 ``tasks`` modules at start-up when a backend is ours. A task's queue name, priority and
@@ -24,6 +25,7 @@ from traceback import format_exception
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, cast
 
 import django
+from asgiref.sync import iscoroutinefunction, sync_to_async
 from django.apps import AppConfig, apps
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, register
@@ -37,6 +39,9 @@ from .queue.models import Attempt, Job, Outcome, Status
 from .queue.options import JobOptions, QueueChoice
 from .queue.registry import BACKEND_PATH, function_path, register_task, registered_task
 from .queue.subtasks import current_attempt
+
+# The jobs the backend enqueues: run_task, arun_task for an ``async def`` task.
+TASK_JOBS = ("django_ratequeue.backends.run_task", "django_ratequeue.backends.arun_task")
 
 if TYPE_CHECKING or django.VERSION >= (6, 0):
     from django.tasks import Task, TaskContext, TaskResult, TaskResultStatus, task_backends
@@ -72,7 +77,7 @@ class RateQueueBackend(BaseTaskBackend):
     """Runs ``django.tasks`` tasks as ratequeue jobs on the django-q2 cluster."""
 
     supports_defer = True
-    # Task.call runs a coroutine function with async_to_sync on the worker.
+    # An async def task runs as arun_task, on the worker's event loop.
     supports_async_task = True
     supports_get_result = True
     supports_priority = True
@@ -92,7 +97,8 @@ class RateQueueBackend(BaseTaskBackend):
             raise ImproperlyConfigured(
                 f"Bad OPTIONS for the task backend {alias!r}: {exc}"
             ) from exc
-        self.job = JobFunction(run_task, defaults)
+        self.job: JobFunction[..., Any] = JobFunction(run_task, defaults)
+        self.async_job: JobFunction[..., Any] = JobFunction.of(arun_task, defaults)
 
     def validate_task(self, task: Task[..., Any]) -> None:
         """Refuse what cannot run here, and register the rest: django.tasks calls this when
@@ -118,8 +124,9 @@ class RateQueueBackend(BaseTaskBackend):
         # of an enqueue is READY, as django.tasks says (not RUNNING).
         # The task's run_after is kept as given: the job's start_at moves with its retries.
         run_after = task.run_after.isoformat() if task.run_after is not None else None
+        runner = self.async_job if iscoroutinefunction(task.func) else self.job
         written = enqueue_job(
-            self.job.using(queue=task.queue_name, priority=task.priority, start_at=task.run_after),
+            runner.using(queue=task.queue_name, priority=task.priority, start_at=task.run_after),
             args=[],
             kwargs={"task": task.module_path, "args": list(args), "kwargs": dict(kwargs),
                     "backend": self.alias, "run_after": run_after},
@@ -147,7 +154,7 @@ class RateQueueBackend(BaseTaskBackend):
     def get_result(self, result_id: str) -> TaskResult[..., Any]:
         """The result of the job ``result_id``: its row, and the attempts read after it."""
         try:
-            job = Job.objects.get(pk=result_id, func=function_path(run_task))
+            job = Job.objects.get(pk=result_id, func__in=TASK_JOBS)
         except Job.DoesNotExist:
             raise TaskResultDoesNotExist(result_id) from None
         # Read after the job, they hold at least the attempts it counts; later ones are not
@@ -270,6 +277,47 @@ def run_task(
     A failure is re-raised for the engine to record and retry by the job's policy, so a
     ``task_finished`` with FAILED may be followed by another ``task_started``.
     """
+    function, result, sender = task_started_now(task, backend)
+    try:
+        value = function.call(*context_args(function, result), *args, **kwargs)
+        value = stored_value(value)
+    except (Exception, SystemExit, KeyboardInterrupt) as exc:  # the runner fails all three
+        task_failed(sender, result, task_error(exc))
+        raise
+    task_succeeded(sender, result, value)
+    return value
+
+
+async def arun_task(
+    task: str,
+    args: list[Any],
+    kwargs: dict[str, Any],
+    backend: str,
+    run_after: str | None = None,
+) -> Any:
+    """:func:`run_task` for a task whose function is ``async def``: its coroutine runs on
+    the worker's event loop; the signals are sent from Django's thread for sync code, where
+    receivers may use the ORM."""
+    function, result, sender = await sync_to_async(task_started_now)(task, backend)
+    try:
+        value = await function.acall(*context_args(function, result), *args, **kwargs)
+        value = stored_value(value)
+    except (Exception, SystemExit, KeyboardInterrupt) as exc:
+        error, traceback = task_error(exc), exc.__traceback__
+        try:
+            await sync_to_async(task_failed)(sender, result, error)
+        finally:
+            exc.__traceback__ = traceback  # asgiref raises it again in its thread
+        raise
+    await sync_to_async(task_succeeded)(sender, result, value)
+    return value
+
+
+def task_started_now(
+    task: str, backend: str
+) -> tuple[Task[..., Any], TaskResult[..., Any], type[RateQueueBackend]]:
+    """The task ``task``, its result as it starts and the signals' sender, once
+    ``task_started`` is sent."""
     attempt = current_attempt.get()
     if attempt is None:
         raise RuntimeError("run_task runs inside a ratequeue worker's attempt only.")
@@ -280,34 +328,50 @@ def run_task(
         )
     function = resolve_task(task)
     result = runner.get_result(attempt.job_id)
-    sender = type(runner)
     # Receivers that raise are logged (send_robust) and change nothing: the task runs,
     # and a finished one is not failed by them.
+    sender = type(runner)
     task_started.send_robust(sender, task_result=result)
-    try:
-        if function.takes_context:
-            value = function.call(TaskContext(task_result=result), *args, **kwargs)
-        else:
-            value = function.call(*args, **kwargs)
-        value = normalize_json(value)
-        check_result_size(value)  # fails here, not after task_finished says SUCCESSFUL
-    except (Exception, SystemExit, KeyboardInterrupt) as exc:  # the runner fails all three
-        error = TaskError(
-            exception_class_path=class_path(type(exc)), traceback="".join(format_exception(exc))
-        )
-        _finish(result, TaskResultStatus.FAILED, errors=[*result.errors, error])
-        # Inside the handler, so receivers (Django's own logger) see the exception.
-        task_finished.send_robust(sender, task_result=result)
-        raise
-    _finish(result, TaskResultStatus.SUCCESSFUL, _return_value=value)
-    task_finished.send_robust(sender, task_result=result)
+    return function, result, sender
+
+
+def context_args(function: Task[..., Any], result: TaskResult[..., Any]) -> list[Any]:
+    """The TaskContext a task that takes one is called with first."""
+    return [TaskContext(task_result=result)] if function.takes_context else []
+
+
+def stored_value(value: Any) -> Any:
+    """A task's return value as the job stores it; fails here, not after ``task_finished``
+    says SUCCESSFUL."""
+    value = normalize_json(value)
+    check_result_size(value)
     return value
 
 
+def task_succeeded(sender: type, result: TaskResult[..., Any], value: Any) -> None:
+    _finish(result, TaskResultStatus.SUCCESSFUL, _return_value=value)
+    task_finished.send_robust(sender, task_result=result)
+
+
+def task_error(exc: BaseException) -> TaskError:
+    return TaskError(
+        exception_class_path=class_path(type(exc)), traceback="".join(format_exception(exc))
+    )
+
+
+def task_failed(sender: type, result: TaskResult[..., Any], error: TaskError) -> None:
+    """Record ``error`` on the result and send ``task_finished``: called inside the handler
+    of the task's exception (``sync_to_async`` carries it to its thread), where Django's own
+    receiver logs it from."""
+    _finish(result, TaskResultStatus.FAILED, errors=[*result.errors, error])
+    task_finished.send_robust(sender, task_result=result)
+
+
 if HAS_DJANGO_TASKS:
-    # The one job the backend enqueues, registered wherever the app runs; the tasks it
-    # runs are registered apart, as they are defined.
+    # The jobs the backend enqueues (arun_task for async def tasks), registered wherever
+    # the app runs; the tasks they run are registered apart, as they are defined.
     job(run_task)
+    job(arun_task)
 
 
 def _finish(result: TaskResult[..., Any], status: TaskResultStatus, **values: Any) -> None:
@@ -337,4 +401,4 @@ def check_django_version(
     ]
 
 
-__all__ = ["RateQueueBackend", "run_task"]
+__all__ = ["RateQueueBackend", "arun_task", "run_task"]

@@ -10,11 +10,12 @@ which the INSERT raises itself on PostgreSQL.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Coroutine, Iterable, Mapping
 from datetime import timedelta
 from functools import update_wrapper
-from typing import Any, Generic, ParamSpec, Protocol, TypeVar, Unpack, cast, overload
+from typing import Any, Generic, ParamSpec, Protocol, Self, TypeVar, Unpack, cast, overload
 
+from asgiref.sync import sync_to_async
 from django.db import IntegrityError, transaction
 
 from .. import clock
@@ -39,6 +40,7 @@ from .registry import (
     Permission,
     Registered,
     check_call,
+    is_async,
     register_job,
     registered_job,
 )
@@ -51,30 +53,45 @@ R = TypeVar("R")
 class JobFunction(Registered, Generic[P, R]):
     """A module-level function decorated with ``@job``: call it to run it here and now, or
     ``.enqueue(...)`` it with the function's own arguments (checked by a type checker as
-    a call would be); ``.using(**options)`` returns a copy with other options."""
+    a call would be); ``.using(**options)`` returns a copy with other options. ``R`` is
+    what its job's handle gives back (:class:`AsyncJobFunction`: the awaited result)."""
 
-    func: Callable[P, R]
+    func: Callable[P, Any]
 
     def __init__(
-        self, func: Callable[P, R], options: JobOptions, exposure: Exposure | None = None
+        self, func: Callable[P, Any], options: JobOptions, exposure: Exposure | None = None
     ) -> None:
         super().__init__(func, exposure)
         self.options = options
         update_wrapper(self, func)
 
+    @staticmethod
+    def of(
+        func: Callable[..., Any], options: JobOptions, exposure: Exposure | None = None
+    ) -> JobFunction[..., Any]:
+        """The job function of ``func``: an :class:`AsyncJobFunction` for ``async def``."""
+        cls = AsyncJobFunction if is_async(func) else JobFunction
+        return cls(func, options, exposure)
+
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
-        return self.func(*args, **kwargs)
+        return cast("R", self.func(*args, **kwargs))
 
     def __repr__(self) -> str:
         return f"<job {self.func.__module__}.{self.func.__qualname__}>"
 
-    def using(self, **options: Unpack[EnqueueOptions]) -> JobFunction[P, R]:
-        return JobFunction(self.func, self.options.merge(options))
+    def using(self, **options: Unpack[EnqueueOptions]) -> Self:
+        return type(self)(self.func, self.options.merge(options))
 
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> Handle[R]:
         """Enqueue ``func(*args, **kwargs)``: every keyword is the function's own, never
         an option (options go through :meth:`using`)."""
         return _enqueue_one(registered_job(self.func), self.options, list(args), kwargs)
+
+    async def aenqueue(self, *args: P.args, **kwargs: P.kwargs) -> Handle[R]:
+        """:meth:`enqueue` for async code (an async view, an ``async def`` job): the
+        INSERT runs in Django's thread for sync code."""
+        enqueue = sync_to_async(self.enqueue, thread_sensitive=True)
+        return await enqueue(*args, **kwargs)
 
     def enqueue_many(
         self, params: Iterable[Any], **options: Unpack[EnqueueOptions]
@@ -82,10 +99,40 @@ class JobFunction(Registered, Generic[P, R]):
         return enqueue_many(self, params, **options)
 
 
+class AsyncJobFunction(JobFunction[P, R]):
+    """An ``async def`` function decorated with ``@job``: its job runs on a worker's event
+    loop, and its handle gives back the awaited result ``R``. Called, it returns the
+    coroutine, as the function does."""
+
+    func: Callable[P, Coroutine[Any, Any, R]]
+
+    # A call gives the coroutine, whose awaited result the handles give back.
+    def __call__(  # type: ignore[override]
+        self, *args: P.args, **kwargs: P.kwargs
+    ) -> Coroutine[Any, Any, R]:
+        return self.func(*args, **kwargs)
+
+
 class JobDecorator(Protocol):
     """What ``@job(...)`` with options returns: the decorator proper."""
 
+    @overload
+    def __call__(self, func: Callable[P, Coroutine[Any, Any, R]], /) -> AsyncJobFunction[P, R]: ...
+
+    @overload
     def __call__(self, func: Callable[P, R], /) -> JobFunction[P, R]: ...
+
+
+@overload
+def job(
+    func: Callable[P, Coroutine[Any, Any, R]],
+    /,
+    *,
+    expose: bool = False,
+    permission: Permission | None = None,
+    http_options: HttpOptions | None = None,
+    **options: Unpack[EnqueueOptions],
+) -> AsyncJobFunction[P, R]: ...
 
 
 @overload
@@ -136,7 +183,7 @@ def job(
     job_options = JobOptions(defaults)
     exposure = Exposure.of(expose, permission, http_options)
 
-    def decorate(f: Callable[P, R], /) -> JobFunction[P, R]:
+    def decorate(f: Callable[..., Any], /) -> JobFunction[..., Any]:
         if isinstance(f, JobFunction):
             if exposure is not None:
                 raise ValueError(
@@ -144,10 +191,10 @@ def job(
                     "with @job, which is the job the HTTP API finds."
                 )
             register_job(f)
-            return JobFunction(f.func, f.options.merge(defaults))
-        return register_job(JobFunction(f, job_options, exposure))
+            return type(f)(f.func, f.options.merge(defaults))
+        return register_job(JobFunction.of(f, job_options, exposure))
 
-    return decorate(func) if func is not None else decorate
+    return decorate(func) if func is not None else cast("JobDecorator", decorate)
 
 
 def _target(func: Callable[..., Any] | str) -> tuple[Registered, JobOptions]:
@@ -157,6 +204,17 @@ def _target(func: Callable[..., Any] | str) -> tuple[Registered, JobOptions]:
     if not isinstance(func, JobFunction):
         func = cast("JobFunction[..., Any]", registered)  # only @job registers jobs
     return registered, func.options
+
+
+@overload
+def enqueue(
+    func: Callable[..., Coroutine[Any, Any, R]],
+    /,
+    *,
+    args: list[Any] | tuple[Any, ...] = (),
+    kwargs: Mapping[str, Any] | None = None,
+    **options: Unpack[EnqueueOptions],
+) -> Handle[R]: ...
 
 
 @overload
@@ -287,6 +345,14 @@ def _item_call(item: Any) -> tuple[list[Any], dict[str, Any]]:
 
 @overload
 def enqueue_many(
+    func: Callable[..., Coroutine[Any, Any, R]],
+    params: Iterable[Any],
+    **options: Unpack[EnqueueOptions],
+) -> list[Handle[R]]: ...
+
+
+@overload
+def enqueue_many(
     func: Callable[..., R], params: Iterable[Any], **options: Unpack[EnqueueOptions]
 ) -> list[Handle[R]]: ...
 
@@ -359,4 +425,12 @@ def enqueue_calls(
     return [Handle(call[id_column], owner=template.owner) for call in stamped]
 
 
-__all__ = ["EnqueueOptions", "JobFunction", "JobOptions", "enqueue", "enqueue_many", "job"]
+__all__ = [
+    "AsyncJobFunction",
+    "EnqueueOptions",
+    "JobFunction",
+    "JobOptions",
+    "enqueue",
+    "enqueue_many",
+    "job",
+]

@@ -15,7 +15,6 @@ import contextvars
 import traceback as tb
 from datetime import datetime
 from functools import partial
-from inspect import iscoroutinefunction, unwrap
 from typing import Any
 
 from django.db import DatabaseError, DataError, IntegrityError
@@ -34,7 +33,7 @@ from ..slots import Call, Finished, Slots
 from .bounds import MAX_TIMEOUT, check_json, clip
 from .models import Attempt, Job, Outcome
 from .progress import write_rest
-from .registry import registered_job
+from .registry import is_async, registered_job
 from .subtasks import current_attempt
 
 # What the database answers to a value it cannot store.
@@ -66,7 +65,7 @@ def prepare(attempt: Attempt) -> Call:
     return Call(
         key=attempt.pk,
         function=partial(func, *job.args, **job.kwargs),
-        is_async=iscoroutinefunction(unwrap(func)),
+        is_async=is_async(func),
         timeout=timeout,
         context=context,
     )

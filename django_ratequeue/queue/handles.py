@@ -17,7 +17,13 @@ from ..conf import ratequeue_settings
 from ..exceptions import JobCanceled, JobDoesNotExist, JobFailed, RecursiveWaitDeadlock
 from .heartbeat import any_alive
 from .models import FINAL_STATUSES, Attempt, CancelRequest, Job, OutputChunk, Status
-from .subtasks import check_wait, current_attempt, slots_released, workers_exhausted
+from .subtasks import (
+    aslots_released,
+    check_wait,
+    current_attempt,
+    slots_released,
+    workers_exhausted,
+)
 from .wakeup import LOOP, signal
 from .workerkeys import remote_worker_seen
 
@@ -101,9 +107,12 @@ class Handle(Generic[R_co]):
         Raises :class:`JobFailed` (with the last error), :class:`JobCanceled`, or
         ``TimeoutError`` when ``timeout`` seconds pass first. Called from inside a running
         job, it gives that job's slots back while it waits (see :mod:`.subtasks`) and
-        raises :class:`RecursiveWaitDeadlock` if the wait could never end.
+        raises :class:`RecursiveWaitDeadlock` if the wait could never end. It blocks: in
+        a thread that runs an event loop (an async view or job), it raises
+        ``RuntimeError``; await :meth:`aresult` there.
         """
         check_timeout(timeout)
+        refuse_in_event_loop()
         parent = current_attempt.get()
         if parent is None:
             return self._wait(timeout)
@@ -114,48 +123,33 @@ class Handle(Generic[R_co]):
         with slots_released(parent, child):
             return self._wait(timeout, parent=parent)
 
-    def _wait(self, timeout: float | None, parent: Attempt | None = None) -> Any:
-        deadline = None if timeout is None else time.monotonic() + timeout
-        next_deadlock_check = time.monotonic() + DEADLOCK_CHECK_EVERY
-        pause = 0.005
-        while True:
-            job = self._job(*OUTCOME_FIELDS, "queue")
-            if job.status in FINAL_STATUSES:
-                break
-            now = time.monotonic()
-            if deadline is not None and now >= deadline:
-                raise TimeoutError(not_finished(job, timeout))
-            if parent is not None and now >= next_deadlock_check:
-                next_deadlock_check = now + DEADLOCK_CHECK_EVERY
-                if workers_exhausted(parent, self.id):
-                    raise RecursiveWaitDeadlock(
-                        f"Job {parent.job_id} waits on job {self.id}, but every worker is "
-                        "blocked waiting on a subtask: nobody is left to run it.",
-                        queue=job.queue,
-                        chain=[self.id, parent.job_id],
-                    )
-            wait = pause if deadline is None else min(pause, deadline - now)
-            time.sleep(max(wait, 0))
-            pause = min(pause * 1.5, 0.5)
-        return self._outcome(job)
-
     async def aresult(self, timeout: float | None = None) -> R_co:
-        """:meth:`result` for async code (an async view): the event loop goes on while it
-        waits, and each look at the job is a short query in a thread. It is never a
-        subtask wait: call :meth:`result` from a job."""
+        """:meth:`result` for async code (an async view, an ``async def`` job): the event
+        loop goes on while it waits, and each look at the job is a short query in a
+        thread. From inside an ``async def`` job it is a subtask wait, as :meth:`result`
+        is from a sync one."""
         check_timeout(timeout)
-        deadline = None if timeout is None else time.monotonic() + timeout
-        read = sync_to_async(self._job)
-        pause = 0.005
-        while True:
-            job = await read(*OUTCOME_FIELDS, "queue")
-            if job.status in FINAL_STATUSES:
-                return self._outcome(job)
-            now = time.monotonic()
-            if deadline is not None and now >= deadline:
-                raise TimeoutError(await sync_to_async(not_finished)(job, timeout))
-            await asyncio.sleep(max(pause if deadline is None else min(pause, deadline - now), 0))
-            pause = min(pause * 1.5, 0.5)
+        parent = current_attempt.get()
+        if parent is None:
+            return await self._await(timeout)
+        child = await sync_to_async(self._job)("status", "queue", "max_concurrency")
+        if child.status in FINAL_STATUSES:
+            return await self._await(timeout)
+        await sync_to_async(check_wait)(parent, child)
+        async with aslots_released(parent, child):
+            return await self._await(timeout, parent=parent)
+
+    def _wait(self, timeout: float | None, parent: Attempt | None = None) -> Any:
+        waiting = Waiting(self, timeout, parent)
+        while not isinstance(found := waiting.look(), Job):
+            time.sleep(found)
+        return self._outcome(found)
+
+    async def _await(self, timeout: float | None, parent: Attempt | None = None) -> Any:
+        waiting = Waiting(self, timeout, parent)
+        while not isinstance(found := await sync_to_async(waiting.look)(), Job):
+            await asyncio.sleep(found)
+        return self._outcome(found)
 
     def _outcome(self, job: Job) -> Any:
         """The return value of a finished job, or the exception that says why there is none."""
@@ -203,6 +197,55 @@ class Handle(Generic[R_co]):
             )
             for a in rows
         ]
+
+
+class Waiting:
+    """One wait for a job's final status, look by look: what :meth:`Handle.result` and
+    :meth:`Handle.aresult` share (they differ only in how they pause)."""
+
+    def __init__(self, handle: Handle[Any], timeout: float | None, parent: Attempt | None):
+        self.handle, self.timeout, self.parent = handle, timeout, parent
+        now = time.monotonic()
+        self.deadline = None if timeout is None else now + timeout
+        self.next_deadlock_check = now + DEADLOCK_CHECK_EVERY
+        self.pause = 0.005
+
+    def look(self) -> Job | float:
+        """Read the job: the job once it is final, else how long to pause before the next
+        look. ``TimeoutError`` past the deadline; :class:`RecursiveWaitDeadlock` when a
+        parent's subtask could no longer run."""
+        job = self.handle._job(*OUTCOME_FIELDS, "queue")
+        if job.status in FINAL_STATUSES:
+            return job
+        now = time.monotonic()
+        if self.deadline is not None and now >= self.deadline:
+            raise TimeoutError(not_finished(job, self.timeout))
+        parent = self.parent
+        if parent is not None and now >= self.next_deadlock_check:
+            self.next_deadlock_check = now + DEADLOCK_CHECK_EVERY
+            if workers_exhausted(parent, self.handle.id):
+                raise RecursiveWaitDeadlock(
+                    f"Job {parent.job_id} waits on job {self.handle.id}, but every worker "
+                    "is blocked waiting on a subtask: nobody is left to run it.",
+                    queue=job.queue,
+                    chain=[self.handle.id, parent.job_id],
+                )
+        pause = self.pause if self.deadline is None else min(self.pause, self.deadline - now)
+        self.pause = min(self.pause * 1.5, 0.5)
+        return max(pause, 0)
+
+
+def refuse_in_event_loop() -> None:
+    """Raise ``RuntimeError`` in a thread that runs an event loop, which a blocking wait
+    would stop."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return
+    raise RuntimeError(
+        "Handle.result() blocks, and this thread runs an event loop (an async view or an "
+        "async def job), which it would stop: use `await handle.aresult()` instead."
+    )
 
 
 def not_finished(job: Job, timeout: float | None) -> str:

@@ -18,12 +18,14 @@ when a write holds over ``MAX_OUTPUT_CHUNK_LENGTH`` characters).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import math
 import threading
 import time
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from django.db import DatabaseError, IntegrityError, connections, transaction
@@ -267,9 +269,30 @@ def _pending_output(call: str) -> PendingOutput:
         )
     with _pending_lock:
         pending = _pending.get(id(attempt))
-        if pending is None:
-            pending = _pending[id(attempt)] = PendingOutput(attempt.job_id)
+    if pending is None:
+        made = outside_event_loop(PendingOutput, attempt.job_id)
+        with _pending_lock:
+            pending = _pending.setdefault(id(attempt), made)
     return pending
+
+
+def outside_event_loop(make: type[PendingOutput], job_id: str) -> PendingOutput:
+    """``make(job_id)``, which reads the database: in a thread of its own when this thread
+    runs an event loop (an ``async def`` job's), where the ORM refuses to run. The loop
+    waits for that one short query, once per attempt."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return make(job_id)
+
+    def closing() -> PendingOutput:
+        try:
+            return make(job_id)
+        finally:
+            connections.close_all()  # this thread's own, which ends here
+
+    with ThreadPoolExecutor(1, thread_name_prefix="ratequeue-progress-start") as pool:
+        return pool.submit(closing).result()
 
 
 def report_progress(data: Mapping[str, Any]) -> None:

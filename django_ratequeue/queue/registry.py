@@ -178,6 +178,12 @@ TASK_FIX = (
 )
 
 
+def is_async(func: Callable[..., Any]) -> bool:
+    """Whether ``func`` is an ``async def`` function (also behind ``functools.partial`` or
+    ``functools.wraps``)."""
+    return inspect.iscoroutinefunction(func) or inspect.iscoroutinefunction(inspect.unwrap(func))
+
+
 def job_path(func: Callable[..., Any], what: str = "job function") -> str:
     """The dotted path of a module-level function: the name a worker finds it by."""
     module = getattr(func, "__module__", None)

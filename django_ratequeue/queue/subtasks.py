@@ -1,8 +1,9 @@
 """Waiting on a subtask from inside a running job.
 
-``handle.result()`` called by a job on another job's handle gives the caller's slots back
-while it waits — its environment slot, and its queue slot when the awaited job runs on the
-same queue — so that the subtask can start even when the limits are full. Afterwards the
+``handle.result()`` called by a job on another job's handle (``await handle.aresult()`` in
+an ``async def`` job) gives the caller's slots back while it waits — its environment slot,
+and its queue slot when the awaited job runs on the same queue — so that the subtask can
+start even when the limits are full. Afterwards the
 caller asks for its slots back and continues once the loop grants them (before it starts
 anything new), so the limits hold at every moment.
 
@@ -14,11 +15,15 @@ subtask.
 
 from __future__ import annotations
 
+import asyncio
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections import Counter
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from contextvars import ContextVar
 from datetime import timedelta
+
+from asgiref.sync import sync_to_async
 
 from .. import clock
 from ..conf import ratequeue_settings
@@ -93,7 +98,8 @@ def check_wait(parent: Attempt, child: Job) -> None:
 
 
 def workers_exhausted(parent: Attempt, child_id: str) -> bool:
-    """Every live worker is blocked waiting on a subtask and ours has not started."""
+    """Every slot of every live worker is blocked waiting on a subtask and ours has not
+    started (each worker process counted with this process's ``SLOTS``)."""
     started = Attempt.objects.filter(job_id=child_id, active=True).exclude(started_at=None)
     if started.exists():
         return False
@@ -103,26 +109,26 @@ def workers_exhausted(parent: Attempt, child_id: str) -> bool:
             "id", flat=True
         )
     )
-    blocked = set(
+    waiting = Counter(
         Attempt.objects.filter(active=True, ended_at=None, worker__in=live)
         .exclude(wait=Wait.NONE)
         .values_list("worker", flat=True)
     )
-    return bool(live) and blocked >= live
+    slots = ratequeue_settings().SLOTS
+    return bool(live) and all(waiting[worker] >= slots for worker in live)
 
 
 @contextmanager
 def slots_released(parent: Attempt, child: Job) -> Iterator[None]:
     """Give the parent's slots back for the duration of the block, then take them back."""
-    Attempt.objects.filter(pk=parent.pk).wait_on(child.queue)
-    signal(LOOP)
+    lend_slots(parent, child)
     try:
         yield
     except RecursiveWaitDeadlock:
         # Every worker is blocked, so no loop pass could run to grant the slots back: take
         # them back directly. Whatever the loop started meanwhile cannot run before one of
         # these workers is free, so no more jobs run at once than the limits allow.
-        Attempt.objects.filter(pk=parent.pk).resume()
+        take_slots_now(parent)
         raise
     except BaseException:
         _take_slots_back(parent)
@@ -130,11 +136,57 @@ def slots_released(parent: Attempt, child: Job) -> Iterator[None]:
     _take_slots_back(parent)
 
 
-def _take_slots_back(parent: Attempt) -> None:
-    """Ask the loop for the slots back and wait until it grants them."""
+@asynccontextmanager
+async def aslots_released(parent: Attempt, child: Job) -> AsyncIterator[None]:
+    """:func:`slots_released` for an ``async def`` job: its queries run in a thread and its
+    pauses are the event loop's, so the loop's other jobs go on meanwhile."""
+    await sync_to_async(lend_slots)(parent, child)
+    try:
+        yield
+    except RecursiveWaitDeadlock:
+        await sync_to_async(take_slots_now)(parent)
+        raise
+    except BaseException:
+        await _atake_slots_back(parent)
+        raise
+    await _atake_slots_back(parent)
+
+
+def lend_slots(parent: Attempt, child: Job) -> None:
+    """Mark the parent waiting on ``child``: the loop lends its slots meanwhile."""
+    Attempt.objects.filter(pk=parent.pk).wait_on(child.queue)
+    signal(LOOP)
+
+
+def take_slots_now(parent: Attempt) -> None:
+    """Take the parent's slots back without the loop (see :func:`slots_released`)."""
+    Attempt.objects.filter(pk=parent.pk).resume()
+
+
+def ask_slots_back(parent: Attempt) -> None:
+    """Ask the loop for the parent's slots back."""
     Attempt.objects.filter(pk=parent.pk).ask_to_resume()
     signal(LOOP)
+
+
+def slots_granted(parent: Attempt) -> bool:
+    """Whether the loop gave the parent its slots back (or it ended meanwhile)."""
+    return not Attempt.objects.filter(pk=parent.pk, wait=Wait.RESUMING, active=True).exists()
+
+
+def _take_slots_back(parent: Attempt) -> None:
+    """Ask the loop for the slots back and wait until it grants them."""
+    ask_slots_back(parent)
     pause = 0.005
-    while Attempt.objects.filter(pk=parent.pk, wait=Wait.RESUMING, active=True).exists():
+    while not slots_granted(parent):
         time.sleep(pause)
+        pause = min(pause * 1.5, 0.2)
+
+
+async def _atake_slots_back(parent: Attempt) -> None:
+    """:func:`_take_slots_back`, waiting on the event loop."""
+    await sync_to_async(ask_slots_back)(parent)
+    pause = 0.005
+    while not await sync_to_async(slots_granted)(parent):
+        await asyncio.sleep(pause)
         pause = min(pause * 1.5, 0.2)

@@ -3,6 +3,7 @@ in the test settings imports this module at start-up, in the tests and in qclust
 
 from __future__ import annotations
 
+import asyncio
 import fcntl
 import json
 import math
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from django_ratequeue import (
+    Handle,
     NonRetryableError,
     get_handle,
     job,
@@ -302,3 +304,67 @@ def misreport(cases: list[str]) -> list[str]:
         else:
             raised.append("nothing")
     return raised
+
+
+# async def jobs: they run on an event loop of the worker, many at once.
+
+
+@job
+async def add_later(a: int, b: int) -> int:
+    await asyncio.sleep(0.01)
+    return a + b
+
+
+@job
+async def stream_words_later(words: list[str]) -> int:
+    """:func:`stream_words` from an ``async def`` job."""
+    for done, word in enumerate(words, 1):
+        stream_output(word)
+        report_progress({"done": done, "total": len(words)})
+        await asyncio.sleep(0)
+    return len(words)
+
+
+@job
+async def fail_later(message: str = "boom") -> None:
+    await asyncio.sleep(0)
+    raise ValueError(message)
+
+
+@job
+async def await_subtask(x: int, child_queue: Any = None) -> dict[str, int]:
+    """Enqueue add(x, x) as a subtask and await it, while another task of the event loop
+    counts ticks: the wait must not stop the loop."""
+    ticks = 0
+
+    async def tick() -> None:
+        nonlocal ticks
+        while True:
+            await asyncio.sleep(0.01)
+            ticks += 1
+
+    ticker = asyncio.create_task(tick())
+    try:
+        child = await add.using(queue=child_queue).aenqueue(x, x)
+        value = await child.aresult(timeout=60)
+    finally:
+        ticker.cancel()
+    return {"value": value * 10, "ticks": ticks}
+
+
+@job
+async def await_self() -> None:
+    # get_handle() reads the database: a Handle, built without, suits an event loop.
+    await Handle(current_job_id()).aresult(timeout=60)
+
+
+@job
+async def block_on_result(job_id: str) -> None:
+    """Calls the blocking ``result()`` inside its event loop: refused."""
+    Handle(job_id).result(timeout=1)
+
+
+@job
+async def await_job(job_id: str) -> int:
+    """Await the result of job ``job_id`` (a subtask wait), times ten."""
+    return await Handle(job_id).aresult(timeout=60) * 10

@@ -67,6 +67,19 @@ async def add_later(a: int, b: int) -> int:
     return a + b
 
 
+@task
+async def break_down_later(message: str) -> None:
+    await asyncio.sleep(0)
+    raise TaskBroke(message)
+
+
+@task(takes_context=True)
+async def introspect_later(context: TaskContext, label: str) -> dict[str, Any]:
+    """What an async task sees: its context, and the event loop it runs on."""
+    loop = asyncio.get_running_loop()
+    return {"label": label, "attempt": context.attempt, "on_a_loop": loop.is_running()}
+
+
 def _log(signal: str, task_result: TaskResult, **kwargs: Any) -> None:
     path = os.environ.get(SIGNAL_LOG)
     if not path:

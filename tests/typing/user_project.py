@@ -4,6 +4,7 @@ it is never imported."""
 
 from __future__ import annotations
 
+from collections.abc import Coroutine
 from datetime import datetime, timedelta
 from typing import Any, assert_type
 
@@ -13,6 +14,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from django_ratequeue import (
+    AsyncJobFunction,
     FixedWindow,
     Handle,
     JobFunction,
@@ -108,6 +110,40 @@ def jobs() -> None:
     assert_type(asked, Handle[str])
     assert_type(asked.progress(), dict[str, Any] | None)
     assert_type(asked.output(since=3), list[str])
+
+
+@job
+async def ask_model(prompt: str, *, temperature: float = 0.0) -> dict[str, str]:
+    stream_output(prompt)
+    return {"answer": prompt}
+
+
+@job(queue="llm", retries=2)
+async def count_words(text: str) -> int:
+    return len(text.split())
+
+
+def takes_async_counter(counter: AsyncJobFunction[[str], int]) -> None:
+    """An AsyncJobFunction is generic in the parameters and the awaited result."""
+
+
+async def async_jobs(view_handle: Handle[int]) -> None:
+    takes_async_counter(count_words)
+    takes_async_counter(count_words.using(priority=3))
+    # Called, it is the coroutine function it decorates; its handles give the awaited result.
+    called = assert_type(ask_model("hi"), Coroutine[Any, Any, dict[str, str]])
+    assert_type(await called, dict[str, str])
+    assert_type(ask_model.enqueue("hi", temperature=0.5), Handle[dict[str, str]])
+    assert_type(ask_model.enqueue("hi").result(), dict[str, str])
+    assert_type(await ask_model.enqueue("hi").aresult(timeout=5), dict[str, str])
+    assert_type(await ask_model.aenqueue("hi"), Handle[dict[str, str]])
+    assert_type(ask_model.using(queue="llm").enqueue("x"), Handle[dict[str, str]])
+    assert_type(count_words.enqueue_many(["a b", "c"]), list[Handle[int]])
+    assert_type(enqueue(count_words, args=["a b"]), Handle[int])
+    assert_type(enqueue_many(count_words, ["a b"]), list[Handle[int]])
+    # A sync job is enqueued from async code too.
+    assert_type(await add.aenqueue(1, 2), Handle[int])
+    assert_type(await view_handle.aresult(), int)
 
 
 def rate_limits() -> None:

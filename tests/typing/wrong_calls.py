@@ -22,6 +22,17 @@ def wrong_arguments() -> None:
     enqueue(add, 1, 2)  # E: No overload variant of "enqueue" matches argument types
 
 
+@job
+async def count_words(text: str) -> int:
+    return len(text.split())
+
+
+async def wrong_async_calls() -> str:
+    count_words.enqueue(3)  # E: Argument 1 to "enqueue" of "JobFunction" has incompatible
+    await count_words.aenqueue()  # E: Missing positional argument "text" in call to "aenqueue"
+    return await count_words.enqueue("a").aresult()  # E: Incompatible return value type (got "int"
+
+
 def wrong_result() -> str:
     return add.enqueue(1, 2).result()  # E: Incompatible return value type (got "int", expected
 

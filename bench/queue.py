@@ -800,7 +800,8 @@ def attempt(what: str, measure: Callable[[], Result]) -> Result:
 
 
 def column_missing(contender: str) -> bool:
-    return contender == PROCRASTINATE and not procrastinate_ready
+    """A peer whose package is missing (not one whose database is gone by the report)."""
+    return contender == PROCRASTINATE and find_spec("procrastinate") is None
 
 
 def prepare_procrastinate() -> str:

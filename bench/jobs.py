@@ -5,6 +5,8 @@ Nothing here imports django-ratequeue: django-q2 "alone" runs them without our a
 
 from __future__ import annotations
 
+import asyncio
+import http.client
 import os
 import time
 
@@ -32,6 +34,32 @@ def observed_run(log: str, label: str, seconds: float) -> str:
     finally:
         _append(log, f"end {label} {pid} {time.time():.6f}")
     return label
+
+
+def wait_on_network(port: int, ms: int) -> int:
+    """The IO-bound job, sync: one HTTP request to bench.io's local server, which answers
+    after ``ms`` milliseconds, on a blocking socket (``http.client``)."""
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    try:
+        connection.request("GET", f"/wait?ms={ms}")
+        response = connection.getresponse()
+        response.read()
+        return response.status
+    finally:
+        connection.close()
+
+
+async def await_on_network(port: int, ms: int) -> int:
+    """The IO-bound job, ``async def``: the same request on asyncio streams."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write(f"GET /wait?ms={ms} HTTP/1.1\r\nHost: bench\r\n\r\n".encode())
+        await writer.drain()
+        status_line = await reader.readline()
+        await reader.read()  # the server closes the connection after its answer
+        return int(status_line.split()[1])
+    finally:
+        writer.close()
 
 
 def exit_worker() -> None:

@@ -1,11 +1,14 @@
-"""Job queue throughput and latency: django-ratequeue against django-q2 and django-tasks-db.
+"""Job queue throughput and latency: django-ratequeue against django-q2, django-tasks-db and
+procrastinate.
 
     .venv/bin/python -m bench.queue             # full run, a few minutes (1,000,000 backlog)
     .venv/bin/python -m bench.queue --quick     # smoke run
 
 Enqueues are timed in this process. Workers are real processes started with
-``manage.py qcluster`` (ours, django-q2) or ``manage.py db_worker`` (django-tasks-db), in
-their own process groups, killed after each scenario; the tables are emptied in between.
+``manage.py qcluster`` (ours, django-q2), ``manage.py db_worker`` (django-tasks-db) or
+``python -m procrastinate worker`` (procrastinate, in a database of its own on the same
+server, created with its schema at the start and dropped at the end: bench.procrastinate_app),
+in their own process groups, killed after each scenario; the tables are emptied in between.
 End-to-end throughput counts from the first finished job to the last, so the workers'
 start-up is left out (it is printed).
 """
@@ -26,6 +29,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
+from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
@@ -33,11 +37,16 @@ from bench.common import machine_lines, prepare_database, version
 
 ROOT = Path(__file__).resolve().parents[1]
 OURS, DJANGO_Q2, TASKS_DB = "ours", "django-q2", "django-tasks-db"
+PROCRASTINATE = "procrastinate"
 LABELS = {
     OURS: "ours (django-ratequeue)",
     DJANGO_Q2: "django-q2 alone (ORM broker)",
     TASKS_DB: "django-tasks-db",
+    PROCRASTINATE: "procrastinate (own database, same server)",
 }
+PEERS = [DJANGO_Q2, TASKS_DB, PROCRASTINATE]
+# Whether procrastinate's database is ready (main() prepares it when it is installed).
+procrastinate_ready = False
 NOOP = "bench.jobs.noop"
 WORKERS = 2
 
@@ -56,7 +65,12 @@ class Workers:
             for command in commands:
                 self.processes.append(
                     subprocess.Popen(
-                        [sys.executable, "manage.py", *command],
+                        # ``-m module ...`` runs a module (a peer's worker), anything
+                        # else is a management command.
+                        [
+                            sys.executable,
+                            *(command if command[0] == "-m" else ["manage.py", *command]),
+                        ],
                         cwd=ROOT,
                         env={**os.environ, "DJANGO_SETTINGS_MODULE": "bench.settings", **env},
                         stdout=out,
@@ -82,8 +96,14 @@ class Workers:
 
 @contextmanager
 def workers(contender: str, max_concurrency: int | None = None) -> Iterator[Workers]:
-    """Two workers: ``qcluster`` (ours, django-q2 without our app) or two ``db_worker``."""
-    if contender == TASKS_DB:
+    """Two workers: ``qcluster`` (ours, django-q2 without our app), two ``db_worker`` or two
+    procrastinate workers (at their default concurrency, 1 job at a time each)."""
+    if contender == PROCRASTINATE:
+        from bench.procrastinate_app import worker_command
+
+        commands = [worker_command() for _ in range(WORKERS)]
+        env = {}
+    elif contender == TASKS_DB:
         commands = [["db_worker", "--verbosity", "0"] for _ in range(WORKERS)]
         env = {"BENCH_WITHOUT_RATEQUEUE": "1"}
     else:
@@ -126,6 +146,30 @@ def empty_tables() -> None:
     tables = ", ".join(connection.ops.quote_name(m._meta.db_table) for m in models)
     with connection.cursor() as cursor:
         cursor.execute(f"TRUNCATE {tables}")
+    if procrastinate_ready:
+        from bench import procrastinate_app
+
+        procrastinate_app.empty()
+
+
+def analyze(contender: str) -> None:
+    """ANALYZE the tables ``contender`` just filled: autovacuum, which would, may be off (it
+    is on the shared server), and a planner that believes a table empty picks poor plans."""
+    if contender == PROCRASTINATE:
+        from bench import procrastinate_app
+
+        procrastinate_app.analyze()
+        return
+    from django.db import connection
+    from django_q.models import OrmQ
+    from django_tasks_db.models import DBTaskResult
+
+    from django_ratequeue.queue.models import Attempt, Job
+
+    models = {OURS: [Job, Attempt], DJANGO_Q2: [OrmQ], TASKS_DB: [DBTaskResult]}[contender]
+    tables = ", ".join(connection.ops.quote_name(m._meta.db_table) for m in models)
+    with connection.cursor() as cursor:
+        cursor.execute(f"ANALYZE {tables}")
 
 
 def done_counter(contender: str, **job_filter: Any) -> Callable[[], int]:
@@ -140,6 +184,10 @@ def done_counter(contender: str, **job_filter: Any) -> Callable[[], int]:
         # A task leaves the ORM broker's table when its worker acknowledges it.
         total = OrmQ.objects.count()
         return lambda: total - OrmQ.objects.count()
+    if contender == PROCRASTINATE:
+        from bench.procrastinate_app import Monitor
+
+        return Monitor().counter("noop", "succeeded")
     from django_tasks_db.models import DBTaskResult
 
     return DBTaskResult.objects.filter(status="SUCCESSFUL").count
@@ -242,6 +290,11 @@ def enqueue_one(contender: str) -> Callable[[], object]:
         from django_q.tasks import async_task
 
         return lambda: async_task(NOOP)
+    if contender == PROCRASTINATE:
+        from bench.procrastinate_app import app, noop
+
+        app.open()  # its synchronous pool: defer() from sync code
+        return noop.defer
     from bench.tasks import noop_task
 
     return noop_task.enqueue
@@ -371,6 +424,7 @@ def time_jobs(
 def end_to_end(contender: str, count: int, max_concurrency: int | None = None) -> Rate:
     empty_tables()
     fill(contender, count)
+    analyze(contender)
     rate, startup = run_until_done(contender, count, 60 + count / 20, max_concurrency)
     print(f"  {contender}: workers' start-up to the first finished job {startup:.1f} s")
     if contender == OURS:
@@ -708,8 +762,13 @@ def cell(result: Result, ours: Result) -> str:
     return text
 
 
+def peers() -> list[str]:
+    """The peers this run can measure: procrastinate only once its database is ready."""
+    return [peer for peer in PEERS if peer != PROCRASTINATE or procrastinate_ready]
+
+
 def table(rows: Sequence[Row]) -> str:
-    columns = [OURS, DJANGO_Q2, TASKS_DB]
+    columns = [OURS, *PEERS]
     header = ["scenario", "target", *(LABELS[c] for c in columns), "anchors (quiet machine)"]
     lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
     for row in rows:
@@ -717,7 +776,11 @@ def table(rows: Sequence[Row]) -> str:
         target = row.target
         if row.met is not None:
             target += ": " + ("met" if row.met(ours) else "MISSED")
-        cells = [cell(row.results.get(column, "—"), ours) for column in columns]
+        missing = "not installed" if column_missing(PROCRASTINATE) else "—"
+        cells = [
+            cell(row.results.get(column, missing if column == PROCRASTINATE else "—"), ours)
+            for column in columns
+        ]
         lines.append("| " + " | ".join([row.label, target, *cells, row.anchors or "—"]) + " |")
     return "\n".join(lines)
 
@@ -734,6 +797,35 @@ def attempt(what: str, measure: Callable[[], Result]) -> Result:
         return f"error: {str(error).splitlines()[0][:60]}"
     print(f"  {result}", flush=True)
     return result
+
+
+def column_missing(contender: str) -> bool:
+    """A peer whose package is missing (not one whose database is gone by the report)."""
+    return contender == PROCRASTINATE and find_spec("procrastinate") is None
+
+
+def prepare_procrastinate() -> str:
+    """Create procrastinate's database with its schema, if procrastinate is installed."""
+    global procrastinate_ready
+    if find_spec("procrastinate") is None:
+        return "procrastinate: not installed (pip install -e '.[bench]')"
+    from bench import procrastinate_app
+
+    name = procrastinate_app.prepare()
+    procrastinate_ready = True
+    return (
+        f"procrastinate {version('procrastinate')}: database {name} on the same server, "
+        f"{WORKERS} worker processes at its default concurrency (1)"
+    )
+
+
+def drop_procrastinate() -> None:
+    global procrastinate_ready
+    if procrastinate_ready:
+        from bench import procrastinate_app
+
+        procrastinate_app.drop()
+        procrastinate_ready = False
 
 
 def parse_arguments(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -793,6 +885,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     from django.conf import settings
 
     database = prepare_database()
+    peer_line = prepare_procrastinate()
     command = " ".join(["python -m bench.queue", *(sys.argv[1:] if argv is None else argv)])
     print(
         "\n".join(
@@ -801,6 +894,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                 f"Python {platform.python_version()}, Django {version('django')}, "
                 f"django-q2 {version('django-q2')}, django-tasks-db {version('django-tasks-db')}"
                 f" (django-tasks {version('django-tasks')}), psycopg {version('psycopg')}",
+                peer_line,
                 f"Q_CLUSTER: {settings.Q_CLUSTER}",
                 f"ours: MAX_CONCURRENCY {settings.RATEQUEUE['MAX_CONCURRENCY']} (default), "
                 f"{args.max_concurrency} (tuned runs); "
@@ -819,12 +913,14 @@ def main(argv: Sequence[str] | None = None) -> None:
         rows = measure_all(args)
     finally:
         empty_tables()
+        drop_procrastinate()
     print()
     print(table(rows))
     print()
     print(
         "(nx) = ours ÷ that peer (for latency: ours' p50 ÷ the peer's, lower is better). "
-        "End to end counts from the first finished job to the last. "
+        "End to end counts from the first finished job to the last; the tables are "
+        "ANALYZEd after each fill (autovacuum, which would, may be off). "
         f"Run took {time.monotonic() - started:.0f} s."
     )
 
@@ -834,7 +930,7 @@ def measure_all(args: argparse.Namespace) -> list[Row]:
     tuned = args.max_concurrency
     singles = {
         c: attempt(f"enqueue, {c}", lambda c=c: single_enqueues(c, args.enqueues))
-        for c in (OURS, DJANGO_Q2, TASKS_DB)
+        for c in (OURS, *peers())
     }
     rows = [
         Row(
@@ -867,15 +963,14 @@ def measure_all(args: argparse.Namespace) -> list[Row]:
                         c, args.producers, args.enqueues // args.producers
                     ),
                 )
-                for c in (OURS, DJANGO_Q2, TASKS_DB)
+                for c in (OURS, *peers())
             },
         )
     )
     if args.enqueue_only:
         return rows
     end_to_end_peers = {
-        c: attempt(f"end to end, {c}", lambda c=c: end_to_end(c, peer_jobs))
-        for c in (DJANGO_Q2, TASKS_DB)
+        c: attempt(f"end to end, {c}", lambda c=c: end_to_end(c, peer_jobs)) for c in peers()
     }
     rows += [
         Row(

@@ -11,7 +11,15 @@ import time
 
 from django_ratequeue import job, stream_output
 
-from .jobs import exit_worker, fail, noop, observed_run, record_start
+from .jobs import (
+    await_on_network,
+    exit_worker,
+    fail,
+    noop,
+    observed_run,
+    record_start,
+    wait_on_network,
+)
 
 # bench.http enqueues it over HTTP.
 job(noop, expose=True)
@@ -20,6 +28,14 @@ job(record_start)
 job(observed_run)
 job(exit_worker)
 job(fail)
+# bench.io: the IO-bound job, sync and ``async def``. A version of ours that refuses
+# ``async def`` jobs at registration leaves the second out; bench.io says why.
+job(wait_on_network)
+ASYNC_REFUSED = ""
+try:
+    job(await_on_network)
+except (TypeError, ValueError) as error:
+    ASYNC_REFUSED = f"{type(error).__name__}: {error}"
 
 
 @job

@@ -46,6 +46,7 @@ if TYPE_CHECKING:
         reset_rate_limit,
     )
     from .ratelimit.config import FixedWindow, TokenBucket
+    from .slots import cancel_requested
 
 __version__ = "0.1.0"
 
@@ -83,6 +84,7 @@ _EXPORTS: dict[str, str] = {
     "Status": ".queue.models",
     "report_progress": ".queue.progress",
     "stream_output": ".queue.progress",
+    "cancel_requested": ".slots",
     "Handle": ".queue.handles",
     "get_handle": ".queue.handles",
     "cancel_all": ".queue.handles",
@@ -115,6 +117,7 @@ __all__ = [
     "TokenBucket",
     "UnknownJob",
     "cancel_all",
+    "cancel_requested",
     "check_rate_limit",
     "define_rate_limits",
     "enqueue",

@@ -132,6 +132,11 @@ class Slots:
         with self._lock:
             return sum(running.reported for running in self._running.values())
 
+    def holds(self, key: Hashable) -> bool:
+        """Whether the call ``key`` holds a slot still (a stuck one included)."""
+        with self._lock:
+            return key in self._running
+
     def start(self, call: Call) -> None:
         """Start ``call`` in a free slot (there must be one)."""
         running = _Running(call)

@@ -36,8 +36,10 @@ from __future__ import annotations
 import argparse
 import collections
 import contextvars
+import functools
 import http.client
 import importlib
+import inspect
 import json
 import logging
 import os
@@ -49,9 +51,14 @@ import threading
 import time
 import traceback
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from pathlib import Path
 from typing import Any
+
+try:
+    from django_ratequeue.slots import Call, Finished, Slots
+except ImportError:  # this file copied alone, with slots.py beside it
+    from slots import Call, Finished, Slots  # type: ignore[no-redef]
 
 logger = logging.getLogger("django_ratequeue.worker")
 
@@ -240,8 +247,8 @@ class RemoteAttempt:
         self.canceled = threading.Event()
         self.lost = threading.Event()
         self.done = threading.Event()
-        # The handler, still running past the job's timeout (its outcome reported).
-        self.overrun: threading.Thread | None = None
+        # Whether the handler still runs past the job's timeout (its outcome reported).
+        self.overrun = False
 
     def report(self, action: str, body: dict[str, Any] | None = None) -> Any:
         """Send a report on this attempt; None (and the attempt is lost) when the server
@@ -372,6 +379,9 @@ class Worker:
         self.outbox: list[tuple[RemoteAttempt, dict[str, Any]]] = []
         self.slots = threading.Condition()
         self.stopping = client.stopping
+        self.calls = Slots(concurrency, self.call_ended, name="worker-slot")
+        self.calls_ending: dict[Hashable, threading.Event] = {}
+        self.calls_ended: dict[Hashable, Finished] = {}
 
     def serve(self) -> None:
         """Claim and run until told to stop; then finish or release (see the module).
@@ -542,55 +552,69 @@ class Worker:
                 self.slots.notify_all()
             if report is None:
                 self.forget(attempt)
-            if attempt.overrun is not None:  # its slot is free once the handler returns
-                attempt.overrun.join()
+            while attempt.overrun and self.calls.holds(attempt.id):
+                time.sleep(0.1)  # its slot is free once the handler returns
             with self.slots:
                 self.busy -= 1
                 self.slots.notify_all()
 
     def execute(self, attempt: RemoteAttempt) -> tuple[str, dict[str, Any]]:
-        """Run the attempt's handler; the report that ends it. A job with a ``timeout``
-        runs in a thread of its own, waited for that long: past it, the attempt fails as
-        timed out at once (the lease is not held until recovery), while its slot stays
-        taken until the handler returns (a thread cannot be stopped)."""
+        """Run the attempt's handler in a slot (a plain function on a thread, an ``async
+        def`` one on the worker's event loop); the report that ends it. Past the job's
+        ``timeout`` the handler is interrupted and the attempt fails as timed out; one
+        that does not stop keeps its slot until it returns (a thread cannot be stopped)."""
         data = attempt.data
         func = self.handlers.get(data["function"])
         if func is None:
             error = f"This worker has no handler for {data['function']!r}."
             return "fail", {"error": error, "retryable": False}
-        timeout = data.get("timeout")
-        if timeout is None:
-            return self.call(attempt, func)
-        outcome: list[tuple[str, dict[str, Any]]] = []
-        handler_thread = threading.Thread(
-            target=lambda: outcome.append(self.call(attempt, func)),
-            name=f"attempt-{attempt.id}-handler",
-            daemon=True,
+        context = contextvars.copy_context()
+        context.run(_current.set, attempt)
+        call = Call(
+            key=attempt.id,
+            function=functools.partial(func, *data["args"], **data["kwargs"]),
+            is_async=inspect.iscoroutinefunction(inspect.unwrap(func)),
+            timeout=data.get("timeout"),
+            context=context,
         )
-        handler_thread.start()
-        handler_thread.join(timeout)
-        if outcome:
-            return outcome[0]
-        attempt.overrun = handler_thread
-        error = f"The worker stopped waiting: the attempt overran its timeout of {timeout:g} s."
-        return "fail", {"error": error, "retryable": True, "timed_out": True}
+        ended = threading.Event()
+        with self.slots:
+            self.calls_ending[attempt.id] = ended
+        self.calls.start(call)
+        ended.wait()
+        with self.slots:
+            finished = self.calls_ended.pop(attempt.id)
+        return self.outcome(attempt, finished)
 
-    def call(self, attempt: RemoteAttempt, func: Callable[..., Any]) -> tuple[str, dict[str, Any]]:
-        data = attempt.data
-        token = _current.set(attempt)
-        try:
-            result = func(*data["args"], **data["kwargs"])
-            json.dumps(result, allow_nan=False)
-        except Exception as exc:
-            logger.info("Attempt %s failed: %r", attempt.id, exc)
-            return "fail", {
-                "error": f"{type(exc).__name__}: {exc}",
-                "traceback": traceback.format_exc(),
-                "retryable": not isinstance(exc, NonRetryableError),
-            }
-        finally:
-            _current.reset(token)
-        return "complete", {"result": result}
+    def call_ended(self, finished: Finished) -> None:
+        """Hand a call's end to the thread that waits for it (from the slot that ran it)."""
+        with self.slots:
+            self.calls_ended[finished.key] = finished
+            self.calls_ending.pop(finished.key).set()
+
+    def outcome(self, attempt: RemoteAttempt, finished: Finished) -> tuple[str, dict[str, Any]]:
+        """The report that ends an attempt whose handler ended as ``finished`` did."""
+        if finished.stuck:
+            attempt.overrun = True
+        error = finished.error
+        if error is None:
+            try:
+                json.dumps(finished.value, allow_nan=False)
+                return "complete", {"result": finished.value}
+            except (TypeError, ValueError) as exc:
+                error = exc
+        logger.info("Attempt %s failed: %r", attempt.id, error)
+        if finished.timed_out:
+            error_text = (
+                f"The worker stopped the handler: the attempt overran its timeout of "
+                f"{attempt.data.get('timeout'):g} s."
+            )
+            return "fail", {"error": error_text, "retryable": True, "timed_out": True}
+        return "fail", {
+            "error": f"{type(error).__name__}: {error}",
+            "traceback": "".join(traceback.format_exception(error)),
+            "retryable": not isinstance(error, NonRetryableError),
+        }
 
     def finish(self) -> None:
         """Give the running attempts ``grace`` seconds, then release the rest."""

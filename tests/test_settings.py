@@ -185,3 +185,9 @@ def test_a_removed_setting_is_refused_with_the_reason() -> None:
 def test_the_clock_is_the_databases_or_the_process_own(value: Any) -> None:
     assert [n for n, _ in problems(CLOCK=value)] == ["django_ratequeue.E230"]
     assert problems(CLOCK="local") == problems(CLOCK="database") == []
+
+
+@pytest.mark.parametrize("value", [0, 1001, 1.5, "8", math.inf, True])
+def test_slots_are_between_one_and_a_thousand(value: Any) -> None:
+    assert [n for n, _ in problems(SLOTS=value)] == ["django_ratequeue.E222"]
+    assert problems(SLOTS=1) == [] and problems(SLOTS=1000) == []

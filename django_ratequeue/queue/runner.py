@@ -48,6 +48,8 @@ from .wakeup import LOOP, WORK, Waiter, notifies, notify_clause, signal
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
+# How often a runner with attempts in its slots looks for cancels of their jobs.
+CANCEL_LOOK = 1.0
 
 
 def serve() -> None:
@@ -103,6 +105,8 @@ class Runner:
         self.held: dict[Hashable, Attempt] = {}
         self.finished: queue.SimpleQueue[tuple[Finished, float]] = queue.SimpleQueue()
         self.waiter = Waiter((WORK,), interruptible=True)
+        self.canceled: set[Hashable] = set()
+        self.next_cancel_look = 0.0
 
     def ended(self, finished: Finished) -> None:
         """Take the end of a call (from the slot that ran it) for the next report."""
@@ -122,13 +126,14 @@ class Runner:
             left = min(idle_since + idle, turn_ends) - now
             if left <= 0:
                 break
-            self.waiter.wait(left)
+            self.waiter.wait(min(left, CANCEL_LOOK) if self.held else left)
         self.finish_held()
 
     def turn(self) -> bool:
         """Report what ended, then claim and start attempts for the free slots; whether
         it took all it asked for (more may wait)."""
         self.report_ended()
+        self.look_for_cancels()
         free = self.slots.free
         if free <= 0:
             return False
@@ -154,6 +159,7 @@ class Runner:
         while not self.finished.empty():
             finished, heard = self.finished.get()
             attempt = self.held.pop(finished.key, None)
+            self.canceled.discard(finished.key)
             if attempt is None:
                 continue
             # When the call really ended: the slot's reading, on the queue's clock.
@@ -162,12 +168,27 @@ class Runner:
         self.report(ended)
         return len(ended)
 
+    def look_for_cancels(self) -> None:
+        """Pass a cancel on to the calls of canceled jobs (at most every ``CANCEL_LOOK``
+        seconds): an async job's task is cancelled, a plain function sees
+        ``cancel_requested()``."""
+        if not self.held or time.monotonic() < self.next_cancel_look:
+            return
+        self.next_cancel_look = time.monotonic() + CANCEL_LOOK
+        keys = {attempt.job_id: key for key, attempt in self.held.items()}
+        asked = Job.objects.filter(pk__in=keys, cancel_requested=True).values_list("pk", flat=True)
+        for job_id in through_reconnects(lambda: list(asked)):
+            if keys[job_id] not in self.canceled:
+                self.canceled.add(keys[job_id])
+                self.slots.cancel(keys[job_id])
+
     def finish_held(self) -> None:
         """Take no more work, and report the attempts in the slots as they end."""
         while self.held:
             self.report_ended()
+            self.look_for_cancels()
             if self.held:
-                self.waiter.wait(1.0)
+                self.waiter.wait(CANCEL_LOOK)
 
     def drain(self) -> int:
         """Claim and run attempts in this thread, one at a time, until nothing is left to

@@ -17,6 +17,7 @@ from typing import Any
 from django_ratequeue import (
     Handle,
     NonRetryableError,
+    cancel_requested,
     get_handle,
     job,
     report_progress,
@@ -368,3 +369,28 @@ async def block_on_result(job_id: str) -> None:
 async def await_job(job_id: str) -> int:
     """Await the result of job ``job_id`` (a subtask wait), times ten."""
     return await Handle(job_id).aresult(timeout=60) * 10
+
+
+@job
+async def sleep_later(seconds: float) -> str:
+    """Waits without holding a thread: a cancel or a time limit cancels its task."""
+    await asyncio.sleep(seconds)
+    return "slept"
+
+
+@job
+def wait_for_cancel(limit: float = 30) -> str:
+    """A plain function that stops when its job is canceled, as the docs say to."""
+    deadline = time.monotonic() + limit
+    while not cancel_requested() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return "stopped" if cancel_requested() else "not canceled"
+
+
+@job
+def spin(seconds: float) -> str:
+    """Busy in Python code for ``seconds``: a time limit interrupts it at once."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        sum(range(100))
+    return "spun"

@@ -23,7 +23,7 @@ def lines(path: Path) -> list[str]:
 
 
 def test_cancels_and_starts_go_on_while_every_worker_is_busy(cluster, tmp_path: Path) -> None:
-    cluster(workers=2, MAX_CONCURRENCY=2)
+    cluster(workers=2, MAX_CONCURRENCY=2, SLOTS=1)  # every worker busy: one slot each
     started, release = tmp_path / "started.log", tmp_path / "release"
     slow = [
         enqueue(jobs.block_until_file, args=[str(started), str(release), 60]) for _ in range(2)

@@ -3,7 +3,9 @@ without Django. Each records what it ran in the file it is given, one line per c
 
 from __future__ import annotations
 
+import asyncio
 import os
+import threading
 import time
 
 from django_ratequeue.worker import handler, stream_output
@@ -32,3 +34,14 @@ def block_until_file(path: str, marker: str, limit: float = 30) -> str:
     while not os.path.exists(marker) and time.monotonic() < deadline:
         time.sleep(0.02)
     return "released"
+
+
+@handler("tests.queue.jobs.record_then_block")
+async def record_then_block(path: str, label: str, marker: str = "", limit: float = 30) -> str:
+    """An ``async def`` handler: record this run (with the thread it runs on), then wait
+    for ``marker`` without holding a thread."""
+    append_line(path, f"{label} {os.getpid()} {threading.current_thread().name}")
+    deadline = time.monotonic() + limit
+    while marker and not os.path.exists(marker) and time.monotonic() < deadline:
+        await asyncio.sleep(0.02)
+    return label

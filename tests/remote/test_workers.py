@@ -168,6 +168,27 @@ def test_two_workers_share_the_work_none_lost_none_twice(remote: Remote, tmp_pat
     assert set(others.values_list("outcome", flat=True)) <= {"", Outcome.WORKER_LOST}
 
 
+def test_a_worker_runs_async_handlers_in_all_its_slots_at_once(
+    remote: Remote, tmp_path: Path
+) -> None:
+    """``--concurrency 8`` with an ``async def`` handler: the eight run at once, on the
+    worker's one event loop."""
+    worker = remote.worker(concurrency=8)
+    out, release = tmp_path / "ran.txt", tmp_path / "release"
+    handles = enqueue_many(
+        "tests.queue.jobs.record_then_block",
+        [[str(out), f"a{n}", str(release)] for n in range(8)],
+        queue="gpu",
+    )
+    wait_for(lambda: len(lines(out)) == 8, 60, "eight handlers running at once")
+    release.touch()
+    assert [h.result(timeout=60) for h in handles] == [f"a{n}" for n in range(8)]
+    ran = [line.split() for line in lines(out)]
+    assert {(int(pid), thread) for _label, pid, thread in ran} == {
+        (worker.pid, "worker-slot-loop")
+    }
+
+
 def test_a_killed_worker_s_attempt_completes_on_another(remote: Remote, tmp_path: Path) -> None:
     out, marker = tmp_path / "ran.txt", tmp_path / "go"
     doomed = remote.worker(concurrency=1)
@@ -291,12 +312,13 @@ def record(path, label):
 
 
 def test_worker_py_copied_alone_runs_with_a_plain_python(remote: Remote, tmp_path: Path) -> None:
-    """As docs/remote-workers.md says: worker.py copied next to a handlers module, run by
-    an interpreter that has neither Django nor the package (no site-packages, no
-    PYTHONPATH), its key in a file."""
+    """As docs/remote-workers.md says: worker.py and slots.py copied next to a handlers
+    module, run by an interpreter that has neither Django nor the package (no
+    site-packages, no PYTHONPATH), its key in a file."""
     host = tmp_path / "host"
     host.mkdir()
-    shutil.copy(ROOT / "django_ratequeue" / "worker.py", host / "worker.py")
+    for name in ("worker.py", "slots.py"):
+        shutil.copy(ROOT / "django_ratequeue" / name, host / name)
     (host / "gpu_handlers.py").write_text(ALONE)
     (host / "key").write_text(remote.key + "\n")
     with (tmp_path / "alone.log").open("wb") as log:

@@ -8,7 +8,10 @@ class RateQueueConfig(AppConfig):
 
     def ready(self) -> None:
         from . import checks  # noqa: F401  (registers the system checks)
-        from .queue import agent  # noqa: F401  (starts an agent thread in each django-q2 worker)
+        from .queue import (
+            agent,  # noqa: F401  (starts an agent thread in each django-q2 worker)
+            host,  # noqa: F401  (starts a runner thread in each django-q2 worker)
+        )
         from .queue.registry import autodiscover
 
         # Only registered jobs run: register them in every process, web and worker alike.

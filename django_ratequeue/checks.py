@@ -17,7 +17,7 @@ from typing import Any
 from django.apps import AppConfig, apps
 from django.conf import settings
 from django.contrib.sessions.middleware import SessionMiddleware
-from django.core.checks import CheckMessage, Error, Warning, register
+from django.core.checks import CheckMessage, Error, register
 from django.utils.module_loading import import_string
 
 from . import backends as tasks_backend_checks  # noqa: F401
@@ -44,9 +44,8 @@ def check_settings(
 def check_broker_database(
     app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
 ) -> list[CheckMessage]:
-    """The loop writes the django-q2 tasks that ask for runners in its own transaction when
-    the broker is the ORM's, so that they exist exactly when their attempts do: that holds
-    only if the broker's database is the one the router gives the queue's tables."""
+    """django-q2's ORM broker keeps its tasks on the database the router gives the queue's
+    tables, so that a task enqueued in a transaction exists exactly when its rows do."""
     cluster = getattr(settings, "Q_CLUSTER", None)
     broker = cluster.get("orm") if isinstance(cluster, dict) else None
     if not broker or broker == queue_db():
@@ -58,28 +57,6 @@ def check_broker_database(
             hint="Run django-q2's ORM broker on the database that holds ratequeue's tables, "
             "or route ratequeue's models to the broker's.",
             id="django_ratequeue.E302",
-        )
-    ]
-
-
-@register()
-def check_runner_turn(
-    app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
-) -> list[CheckMessage]:
-    """django-q2 hands a task out again when it is not acknowledged within ``retry``
-    seconds: a runner's turn must end before that, or a second runner is started for it."""
-    cluster = getattr(settings, "Q_CLUSTER", None)
-    retry = cluster.get("retry", 60) if isinstance(cluster, dict) else 60
-    values, _problems = parse_settings(getattr(settings, "RATEQUEUE", None))
-    if values is None or not isinstance(retry, int | float) or retry > values.RUNNER_TURN:
-        return []
-    return [
-        Warning(
-            f'RATEQUEUE["RUNNER_TURN"] ({values.RUNNER_TURN:g} s) is not shorter than '
-            f"Q_CLUSTER['retry'] ({retry:g} s): django-q2 would hand a serving runner's "
-            "task out a second time.",
-            hint="Raise Q_CLUSTER['retry'] or lower RUNNER_TURN.",
-            id="django_ratequeue.W305",
         )
     ]
 

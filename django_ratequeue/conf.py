@@ -53,8 +53,7 @@ DEFAULTS: dict[str, Any] = {
     "HEARTBEAT_INTERVAL": 2.0,
     "WORKER_DEAD_AFTER": 10.0,
     "POLL_INTERVAL": 0.05,
-    "RUNNER_IDLE": 10.0,
-    "RUNNER_TURN": 30.0,
+    "STOP_GRACE": 3.0,
     "REMOTE_LEASE": 30.0,
     "MAX_ARGUMENTS_BYTES": 1024 * 1024,
     "MAX_RESULT_BYTES": 1024 * 1024,
@@ -152,8 +151,8 @@ class RateQueueSettings:
     POLL_INTERVAL: float
     # A runner hands its django-q2 worker back after this long without work, and after
     # its turn in any case (the loop asks for a new one when there is work).
-    RUNNER_IDLE: float
-    RUNNER_TURN: float
+    # Seconds a stopping worker process gives the jobs in its slots before handing back.
+    STOP_GRACE: float
     # A remote worker's claim holds its attempt this long; each heartbeat extends it by as
     # much. An attempt whose lease lapses is lost, and retried by its policy.
     REMOTE_LEASE: float
@@ -212,14 +211,15 @@ DURATIONS = (
     "HEARTBEAT_INTERVAL",
     "WORKER_DEAD_AFTER",
     "POLL_INTERVAL",
-    "RUNNER_IDLE",
-    "RUNNER_TURN",
+    "STOP_GRACE",
     "REMOTE_LEASE",
     "PROGRESS_INTERVAL",
 )
 # Settings that no longer exist, and why: their presence is an error that says so.
 REMOVED = {
     "DISPATCH_BATCH_SIZE": "runners claim attempts themselves; there are no batches to size.",
+    "RUNNER_IDLE": "each worker process runs a runner for its whole life (SLOTS at once).",
+    "RUNNER_TURN": "each worker process runs a runner for its whole life (SLOTS at once).",
 }
 FLAGS = {
     "RATE_LIMIT_ASYNC_COMMIT": "E104",
@@ -517,8 +517,7 @@ class _Parser:
             HEARTBEAT_INTERVAL=durations["HEARTBEAT_INTERVAL"],
             WORKER_DEAD_AFTER=durations["WORKER_DEAD_AFTER"],
             POLL_INTERVAL=durations["POLL_INTERVAL"],
-            RUNNER_IDLE=durations["RUNNER_IDLE"],
-            RUNNER_TURN=durations["RUNNER_TURN"],
+            STOP_GRACE=durations["STOP_GRACE"],
             REMOTE_LEASE=durations["REMOTE_LEASE"],
             MAX_CONCURRENCY=numbers["MAX_CONCURRENCY"],
             SLOTS=self.slots(),

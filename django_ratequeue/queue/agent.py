@@ -29,7 +29,7 @@ from django_q.signals import post_spawn
 
 from .. import clock
 from ..conf import ratequeue_settings
-from .heartbeat import beat, worker_id
+from .heartbeat import beat, take_over_gone_here, worker_id
 from .loop import Loop
 from .models import LoopState, queue_connection
 from .wakeup import LOOP, Waiter, lease_end
@@ -61,12 +61,16 @@ class Agent:
     def __init__(self) -> None:
         self.loop: Loop | None = None
         self.started = False
+        self.born = time.monotonic()
 
     def turn(self) -> float:
         """One move; returns how long to wait for a signal before the next."""
         settings = ratequeue_settings()
         beat(force=not self.started)
         self.started = True
+        if time.monotonic() - self.born < settings.WORKER_DEAD_AFTER:
+            # A new process: were its host's others restarted, take their work over now.
+            take_over_gone_here()
         if self.loop is None:
             self.loop = take_lapsed_lease()
             if self.loop is None:

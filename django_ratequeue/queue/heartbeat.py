@@ -10,10 +10,12 @@ import threading
 import time
 import uuid
 from datetime import timedelta
+from pathlib import Path
 
 from .. import clock
 from ..conf import ratequeue_settings
 from .models import WorkerHeartbeat
+from .wakeup import LOOP, signal
 
 _identity: tuple[int, str] | None = None
 _last_beat = 0.0
@@ -47,6 +49,56 @@ def beat(force: bool = False) -> str:
             ignore_conflicts=True,
         )
     return identity
+
+
+def take_over_gone_here() -> int:
+    """Mark the workers of this host whose process is gone (a cluster restarted after a
+    crash) dead now, so that recovery takes their attempts at once rather than
+    ``WORKER_DEAD_AFTER`` later; how many, after signalling the loop.
+
+    A worker is gone when its heartbeat is late (older than ``HEARTBEAT_INTERVAL``: a
+    live one never is, whatever this host can see of it) and no process with its pid has
+    run here since that heartbeat (none has that pid, or the one that has started later)."""
+    settings = ratequeue_settings()
+    now = clock.now()
+    late = WorkerHeartbeat.objects.filter(
+        host=socket.gethostname(),
+        seen_at__lt=now - timedelta(seconds=settings.HEARTBEAT_INTERVAL),
+        seen_at__gte=now - timedelta(seconds=settings.WORKER_DEAD_AFTER),
+    ).exclude(pid=os.getpid())
+    offset = now.timestamp() - time.time()  # the queue's clock ahead of this host's
+    gone = [
+        identity
+        for identity, pid, seen_at in late.values_list("id", "pid", "seen_at")
+        if not _ran_since(pid, seen_at.timestamp() - offset)
+    ]
+    if gone:
+        dead = now - timedelta(seconds=settings.WORKER_DEAD_AFTER + 1)
+        WorkerHeartbeat.objects.filter(pk__in=gone).update(seen_at=dead)
+        signal(LOOP)
+    return len(gone)
+
+
+def _ran_since(pid: int, moment: float) -> bool:
+    """Whether the process ``pid`` of this host has run since ``moment`` (epoch seconds):
+    it exists, and (where /proc tells) it started before then."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # another user's: it exists
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        boot = next(
+            float(line.split()[1])
+            for line in Path("/proc/stat").read_text().splitlines()
+            if line.startswith("btime ")
+        )
+    except (OSError, IndexError, StopIteration, ValueError):
+        return True  # no /proc: it exists, so take it for the same process
+    started = boot + int(fields[19]) / os.sysconf("SC_CLK_TCK")
+    return started < moment
 
 
 def mark_serving(identity: str, serving: bool) -> None:

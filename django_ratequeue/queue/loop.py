@@ -28,14 +28,13 @@ from .models import (
     Job,
     LoopState,
     LoopStatus,
-    WorkerHeartbeat,
     queue_connection,
     queue_db,
 )
 from .retention import prune_in_background
 from .rollups import ARRIVALS_SETTLE, ARRIVALS_WINDOW, Tally, counted_arrivals
 from .transitions import STEP_LIMIT, apply_cancels, finish, promote_due, recover
-from .wakeup import JOBS, WORK, lease_end, request_runners, segment_ceiling, signal
+from .wakeup import JOBS, WORK, lease_end, segment_ceiling, signal
 
 
 class Loop:
@@ -123,7 +122,6 @@ class Loop:
             if did_work:
                 channels.append(JOBS)
             signal(*channels)
-            self.keep_runners(running, now)
             # Rest as soon as nothing is left to do right now, even after doing some work.
             self.rested = not (self.more_work or (started and waiting_left))
             state: str = LoopStatus.RUNNING
@@ -146,24 +144,6 @@ class Loop:
             return False
         self._last_recovery = time.monotonic()
         return recover(now, timedelta(seconds=self.settings.WORKER_DEAD_AFTER))
-
-    def keep_runners(self, running: list[Attempt], now: datetime) -> None:
-        """Ask django-q2 for runners while attempts wait for one and fewer runners serve
-        than there are attempts to run (at most one per live worker). Runners already
-        asked for and not started yet wait in the broker: they count as serving. Remote
-        attempts are not theirs: remote workers claim them over HTTP."""
-        running = [attempt for attempt in running if not attempt.remote]
-        if all(attempt.worker for attempt in running):
-            return
-        dead_after = timedelta(seconds=self.settings.WORKER_DEAD_AFTER)
-        workers = list(
-            WorkerHeartbeat.objects.filter(seen_at__gte=now - dead_after).values_list(
-                "serving", flat=True
-            )
-        )
-        missing = min(len(running), max(len(workers), 1)) - sum(workers)
-        if missing > 0:
-            request_runners(missing)
 
     def resting_state(
         self, running: list[Attempt], waiting_left: bool, now: datetime

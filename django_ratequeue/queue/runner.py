@@ -1,18 +1,16 @@
-"""Runners: what serves the queue on a django-q2 worker.
+"""Runners: what serves the queue in each django-q2 worker process.
 
-A runner is the django-q2 task :func:`serve`, which the loop asks for when attempts wait
-and too few runners serve (:meth:`.loop.Loop.keep_runners`). It runs attempts in the
-slots of its process (``RATEQUEUE["SLOTS"]`` at once, see :mod:`django_ratequeue.slots`):
-it claims as many dispatched attempts as it has free slots, the highest priority first,
-with one UPDATE that skips rows other runners are claiming (``FOR UPDATE SKIP LOCKED`` on
-PostgreSQL; SQLite writes one at a time), and starts each in a slot. As calls end it
-reports their outcomes, those that ended together in one statement that signals the
-loop, before it claims again: so a slot takes more work only once the outcome of its
-last is recorded, and a worker that dies re-runs only what was in its slots. When
-nothing is left to claim it waits for the loop's ``WORK`` signal or an end. It hands its
-worker back to django-q2 after ``RUNNER_IDLE`` seconds without work, or at the end of its
-turn (``RUNNER_TURN``, once its slots are empty), so that the cluster's other tasks get
-their turn too.
+A runner is a thread that :mod:`.host` starts in every worker process of a cluster, beside
+the agent. It runs attempts in the slots of its process (``RATEQUEUE["SLOTS"]`` at once,
+see :mod:`django_ratequeue.slots`): it claims as many dispatched attempts as it has free
+slots, the highest priority first, with one UPDATE that skips rows other runners are
+claiming (``FOR UPDATE SKIP LOCKED`` on PostgreSQL; SQLite writes one at a time), and
+starts each in a slot. As calls end it reports their outcomes, those that ended together
+in one statement that signals the loop, before it claims again: so a slot takes more work
+only once the outcome of its last is recorded, and a worker that dies re-runs only what
+was in its slots. When nothing is left to claim it waits for the loop's ``WORK`` signal,
+an end, or :data:`IDLE_LOOK` seconds. When its process stops it claims nothing more,
+gives the calls in its slots ``STOP_GRACE`` seconds to end, and hands back the others.
 
 Only attempt ids go through the database (never client data). A claim takes attempts
 nobody's yet and not ended, so an attempt that already ran or was recovered never runs
@@ -24,7 +22,6 @@ from __future__ import annotations
 import json
 import logging
 import queue
-import random
 import threading
 import time
 from collections.abc import Callable, Hashable
@@ -42,7 +39,6 @@ from ..exceptions import AttemptTimedOut, class_path
 from ..slots import Finished, Slots
 from .bulk import update_rows
 from .execution import REFUSED, finish, prepare, refusal, run_attempt
-from .heartbeat import beat, mark_serving
 from .models import REPORT_FIELDS, Attempt, Job, Outcome, queue_connection
 from .wakeup import LOOP, WORK, Waiter, notifies, notify_clause, signal
 
@@ -50,31 +46,8 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 # How often a runner with attempts in its slots looks for cancels of their jobs.
 CANCEL_LOOK = 1.0
-
-
-def serve() -> None:
-    """The django-q2 task of a runner (:data:`.wakeup.SERVE_TASK`): claim and run attempts,
-    and wait for more, until ``RUNNER_IDLE`` seconds pass without work or the turn ends.
-
-    Through reconnects from the first statement on: this worker's connection may have
-    been cut while it waited for the task (a database restart)."""
-    settings = ratequeue_settings()
-    worker = through_reconnects(lambda: beat(force=True))
-    through_reconnects(lambda: mark_serving(worker, True))
-    runner = Runner(worker)
-    # Turns of different lengths, so that the runners of a cluster do not all hand their
-    # workers back at the same moment.
-    turn_ends = time.monotonic() + settings.RUNNER_TURN * random.uniform(0.8, 1.0)
-    try:
-        runner.serve(turn_ends, settings.RUNNER_IDLE)
-    finally:
-        runner.close()
-
-        def leave() -> None:
-            mark_serving(worker, False)
-            signal(LOOP)  # the loop asks for another runner if there is work
-
-        through_reconnects(leave)
+# How long an idle runner waits for a signal before it looks for work all the same.
+IDLE_LOOK = 5.0
 
 
 _slots: Slots | None = None
@@ -113,21 +86,23 @@ class Runner:
         self.finished.put((finished, time.monotonic()))
         self.waiter.interrupt()
 
-    def serve(self, turn_ends: float, idle: float) -> None:
-        """Claim, start and report until the turn ends or ``idle`` seconds pass without
-        work; then report what is still running as it ends."""
-        idle_since = time.monotonic()
-        while (now := time.monotonic()) < turn_ends:
-            more = self.turn()
-            if self.held:
-                idle_since = now
-            if more:
-                continue
-            left = min(idle_since + idle, turn_ends) - now
-            if left <= 0:
-                break
-            self.waiter.wait(min(left, CANCEL_LOOK) if self.held else left)
-        self.finish_held()
+    def serve(self, stopping: threading.Event, grace: float) -> None:
+        """Claim, start and report until ``stopping`` is set; then give the attempts in
+        the slots ``grace`` seconds to end, and hand back the others."""
+        while not stopping.is_set():
+            try:
+                if not self.turn():
+                    self.waiter.wait(CANCEL_LOOK if self.held else IDLE_LOOK)
+            except Exception:
+                logger.exception("A runner's turn failed; taking the next one")
+                time.sleep(1.0)
+        self.finish_held(time.monotonic() + grace)
+        self.hand_back()
+
+    def stop(self, stopping: threading.Event) -> None:
+        """Tell the runner (from another thread) to stop: it ends its wait at once."""
+        stopping.set()
+        self.waiter.interrupt()
 
     def turn(self) -> bool:
         """Report what ended, then claim and start attempts for the free slots; whether
@@ -182,13 +157,33 @@ class Runner:
                 self.canceled.add(keys[job_id])
                 self.slots.cancel(keys[job_id])
 
-    def finish_held(self) -> None:
-        """Take no more work, and report the attempts in the slots as they end."""
-        while self.held:
+    def finish_held(self, deadline: float) -> None:
+        """Take no more work, and report the attempts in the slots as they end, until
+        ``deadline`` (a ``time.monotonic()`` reading)."""
+        while self.held and (left := deadline - time.monotonic()) > 0:
             self.report_ended()
             self.look_for_cancels()
             if self.held:
-                self.waiter.wait(CANCEL_LOOK)
+                self.waiter.wait(min(left, CANCEL_LOOK))
+        self.report_ended()
+
+    def hand_back(self) -> None:
+        """Hand back the attempts still in the slots as the process stops: they are not
+        tries, and another runner may claim them at once (this one's calls end with its
+        process)."""
+        if not self.held:
+            return
+        ids = [attempt.pk for attempt in self.held.values()]
+        logger.warning("Stopping: handing back %d running attempt(s)", len(ids))
+
+        def release() -> None:
+            Attempt.objects.filter(pk__in=ids, worker=self.worker, ended_at=None).update(
+                worker="", started_at=None
+            )
+            signal(WORK)
+
+        through_reconnects(release)
+        self.held.clear()
 
     def drain(self) -> int:
         """Claim and run attempts in this thread, one at a time, until nothing is left to
@@ -279,14 +274,6 @@ class Runner:
                 # The loop's signal, raised by the statement itself (SQLite: none, it polls).
                 returning=notify_clause(LOOP) if notifies() else "",
             )
-
-    def release(self, attempt_ids: list[int]) -> None:
-        """Hand back claimed attempts that did not start, for another runner (or the
-        loop's recovery, see :func:`.transitions.recover`) to take."""
-        Attempt.objects.filter(
-            pk__in=attempt_ids, worker=self.worker, started_at=None, ended_at=None
-        ).update(worker="")
-
 
 @cache
 def _claim_sql(vendor: str) -> str:

@@ -30,24 +30,17 @@ import threading
 import time
 from contextlib import suppress
 from datetime import datetime, timedelta
-from functools import cache
 from typing import Any
-
-from django.db import transaction
 
 from ..conf import ratequeue_settings
 from .bounds import LATEST
-from .models import queue_connection, queue_db
+from .models import queue_connection
 
 logger = logging.getLogger("django_ratequeue.queue")
 
 LOOP = "ratequeue_loop"
 WORK = "ratequeue_work"
 JOBS = "ratequeue_jobs"
-
-# The django-q2 task that serves the queue on a worker, by path (nothing here imports it).
-SERVE_TASK = "django_ratequeue.queue.runner.serve"
-
 
 def lease_end(now: datetime) -> datetime:
     """When a lease taken or renewed at ``now`` lapses."""
@@ -78,33 +71,6 @@ def signal(*channels: str) -> None:
     notifies = ", ".join(["pg_notify(%s, '')"] * len(channels))
     with connection.cursor() as cursor:
         cursor.execute(f"SELECT {notifies}", list(channels))
-
-
-def request_runners(count: int) -> None:
-    """Ask django-q2 for up to ``count`` runners (:data:`SERVE_TASK`), less the tasks
-    already waiting in its broker (runners asked for earlier, that no worker took yet).
-    With the ORM broker the tasks are written in the caller's transaction, so they exist
-    exactly when the attempts they are for do; with other brokers, after its commit."""
-    from django_q.conf import Conf
-    from django_q.tasks import async_task
-
-    count -= _broker().queue_size() or 0
-    # No django-q2 timeout: a runner bounds its own turn, and each job its own time.
-    options: dict[str, Any] = {"save": False, "timeout": -1}
-    for _ in range(max(count, 0)):
-        if Conf.ORM:
-            async_task(SERVE_TASK, q_options=options)
-        else:
-            transaction.on_commit(
-                lambda: async_task(SERVE_TASK, q_options=options), using=queue_db()
-            )
-
-
-@cache
-def _broker() -> Any:
-    from django_q.brokers import get_broker
-
-    return get_broker()
 
 
 def notify_clause(channel: str) -> str:

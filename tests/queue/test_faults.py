@@ -18,9 +18,10 @@ from django.db import connection, transaction
 from bench.faults import SETTINGS, Drill, KillLoop, KillWorker, TerminateConnections, plan
 from django_ratequeue import Status, enqueue, enqueue_many
 from django_ratequeue.models import Job, LoopState
+from django_ratequeue.queue.heartbeat import beat
 from django_ratequeue.queue.loop import Loop
-from django_ratequeue.queue.runner import serve
-from tests.cluster import child_pids
+from django_ratequeue.queue.runner import Runner
+from tests.cluster import child_pids, wait_for
 from tests.queue import jobs
 
 
@@ -89,9 +90,8 @@ def test_a_runner_whose_connection_was_cut_while_it_waited_still_runs(
     transactional_db: None, tmp_path: Path, settings: Any
 ) -> None:
     """The drill's terminated connections left attempts dispatched and never claimed, all
-    slots held for good: a worker's connection, cut while it waited for a task, failed the
-    first statement of its next task, so the django-q2 task failed and no one ran them."""
-    settings.RATEQUEUE = {**settings.RATEQUEUE, "RUNNER_IDLE": 0.05}
+    slots held for good: a runner's connection, cut while it waited, failed the first
+    statement of its next turn. Its turns go on through the reconnect."""
     log = tmp_path / "runs.log"
     handle = enqueue(jobs.record, args=[str(log), "once"])
     generation = LoopState.objects.ensure().generation + 1
@@ -112,7 +112,13 @@ def test_a_runner_whose_connection_was_cut_while_it_waited_still_runs(
     cutter = threading.Thread(target=cut)
     cutter.start()
     cutter.join(timeout=30)
-    serve()
+    runner = Runner(beat(force=True))
+    stopping = threading.Event()
+    serving = threading.Thread(target=runner.serve, args=(stopping, 5.0))
+    serving.start()
+    wait_for(lambda: log.exists(), 30, "the job to run")
+    runner.stop(stopping)
+    serving.join(timeout=30)
     assert [line.split()[0] for line in log.read_text().splitlines()] == ["once"]
     loop.step()  # takes the outcome in
     assert handle.status() == Status.COMPLETE

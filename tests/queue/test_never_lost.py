@@ -18,11 +18,10 @@ import pytest
 from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
-from django_q.models import OrmQ
 
 from django_ratequeue import JobFailed, Status, enqueue, enqueue_many
 from django_ratequeue.conf import ratequeue_settings
-from django_ratequeue.models import Attempt, Job, WorkerHeartbeat
+from django_ratequeue.models import Attempt, Job
 from django_ratequeue.queue.heartbeat import beat
 from django_ratequeue.queue.runner import Runner
 from tests.cluster import wait_for
@@ -67,7 +66,7 @@ def roomy(settings: Any) -> None:
 def test_an_attempt_no_runner_claimed_waits_again(tmp_path: Path, idle_worker: str) -> None:
     log = tmp_path / "runs.log"
     handle = enqueue(jobs.record, args=[str(log), "once"])
-    leading_loop().step()  # dispatches; no runner comes (its django-q2 task was lost)
+    leading_loop().step()  # dispatches; no runner comes (its signal was lost)
     leading_loop().run(30)  # the loop a moment later: a runner may still claim it
     assert handle.status() == Status.RUNNING and not lines(log)
 
@@ -77,25 +76,6 @@ def test_an_attempt_no_runner_claimed_waits_again(tmp_path: Path, idle_worker: s
     assert handle.status() == Status.COMPLETE
     assert [a.outcome for a in handle.attempts()] == ["succeeded"]
     assert tries(handle) == 1 and labels_run(log) == {"once": 1}
-
-
-@pytest.mark.django_db
-def test_runners_the_broker_lost_are_asked_for_again(tmp_path: Path, idle_worker: str) -> None:
-    log = tmp_path / "runs.log"
-    WorkerHeartbeat.objects.create(id="w2", pid=1, host="h", seen_at=timezone.now())
-    first, second = enqueue_many(jobs.record, [[str(log), "first"], [str(log), "second"]])
-    loop = leading_loop()
-    loop.step()  # two attempts, two live workers, none serving: two runners asked for
-    assert OrmQ.objects.count() == 2
-    loop.step()  # asked for, waiting in the broker: not asked for twice
-    assert OrmQ.objects.count() == 2
-    OrmQ.objects.all().delete()  # the broker loses them
-    loop.step()
-    assert OrmQ.objects.count() == 2
-    Runner(idle_worker).drain()
-    loop.step()
-    assert first.status() == Status.COMPLETE and second.status() == Status.COMPLETE
-    assert labels_run(log) == {"first": 1, "second": 1}
 
 
 @pytest.mark.django_db

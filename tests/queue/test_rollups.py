@@ -319,16 +319,16 @@ def test_a_step_that_rolls_back_counts_nothing(monkeypatch: pytest.MonkeyPatch) 
     loop.step()  # counting arrivals starts
     enqueue(jobs.add, args=[1, 1])
     frozen.advance(ARRIVALS_SETTLE.total_seconds() + 1)
-    keep_runners = Loop.keep_runners
+    resting_state = Loop.resting_state
 
     def broken(*args: Any) -> None:
         raise DatabaseError("the step breaks after dispatching")
 
-    monkeypatch.setattr(Loop, "keep_runners", broken)
+    monkeypatch.setattr(Loop, "resting_state", broken)
     with pytest.raises(DatabaseError):
         loop.step()
     assert not QueueMinute.objects.exists()
-    monkeypatch.setattr(Loop, "keep_runners", keep_runners)
+    monkeypatch.setattr(Loop, "resting_state", resting_state)
     loop.step()
     (row,) = QueueMinute.objects.all()
     assert (row.enqueued, row.started, row.queue) == (1, 1, "default")

@@ -11,7 +11,7 @@ from django.db.utils import ConnectionDoesNotExist
 from django.test import override_settings
 
 from django_ratequeue import clock
-from django_ratequeue.checks import check_broker_database, check_runner_turn
+from django_ratequeue.checks import check_broker_database
 from django_ratequeue.queue import dispatch, keys, stats, wakeup
 from django_ratequeue.queue.bulk import update_rows
 from django_ratequeue.queue.models import Job, queue_db
@@ -91,9 +91,3 @@ def test_the_queues_raw_sql_goes_where_the_router_sends_its_models(
         raw_sql()
 
 
-def test_a_runner_turn_longer_than_the_brokers_retry_is_warned_about() -> None:
-    with override_settings(Q_CLUSTER={"name": "test", "orm": "default", "retry": 20}):
-        [warning] = check_runner_turn()
-    assert warning.id == "django_ratequeue.W305" and "RUNNER_TURN" in warning.msg
-    with override_settings(Q_CLUSTER={"name": "test", "orm": "default", "retry": 360}):
-        assert check_runner_turn() == []

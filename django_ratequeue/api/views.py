@@ -48,6 +48,7 @@ from ..queue.models import FINAL_STATUSES, Job, queue_db
 from ..queue.registry import Registered, exposed_job
 from ..ratelimit.api import check_rate_limit
 from ..ratelimit.storage import rate_limit_db
+from .ids import shown_id, stored_id
 from .parsers import CappedJSONParser, RequestTooLarge
 from .permissions import ApiAccess, request_owner
 from .serializers import (
@@ -181,9 +182,12 @@ class ApiView(GenericAPIView[Any]):
         return validated(self.get_serializer_class(), data)
 
     def owned_job(self, job_id: str) -> Job:
-        """The request's own job ``job_id``, else 404."""
+        """The request's own job ``job_id`` (its client's id, else the server's), else 404."""
         owner = request_owner(self.request, create=False)
-        job = None if owner is None else Job.objects.filter(pk=job_id, owner=owner).first()
+        job = None
+        if owner is not None:
+            mine = Job.objects.filter(owner=owner)
+            job = mine.filter(pk=stored_id(owner, job_id)).first() or mine.filter(pk=job_id).first()
         if job is None:
             raise NotFound("There is no such job.")
         return job
@@ -204,7 +208,7 @@ class EnqueueView(ApiView):
         with refusals(), all_or_nothing(job):
             options = job_options(request, job, data["args"], data["kwargs"], data, owner)
             created = enqueue_job(job.path, args=data["args"], kwargs=data["kwargs"], **options)
-        location = f"{request.path}{quote(created.pk, safe='')}/"
+        location = f"{request.path}{quote(shown_id(created.pk), safe='')}/"
         return Response(
             job_data(created), status=status.HTTP_201_CREATED, headers={"Location": location}
         )
@@ -378,11 +382,15 @@ def job_options(
     data: Mapping[str, Any],
     owner: str | None,
 ) -> dict[str, Any]:
-    """The request's options, then the server's (``http_options``), then the owner."""
+    """The request's options (its id scoped to its owner), then the server's
+    (``http_options``), then the owner."""
     assert job.exposure is not None
     decided = job.exposure.options
     server = dict(decided(request, args, kwargs)) if decided is not None else {}
-    return {**data.get("options", {}), **server, "owner": owner}
+    client = dict(data.get("options", {}))
+    if "id" in client and owner is not None:
+        client["id"] = stored_id(owner, client["id"])
+    return {**client, **server, "owner": owner}
 
 
 @contextmanager
@@ -426,7 +434,8 @@ def refusals() -> Iterator[None]:
             wait = max(1, math.ceil((refused.retry_at - clock.now()).total_seconds()))
         raise Throttled(wait=wait or 1, detail=f"{refused}.") from None
     except DuplicateJobId as duplicate:
-        raise Conflict({"options": {"id": [str(duplicate)]}}) from None
+        shown = str(duplicate).replace(repr(duplicate.job_id), repr(shown_id(duplicate.job_id)))
+        raise Conflict({"options": {"id": [shown]}}) from None
     except ValueError as error:
         raise ValidationError({api_settings.NON_FIELD_ERRORS_KEY: [str(error)]}) from None
 

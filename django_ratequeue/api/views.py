@@ -29,7 +29,6 @@ from rest_framework.exceptions import (
     ValidationError,
 )
 from rest_framework.generics import GenericAPIView
-from rest_framework.permissions import AllowAny
 from rest_framework.renderers import BaseRenderer, JSONOpenAPIRenderer, JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -50,7 +49,7 @@ from ..ratelimit.api import check_rate_limit
 from ..ratelimit.storage import rate_limit_db
 from .ids import shown_id, stored_id
 from .parsers import CappedJSONParser, RequestTooLarge
-from .permissions import ApiAccess, request_owner
+from .permissions import ApiAccess, SchemaAccess, WorkerKeyAuth, request_owner
 from .serializers import (
     BulkEnqueueSerializer,
     EnqueueSerializer,
@@ -325,11 +324,16 @@ class RateLimitView(ApiView):
 
 class SchemaView(APIView):
     """``GET schema/``: the OpenAPI schema of these endpoints, by DRF's own generator, with
-    their paths under wherever the project mounted them."""
+    their paths under wherever the project mounted them; for whoever may use them
+    (:class:`.permissions.SchemaAccess`)."""
 
-    permission_classes = [AllowAny]
+    permission_classes = [SchemaAccess]
     renderer_classes = [JSONOpenAPIRenderer]
     patterns: list[Any] = []
+
+    def get_authenticators(self) -> list[Any]:
+        """The project's authentication, then a remote worker's key."""
+        return [*super().get_authenticators(), WorkerKeyAuth()]
 
     def get(self, request: Request) -> Response:
         generator = SchemaGenerator(

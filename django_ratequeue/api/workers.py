@@ -14,12 +14,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from django.contrib.auth.models import AnonymousUser
 from django.core.validators import ProhibitNullCharactersValidator
 from django.db import connections
 from rest_framework import serializers, status
-from rest_framework.authentication import BaseAuthentication
-from rest_framework.exceptions import APIException, AuthenticationFailed, PermissionDenied
+from rest_framework.exceptions import APIException, PermissionDenied
 from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -30,7 +28,8 @@ from ..conf import ratequeue_settings
 from ..exceptions import LeaseLost
 from ..queue import remote
 from ..queue.models import WorkerKey, queue_db
-from ..queue.workerkeys import MAX_CLAIM_WAIT, find_key, seen
+from ..queue.workerkeys import MAX_CLAIM_WAIT, seen
+from .permissions import WorkerKeyAuth
 from .serializers import StrictSerializer
 from .views import ApiSchema, ApiView
 
@@ -48,27 +47,6 @@ class LeaseLostConflict(APIException):
         "released. Stop working on it."
     )
     default_code = "lease_lost"
-
-
-class WorkerKeyAuth(BaseAuthentication):
-    """``Authorization: Api-Key <key>``, a :class:`~..queue.models.WorkerKey` not revoked."""
-
-    keyword = "Api-Key"
-
-    def authenticate(self, request: Request) -> tuple[AnonymousUser, WorkerKey] | None:
-        header = request.META.get("HTTP_AUTHORIZATION", "")
-        keyword, _space, key = header.partition(" ")
-        if keyword != self.keyword:
-            return None
-        row = find_key(key.strip())
-        if row is None:
-            raise AuthenticationFailed("Unknown worker key.")
-        if row.revoked_at is not None:
-            raise AuthenticationFailed("This worker key was revoked.")
-        return AnonymousUser(), row
-
-    def authenticate_header(self, request: Request) -> str:
-        return self.keyword
 
 
 class HasWorkerKey(BasePermission):

@@ -186,7 +186,9 @@ class ApiView(GenericAPIView[Any]):
         job = None
         if owner is not None:
             mine = Job.objects.filter(owner=owner)
-            job = mine.filter(pk=stored_id(owner, job_id)).first() or mine.filter(pk=job_id).first()
+            job = (
+                mine.filter(pk=stored_id(owner, job_id)).first() or mine.filter(pk=job_id).first()
+            )
         if job is None:
             raise NotFound("There is no such job.")
         return job

@@ -30,6 +30,7 @@ from asgiref.sync import sync_to_async
 from django.db import connections
 
 from ..queue.models import FINAL_STATUSES, Status
+from ..queue.slots import free_slot
 from .watch import Look, watcher
 
 # A comment line this often keeps proxies from closing a quiet stream.
@@ -175,6 +176,46 @@ async def astream(watch: JobWatch) -> AsyncIterator[bytes]:
                 yield text.encode()
     finally:
         watcher.unsubscribe(subscription)
+
+
+class SlotHeld:
+    """A stream's events, holding its slot (:mod:`..queue.slots`) until the response is
+    closed, whether or not it was ever read."""
+
+    def __init__(self, events: Iterator[bytes], slot: int) -> None:
+        self.events = events
+        self.slot: int | None = slot
+
+    def __iter__(self) -> Iterator[bytes]:
+        return self.events
+
+    def close(self) -> None:
+        """Stop the stream, then free its slot (once)."""
+        try:
+            close = getattr(self.events, "close", None)
+            if close is not None:
+                close()
+        finally:
+            if self.slot is not None:
+                slot, self.slot = self.slot, None
+                free_slot(slot)
+
+
+class AsyncSlotHeld(SlotHeld):
+    """:class:`SlotHeld` for an ASGI server's stream."""
+
+    def __init__(self, events: AsyncIterator[bytes], slot: int) -> None:
+        self.events = events  # type: ignore[assignment]
+        self.slot = slot
+
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        return self.events  # type: ignore[return-value]
+
+    def close(self) -> None:
+        """Free the slot (the server closes the async stream itself)."""
+        if self.slot is not None:
+            slot, self.slot = self.slot, None
+            free_slot(slot)
 
 
 def release_connections() -> None:

@@ -45,6 +45,7 @@ from ..queue.enqueue import enqueue, enqueue_calls, enqueue_job
 from ..queue.handles import Handle
 from ..queue.models import FINAL_STATUSES, Job, queue_db
 from ..queue.registry import Registered, exposed_job
+from ..queue.slots import take_slot
 from ..ratelimit.api import check_rate_limit
 from ..ratelimit.storage import rate_limit_db
 from .ids import shown_id, stored_id
@@ -62,7 +63,7 @@ from .serializers import (
     shared,
     validated,
 )
-from .sse import JobWatch, Resume, astream, stream
+from .sse import LIFETIME, RECONNECT_MS, AsyncSlotHeld, JobWatch, Resume, SlotHeld, astream, stream
 from .throttles import ApiThrottle
 
 
@@ -288,8 +289,20 @@ class EventsView(ApiView):
         resume = Resume.parse(request.headers.get("Last-Event-ID"), request.GET.get("since"))
         if resume.ended and job.status in FINAL_STATUSES:
             return HttpResponse(status=status.HTTP_204_NO_CONTENT)
+        limit = ratequeue_settings().API_MAX_STREAMS_PER_USER
+        slot = take_slot(f"stream:{job.owner}", limit, LIFETIME)
+        if slot is None:
+            raise Throttled(
+                wait=RECONNECT_MS // 1000 or 1,
+                detail=f"You have {limit} event streams open already "
+                '(RATEQUEUE["API_MAX_STREAMS_PER_USER"]): close one first.',
+            )
         watch = JobWatch(job.pk, resume.cursor)
-        events = astream(watch) if isinstance(request._request, ASGIRequest) else stream(watch)
+        events: Any
+        if isinstance(request._request, ASGIRequest):
+            events = AsyncSlotHeld(astream(watch), slot)
+        else:
+            events = SlotHeld(stream(watch), slot)
         response = StreamingHttpResponse(events, content_type="text/event-stream")
         response["Cache-Control"] = "no-cache"
         response["X-Accel-Buffering"] = "no"  # nginx: pass each event on at once

@@ -17,7 +17,7 @@ from typing import Any
 from django.core.validators import ProhibitNullCharactersValidator
 from django.db import connections
 from rest_framework import serializers, status
-from rest_framework.exceptions import APIException, PermissionDenied
+from rest_framework.exceptions import APIException, PermissionDenied, Throttled
 from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -28,6 +28,7 @@ from ..conf import ratequeue_settings
 from ..exceptions import LeaseLost
 from ..queue import remote
 from ..queue.models import WorkerKey, queue_db
+from ..queue.slots import free_slot, take_slot
 from ..queue.workerkeys import MAX_CLAIM_WAIT, seen
 from .permissions import WorkerKeyAuth
 from .serializers import StrictSerializer
@@ -165,7 +166,37 @@ class ClaimView(WorkerView):
         if outside:
             raise PermissionDenied(f"This key may not claim from: {', '.join(outside)}.")
         seen(key, data["host"])
-        reports = self.end(data["reports"]) if data["reports"] else []
+        # Refused before the reports are taken in: the worker sends them again.
+        slot = self.waiting_slot(data["wait"]) if data["wait"] > 0 else None
+        try:
+            reports = self.end(data["reports"]) if data["reports"] else []
+            claimed = self.claim(key, data, queues)
+        finally:
+            if slot is not None:
+                free_slot(slot)
+        answer = {
+            "attempts": ClaimedAttemptSerializer(claimed.attempts, many=True).data,
+            "lease_seconds": ratequeue_settings().REMOTE_LEASE,
+        }
+        if data["reports"]:
+            answer["reports"] = reports
+        return Response(answer)
+
+    def waiting_slot(self, wait: float) -> int:
+        """A slot of the key's waiting claims (:mod:`..queue.slots`), else 429."""
+        limit = ratequeue_settings().API_MAX_WAITING_CLAIMS_PER_KEY
+        slot = take_slot(f"claim:{self.key.prefix}", limit, wait)
+        if slot is None:
+            raise Throttled(
+                wait=1,
+                detail=f"This key has {limit} claims waiting for work already "
+                '(RATEQUEUE["API_MAX_WAITING_CLAIMS_PER_KEY"]): run fewer workers on it, or '
+                "give each its own key.",
+            )
+        return slot
+
+    def claim(self, key: WorkerKey, data: dict[str, Any], queues: list[str]) -> Any:
+        """Claim attempts, waiting up to ``data["wait"]`` seconds for one."""
         deadline = time.monotonic() + data["wait"]
         while True:
             rings = remote.bell.ring_count()
@@ -175,20 +206,13 @@ class ClaimView(WorkerView):
             remote.bell.pass_on()  # the next waiting claim looks after this one
             left = deadline - time.monotonic()
             if claimed.attempts or left <= 0:
-                break
+                return claimed
             connection = connections[queue_db()]
             if not connection.in_atomic_block:
                 connection.close()  # a waiting claim holds no database connection
             if claimed.retry_at is not None:  # a retry left to others becomes ours then
                 left = min(left, max((claimed.retry_at - clock.now()).total_seconds(), 0.01))
             remote.bell.wait(rings, left)
-        answer = {
-            "attempts": ClaimedAttemptSerializer(claimed.attempts, many=True).data,
-            "lease_seconds": ratequeue_settings().REMOTE_LEASE,
-        }
-        if data["reports"]:
-            answer["reports"] = reports
-        return Response(answer)
 
     def end(self, reports: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """End the reported attempts; each one's answer: ``{"id", "status", "detail"}``,

@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import pytest
 from django.contrib.auth.models import User
+from django.db import connection
 from rest_framework.test import APIClient
 
-from django_ratequeue import enqueue
+from django_ratequeue import enqueue, enqueue_many
 from django_ratequeue.api.ids import CLIENT_ID_MAX_LENGTH, stored_id
 from django_ratequeue.models import Job
-from tests.api.conftest import API
+from tests.api.conftest import API, logged_in
 from tests.api.conftest import enqueue as post_job
+from tests.queue.test_bulk_ids import blocked_call, open_transaction
 
 pytestmark = pytest.mark.django_db
 
@@ -77,8 +79,32 @@ def test_a_bulk_id_whose_items_ids_overflow_is_400_and_nothing_is_written(
 
 
 def test_enqueue_many_refuses_ids_longer_than_the_column() -> None:
-    from django_ratequeue import enqueue_many
-
     with pytest.raises(ValueError, match="too long for 11 jobs"):
         enqueue_many(GREET, ["Ada"] * 11, id="x" * 198)
     assert not Job.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="two writers at once: PostgreSQL")
+@pytest.mark.parametrize("on_duplicate_id", ["error", "ignore"])
+def test_a_bulk_post_racing_the_servers_ids_gets_its_own_jobs(
+    ada: User, bob: User, on_duplicate_id: str
+) -> None:
+    """The issue's case: while the server's enqueue_many(id="tag") is in its transaction,
+    Bob's bulk POST with id "tag" used to get 201 with the server's jobs."""
+    client = logged_in(bob)
+    body = {"function": GREET, "items": [{"args": ["Bob"]}, {"args": ["Bea"]}]}
+    body["options"] = {"id": "tag", "on_duplicate_id": on_duplicate_id}
+
+    with open_transaction(lambda: enqueue_many(GREET, ["Alice", "Alan"], id="tag", owner="alice")):
+        thread, outcome = blocked_call(
+            lambda: client.post(f"{API}jobs/bulk/", body, format="json")
+        )
+        thread.join(10)  # Bob's ids are his own: his INSERT waits for nobody
+    response = outcome[0]
+
+    assert response.status_code == 201, response.content
+    assert [job["id"] for job in response.json()] == ["tag-0", "tag-1"]
+    bobs = [stored_id(f"auth.user:{bob.pk}", f"tag-{n}") for n in range(2)]
+    assert [Job.objects.get(pk=job_id).args for job_id in bobs] == [["Bob"], ["Bea"]]
+    assert [Job.objects.get(pk=f"tag-{n}").owner for n in range(2)] == ["alice", "alice"]

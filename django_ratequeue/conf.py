@@ -65,6 +65,12 @@ DEFAULTS: dict[str, Any] = {
     "API_ALLOW_ANONYMOUS": False,
     "API_MAX_BODY_BYTES": 2 * 1024 * 1024,
     "API_MAX_BULK_ITEMS": 1000,
+    "API_THROTTLES": {
+        "enqueue": {"rate": 100, "period": 60, "capacity": 1000},
+        "read": {"rate": 600, "period": 60, "capacity": 600},
+    },
+    "API_MAX_STREAMS_PER_USER": 4,
+    "API_MAX_WAITING_CLAIMS_PER_KEY": 8,
     "CLOCK": "database",
 }
 # The clocks the app can read (CLOCK): the database server's, or this process's own.
@@ -176,6 +182,15 @@ class RateQueueSettings:
     API_ALLOW_ANONYMOUS: bool
     API_MAX_BODY_BYTES: int
     API_MAX_BULK_ITEMS: int
+    # Per-user throttles of the HTTP API (token buckets, per user or per client address):
+    # "enqueue" draws a token per job enqueued (a bulk one per item), "read" one per
+    # other request; None turns one off. A throttle scope ratequeue_enqueue or
+    # ratequeue_read in RATE_LIMITS or DRF's DEFAULT_THROTTLE_RATES replaces it.
+    API_THROTTLES: Mapping[str, RateLimitConfig | None]
+    # Event streams open at once per user, and claims waiting for work at once per worker
+    # key, across all processes: each holds a server thread under WSGI (429 beyond).
+    API_MAX_STREAMS_PER_USER: int
+    API_MAX_WAITING_CLAIMS_PER_KEY: int
     # Whose clock every time the app writes or compares comes from (clock.py): "database",
     # the database server's, shared by all hosts; or "local", this process's own, which
     # tests move with time-machine or freezegun (one host only: docs/testing.md).
@@ -201,6 +216,8 @@ POSITIVE_INTEGERS = (
     "MAX_OUTPUT_LENGTH",
     "API_MAX_BODY_BYTES",
     "API_MAX_BULK_ITEMS",
+    "API_MAX_STREAMS_PER_USER",
+    "API_MAX_WAITING_CLAIMS_PER_KEY",
 )
 # The most slots a worker process may have: each may hold a thread and a connection.
 MAX_SLOTS = 1000
@@ -230,6 +247,8 @@ QUEUE_OPTIONS = {f.name for f in fields(QueueConfig)}
 RATE_LIMITS_EXAMPLE = '{"login": {"kind": "token bucket", "rate": 10, "period": 3600}}'
 QUEUES_EXAMPLE = '{"emails": {"max_concurrency": 2}}'
 ENQUEUE_RATE_LIMIT_EXAMPLE = '{"rate": 200, "period": 1, "capacity": 600}'
+API_THROTTLE_SCOPES = ("enqueue", "read")
+API_THROTTLES_EXAMPLE = '{"enqueue": {"rate": 100, "period": 60, "capacity": 1000}, "read": None}'
 
 
 @dataclass
@@ -438,6 +457,29 @@ class _Parser:
             )
             return None
 
+    def api_throttles(self) -> dict[str, RateLimitConfig | None]:
+        """Each scope's token bucket, or None (off)."""
+        value = self.values["API_THROTTLES"]
+        if not isinstance(value, Mapping) or set(value) - set(API_THROTTLE_SCOPES):
+            self.problem(
+                "E311",
+                'RATEQUEUE["API_THROTTLES"] must be a dict of "enqueue" and "read", each a '
+                f"rate limit or None, got {value!r}.",
+                API_THROTTLES_EXAMPLE,
+            )
+            return {}
+        parsed: dict[str, RateLimitConfig | None] = {}
+        for scope in API_THROTTLE_SCOPES:
+            config = value.get(scope)
+            try:
+                parsed[scope] = (
+                    None if config is None else parse_config({"kind": "token bucket", **config})
+                )
+            except (TypeError, ValueError) as error:
+                where = f'RATEQUEUE["API_THROTTLES"][{scope!r}]'
+                self.problem("E311", f"{where}: {error}", API_THROTTLES_EXAMPLE)
+        return parsed
+
     def job_modules(self) -> tuple[str, ...]:
         value = self.values["JOB_MODULES"]
         if isinstance(value, list | tuple) and all(
@@ -532,6 +574,9 @@ class _Parser:
             API_ALLOW_ANONYMOUS=self.flag("API_ALLOW_ANONYMOUS"),
             API_MAX_BODY_BYTES=numbers["API_MAX_BODY_BYTES"],
             API_MAX_BULK_ITEMS=numbers["API_MAX_BULK_ITEMS"],
+            API_THROTTLES=MappingProxyType(self.api_throttles()),
+            API_MAX_STREAMS_PER_USER=numbers["API_MAX_STREAMS_PER_USER"],
+            API_MAX_WAITING_CLAIMS_PER_KEY=numbers["API_MAX_WAITING_CLAIMS_PER_KEY"],
             CLOCK=self.clock(),
         )
 

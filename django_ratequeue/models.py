@@ -12,6 +12,7 @@ from .queue.models import (
     WorkerHeartbeat,
     WorkerKey,
 )
+from .queue.seats import RequestSeat
 from .ratelimit.models import RateLimitState
 
 __all__ = [
@@ -24,6 +25,7 @@ __all__ = [
     "QueueMinute",
     "QueueSetting",
     "RateLimitState",
+    "RequestSeat",
     "WorkerHeartbeat",
     "WorkerKey",
 ]

@@ -1,5 +1,6 @@
-"""The admin for remote workers' API keys: create one (shown once), see where and when
-each was last used and what its workers run now, revoke."""
+"""The admin for remote workers' API keys: create one (shown once, on the page that answers
+the form, never in a message: messages live in a cookie), see where and when each was
+last used and what its workers run now, revoke."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ from typing import Any
 from django import forms
 from django.contrib import admin, messages
 from django.db.models import QuerySet
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
+from django.template.response import TemplateResponse
 
 from ..queue.models import Attempt, WorkerKey
 from ..queue.workerkeys import create_key, key_tag, revoke
@@ -49,11 +51,26 @@ class WorkerKeyAdmin(PermittedActionsMixin, admin.ModelAdmin):
             self.message_user(request, str(error), messages.ERROR)
             return
         obj.pk = row.pk
-        self.message_user(
-            request,
-            f"The key of {row.name!r}, shown only now: {key}",
-            messages.WARNING,
+        obj.new_key = key  # type: ignore[attr-defined]  # for response_add, this request only
+
+    def response_add(
+        self, request: HttpRequest, obj: WorkerKey, post_url_continue: str | None = None
+    ) -> HttpResponse:
+        """Show the new key on the page that answers the form (no redirect, no message)."""
+        key = getattr(obj, "new_key", None)
+        if key is None:
+            return super().response_add(request, obj, post_url_continue)
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.opts,
+            "row": WorkerKey.objects.get(pk=obj.pk),
+            "key": key,
+        }
+        response = TemplateResponse(
+            request, "admin/django_ratequeue/workerkey/created.html", context
         )
+        response["Cache-Control"] = "no-store"
+        return response
 
     @admin.action(description="Revoke the selected keys (at once)", permissions=["change"])
     def revoke_keys(self, request: HttpRequest, queryset: QuerySet[WorkerKey]) -> None:

@@ -10,13 +10,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from rest_framework.authentication import SessionAuthentication
-from rest_framework.exceptions import PermissionDenied
+from django.contrib.auth.models import AnonymousUser
+from rest_framework.authentication import BaseAuthentication, SessionAuthentication
+from rest_framework.exceptions import AuthenticationFailed, PermissionDenied
 from rest_framework.permissions import SAFE_METHODS, BasePermission
 from rest_framework.request import Request
 
 from ..conf import ratequeue_settings
 from ..queue.handles import owner_label
+from ..queue.models import WorkerKey
+from ..queue.workerkeys import find_key
 
 
 class ApiAccess(BasePermission):
@@ -33,6 +36,35 @@ class ApiAccess(BasePermission):
         if request.method not in SAFE_METHODS:
             CsrfCheck().enforce_csrf(request)
         return True
+
+
+class SchemaAccess(ApiAccess):
+    """Whoever may use the API (:class:`ApiAccess`), and remote workers with their key:
+    the schema, worker endpoints included, is not shown to anybody else."""
+
+    def has_permission(self, request: Request, view: Any) -> bool:
+        return isinstance(request.auth, WorkerKey) or super().has_permission(request, view)
+
+
+class WorkerKeyAuth(BaseAuthentication):
+    """``Authorization: Api-Key <key>``, a :class:`~..queue.models.WorkerKey` not revoked."""
+
+    keyword = "Api-Key"
+
+    def authenticate(self, request: Request) -> tuple[AnonymousUser, WorkerKey] | None:
+        header = request.META.get("HTTP_AUTHORIZATION", "")
+        keyword, _space, key = header.partition(" ")
+        if keyword != self.keyword:
+            return None
+        row = find_key(key.strip())
+        if row is None:
+            raise AuthenticationFailed("Unknown worker key.")
+        if row.revoked_at is not None:
+            raise AuthenticationFailed("This worker key was revoked.")
+        return AnonymousUser(), row
+
+    def authenticate_header(self, request: Request) -> str:
+        return self.keyword
 
 
 class CsrfCheck(SessionAuthentication):

@@ -21,6 +21,7 @@ from ..queue.bounds import MAX_DELAY, NUL_REFUSED, check_json, seconds
 from ..queue.models import Job, OutputChunk, Status
 from ..queue.options import OPTION_NAMES, parse_start_at
 from ..ratelimit.config import MAX_TOKENS
+from .ids import CLIENT_ID_MAX_LENGTH, shown_id
 
 S = TypeVar("S", bound=serializers.BaseSerializer[Any])
 
@@ -96,7 +97,9 @@ class OptionsSerializer(StrictSerializer):
 
     start_at = serializers.CharField(required=False, max_length=64, trim_whitespace=False)
     run_after = serializers.FloatField(required=False)
-    id = serializers.CharField(required=False, max_length=200, trim_whitespace=False)
+    id = serializers.CharField(
+        required=False, max_length=CLIENT_ID_MAX_LENGTH, trim_whitespace=False
+    )
     on_duplicate_id = serializers.ChoiceField(["error", "ignore"], required=False)
 
     def unknown(self, key: str) -> str:
@@ -186,6 +189,23 @@ class BulkEnqueueSerializer(StrictSerializer):
             )
         return super().to_internal_value(data)
 
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        """The last item's id (``<id>-<n>``) must fit as a client's id."""
+        prefix = attrs.get("options", {}).get("id")
+        last = f"{prefix}-{len(attrs['items']) - 1}"
+        if prefix is not None and len(last) > CLIENT_ID_MAX_LENGTH:
+            raise serializers.ValidationError(
+                {
+                    "options": {
+                        "id": [
+                            f"Too long for {len(attrs['items'])} items: their ids, up to "
+                            f"{last!r}, must be at most {CLIENT_ID_MAX_LENGTH} characters."
+                        ]
+                    }
+                }
+            )
+        return attrs
+
 
 class JobSerializer(serializers.Serializer[Job]):
     """A job as its owner sees it. ``result`` is set once it is complete, ``error`` once
@@ -204,6 +224,7 @@ class JobSerializer(serializers.Serializer[Job]):
 
     def to_representation(self, instance: Job) -> dict[str, Any]:
         data: dict[str, Any] = super().to_representation(instance)
+        data["id"] = shown_id(instance.id)
         data["result"] = instance.result if instance.status == Status.COMPLETE else None
         data["error"] = job_error(instance)
         return data

@@ -30,6 +30,7 @@ from asgiref.sync import sync_to_async
 from django.db import connections
 
 from ..queue.models import FINAL_STATUSES, Status
+from ..queue.seats import free_seat
 from .watch import Look, watcher
 
 # A comment line this often keeps proxies from closing a quiet stream.
@@ -175,6 +176,46 @@ async def astream(watch: JobWatch) -> AsyncIterator[bytes]:
                 yield text.encode()
     finally:
         watcher.unsubscribe(subscription)
+
+
+class SeatHeld:
+    """A stream's events, holding its seat (:mod:`..queue.seats`) until the response is
+    closed, whether or not it was ever read."""
+
+    def __init__(self, events: Iterator[bytes], seat: int) -> None:
+        self.events = events
+        self.seat: int | None = seat
+
+    def __iter__(self) -> Iterator[bytes]:
+        return self.events
+
+    def close(self) -> None:
+        """Stop the stream, then free its seat (once)."""
+        try:
+            close = getattr(self.events, "close", None)
+            if close is not None:
+                close()
+        finally:
+            if self.seat is not None:
+                seat, self.seat = self.seat, None
+                free_seat(seat)
+
+
+class AsyncSeatHeld(SeatHeld):
+    """:class:`SeatHeld` for an ASGI server's stream."""
+
+    def __init__(self, events: AsyncIterator[bytes], seat: int) -> None:
+        self.events = events  # type: ignore[assignment]
+        self.seat = seat
+
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        return self.events  # type: ignore[return-value]
+
+    def close(self) -> None:
+        """Free the seat (the server closes the async stream itself)."""
+        if self.seat is not None:
+            seat, self.seat = self.seat, None
+            free_seat(seat)
 
 
 def release_connections() -> None:

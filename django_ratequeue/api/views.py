@@ -8,48 +8,49 @@ a request only its owner's jobs (:func:`.permissions.request_owner`): any other 
 
 from __future__ import annotations
 
-import math
-from collections.abc import Iterator, Mapping
-from contextlib import ExitStack, contextmanager
+from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote
 
 from django.core.exceptions import ImproperlyConfigured
 from django.core.handlers.asgi import ASGIRequest
-from django.db import transaction
 from django.http import HttpResponse, StreamingHttpResponse
 from django.http.response import HttpResponseBase
 from rest_framework import status
 from rest_framework.exceptions import (
-    APIException,
     NotAuthenticated,
     NotFound,
-    PermissionDenied,
     Throttled,
     ValidationError,
 )
 from rest_framework.generics import GenericAPIView
-from rest_framework.permissions import AllowAny
 from rest_framework.renderers import BaseRenderer, JSONOpenAPIRenderer, JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.schemas.openapi import AutoSchema, SchemaGenerator
 from rest_framework.serializers import BaseSerializer
-from rest_framework.settings import api_settings
 from rest_framework.views import APIView
 
 from .. import clock
 from ..conf import ratequeue_settings
 from ..decorators import KEY_SHORTHANDS
-from ..exceptions import DuplicateJobId, RateLimited, UnknownJob
-from ..queue.enqueue import enqueue, enqueue_calls, enqueue_job
+from ..queue.enqueue import enqueue_calls, enqueue_job
 from ..queue.handles import Handle
-from ..queue.models import FINAL_STATUSES, Job, queue_db
-from ..queue.registry import Registered, exposed_job
+from ..queue.models import FINAL_STATUSES, Job
+from ..queue.seats import take_seat
 from ..ratelimit.api import check_rate_limit
-from ..ratelimit.storage import rate_limit_db
+from .enqueueing import (
+    all_or_nothing,
+    call_problem,
+    check_call,
+    enqueue_each,
+    exposed,
+    job_options,
+    refusals,
+)
+from .ids import shown_id, stored_id
 from .parsers import CappedJSONParser, RequestTooLarge
-from .permissions import ApiAccess, request_owner
+from .permissions import ApiAccess, SchemaAccess, WorkerKeyAuth, request_owner
 from .serializers import (
     BulkEnqueueSerializer,
     EnqueueSerializer,
@@ -62,14 +63,8 @@ from .serializers import (
     shared,
     validated,
 )
-from .sse import JobWatch, Resume, astream, stream
+from .sse import LIFETIME, RECONNECT_MS, AsyncSeatHeld, JobWatch, Resume, SeatHeld, astream, stream
 from .throttles import ApiThrottle
-
-
-class Conflict(APIException):
-    status_code = status.HTTP_409_CONFLICT
-    default_detail = "The request conflicts with an existing job."
-    default_code = "conflict"
 
 
 class EventStreamRenderer(BaseRenderer):
@@ -181,9 +176,14 @@ class ApiView(GenericAPIView[Any]):
         return validated(self.get_serializer_class(), data)
 
     def owned_job(self, job_id: str) -> Job:
-        """The request's own job ``job_id``, else 404."""
+        """The request's own job ``job_id`` (its client's id, else the server's), else 404."""
         owner = request_owner(self.request, create=False)
-        job = None if owner is None else Job.objects.filter(pk=job_id, owner=owner).first()
+        job = None
+        if owner is not None:
+            mine = Job.objects.filter(owner=owner)
+            job = (
+                mine.filter(pk=stored_id(owner, job_id)).first() or mine.filter(pk=job_id).first()
+            )
         if job is None:
             raise NotFound("There is no such job.")
         return job
@@ -204,7 +204,7 @@ class EnqueueView(ApiView):
         with refusals(), all_or_nothing(job):
             options = job_options(request, job, data["args"], data["kwargs"], data, owner)
             created = enqueue_job(job.path, args=data["args"], kwargs=data["kwargs"], **options)
-        location = f"{request.path}{quote(created.pk, safe='')}/"
+        location = f"{request.path}{quote(shown_id(created.pk), safe='')}/"
         return Response(
             job_data(created), status=status.HTTP_201_CREATED, headers={"Location": location}
         )
@@ -216,6 +216,12 @@ class BulkEnqueueView(ApiView):
     serializer_class = BulkEnqueueSerializer
     throttle_scope = "ratequeue_enqueue"
     schema = ApiSchema("enqueueJobs", response=JobSerializer, many=True)
+
+    def throttle_count(self, request: Request) -> int:
+        """The jobs the request asks for: the enqueue throttle draws a token per job."""
+        items = request.data.get("items") if isinstance(request.data, Mapping) else None
+        limit = ratequeue_settings().API_MAX_BULK_ITEMS
+        return len(items) if isinstance(items, list) and 0 < len(items) <= limit else 1
 
     def post(self, request: Request) -> Response:
         data = self.valid(request.data)
@@ -277,8 +283,20 @@ class EventsView(ApiView):
         resume = Resume.parse(request.headers.get("Last-Event-ID"), request.GET.get("since"))
         if resume.ended and job.status in FINAL_STATUSES:
             return HttpResponse(status=status.HTTP_204_NO_CONTENT)
+        limit = ratequeue_settings().API_MAX_STREAMS_PER_USER
+        seat = take_seat(f"stream:{job.owner}", limit, LIFETIME)
+        if seat is None:
+            raise Throttled(
+                wait=RECONNECT_MS // 1000 or 1,
+                detail=f"You have {limit} event streams open already "
+                '(RATEQUEUE["API_MAX_STREAMS_PER_USER"]): close one first.',
+            )
         watch = JobWatch(job.pk, resume.cursor)
-        events = astream(watch) if isinstance(request._request, ASGIRequest) else stream(watch)
+        events: Any
+        if isinstance(request._request, ASGIRequest):
+            events = AsyncSeatHeld(astream(watch), seat)
+        else:
+            events = SeatHeld(stream(watch), seat)
         response = StreamingHttpResponse(events, content_type="text/event-stream")
         response["Cache-Control"] = "no-cache"
         response["X-Accel-Buffering"] = "no"  # nginx: pass each event on at once
@@ -321,11 +339,16 @@ class RateLimitView(ApiView):
 
 class SchemaView(APIView):
     """``GET schema/``: the OpenAPI schema of these endpoints, by DRF's own generator, with
-    their paths under wherever the project mounted them."""
+    their paths under wherever the project mounted them; for whoever may use them
+    (:class:`.permissions.SchemaAccess`)."""
 
-    permission_classes = [AllowAny]
+    permission_classes = [SchemaAccess]
     renderer_classes = [JSONOpenAPIRenderer]
     patterns: list[Any] = []
+
+    def get_authenticators(self) -> list[Any]:
+        """The project's authentication, then a remote worker's key."""
+        return [*super().get_authenticators(), WorkerKeyAuth()]
 
     def get(self, request: Request) -> Response:
         generator = SchemaGenerator(
@@ -336,99 +359,6 @@ class SchemaView(APIView):
             url=request.path.removesuffix("schema/"),
         )
         return Response(generator.get_schema(request=None, public=True))
-
-
-# --- enqueueing -------------------------------------------------------------------------
-
-
-def exposed(request: Request, name: str) -> Registered:
-    """The exposed job ``name`` if this request may enqueue it: 404 for any other name
-    (nothing is imported), 403 when its ``permission`` refuses the request."""
-    try:
-        job = exposed_job(name)
-    except UnknownJob:
-        raise NotFound("There is no such function to enqueue.") from None
-    assert job.exposure is not None
-    if job.exposure.permission is not None and not job.exposure.permission(request):
-        raise PermissionDenied("You may not enqueue this function.")
-    return job
-
-
-def call_problem(job: Registered, args: list[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
-    """The field error when ``args`` and ``kwargs`` do not fit the job's parameters (a
-    call that would fail on every attempt, which enqueue refuses); empty when they do."""
-    problem = job.parameters.problem(args, kwargs)
-    if problem is None:
-        return {}
-    field = "kwargs" if "keyword" in problem else "args"
-    return {field: [f"The arguments do not fit the function: {problem}."]}
-
-
-def check_call(job: Registered, args: list[Any], kwargs: dict[str, Any]) -> None:
-    problem = call_problem(job, args, kwargs)
-    if problem:
-        raise ValidationError(problem)
-
-
-def job_options(
-    request: Request,
-    job: Registered,
-    args: list[Any],
-    kwargs: dict[str, Any],
-    data: Mapping[str, Any],
-    owner: str | None,
-) -> dict[str, Any]:
-    """The request's options, then the server's (``http_options``), then the owner."""
-    assert job.exposure is not None
-    decided = job.exposure.options
-    server = dict(decided(request, args, kwargs)) if decided is not None else {}
-    return {**data.get("options", {}), **server, "owner": owner}
-
-
-@contextmanager
-def all_or_nothing(job: Registered) -> Iterator[None]:
-    """One transaction (on each database of the queue and the rate limits) around the
-    job's ``http_options`` and the enqueue: what the hook did, such as charging the user's
-    budget, is undone when the enqueue is refused. Without a hook there is nothing to undo,
-    and the enqueue stays its own transaction."""
-    assert job.exposure is not None
-    with ExitStack() as stack:
-        if job.exposure.options is not None:
-            for alias in sorted({queue_db(), rate_limit_db()}):
-                stack.enter_context(transaction.atomic(using=alias))
-        yield
-
-
-def enqueue_each(
-    job: Registered, calls: list[tuple[list[Any], dict[str, Any]]], options: list[dict[str, Any]]
-) -> list[Handle[Any]]:
-    """Calls whose ``http_options`` differ, enqueued one by one in one transaction; a
-    custom ``id`` gives them the ids ``enqueue_many`` would (``id-0``, ``id-1``...)."""
-    handles = []
-    with transaction.atomic(using=queue_db()):
-        for index, ((args, kwargs), each) in enumerate(zip(calls, options, strict=True)):
-            if each.get("id") is not None:
-                each = {**each, "id": f"{each['id']}-{index}"}
-            handles.append(enqueue(job.path, args=args, kwargs=kwargs, **each))
-    return handles
-
-
-@contextmanager
-def refusals() -> Iterator[None]:
-    """The library's refusals as HTTP answers: a rate limit (ENQUEUE_RATE_LIMIT, a queue's
-    ``max_reserved``) 429 with Retry-After, a duplicate id 409, anything else it refused
-    400. Nothing was written in each case."""
-    try:
-        yield
-    except RateLimited as refused:
-        wait = None
-        if refused.retry_at is not None:
-            wait = max(1, math.ceil((refused.retry_at - clock.now()).total_seconds()))
-        raise Throttled(wait=wait or 1, detail=f"{refused}.") from None
-    except DuplicateJobId as duplicate:
-        raise Conflict({"options": {"id": [str(duplicate)]}}) from None
-    except ValueError as error:
-        raise ValidationError({api_settings.NON_FIELD_ERRORS_KEY: [str(error)]}) from None
 
 
 # --- public rate limits -----------------------------------------------------------------

@@ -14,12 +14,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from django.contrib.auth.models import AnonymousUser
 from django.core.validators import ProhibitNullCharactersValidator
 from django.db import connections
 from rest_framework import serializers, status
-from rest_framework.authentication import BaseAuthentication
-from rest_framework.exceptions import APIException, AuthenticationFailed, PermissionDenied
+from rest_framework.exceptions import APIException, PermissionDenied, Throttled
 from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -30,7 +28,9 @@ from ..conf import ratequeue_settings
 from ..exceptions import LeaseLost
 from ..queue import remote
 from ..queue.models import WorkerKey, queue_db
-from ..queue.workerkeys import MAX_CLAIM_WAIT, find_key, seen
+from ..queue.seats import free_seat, take_seat
+from ..queue.workerkeys import MAX_CLAIM_WAIT, seen
+from .permissions import WorkerKeyAuth
 from .serializers import StrictSerializer
 from .views import ApiSchema, ApiView
 
@@ -48,27 +48,6 @@ class LeaseLostConflict(APIException):
         "released. Stop working on it."
     )
     default_code = "lease_lost"
-
-
-class WorkerKeyAuth(BaseAuthentication):
-    """``Authorization: Api-Key <key>``, a :class:`~..queue.models.WorkerKey` not revoked."""
-
-    keyword = "Api-Key"
-
-    def authenticate(self, request: Request) -> tuple[AnonymousUser, WorkerKey] | None:
-        header = request.META.get("HTTP_AUTHORIZATION", "")
-        keyword, _space, key = header.partition(" ")
-        if keyword != self.keyword:
-            return None
-        row = find_key(key.strip())
-        if row is None:
-            raise AuthenticationFailed("Unknown worker key.")
-        if row.revoked_at is not None:
-            raise AuthenticationFailed("This worker key was revoked.")
-        return AnonymousUser(), row
-
-    def authenticate_header(self, request: Request) -> str:
-        return self.keyword
 
 
 class HasWorkerKey(BasePermission):
@@ -187,7 +166,37 @@ class ClaimView(WorkerView):
         if outside:
             raise PermissionDenied(f"This key may not claim from: {', '.join(outside)}.")
         seen(key, data["host"])
-        reports = self.end(data["reports"]) if data["reports"] else []
+        # Refused before the reports are taken in: the worker sends them again.
+        seat = self.waiting_seat(data["wait"]) if data["wait"] > 0 else None
+        try:
+            reports = self.end(data["reports"]) if data["reports"] else []
+            claimed = self.claim(key, data, queues)
+        finally:
+            if seat is not None:
+                free_seat(seat)
+        answer = {
+            "attempts": ClaimedAttemptSerializer(claimed.attempts, many=True).data,
+            "lease_seconds": ratequeue_settings().REMOTE_LEASE,
+        }
+        if data["reports"]:
+            answer["reports"] = reports
+        return Response(answer)
+
+    def waiting_seat(self, wait: float) -> int:
+        """A seat of the key's waiting claims (:mod:`..queue.seats`), else 429."""
+        limit = ratequeue_settings().API_MAX_WAITING_CLAIMS_PER_KEY
+        seat = take_seat(f"claim:{self.key.prefix}", limit, wait)
+        if seat is None:
+            raise Throttled(
+                wait=1,
+                detail=f"This key has {limit} claims waiting for work already "
+                '(RATEQUEUE["API_MAX_WAITING_CLAIMS_PER_KEY"]): run fewer workers on it, or '
+                "give each its own key.",
+            )
+        return seat
+
+    def claim(self, key: WorkerKey, data: dict[str, Any], queues: list[str]) -> Any:
+        """Claim attempts, waiting up to ``data["wait"]`` seconds for one."""
         deadline = time.monotonic() + data["wait"]
         while True:
             rings = remote.bell.ring_count()
@@ -197,20 +206,13 @@ class ClaimView(WorkerView):
             remote.bell.pass_on()  # the next waiting claim looks after this one
             left = deadline - time.monotonic()
             if claimed.attempts or left <= 0:
-                break
+                return claimed
             connection = connections[queue_db()]
             if not connection.in_atomic_block:
                 connection.close()  # a waiting claim holds no database connection
             if claimed.retry_at is not None:  # a retry left to others becomes ours then
                 left = min(left, max((claimed.retry_at - clock.now()).total_seconds(), 0.01))
             remote.bell.wait(rings, left)
-        answer = {
-            "attempts": ClaimedAttemptSerializer(claimed.attempts, many=True).data,
-            "lease_seconds": ratequeue_settings().REMOTE_LEASE,
-        }
-        if data["reports"]:
-            answer["reports"] = reports
-        return Response(answer)
 
     def end(self, reports: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """End the reported attempts; each one's answer: ``{"id", "status", "detail"}``,

@@ -32,7 +32,7 @@ from ..conf import ratequeue_settings
 from .heartbeat import beat, take_over_gone_here, worker_id
 from .loop import Loop
 from .models import LoopState, queue_connection
-from .wakeup import LOOP, Waiter, lease_end
+from .wakeup import LOOP, Waiter, lease_end, signal
 
 logger = logging.getLogger("django_ratequeue.queue")
 
@@ -68,9 +68,10 @@ class Agent:
         settings = ratequeue_settings()
         beat(force=not self.started)
         self.started = True
-        if time.monotonic() - self.born < settings.WORKER_DEAD_AFTER:
-            # A new process: were its host's others restarted, take their work over now.
-            take_over_gone_here()
+        # A new process: were its host's others restarted, take their work over now.
+        new = time.monotonic() - self.born < settings.WORKER_DEAD_AFTER
+        if new and take_over_gone_here():
+            signal(LOOP)
         if self.loop is None:
             self.loop = take_lapsed_lease()
             if self.loop is None:

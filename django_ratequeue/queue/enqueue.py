@@ -47,6 +47,7 @@ from .registry import (
 from .wakeup import LOOP, signal
 
 P = ParamSpec("P")
+JOB_ID_MAX_LENGTH = Job._meta.get_field("id").max_length or 200
 R = TypeVar("R")
 
 
@@ -374,6 +375,42 @@ def enqueue_many(
     return enqueue_calls(func, map(_item_call, params), **options)
 
 
+def _item_id(prefix: str, index: int) -> str:
+    """The id of item ``index`` of a bulk enqueue with ``id=prefix``; ValueError when it
+    is longer than the id column holds."""
+    job_id = f"{prefix}-{index}"
+    if len(job_id) > JOB_ID_MAX_LENGTH:
+        raise ValueError(
+            f"id {prefix!r} is too long for {index + 1} jobs: their ids ({prefix}-0 ... "
+            f"{job_id}) must be at most {JOB_ID_MAX_LENGTH} characters."
+        )
+    return job_id
+
+
+def _insert_with_ids(template: JobTemplate, rows: list[Job]) -> None:
+    """INSERT rows with the caller's ids, the INSERT deciding which ids are taken: any
+    taken id is a DuplicateJobId, but with ``on_duplicate_id="ignore"`` one of the
+    caller's own jobs, which is kept instead (never another owner's)."""
+    error: IntegrityError | None = None
+    while True:
+        taken = dict(
+            Job.objects.filter(id__in=[row.id for row in rows]).values_list("id", "owner")
+        )
+        for job_id, owner in taken.items():
+            if not template.ignore_duplicates or owner != template.owner:
+                raise DuplicateJobId(job_id)
+        if error is not None and not taken:
+            raise error  # the INSERT was refused for another reason than its ids
+        rows = [row for row in rows if row.id not in taken]
+        try:
+            with transaction.atomic(using=queue_db()):
+                Job.objects.bulk_create(rows, batch_size=1000)
+        except IntegrityError as refused:
+            error = refused  # ids committed since the read: read them again
+            continue
+        return
+
+
 def enqueue_calls(
     func: Callable[..., Any] | str,
     calls: Iterable[tuple[list[Any], dict[str, Any]]],
@@ -393,7 +430,7 @@ def enqueue_calls(
         template.check_size(args_json, kwargs_json, f" (item {index})")
         # Apart by a microsecond each, so that the items' order is their arrival order.
         enqueued_at = now + timedelta(microseconds=index)
-        job_id = None if template.id is None else f"{template.id}-{index}"
+        job_id = None if template.id is None else _item_id(template.id, index)
         stamped.append((args_json, kwargs_json, *template.stamp(enqueued_at, job_id)))
     if not stamped:
         return []
@@ -410,16 +447,10 @@ def enqueue_calls(
                 template.job(json.loads(args), json.loads(kwargs), JobStamp(*stamp))
                 for args, kwargs, *stamp in stamped
             ]
-            if template.id is not None:
-                taken = Job.objects.filter(id__in=[r.id for r in rows])
-                if template.ignore_duplicates:  # as for one job: only the caller's is reused
-                    taken = taken.exclude(owner=template.owner)
-                first = taken.values_list("id", flat=True).first()
-                if first is not None:
-                    raise DuplicateJobId(first)
-            Job.objects.bulk_create(
-                rows, batch_size=1000, ignore_conflicts=template.id is not None
-            )
+            if template.id is None:
+                Job.objects.bulk_create(rows, batch_size=1000)
+            else:
+                _insert_with_ids(template, rows)
         signal(LOOP)
     id_column = PER_JOB_COLUMNS.index("id")
     return [Handle(call[id_column], owner=template.owner) for call in stamped]

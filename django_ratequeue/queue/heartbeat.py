@@ -15,7 +15,6 @@ from pathlib import Path
 from .. import clock
 from ..conf import ratequeue_settings
 from .models import WorkerHeartbeat
-from .wakeup import LOOP, signal
 
 _identity: tuple[int, str] | None = None
 _last_beat = 0.0
@@ -54,7 +53,7 @@ def beat(force: bool = False) -> str:
 def take_over_gone_here() -> int:
     """Mark the workers of this host whose process is gone (a cluster restarted after a
     crash) dead now, so that recovery takes their attempts at once rather than
-    ``WORKER_DEAD_AFTER`` later; how many, after signalling the loop.
+    ``WORKER_DEAD_AFTER`` later; how many (the caller signals the loop).
 
     A worker is gone when its heartbeat is late (older than ``HEARTBEAT_INTERVAL``: a
     live one never is, whatever this host can see of it) and no process with its pid has
@@ -75,7 +74,6 @@ def take_over_gone_here() -> int:
     if gone:
         dead = now - timedelta(seconds=settings.WORKER_DEAD_AFTER + 1)
         WorkerHeartbeat.objects.filter(pk__in=gone).update(seen_at=dead)
-        signal(LOOP)
     return len(gone)
 
 

@@ -275,6 +275,7 @@ class Runner:
                 returning=notify_clause(LOOP) if notifies() else "",
             )
 
+
 @cache
 def _claim_sql(vendor: str) -> str:
     """The claim of up to n dispatched attempts nobody's yet, by priority then dispatch

@@ -42,6 +42,7 @@ LOOP = "ratequeue_loop"
 WORK = "ratequeue_work"
 JOBS = "ratequeue_jobs"
 
+
 def lease_end(now: datetime) -> datetime:
     """When a lease taken or renewed at ``now`` lapses."""
     return now + timedelta(seconds=ratequeue_settings().LOOP_LEASE)

@@ -15,9 +15,10 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import connection, transaction
-from django.test import AsyncClient
+from django.test import AsyncClient, override_settings
 from django.utils import timezone
 from rest_framework.test import APIClient
 
@@ -222,6 +223,8 @@ def test_waiting_clients_hold_no_connection_each(ada: User) -> None:
     client = logged_in(ada)
     job_id = enqueue(client, "tests.api.jobs.greet", args=["Ada"]).json()["id"]
     streams: list[Iterator[bytes]] = []
+    many = override_settings(RATEQUEUE={**settings.RATEQUEUE, "API_MAX_STREAMS_PER_USER": 20})
+    many.enable()
 
     def watch() -> None:
         response = logged_in(ada).get(f"{API}jobs/{job_id}/events/")
@@ -247,6 +250,7 @@ def test_waiting_clients_hold_no_connection_each(ada: User) -> None:
     Job.objects.filter(pk=job_id).update(status=Status.CANCELED, finished_at=timezone.now())
     for stream in streams:
         assert b"event: error" in b"".join(stream)
+    many.disable()
 
 
 def test_a_job_answered_by_a_real_cluster_streams_live(api: APIClient, cluster: Any) -> None:

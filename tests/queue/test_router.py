@@ -89,5 +89,3 @@ def test_the_queues_raw_sql_goes_where_the_router_sends_its_models(
     for the default connection, and finds it missing."""
     with override_settings(DATABASE_ROUTERS=[ROUTER]), pytest.raises(ConnectionDoesNotExist):
         raw_sql()
-
-

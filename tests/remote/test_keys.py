@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import hashlib
+import re
 from io import StringIO
 
 import pytest
 from django.contrib.auth.models import User
+from django.contrib.messages import get_messages
 from django.core.management import CommandError, call_command
 from django.test import Client
 
@@ -59,18 +61,23 @@ def test_the_command_creates_lists_and_revokes() -> None:
         call_command("ratequeue_worker_key", "revoke", row.prefix)
 
 
-def test_the_admin_shows_a_new_key_once() -> None:
+def test_the_admin_shows_a_new_key_once_on_its_page_never_in_a_cookie() -> None:
     User.objects.create_superuser("admin", password="admin")
     client = Client()
     client.login(username="admin", password="admin")
     url = "/admin/django_ratequeue/workerkey/"
-    response = client.post(f"{url}add/", {"name": "box", "queues": "gpu, cpu"}, follow=True)
-    assert response.status_code == 200
+    response = client.post(f"{url}add/", {"name": "box", "queues": "gpu, cpu"})
+    assert response.status_code == 200  # the page itself, no redirect
+    assert "no-store" in response["Cache-Control"]
     row = WorkerKey.objects.get()
     assert row.queues == ["cpu", "gpu"]
-    shown = [str(m) for m in response.context["messages"]]
-    key = next(m.rsplit(" ", 1)[1] for m in shown if "shown only now" in m)
+    page = response.content.decode()
+    key = re.search(r'value="([0-9a-f]{8}\.[^"]+)"', page)[1]  # type: ignore[index]
     assert find_key(key) == row
+    cookies = [morsel.value for morsel in response.cookies.values()]
+    cookies += [morsel.value for morsel in client.cookies.values()]
+    assert not any(key in value or key[:20] in value for value in cookies)
+    assert not list(get_messages(response.wsgi_request))
     assert key not in client.get(url).content.decode()
     client.post(url, {"action": "revoke_keys", "_selected_action": [row.pk]})
     row.refresh_from_db()

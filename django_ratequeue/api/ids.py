@@ -1,0 +1,36 @@
+"""The ids HTTP clients choose, scoped per owner.
+
+A client's ``options.id`` is stored as ``~<owner tag>~<id>`` (:func:`stored_id`), the tag
+12 hex digits of the SHA-256 of the owner: two owners' ``"report"`` are two jobs, a 409
+says only that the client's own job exists, and no client can take an id that the
+server's own ``enqueue()`` calls will use (those never start with ``~``). The API shows
+each job's id as its client chose it (:func:`shown_id`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+
+from ..queue.models import Job
+
+TAG_LENGTH = 12
+SCOPED = re.compile(rf"~[0-9a-f]{{{TAG_LENGTH}}}~")
+# The longest id a client may choose: the id column less the scope's prefix.
+CLIENT_ID_MAX_LENGTH = (Job._meta.get_field("id").max_length or 200) - TAG_LENGTH - 2
+
+
+def owner_tag(owner: str) -> str:
+    """Return the tag of ``owner`` (as stored) that prefixes its clients' ids."""
+    return hashlib.sha256(owner.encode()).hexdigest()[:TAG_LENGTH]
+
+
+def stored_id(owner: str, client_id: str) -> str:
+    """Return the stored id of ``owner``'s job that its client calls ``client_id``."""
+    return f"~{owner_tag(owner)}~{client_id}"
+
+
+def shown_id(job_id: str) -> str:
+    """Return a job's id as the API shows it: a client's id without its scope."""
+    match = SCOPED.match(job_id)
+    return job_id[match.end() :] if match else job_id

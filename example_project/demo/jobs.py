@@ -3,6 +3,7 @@ registers them; only registered jobs run."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
@@ -93,18 +94,20 @@ def charge_the_asker(request: Any, args: list[Any], kwargs: dict[str, Any]) -> d
 
 
 @job(queue="llm", cost=ASK_COST, retries=0, expose=True, http_options=charge_the_asker)
-def ask_model(prompt: str) -> str:
-    """A stand-in for an LLM call, enqueued from the browser (``expose=True``): it streams
-    its answer word by word with ``stream_output`` and says how far it is with
-    ``report_progress``; the result is the whole answer. The queue starts it when the
-    model's token budget has its ``cost`` (``llm_tokens``, shared by all users)."""
+async def ask_model(prompt: str) -> str:
+    """A stand-in for an LLM call, enqueued from the browser (``expose=True``): an ``async
+    def`` job, as with an LLM client library's async API, run on its worker's event loop
+    beside the others. It streams its answer word by word with ``stream_output`` and says
+    how far it is with ``report_progress``; the result is the whole answer. The queue
+    starts it when the model's token budget has its ``cost`` (``llm_tokens``, shared by
+    all users)."""
     if not isinstance(prompt, str) or not prompt.strip():
         raise NonRetryableError("Ask a question: the prompt is empty.")
     if len(prompt) > PROMPT_MAX_LENGTH:
         raise NonRetryableError(f"Ask a shorter question: at most {PROMPT_MAX_LENGTH} characters.")
     words = made_up_answer(prompt).split(" ")
     for done, word in enumerate(words, 1):
-        time.sleep(SECONDS_PER_WORD)
+        await asyncio.sleep(SECONDS_PER_WORD)
         stream_output(word if done == 1 else f" {word}")
         report_progress({"done": done, "total": len(words)})
     return " ".join(words)

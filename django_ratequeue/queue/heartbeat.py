@@ -19,14 +19,26 @@ from .models import WorkerHeartbeat
 _identity: tuple[int, str] | None = None
 _last_beat = 0.0
 _beat_lock = threading.Lock()
+_identity_lock = threading.Lock()
+
+
+def _after_fork() -> None:
+    """A forked child starts with its own locks: a thread of the parent may have held one."""
+    global _beat_lock, _identity_lock
+    _beat_lock, _identity_lock = threading.Lock(), threading.Lock()
+
+
+os.register_at_fork(after_in_child=_after_fork)
 
 
 def worker_id() -> str:
-    """This process's worker id (new after a fork)."""
+    """This process's worker id (new after a fork): the same for all its threads (its
+    agent and its runner start together and must beat as one worker)."""
     global _identity
-    if _identity is None or _identity[0] != os.getpid():
-        _identity = (os.getpid(), uuid.uuid4().hex)
-    return _identity[1]
+    with _identity_lock:
+        if _identity is None or _identity[0] != os.getpid():
+            _identity = (os.getpid(), uuid.uuid4().hex)
+        return _identity[1]
 
 
 def beat(force: bool = False) -> str:

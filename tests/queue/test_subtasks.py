@@ -41,7 +41,7 @@ def test_same_queue_waits_lend_at_most_the_queue_limit(cluster) -> None:
 
 
 def test_wait_with_no_worker_left_to_run_the_subtask(cluster) -> None:
-    cluster(workers=1)
+    cluster(workers=1, SLOTS=1)  # its one slot waits: no slot is left for the subtask
     parent = enqueue(jobs.spawn_and_wait, args=[5], retries=0)
     with pytest.raises(JobFailed, match="every worker is blocked"):
         parent.result(timeout=60)

@@ -269,8 +269,8 @@ def test_workers_outlive_a_server_restart(
 
 
 def test_a_job_past_its_timeout_fails_at_once(remote: Remote, tmp_path: Path) -> None:
-    """The worker stops waiting at the job's timeout and says so: the attempt ends timed
-    out then, rather than holding its lease until recovery finds it overran."""
+    """The worker interrupts the handler at the job's timeout and says so: the attempt
+    ends timed out then, rather than holding its lease until recovery finds it overran."""
     out, marker = tmp_path / "ran.txt", tmp_path / "go"
     remote.worker(concurrency=1)
     handle = enqueue(
@@ -284,7 +284,7 @@ def test_a_job_past_its_timeout_fails_at_once(remote: Remote, tmp_path: Path) ->
     marker.touch()
     attempt = ended.get()
     assert attempt.outcome == Outcome.TIMED_OUT
-    assert attempt.error.startswith("The worker stopped waiting"), attempt.error
+    assert attempt.error.startswith("The worker stopped the handler"), attempt.error
 
 
 def command_line(process: subprocess.Popen[bytes]) -> str:

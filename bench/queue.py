@@ -29,6 +29,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
+from functools import partial
 from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
@@ -671,6 +672,16 @@ class Cycle:
     runner: tuple[list[str], float]
 
 
+def runner_turn(slots: int) -> None:
+    """A runner's turn with ``slots`` free slots, in this thread: one claim, the calls, one
+    report (a runner's slots report together what ended together)."""
+    from django_ratequeue.queue.execution import run_attempt
+    from django_ratequeue.queue.runner import Runner
+
+    runner = Runner("bench")
+    runner.report([run_attempt(attempt) for attempt in runner.claim(slots)])
+
+
 def loop_cycles(slots: int, cycles: int) -> list[Cycle]:
     """Run ``cycles`` turns of ``slots`` no-op jobs of priority 0 (ahead of any backlog)."""
     from django.conf import settings
@@ -681,7 +692,6 @@ def loop_cycles(slots: int, cycles: int) -> list[Cycle]:
     from django_ratequeue import enqueue_many
     from django_ratequeue.queue.loop import Loop
     from django_ratequeue.queue.models import LoopState
-    from django_ratequeue.queue.runner import Runner
 
     generation = LoopState.objects.ensure().generation + 1
     LoopState.objects.update(generation=F("generation") + 1)
@@ -691,7 +701,7 @@ def loop_cycles(slots: int, cycles: int) -> list[Cycle]:
         for turn in range(cycles + 1):
             enqueue_many(noop, [[]] * slots)
             step = statements(loop.step)
-            runner = statements(Runner("bench", chunk=Runner.MAX_CHUNK).drain)
+            runner = statements(partial(runner_turn, slots))
             if turn:  # the first step has nothing to finish yet
                 turns.append(Cycle(step, runner))
         loop.step()

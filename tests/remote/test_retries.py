@@ -11,9 +11,10 @@ from django.db.models import F
 from rest_framework.test import APIClient
 
 from django_ratequeue import clock, enqueue
+from django_ratequeue.queue.bell import bell
 from django_ratequeue.queue.handles import Handle
 from django_ratequeue.queue.models import Attempt, Job
-from django_ratequeue.queue.remote import RETRY_ELSEWHERE, bell
+from django_ratequeue.queue.protocol import RETRY_ELSEWHERE
 from tests.cluster import wait_for
 
 from .test_protocol import claim, dispatch, report

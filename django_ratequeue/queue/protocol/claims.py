@@ -19,7 +19,6 @@ from ...conf import ratequeue_settings
 from ...exceptions import LeaseLost
 from ..models import Attempt, Job, OutputChunk, WorkerKey, queue_connection
 from ..wakeup import WORK, signal
-from ..workerkeys import instance_attempts, key_tag, worker_name
 from .sql import Scope, claimed, run_claim
 
 logger = logging.getLogger(__name__)
@@ -35,23 +34,29 @@ LOCAL_READ = ("timeout", "queue", "started_at", "job__func", "job__args", "job__
 
 @dataclass(frozen=True)
 class Claimant:
-    """Who claims and reports: a local runner (its process's heartbeat id), or an
-    ``instance`` of a remote worker with ``key``, whose attempts live by a lease."""
+    """Who claims and reports: a local runner (``worker`` its process's heartbeat id),
+    or a remote worker of ``key`` (``worker`` the name its program gave itself), whose
+    attempts live by a lease. The attempts it claims hold both in their columns."""
 
     worker: str
     key: WorkerKey | None = None
-    instance: str = ""
 
     @classmethod
     def remote(cls, key: WorkerKey, instance: str) -> Claimant:
-        return cls(worker_name(key, instance), key, instance)
+        """Return the remote worker ``instance`` of ``key`` ("": any worker of the key,
+        which may report on what another of them claimed)."""
+        return cls(instance, key)
+
+    @property
+    def key_id(self) -> int | None:
+        return None if self.key is None else self.key.pk
 
     def holds(self, now: datetime) -> Q:
         """Return the attempts this claimant holds (a remote one: any instance of its
         key's, while the lease lasts)."""
         if self.key is None:
             return Q(worker=self.worker, ended_at=None)
-        return Q(worker__startswith=key_tag(self.key), ended_at=None, lease_expires_at__gte=now)
+        return Q(worker_key=self.key, ended_at=None, lease_expires_at__gte=now)
 
     def holds_sql(self, now: datetime) -> tuple[str, list[Any]]:
         """Return :meth:`holds` as SQL on the row ``t``, with its parameters."""
@@ -59,21 +64,19 @@ class Claimant:
             return "t.worker = %s AND t.ended_at IS NULL", [self.worker]
         adapted = queue_connection().ops.adapt_datetimefield_value(now)
         return (
-            "t.worker LIKE %s AND t.ended_at IS NULL AND t.lease_expires_at >= %s",
-            [f"{key_tag(self.key)}%", adapted],
+            "t.worker_key_id = %s AND t.ended_at IS NULL AND t.lease_expires_at >= %s",
+            [self.key.pk, adapted],
         )
 
     def ended_by(self) -> Q:
         """Return the attempts a worker like this one ended (a report's own effect)."""
         if self.key is None:
-            return Q(worker=self.worker)
-        return Q(worker__startswith=key_tag(self.key))
+            return Q(worker=self.worker, worker_key=None)
+        return Q(worker_key=self.key)
 
     def mine(self) -> Q:
         """Return the attempts this very claimant claimed."""
-        if self.key is None:
-            return Q(worker=self.worker)
-        return instance_attempts(self.key, self.instance)
+        return Q(worker=self.worker, worker_key=self.key)
 
 
 def lease_end(now: datetime) -> datetime:
@@ -88,7 +91,7 @@ def claim_local(claimant: Claimant, limit: int) -> list[Attempt]:
     stamp = clock.now()
 
     def take() -> list[Attempt]:
-        rows = run_claim(Scope(), limit, claimant.worker, stamp, None)
+        rows = run_claim(Scope(), limit, claimant.worker, None, stamp, None)
         if queue_connection().vendor == "postgresql" and rows:
             return sorted(map(claimed, rows), key=lambda a: (-a.job.priority, a.pk))
         # SQLite returns the attempts' own columns only: read the rest.
@@ -134,7 +137,7 @@ def claim_remote(
             candidates = candidates.filter(job__func__in=list(functions))
         avoided = avoided_retries(candidates, claimant.mine(), now)
         scope = Scope(True, list(queues), list(functions), list(avoided))
-        taken = run_claim(scope, limit, claimant.worker, now, lease_end(now))
+        taken = run_claim(scope, limit, claimant.worker, claimant.key_id, now, lease_end(now))
         if avoided and len(taken) < limit:
             retry_at = min(avoided.values()) + RETRY_ELSEWHERE
     last_output = OutputChunk.objects.filter(job_id=OuterRef("job_id")).order_by("-index")
@@ -191,7 +194,7 @@ def release(claimant: Claimant, attempt_ids: Collection[int]) -> int:
     """Hand back the attempts unfinished (their worker stops): they are not tries, and
     another worker may claim them at once. Return how many were handed back."""
     held = Attempt.objects.filter(claimant.holds(clock.now()), pk__in=list(attempt_ids))
-    released = held.update(worker="", started_at=None, lease_expires_at=None)
+    released = held.update(worker="", worker_key=None, started_at=None, lease_expires_at=None)
     if released:
         signal(WORK)
     return released

@@ -54,11 +54,11 @@ def placeholders(count: int) -> str:
 
 def claim_sql(vendor: str, scope: Scope) -> tuple[str, list[Any]]:
     """Return the claim of up to n dispatched attempts of ``scope`` nobody's yet, by
-    priority then dispatch order, for worker w, started at s, leased until l
-    (parameters after the scope's: n, w, s, l). The candidates are picked once, in a
-    CTE (a subquery under ``IN`` may be run again per row, and pick more than n). On
-    PostgreSQL, rows another claim is taking at the same moment are skipped, not waited
-    for, and the statement returns what the attempts are to run."""
+    priority then dispatch order, for worker w of key k (None: a local runner), started
+    at s, leased until l (parameters after the scope's: n, w, k, s, l). The candidates
+    are picked once, in a CTE (a subquery under ``IN`` may be run again per row, and pick
+    more than n). On PostgreSQL, rows another claim is taking at the same moment are
+    skipped, not waited for, and the statement returns what the attempts are to run."""
     connection = queue_connection()
     attempts = connection.ops.quote_name(Attempt._meta.db_table)
     jobs = connection.ops.quote_name(Job._meta.db_table)
@@ -78,7 +78,7 @@ def claim_sql(vendor: str, scope: Scope) -> tuple[str, list[Any]]:
         f"SELECT a.id FROM {attempts} a JOIN {jobs} j ON j.id = a.job_id"
         f" WHERE a.active AND {scoped} AND a.worker = '' AND a.ended_at IS NULL"
         f" ORDER BY j.priority DESC, a.id LIMIT %s{lock}"
-        f") UPDATE {attempts} SET worker = %s, started_at = %s,"
+        f") UPDATE {attempts} SET worker = %s, worker_key_id = %s, started_at = %s,"
         f" lease_expires_at = %s FROM {source}"
         f" WHERE {where} AND {attempts}.worker = '' AND {attempts}.ended_at IS NULL"
         f" RETURNING {returning}"
@@ -87,13 +87,13 @@ def claim_sql(vendor: str, scope: Scope) -> tuple[str, list[Any]]:
 
 
 def run_claim(
-    scope: Scope, limit: int, worker: str, stamp: Any, lease: Any
+    scope: Scope, limit: int, worker: str, key: int | None, stamp: Any, lease: Any
 ) -> list[tuple[Any, ...]]:
     """Run the claim (:func:`claim_sql`); return the rows it returned."""
     connection = queue_connection()
     sql, params = claim_sql(connection.vendor, scope)
     adapt = connection.ops.adapt_datetimefield_value
-    params += [limit, worker, adapt(stamp), adapt(lease)]
+    params += [limit, worker, key, adapt(stamp), adapt(lease)]
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         return cursor.fetchall()

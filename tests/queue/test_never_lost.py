@@ -173,7 +173,7 @@ def test_a_worker_killed_with_jobs_in_its_slots_reruns_only_those(
     assert [h.result(timeout=60) for h in quick] == [f"q{i}" for i in range(5)]
     params = [[str(log), f"j{i:02d}", str(release)] for i in range(30)]
     handles = enqueue_many(jobs.record_then_block, params)
-    wait_for(lambda: len([ln for ln in lines(log) if ln.startswith("j")]) >= 20, "20 in slots")
+    wait_for(lambda: len([ln for ln in lines(log) if ln.startswith("j")]) >= 20, 60, "20 in slots")
     (pid,) = {line.split()[2] for line in lines(log) if line.startswith("j")}
     in_flight = {line.split()[0] for line in lines(log) if line.startswith("j")}
     assert len(in_flight) == 20

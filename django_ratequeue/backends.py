@@ -34,9 +34,9 @@ from django.utils import timezone
 
 from .exceptions import JobCanceled, UnknownJob, class_path
 from .queue.enqueue import JobFunction, enqueue_job, job
-from .queue.execution import check_result_size
 from .queue.models import Attempt, Job, Outcome, Status
 from .queue.options import JobOptions, QueueChoice
+from .queue.protocol import check_result_size
 from .queue.registry import BACKEND_PATH, function_path, register_task, registered_task
 from .queue.subtasks import current_attempt
 

@@ -303,7 +303,7 @@ class JobAdmin(JobListColumns, PermittedActionsMixin, admin.ModelAdmin):
                 "ended": _clock(a.ended_at),
                 "duration": _seconds(a),
                 "outcome": timeline.outcome_label(a),
-                "worker": timeline.worker_shown(a.worker),
+                "worker": timeline.worker_shown(a.worker, a.remote),
             }
             for a in attempts
         ]

@@ -27,7 +27,6 @@ from django.utils.text import Truncator
 
 from ..queue.handles import AttemptInfo
 from ..queue.models import Outcome
-from ..queue.workerkeys import read_worker_name
 
 # The most attempts drawn: the latest ones (a job may retry dozens of times; the table
 # lists them all).
@@ -355,13 +354,10 @@ def render(
     return svg
 
 
-def worker_shown(worker: str) -> str:
-    """Return who ran an attempt, in short: a remote worker's key name and instance, the
-    start of a local worker's id, or "-" for nobody yet."""
-    remote = read_worker_name(worker)
-    if remote is not None:
-        return Truncator(remote.label).chars(REMOTE_WORKER_SHOWN)
-    return Truncator(worker).chars(LOCAL_WORKER_SHOWN) or "-"
+def worker_shown(worker: str, remote: bool) -> str:
+    """Return who ran an attempt (its worker label), in short: a remote worker's key name
+    and instance, the start of a local worker's id, or "-" for nobody yet."""
+    return Truncator(worker).chars(REMOTE_WORKER_SHOWN if remote else LOCAL_WORKER_SHOWN) or "-"
 
 
 def legend() -> SafeString:

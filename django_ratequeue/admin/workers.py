@@ -13,7 +13,7 @@ from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 
 from ..queue.models import Attempt, WorkerKey
-from ..queue.workerkeys import create_key, key_tag, revoke
+from ..queue.workerkeys import create_key, revoke
 from .actions import PermittedActionsMixin
 
 
@@ -40,9 +40,7 @@ class WorkerKeyAdmin(PermittedActionsMixin, admin.ModelAdmin):
 
     @admin.display(description="attempts running")
     def running(self, key: WorkerKey) -> int:
-        return Attempt.objects.filter(
-            worker__startswith=key_tag(key), ended_at=None, active=True
-        ).count()
+        return Attempt.objects.filter(worker_key=key, ended_at=None, active=True).count()
 
     def save_model(self, request: HttpRequest, obj: WorkerKey, form: Any, change: bool) -> None:
         try:

@@ -26,7 +26,8 @@ from rest_framework.validators import ProhibitSurrogateCharactersValidator
 from .. import clock
 from ..conf import ratequeue_settings
 from ..exceptions import LeaseLost
-from ..queue import remote
+from ..queue import protocol
+from ..queue.bell import bell
 from ..queue.models import WorkerKey, queue_db
 from ..queue.seats import free_seat, take_seat
 from ..queue.workerkeys import MAX_CLAIM_WAIT, seen
@@ -66,6 +67,11 @@ class WorkerView(ApiView):
     def key(self) -> WorkerKey:
         assert isinstance(self.request.auth, WorkerKey)
         return self.request.auth
+
+    @property
+    def claimant(self) -> protocol.Claimant:
+        """Any worker of the request's key (a report may come from any of its instances)."""
+        return protocol.Claimant.remote(self.key, "")
 
     def attempt(self, attempt_id: int) -> int:
         if attempt_id > MAX_ID:
@@ -111,7 +117,7 @@ class ReportSerializer(StrictSerializer):
 
 class ClaimSerializer(StrictSerializer):
     worker = serializers.RegexField(
-        remote.INSTANCE.pattern, help_text="The worker process's name for itself (random)."
+        protocol.INSTANCE.pattern, help_text="The worker process's name for itself (random)."
     )
     host = serializers.CharField(max_length=255, required=False, default="")
     queues = serializers.ListField(
@@ -199,11 +205,12 @@ class ClaimView(WorkerView):
         """Claim attempts, waiting up to ``data["wait"]`` seconds for one."""
         deadline = time.monotonic() + data["wait"]
         while True:
-            rings = remote.bell.ring_count()
-            claimed = remote.claim(
-                key, data["worker"], queues, data["functions"], data["max"], data["running"]
+            rings = bell.ring_count()
+            claimant = protocol.Claimant.remote(key, data["worker"])
+            claimed = protocol.claim_remote(
+                claimant, queues, data["functions"], data["max"], data["running"]
             )
-            remote.bell.pass_on()  # the next waiting claim looks after this one
+            bell.pass_on()  # the next waiting claim looks after this one
             left = deadline - time.monotonic()
             if claimed.attempts or left <= 0:
                 return claimed
@@ -212,37 +219,34 @@ class ClaimView(WorkerView):
                 connection.close()  # a waiting claim holds no database connection
             if claimed.retry_at is not None:  # a retry left to others becomes ours then
                 left = min(left, max((claimed.retry_at - clock.now()).total_seconds(), 0.01))
-            remote.bell.wait(rings, left)
+            bell.wait(rings, left)
 
     def end(self, reports: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """End the reported attempts; each one's answer: ``{"id", "status", "detail"}``,
         the detail of a 200 the error a completion was failed with instead ("" if none)."""
-        outcomes = {
-            report["id"]: (
-                remote.completion(report["result"])
-                if report["action"] == "complete"
-                else remote.failure(
-                    report["error"],
-                    report.get("traceback", ""),
-                    report["retryable"],
-                    report["timed_out"],
-                )
-            )
-            for report in reports
-        }
+        ended = [protocol.Ended(report["id"], outcome_of(report)) for report in reports]
         actions = {report["id"]: report["action"] for report in reports}
         answers = {}
-        for attempt_id, stored in remote.end_many(self.key, outcomes).items():
+        for attempt_id, stored in protocol.report(self.claimant, ended).items():
             answers[attempt_id] = (
                 {"id": attempt_id, "status": 409, "detail": LeaseLostConflict.default_detail}
                 if stored is None
                 else {
                     "id": attempt_id,
                     "status": 200,
-                    "detail": stored["error"] if actions[attempt_id] == "complete" else "",
+                    "detail": stored.error if actions[attempt_id] == "complete" else "",
                 }
             )
         return [answers[report["id"]] for report in reports]
+
+
+def outcome_of(report: dict[str, Any]) -> protocol.Report:
+    """Return the outcome a report's body tells (``complete`` or ``fail``)."""
+    if report["action"] == "complete":
+        return protocol.Report.returned(report["result"])
+    return protocol.Report.failed(
+        report["error"], report.get("traceback", ""), report["retryable"], report["timed_out"]
+    )
 
 
 class EmptySerializer(StrictSerializer):
@@ -258,7 +262,7 @@ class HeartbeatView(WorkerView):
     def post(self, request: Request, attempt_id: int) -> Response:
         self.valid(request.data or {})
         try:
-            until, canceled = remote.heartbeat(self.key, self.attempt(attempt_id))
+            until, canceled = protocol.heartbeat(self.claimant, self.attempt(attempt_id))
         except LeaseLost:
             raise LeaseLostConflict from None
         return Response({"lease_expires_at": until, "canceled": canceled})
@@ -303,6 +307,13 @@ class ReportView(WorkerView):
         """Take the report in; what the answer's ``detail`` says (None: nothing)."""
         raise NotImplementedError
 
+    def end_with(self, attempt_id: int, report: protocol.Report) -> str:
+        """End the attempt with ``report``; return the error it was ended with."""
+        stored = protocol.report(self.claimant, [protocol.Ended(attempt_id, report)])[attempt_id]
+        if stored is None:
+            raise LeaseLost
+        return stored.error
+
 
 class ProgressView(ReportView):
     """``POST workers/attempts/<id>/progress/`` ``{"progress": {...}}``."""
@@ -312,7 +323,7 @@ class ProgressView(ReportView):
     field = "progress"
 
     def report(self, attempt_id: int, data: Any) -> None:
-        remote.report_progress(self.key, attempt_id, data["progress"])
+        protocol.report_progress(self.claimant, attempt_id, data["progress"])
 
 
 class OutputView(ReportView):
@@ -323,7 +334,7 @@ class OutputView(ReportView):
     field = "text"
 
     def report(self, attempt_id: int, data: Any) -> None:
-        remote.append_output(self.key, attempt_id, data["index"], data["text"])
+        protocol.append_output(self.claimant, attempt_id, data["index"], data["text"])
 
 
 class CompleteView(ReportView):
@@ -336,7 +347,7 @@ class CompleteView(ReportView):
     def report(self, attempt_id: int, data: Any) -> str:
         """Complete the attempt; return the error it was failed with instead, if its result
         is not one a job may return (the answer's ``detail``)."""
-        return remote.complete(self.key, attempt_id, data["result"])
+        return self.end_with(attempt_id, protocol.Report.returned(data["result"]))
 
 
 class FailView(ReportView):
@@ -348,14 +359,7 @@ class FailView(ReportView):
     field = "error"
 
     def report(self, attempt_id: int, data: Any) -> None:
-        remote.fail(
-            self.key,
-            attempt_id,
-            data["error"],
-            data.get("traceback", ""),
-            data["retryable"],
-            data["timed_out"],
-        )
+        self.end_with(attempt_id, outcome_of({"action": "fail", **data}))
 
 
 class ReleaseView(ReportView):
@@ -365,4 +369,5 @@ class ReleaseView(ReportView):
     schema = ApiSchema("releaseAttempt")
 
     def report(self, attempt_id: int, data: Any) -> None:
-        remote.release(self.key, attempt_id)
+        if not protocol.release(self.claimant, [attempt_id]):
+            raise LeaseLost

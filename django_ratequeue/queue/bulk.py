@@ -34,10 +34,12 @@ def update_rows(
     fields: Sequence[str],
     condition: str = "",
     returning: str = "",
+    condition_params: Sequence[Any] = (),
 ) -> int:
     """Write ``fields`` of each object to its row; ``condition`` is extra SQL on the target
-    table (aliased ``t``), e.g. ``"t.ended_at IS NULL"``; ``returning`` an expression
-    evaluated per row changed (a signal). Returns the rows changed."""
+    table (aliased ``t``), e.g. ``"t.ended_at IS NULL"``, with ``condition_params`` for its
+    placeholders; ``returning`` an expression evaluated per row changed (a signal). Returns
+    the rows changed."""
     if not objects:
         return 0
     connection = _connection(model)
@@ -74,6 +76,7 @@ def update_rows(
             params = [value for row in zip(*values, strict=True) for value in row]
             row = "(" + ", ".join(["%s"] * len(columns)) + ")"
             source = f"(VALUES {', '.join([row] * len(chunk))}) AS v"
+        params = [*params, *condition_params]
         sql = f"UPDATE {quote(meta.db_table)} AS t SET {assignments} FROM {source} WHERE {where}"
         if returning:
             sql += f" RETURNING {returning}"

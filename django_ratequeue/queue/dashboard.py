@@ -195,18 +195,18 @@ class _Active:
     @classmethod
     def read(cls) -> _Active:
         rows = Attempt.objects.filter(active=True).values_list(
-            "queue", "concurrency_key", "wait", "wait_queue", "worker", "started_at"
+            "queue", "concurrency_key", "wait", "wait_queue", "worker", "worker_key", "started_at"
         )[:ACTIVE_READ_LIMIT]
         per_queue: Counter[str] = Counter()
         per_copy: Counter[tuple[str, str]] = Counter()
         per_worker: Counter[str] = Counter()
         environment = 0
-        for queue, key, wait, wait_queue, worker, started_at in rows:
+        for queue, key, wait, wait_queue, worker, worker_key, started_at in rows:
             environment += wait == Wait.NONE
             if wait == Wait.NONE or wait_queue != queue:  # Attempt.holds_queue_slot
                 per_queue[queue] += 1
                 per_copy[(queue, key)] += 1
-            if worker and started_at is not None:
+            if worker and worker_key is None and started_at is not None:  # a local one's
                 per_worker[worker] += 1
         return cls(per_queue, per_copy, environment, per_worker)
 

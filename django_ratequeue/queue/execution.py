@@ -10,34 +10,19 @@ the attempt fails, the worker goes on.
 
 from __future__ import annotations
 
-import asyncio
 import contextvars
-import traceback as tb
 from datetime import datetime
 from functools import partial
-from typing import Any
-
-from django.db import DatabaseError, DataError, IntegrityError
 
 from .. import clock
-from ..conf import ratequeue_settings
-from ..exceptions import (
-    AttemptTimedOut,
-    NonRetryableError,
-    RecursiveWaitDeadlock,
-    UnknownJob,
-    class_path,
-    describe,
-)
+from ..exceptions import AttemptTimedOut, NonRetryableError
 from ..slots import Call, Finished, Slots
-from .bounds import MAX_TIMEOUT, check_json, clip
-from .models import Attempt, Job, Outcome
+from .bounds import MAX_TIMEOUT
+from .models import Attempt, Job
 from .progress import write_rest
+from .protocol import Ended, Report
 from .registry import is_async, registered_job
 from .subtasks import current_attempt
-
-# What the database answers to a value it cannot store.
-REFUSED = (DataError, IntegrityError)
 
 
 def prepare(attempt: Attempt) -> Call:
@@ -71,88 +56,30 @@ def prepare(attempt: Attempt) -> Call:
     )
 
 
-def finish(attempt: Attempt, finished: Finished, ended_at: datetime | None = None) -> Attempt:
-    """Record on ``attempt`` how its call ended, for the runner to report: its outcome and
-    result, or how it failed; with its progress and output written first."""
-    attempt.result, attempt.error, attempt.traceback = None, "", ""
-    attempt.outcome, attempt.exception_class_path = Outcome.SUCCEEDED, ""
-    error = finished.error
-    if error is None:
-        try:
-            check_result_size(finished.value)
-            attempt.result = finished.value
-        except Exception as exc:
-            error = exc
-    if error is not None:
-        failed(attempt, error, *_outcome_of(error, finished.timed_out))
+def finish(attempt: Attempt, finished: Finished, ended_at: datetime | None = None) -> Ended:
+    """Return how ``attempt``'s call ended, for the runner to report (and record it on
+    ``attempt``, for a test to read); with its progress and output written first."""
+    if finished.error is None:
+        report = Report.returned(finished.value)
+    else:
+        report = Report.raised(finished.error, finished.timed_out)
     # Its progress and output are complete before its outcome can be seen.
     write_rest(attempt)
-    # Stored as a database can: cut to size, a NUL escaped, a lone surrogate replaced.
-    limit = ratequeue_settings().MAX_ERROR_BYTES
-    for field in ("error", "traceback", "exception_class_path"):
-        setattr(attempt, field, clip(getattr(attempt, field), limit))
+    for name, value in report.fields().items():
+        setattr(attempt, name, value)
     attempt.ended_at = ended_at or clock.now()
-    return attempt
-
-
-def _outcome_of(error: BaseException, timed_out: bool) -> tuple[str, str]:
-    """The outcome of an attempt whose call raised ``error``, and its error text."""
-    if timed_out or isinstance(error, AttemptTimedOut):
-        return Outcome.TIMED_OUT, str(error)
-    if isinstance(error, NonRetryableError | RecursiveWaitDeadlock | UnknownJob):
-        return Outcome.NON_RETRYABLE, describe(error)
-    if isinstance(error, Exception):
-        return Outcome.FAILED, describe(error)
-    if isinstance(error, asyncio.CancelledError):
-        return Outcome.FAILED, f"{describe(error)} (the job's task was cancelled)"
-    # SystemExit, KeyboardInterrupt: the job's own; it fails, the worker goes on.
-    return Outcome.FAILED, f"{describe(error)} (a job cannot stop its worker: this attempt failed)"
+    return Ended(attempt.pk, report, attempt.ended_at, attempt.started_at)
 
 
 # Runs an attempt in the calling thread (run_attempt): tests, and nothing else.
 _here = Slots(0, lambda finished: None, name="ratequeue-here", interrupt_with=AttemptTimedOut)
 
 
-def run_attempt(attempt: Attempt) -> Attempt:
-    """Run one claimed attempt in this thread and record its outcome on it (written by the
-    caller): a step of a test, as a runner's slot would run it."""
+def run_attempt(attempt: Attempt) -> Ended:
+    """Run one claimed attempt in this thread and return its outcome (reported by the
+    caller; recorded on it too): a step of a test, as a runner's slot would run it."""
     try:
         call = prepare(attempt)
     except Exception as exc:
         return finish(attempt, Finished(attempt.pk, error=exc))
     return finish(attempt, _here.run_here(call))
-
-
-def failed(attempt: Attempt, exc: BaseException, outcome: str, error: str) -> None:
-    """Record how an attempt failed: its outcome, error and traceback, and the class of
-    the exception by its path (what ``JobFailed`` and django.tasks' ``TaskError`` give
-    back, read from the row rather than from the traceback's text)."""
-    attempt.outcome, attempt.error = outcome, error
-    attempt.traceback = "".join(tb.format_exception(exc))
-    attempt.exception_class_path = class_path(type(exc))
-
-
-def refusal(error: DatabaseError) -> str:
-    """Return the error of an attempt whose outcome the database refused to store (a value
-    that slipped past :mod:`.bounds`): the attempt fails with it instead."""
-    lines = str(error).splitlines() or [type(error).__name__]
-    # PostgreSQL's LINE and CONTEXT quote the statement, values and all: its DETAIL does not.
-    reason = "; ".join([lines[0], *(line for line in lines[1:] if line.startswith("DETAIL:"))])
-    return clip(
-        f"The database refused this attempt's outcome, so it failed: {reason}",
-        ratequeue_settings().MAX_ERROR_BYTES,
-    )
-
-
-def check_result_size(result: Any) -> None:
-    """Refuse a result a database cannot store (:func:`.bounds.check_json`) or bigger than
-    MAX_RESULT_BYTES: the attempt fails rather than store it (and hand it to every reader
-    and callback)."""
-    size = len(check_json("return value", result))
-    limit = ratequeue_settings().MAX_RESULT_BYTES
-    if size > limit:
-        raise ValueError(
-            f"The job's result is {size} bytes of JSON; the most is "
-            f'RATEQUEUE["MAX_RESULT_BYTES"] ({limit}). Store big output elsewhere (a file, '
-            "a row) and return a reference to it."
-        )

@@ -67,8 +67,9 @@ class AttemptInfo:
     outcome: str
     error: str
     traceback: str
-    worker: str
+    worker: str  # Attempt.worker_label
     exception_class_path: str = ""
+    remote: bool = False  # claimed by a remote worker (with a worker key)
 
 
 class Handle(Generic[R_co]):
@@ -182,7 +183,8 @@ class Handle(Generic[R_co]):
 
     def attempts(self) -> list[AttemptInfo]:
         self._job("status")
-        rows = Attempt.objects.filter(job_id=self.id).order_by("number")
+        rows = Attempt.objects.filter(job_id=self.id).select_related("worker_key")
+        rows = rows.order_by("number")
         return [
             AttemptInfo(
                 number=a.number,
@@ -192,8 +194,9 @@ class Handle(Generic[R_co]):
                 outcome=a.outcome,
                 error=a.error,
                 traceback=a.traceback,
-                worker=a.worker,
+                worker=a.worker_label,
                 exception_class_path=a.exception_class_path,
+                remote=a.worker_key_id is not None,
             )
             for a in rows
         ]

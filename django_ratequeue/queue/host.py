@@ -21,7 +21,8 @@ from django_q.signals import post_spawn
 
 from ..conf import ratequeue_settings
 from .heartbeat import beat, mark_serving
-from .runner import Runner, through_reconnects
+from .protocol import through_reconnects
+from .runner import Runner
 
 logger = logging.getLogger("django_ratequeue.queue")
 

@@ -3,7 +3,8 @@
 Who writes what (docs/concepts.md, "The queue engine", tells the full story):
 
 - producers INSERT :class:`Job` rows (``enqueue``) and :class:`CancelRequest` rows (``cancel``);
-- the runner claims and ends the :class:`Attempt` rows the loop handed it (conditional UPDATEs);
+- workers (local runners, remote workers) claim and end the :class:`Attempt` rows the loop handed
+  out, through the attempt protocol (:mod:`.protocol`, conditional UPDATEs);
 - only the main loop moves a job between statuses, creates attempts and finalises them;
 - :class:`LoopState` is the loop's singleton, :class:`WorkerHeartbeat` one row per worker process.
 """
@@ -237,8 +238,8 @@ class Wait(models.TextChoices):
 
 
 class AttemptQuerySet(models.QuerySet["Attempt"]):
-    """The changes of attempts the loop and subtask waits make; the runner's claims and
-    reports are conditional UPDATEs of their own (:mod:`.runner`)."""
+    """The changes of attempts the loop and subtask waits make; workers' claims and
+    reports are the attempt protocol's conditional UPDATEs (:mod:`.protocol`)."""
 
     def finalize(self) -> int:
         """The loop took these attempts' outcomes in: they hold no slot any more."""
@@ -291,7 +292,17 @@ class Attempt(models.Model):
     timeout = models.FloatField(null=True, blank=True)
     active = models.BooleanField(default=True)
     dispatched_at = models.DateTimeField()
+    # Who holds it: a local runner's process (its WorkerHeartbeat id), or an instance of a
+    # remote worker (the name the program gave itself) with ``worker_key``. "" for nobody.
     worker = models.CharField(max_length=64, blank=True, default="")
+    worker_key = models.ForeignKey(
+        "WorkerKey",
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="attempts",
+        help_text="The key of the remote worker that claimed it (none for a local runner).",
+    )
     # Its queue is served by remote workers (``"remote": True``), which claim it over HTTP;
     # runners never do. Decided at dispatch.
     remote = models.BooleanField(default=False)
@@ -319,6 +330,14 @@ class Attempt(models.Model):
 
     def __str__(self) -> str:
         return f"attempt {self.number} of {self.job_id}"
+
+    @property
+    def worker_label(self) -> str:
+        """Return who holds it, to show: a local runner's id, or ``<key name>/<instance>``
+        for a remote worker (read the key with ``select_related("worker_key")``)."""
+        if self.worker_key is None:
+            return self.worker
+        return f"{self.worker_key.name}/{self.worker}"
 
     @property
     def holds_environment_slot(self) -> bool:

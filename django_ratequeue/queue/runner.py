@@ -3,47 +3,34 @@
 A runner is a thread that :mod:`.host` starts in every worker process of a cluster, beside
 the agent. It runs attempts in the slots of its process (``RATEQUEUE["SLOTS"]`` at once,
 see :mod:`django_ratequeue.slots`): it claims as many dispatched attempts as it has free
-slots, the highest priority first, with one UPDATE that skips rows other runners are
-claiming (``FOR UPDATE SKIP LOCKED`` on PostgreSQL; SQLite writes one at a time), and
-starts each in a slot. As calls end it reports their outcomes, those that ended together
-in one statement that signals the loop, before it claims again: so a slot takes more work
+slots and starts each in a slot. As calls end it reports their outcomes, those that ended
+together in one batch, before it claims again (claims and reports are the attempt
+protocol's, :mod:`.protocol`): so a slot takes more work
 only once the outcome of its last is recorded, and a worker that dies re-runs only what
 was in its slots. When nothing is left to claim it waits for the loop's ``WORK`` signal,
 an end, or :data:`IDLE_LOOK` seconds. When its process stops it claims nothing more,
 gives the calls in its slots ``STOP_GRACE`` seconds to end, and hands back the others.
-
-Only attempt ids go through the database (never client data). A claim takes attempts
-nobody's yet and not ended, so an attempt that already ran or was recovered never runs
-again.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import queue
 import threading
 import time
-from collections.abc import Callable, Hashable
-from contextlib import nullcontext
+from collections.abc import Hashable
 from datetime import timedelta
-from functools import cache, partial
-from typing import Any, TypeVar
-
-from django.db import InterfaceError, OperationalError, transaction
-from django.db.models import Q
 
 from .. import clock
 from ..conf import ratequeue_settings
-from ..exceptions import AttemptTimedOut, class_path
+from ..exceptions import AttemptTimedOut
 from ..slots import Finished, Slots
-from .bulk import update_rows
-from .execution import REFUSED, finish, prepare, refusal, run_attempt
-from .models import REPORT_FIELDS, Attempt, Job, Outcome, queue_connection
-from .wakeup import LOOP, WORK, Waiter, notifies, notify_clause, signal
+from .execution import finish, prepare, run_attempt
+from .models import Attempt, Job
+from .protocol import Claimant, Ended, claim_local, release, report, through_reconnects
+from .wakeup import WORK, Waiter
 
 logger = logging.getLogger(__name__)
-T = TypeVar("T")
 # How often a runner with attempts in its slots looks for cancels of their jobs.
 CANCEL_LOOK = 1.0
 # How long an idle runner waits for a signal before it looks for work all the same.
@@ -73,6 +60,7 @@ class Runner:
 
     def __init__(self, worker: str, slots: Slots | None = None) -> None:
         self.worker = worker
+        self.claimant = Claimant(worker)
         self.slots = slots or process_slots()
         self.slots.on_finish = self.ended
         self.held: dict[Hashable, Attempt] = {}
@@ -130,7 +118,7 @@ class Runner:
 
     def report_ended(self) -> int:
         """Report the attempts whose calls ended since the last report; how many."""
-        ended = []
+        ended: list[Ended] = []
         while not self.finished.empty():
             finished, heard = self.finished.get()
             attempt = self.held.pop(finished.key, None)
@@ -176,13 +164,7 @@ class Runner:
         ids = [attempt.pk for attempt in self.held.values()]
         logger.warning("Stopping: handing back %d running attempt(s)", len(ids))
 
-        def release() -> None:
-            Attempt.objects.filter(pk__in=ids, worker=self.worker, ended_at=None).update(
-                worker="", started_at=None
-            )
-            signal(WORK)
-
-        through_reconnects(release)
+        through_reconnects(lambda: release(self.claimant, ids))
         self.held.clear()
 
     def drain(self) -> int:
@@ -200,146 +182,9 @@ class Runner:
         self.waiter.close()
 
     def claim(self, limit: int = 1) -> list[Attempt]:
-        """Take up to ``limit`` dispatched attempts nobody claimed yet, started now, the
-        highest priority first, then in dispatch order: so a free slot never starts a
-        lower priority while a higher one waits. One durable statement, which on
-        PostgreSQL also returns what the attempts run. Through lost connections: claiming
-        again also finds what a first try may have taken before its connection broke."""
-        connection = queue_connection()
-        stamp = clock.now()
-        params: list[Any] = [limit, self.worker, connection.ops.adapt_datetimefield_value(stamp)]
+        """Take up to ``limit`` dispatched attempts (:func:`.protocol.claim_local`)."""
+        return claim_local(self.claimant, limit)
 
-        def take() -> list[Attempt]:
-            with connection.cursor() as cursor:
-                cursor.execute(_claim_sql(connection.vendor), params)
-                rows = cursor.fetchall()
-            if connection.vendor == "postgresql" and rows:
-                return sorted(map(_claimed, rows), key=lambda a: (-a.job.priority, a.pk))
-            # SQLite returns the attempts' own columns only: read the rest. What a first
-            # try took before its connection broke comes back the same way: claimed by
-            # us, not started, or started by that very claim.
-            taken = Q(pk__in=[row[0] for row in rows]) | Q(started_at=stamp)
-            return list(
-                Attempt.objects.filter(taken, worker=self.worker, ended_at=None, active=True)
-                .select_related("job")
-                .only(
-                    "timeout",
-                    "queue",
-                    "started_at",
-                    "job__func",
-                    "job__args",
-                    "job__kwargs",
-                    "job__priority",
-                )
-                .order_by("-job__priority", "pk")
-            )
-
-        return through_reconnects(take)
-
-    def report(self, attempts: list[Attempt]) -> None:
-        """Write the outcomes of attempts that ran, with their start times should a
-        database crash have lost one, and signal the loop, which takes them in (through
-        lost connections, see :func:`through_reconnects`).
-
-        Should the database refuse the statement (a value that slipped past the checks
-        of :mod:`.bounds`), each row is written on its own, and one it still refuses is
-        written as a failure that says why: the others of the chunk are not held up, and
-        no attempt stays running for good."""
-        if not attempts:
-            return
-        try:
-            through_reconnects(partial(self.write, attempts))
-        except REFUSED:
-            for attempt in attempts:
-                try:
-                    through_reconnects(partial(self.write, [attempt]))
-                except REFUSED as error:
-                    attempt.outcome, attempt.result = Outcome.FAILED, None
-                    attempt.error, attempt.traceback = refusal(error), ""
-                    attempt.exception_class_path = class_path(type(error))
-                    through_reconnects(partial(self.write, [attempt]))
-
-    def write(self, attempts: list[Attempt]) -> None:
-        """Write the outcomes of ``attempts`` with one statement that signals the loop; in
-        a savepoint within a transaction, which a refused statement must not abort."""
-        connection = queue_connection()
-        nested = connection.in_atomic_block
-        with transaction.atomic(using=connection.alias) if nested else nullcontext():
-            update_rows(
-                Attempt,
-                attempts,
-                REPORT_FIELDS,
-                # A recovered (superseded) attempt already ended: its late report is ignored.
-                condition="t.ended_at IS NULL",
-                # The loop's signal, raised by the statement itself (SQLite: none, it polls).
-                returning=notify_clause(LOOP) if notifies() else "",
-            )
-
-
-@cache
-def _claim_sql(vendor: str) -> str:
-    """The claim of up to n dispatched attempts nobody's yet, by priority then dispatch
-    order, for worker w, started at s if not None (parameters: n, w, s); remote attempts
-    are left to remote workers. The candidates are picked once, in a CTE (a subquery
-    under ``IN`` may be run again per row, and pick more than n). On PostgreSQL, rows
-    another runner is claiming at the same moment are skipped, not waited for, and the
-    statement returns what the attempts are to run."""
-    connection = queue_connection()
-    attempts = connection.ops.quote_name(Attempt._meta.db_table)
-    jobs = connection.ops.quote_name(Job._meta.db_table)
-    postgresql = vendor == "postgresql"
-    lock = " FOR UPDATE OF a SKIP LOCKED" if postgresql else ""
-    returning = f"{attempts}.id"
-    source = "picked"
-    where = f"{attempts}.id = picked.id"
-    if postgresql:
-        returning += f", {', '.join(f'{attempts}.{c}' for c in CLAIMED_ATTEMPT)}"
-        returning += f", {', '.join(f'j.{c}' for c in CLAIMED_JOB)}"
-        source += f", {jobs} j"
-        where += f" AND j.id = {attempts}.job_id"
-    return (
-        f"WITH picked AS{' MATERIALIZED' if postgresql else ''} ("
-        f"SELECT a.id FROM {attempts} a JOIN {jobs} j ON j.id = a.job_id"
-        f" WHERE a.active AND NOT a.remote AND a.worker = '' AND a.ended_at IS NULL"
-        f" ORDER BY j.priority DESC, a.id LIMIT %s{lock}"
-        f") UPDATE {attempts} SET worker = %s, started_at = %s FROM {source}"
-        f" WHERE {where} AND {attempts}.worker = '' AND {attempts}.ended_at IS NULL"
-        f" RETURNING {returning}"
-    )
-
-
-# The columns a PostgreSQL claim returns, after the attempt's id.
-CLAIMED_ATTEMPT = ("job_id", "timeout", "queue", "started_at")
-CLAIMED_JOB = ("func", "args", "kwargs", "priority")
-
-
-def _claimed(row: tuple[Any, ...]) -> Attempt:
-    """An attempt as a PostgreSQL claim returned it, with the part of its job it runs."""
-    values = dict(zip(("id", *CLAIMED_ATTEMPT), row, strict=False))
-    job_values = dict(zip(CLAIMED_JOB, row[1 + len(CLAIMED_ATTEMPT) :], strict=True))
-    for name in ("args", "kwargs"):  # JSON text, as Django's psycopg backend reads it
-        if isinstance(job_values[name], str):
-            job_values[name] = json.loads(job_values[name])
-    attempt = Attempt(**values)
-    attempt.job = Job(id=values["job_id"], **job_values)
-    return attempt
-
-
-def through_reconnects(action: Callable[[], T]) -> T:
-    """Run ``action``, which may be repeated, until it gets through: after a lost database
-    connection (a restart) on a new one. A claim or a report must not be dropped while
-    this worker lives, since nobody else would end those attempts (recovery waits for dead
-    workers and timeouts). Should the database stay away, django-q2's timeout ends this
-    worker, and recovery then takes its attempts as lost."""
-    pause = 0.05
-    connection = queue_connection()
-    while True:
-        try:
-            return action()
-        except (OperationalError, InterfaceError):
-            if connection.in_atomic_block:
-                raise
-            logger.warning("Lost the database connection; trying again", exc_info=True)
-            connection.close()
-            time.sleep(pause)
-            pause = min(pause * 2, 2.0)
+    def report(self, ended: list[Ended]) -> None:
+        """Report the outcomes of attempts that ran (:func:`.protocol.report`)."""
+        report(self.claimant, ended)

@@ -118,14 +118,17 @@ def recover(now: datetime, dead_after: timedelta) -> bool:
     alive = set(
         WorkerHeartbeat.objects.filter(seen_at__gte=now - dead_after).values_list("id", flat=True)
     )
-    idle = alive - {a.worker for a in candidates if a.started_at is not None}
+    idle = alive - {a.worker for a in candidates if not a.remote and a.started_at is not None}
     recovered = False
     for attempt in candidates:
         outcome: str
         error_class: type[BaseException] | None = None
-        # A remote attempt lives by its lease, which its worker's heartbeats extend.
+        # A remote attempt lives by its lease, which its worker's heartbeats extend; a
+        # local one by its worker process's heartbeat.
         lease = attempt.lease_expires_at
-        lost = lease < now if lease is not None else attempt.worker not in alive
+        lost = (
+            (lease is not None and lease < now) if attempt.remote else attempt.worker not in alive
+        )
         if not attempt.worker:
             # Runners were asked for; remote workers claim when they come.
             if attempt.remote or not idle or attempt.dispatched_at + dead_after >= now:
@@ -133,7 +136,7 @@ def recover(now: datetime, dead_after: timedelta) -> bool:
             outcome, error = "", "No worker claimed this attempt; its job waits again."
         elif attempt.started_at is None and lost:
             outcome, error = "", "Its worker died before it started; its job waits again."
-        elif lost and lease is not None:
+        elif lost and attempt.remote:
             outcome, error = Outcome.WORKER_LOST, "The remote worker's lease on it lapsed."
             error_class = WorkerLost
         elif lost:

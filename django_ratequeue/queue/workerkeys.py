@@ -4,9 +4,8 @@ A key reads ``<prefix>.<secret>``: the prefix (8 hex digits) finds the row and i
 lists; the secret is 256 random bits. Only the SHA-256 of the whole key is stored, and it
 is compared in constant time. A revoked key fails its very next request.
 
-An attempt a remote worker claimed names it ``remote:<key prefix>:<key name>/<instance>``
-(:func:`worker_name`): whose it is, and whom to look for. :func:`read_worker_name` reads
-such a name back, for every page and command that shows who runs what.
+An attempt a remote worker claimed holds its key (``Attempt.worker_key``) and the name its
+program gave itself (``Attempt.worker``): whose it is, and whom to look for.
 """
 
 from __future__ import annotations
@@ -16,10 +15,7 @@ import hmac
 import secrets
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass
 from datetime import timedelta
-
-from django.db.models import Q
 
 from .. import clock
 from ..conf import ratequeue_settings
@@ -31,8 +27,6 @@ LAST_SEEN_EVERY = timedelta(seconds=10)
 # The longest a claim waits for work (seconds): a running worker asks at least this often.
 MAX_CLAIM_WAIT = 60.0
 PREFIX_LENGTH = 8
-# What a remote worker's Attempt.worker begins with (a local worker's is a uuid's hex).
-REMOTE = "remote:"
 
 
 def digest(key: str) -> str:
@@ -81,60 +75,10 @@ def seen(row: WorkerKey, host: str = "") -> None:
     WorkerKey.objects.filter(pk=row.pk).update(**changes)
 
 
-WORKER_LENGTH = Attempt._meta.get_field("worker").max_length or 64
-
-
-def worker_name(key: WorkerKey, instance: str) -> str:
-    """The ``Attempt.worker`` of what ``instance`` claims with ``key``:
-    ``remote:<key prefix>:<key name>/<instance>``, the name cut to fit the column. The
-    prefix tells whose it is, the name and the instance whom to look for."""
-    head = key_tag(key)
-    room = WORKER_LENGTH - len(head) - len(instance) - 1
-    return f"{head}{key.name[: max(room, 0)]}/{instance}"
-
-
-def key_tag(key: WorkerKey) -> str:
-    """What the ``Attempt.worker`` of every worker of ``key`` begins with."""
-    return f"{REMOTE}{key.prefix}:"
-
-
-@dataclass(frozen=True)
-class RemoteWorker:
-    """A remote worker, as its attempts name it: its key's prefix and name (the name as
-    it was when the worker claimed, perhaps cut short), and its instance."""
-
-    prefix: str
-    key_name: str
-    instance: str
-
-    @property
-    def label(self) -> str:
-        """``<key name>/<instance>``: whom to look for."""
-        return f"{self.key_name}/{self.instance}"
-
-
-def read_worker_name(worker: str) -> RemoteWorker | None:
-    """Read back the ``Attempt.worker`` that :func:`worker_name` wrote; None when it is
-    not a remote worker's (a local worker's id, or "" for nobody yet)."""
-    if not worker.startswith(REMOTE):
-        return None
-    prefix, colon, rest = worker.removeprefix(REMOTE).partition(":")
-    key_name, slash, instance = rest.rpartition("/")
-    if len(prefix) != PREFIX_LENGTH or not colon or not slash or not instance:
-        return None
-    return RemoteWorker(prefix, key_name, instance)
-
-
-def instance_attempts(key: WorkerKey, instance: str) -> Q:
-    """The attempts ``instance`` claimed with ``key`` (whatever the key's name then)."""
-    return Q(worker__startswith=key_tag(key), worker__endswith=f"/{instance}")
-
-
 def running_per_instance() -> Counter[tuple[str, str]]:
-    """The attempts each remote worker runs now, by (key prefix, instance)."""
-    workers = Attempt.objects.filter(active=True, remote=True, ended_at=None).exclude(worker="")
-    named = (read_worker_name(worker) for worker in workers.values_list("worker", flat=True))
-    return Counter((remote.prefix, remote.instance) for remote in named if remote is not None)
+    """Return the attempts each remote worker runs now, by (key prefix, instance)."""
+    workers = Attempt.objects.filter(active=True, ended_at=None, worker_key__isnull=False)
+    return Counter(workers.exclude(worker="").values_list("worker_key__prefix", "worker"))
 
 
 def remote_worker_seen(queue: str) -> bool:

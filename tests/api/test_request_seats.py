@@ -22,7 +22,7 @@ from rest_framework.test import APIClient
 
 from django_ratequeue.api.sse import LIFETIME
 from django_ratequeue.models import RequestSeat
-from django_ratequeue.queue import remote
+from django_ratequeue.queue.bell import bell
 from django_ratequeue.queue.seats import MARGIN, take_seat
 from django_ratequeue.queue.workerkeys import create_key
 from tests.api.conftest import API, enqueue
@@ -80,7 +80,7 @@ def test_streams_another_process_holds_count_and_lapse_if_it_died(
 
 
 def test_a_key_has_at_most_so_many_claims_waiting(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(remote.bell, "_ensure_thread", lambda: None)  # no work comes anyway
+    monkeypatch.setattr(bell, "_ensure_thread", lambda: None)  # no work comes anyway
     _row, key = create_key("gpu box", ["gpu"])
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Api-Key {key}")

@@ -11,7 +11,7 @@ from django.test import Client
 
 from django_ratequeue import Status, clock, enqueue, pause_queue
 from django_ratequeue.models import Attempt, Job, QueueMinute, WorkerHeartbeat, WorkerKey
-from django_ratequeue.queue import remote
+from django_ratequeue.queue import protocol
 from django_ratequeue.queue.rollups import floor_minute
 from django_ratequeue.queue.workerkeys import create_key
 from tests.queue import jobs
@@ -35,7 +35,14 @@ def claim_remote(key: WorkerKey, instance: str, count: int = 1) -> None:
     for n in range(count):
         enqueue(jobs.add, args=[n, 1], queue="remote")
     leading_loop().run(30)
-    assert len(remote.claim(key, instance, ["remote"], [], count).attempts) == count
+    assert (
+        len(
+            protocol.claim_remote(
+                protocol.Claimant.remote(key, instance), ["remote"], [], count
+            ).attempts
+        )
+        == count
+    )
 
 
 def running(job_id: str, worker: str = "w1") -> None:

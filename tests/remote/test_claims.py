@@ -10,7 +10,7 @@ import pytest
 from django.db import connections
 
 from django_ratequeue import enqueue_many
-from django_ratequeue.queue import remote
+from django_ratequeue.queue import protocol
 from django_ratequeue.queue.workerkeys import create_key
 from tests.queue.steps import leading_loop
 
@@ -30,7 +30,12 @@ def test_eight_workers_claiming_at_once_never_share_an_attempt() -> None:
         try:
             start.wait()
             for _ in range(4):
-                mine.extend(a.pk for a in remote.claim(key, name, ["gpu"], [], 2, mine).attempts)
+                mine.extend(
+                    a.pk
+                    for a in protocol.claim_remote(
+                        protocol.Claimant.remote(key, name), ["gpu"], [], 2, mine
+                    ).attempts
+                )
         finally:
             results[name] = mine
             connections.close_all()

@@ -12,9 +12,14 @@ from django.contrib.messages import get_messages
 from django.core.management import CommandError, call_command
 from django.test import Client
 
-from django_ratequeue.queue.heartbeat import worker_id
-from django_ratequeue.queue.models import WorkerKey
-from django_ratequeue.queue.workerkeys import create_key, find_key, read_worker_name, worker_name
+from django_ratequeue import enqueue
+from django_ratequeue.queue.heartbeat import beat, worker_id
+from django_ratequeue.queue.models import Attempt, WorkerKey
+from django_ratequeue.queue.runner import Runner
+from django_ratequeue.queue.workerkeys import create_key, find_key
+
+from .conftest import keyed
+from .test_protocol import claim, dispatch
 
 pytestmark = pytest.mark.django_db
 
@@ -91,23 +96,24 @@ def test_ratequeue_status_shows_remote_workers() -> None:
     assert f"{row.prefix} gpu box (gpu)  last seen -  running 0" in out.getvalue()
 
 
+@pytest.mark.usefixtures("remote_queues")
 @pytest.mark.parametrize("name", ["gpu box", "a:b/c:d/", "x" * 200])
 @pytest.mark.parametrize("instance", ["w1", "w" * 32])
-def test_a_worker_name_reads_back_as_written(name: str, instance: str) -> None:
-    row, _key = create_key(name, ["gpu"])
-    remote = read_worker_name(worker_name(row, instance))
-    assert remote is not None
-    assert (remote.prefix, remote.instance) == (row.prefix, instance)
-    assert name.startswith(remote.key_name)  # cut short to fit the column, never changed
+def test_a_claim_records_its_key_and_instance_in_columns(name: str, instance: str) -> None:
+    """Whatever the key's name holds: the key is a column, the instance another."""
+    row, key = create_key(name, ["gpu"])
+    enqueue("tests.queue.jobs.add", args=[1, 2], queue="gpu")
+    dispatch()
+    [attempt] = claim(keyed(key), worker=instance)
+    stored = Attempt.objects.select_related("worker_key").get(pk=attempt["id"])
+    assert (stored.worker_key, stored.worker) == (row, instance)
+    assert stored.worker_label == f"{name}/{instance}"
 
 
-def test_a_prefix_of_digits_is_read_as_a_prefix_not_an_id() -> None:
-    row, _key = create_key("gpu box", ["gpu"])
-    row.prefix = "12345678"  # what one key in 43 gets from token_hex
-    remote = read_worker_name(worker_name(row, "w1"))
-    assert remote is not None and (remote.prefix, remote.label) == ("12345678", "gpu box/w1")
-
-
-def test_local_workers_and_nobody_are_not_remote_workers() -> None:
-    assert read_worker_name(worker_id()) is None
-    assert read_worker_name("") is None
+def test_a_local_runner_s_attempts_name_no_key() -> None:
+    enqueue("tests.queue.jobs.add", args=[1, 2])
+    dispatch()
+    [attempt] = Runner(beat(force=True)).claim()
+    stored = Attempt.objects.get(pk=attempt.pk)
+    assert (stored.worker_key, stored.worker) == (None, worker_id())
+    assert stored.worker_label == worker_id()

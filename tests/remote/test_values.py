@@ -14,7 +14,7 @@ import pytest
 from rest_framework.test import APIClient
 
 from django_ratequeue import JobFailed, enqueue
-from django_ratequeue.queue import remote
+from django_ratequeue.queue import protocol
 from django_ratequeue.queue.bounds import MAX_JSON_DEPTH
 from django_ratequeue.queue.models import Attempt, Outcome, WorkerKey
 from tests.queue.jobs import return_nested
@@ -129,24 +129,21 @@ def test_progress_no_database_can_store_is_a_400_naming_it(
 def test_an_outcome_the_database_refuses_fails_that_attempt_alone(
     worker: APIClient, gpu_key: tuple[WorkerKey, str]
 ) -> None:
-    """A value that slipped past the checks (given to end_many as completion() would not
-    give it): the others of the batch are written, that attempt fails with the reason."""
+    """A value that slipped past the checks (a report not made by Report's constructors):
+    the others of the batch are written, that attempt fails with the reason."""
     [(good, first), (bad, second)] = claimed(worker, 2)
-    outcomes = {
-        first["id"]: remote.completion(2),
-        second["id"]: {"outcome": Outcome.SUCCEEDED, "result": SURROGATE},
-    }
-    answers = [remote.end_many(gpu_key[0], outcomes) for _try in range(2)]  # and sent again
+    ended = [
+        protocol.Ended(first["id"], protocol.Report.returned(2)),
+        protocol.Ended(second["id"], protocol.Report.returned(1).unchecked(result=SURROGATE)),
+    ]
+    claimant = protocol.Claimant.remote(gpu_key[0], "")
+    answers = [protocol.report(claimant, ended) for _try in range(2)]  # and sent again
     assert answers[0] == answers[1]
-    assert answers[0][first["id"]] == {
-        "outcome": Outcome.SUCCEEDED,
-        "result": 2,
-        "error": "",
-        "traceback": "",
-    }
+    assert answers[0][first["id"]] == protocol.Report(Outcome.SUCCEEDED, result=2)
     stored = answers[0][second["id"]]
-    assert stored is not None and stored["outcome"] == Outcome.FAILED
-    assert stored["error"].startswith("The database refused this attempt's outcome, so it failed")
+    assert stored is not None and stored.outcome == Outcome.FAILED
+    assert stored.error.startswith("The database refused this attempt's outcome, so it failed")
+    assert stored.exception_class_path == "django.db.utils.DataError"
     dispatch()
     assert good.result(timeout=0) == 2
     with pytest.raises(JobFailed, match="Unicode low surrogate must follow a high surrogate"):

@@ -1,0 +1,112 @@
+"""The process's one listener for ``WORK``, shared by every remote claim waiting for work
+(:class:`WorkBell`)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+
+from django.db import connections
+
+from .models import queue_db
+from .wakeup import WORK, Waiter
+
+
+@dataclass(eq=False)
+class _Sleeper:
+    """A claim waiting for work: the signals it had seen when it last looked, and what
+    wakes it."""
+
+    seen: int
+    woken: threading.Event
+
+
+class WorkBell:
+    """The process's one listener for ``WORK``, which every waiting claim shares: a
+    waiting claim holds neither a database connection nor a thread of its own beyond its
+    request's. The thread stops (closing its connection) when nobody waited for a while.
+
+    A signal wakes the waiting claims one after the other, not all at once: it wakes the
+    longest waiting one that has not looked since the signal, and each claim, once it has
+    looked (:meth:`pass_on`), wakes the next. The first claim so looks alone, without
+    the others' claims competing for the CPU and the rows, and every claim still looks
+    once per signal (claims differ in queues and functions: what one leaves may be
+    another's)."""
+
+    IDLE_EXIT = 2.0
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.rings = 0
+        self.sleepers: list[_Sleeper] = []
+        self.thread: threading.Thread | None = None
+
+    def ring_count(self) -> int:
+        """Read before looking for work; pass it to :meth:`wait`: a signal that comes in
+        between is not missed."""
+        with self.lock:
+            return self.rings
+
+    def wait(self, seen: int, timeout: float) -> None:
+        """Wait until woken for a ``WORK`` signal later than ``seen``, or ``timeout``
+        seconds."""
+        sleeper = _Sleeper(seen, threading.Event())
+        with self.lock:
+            if self.rings != seen:  # signalled since it looked: look again
+                return
+            self.sleepers.append(sleeper)
+            self._ensure_thread()
+        try:
+            sleeper.woken.wait(timeout)
+        finally:
+            with self.lock:
+                if sleeper in self.sleepers:
+                    self.sleepers.remove(sleeper)
+
+    def pass_on(self) -> None:
+        """Called by a claim once it has looked for work: wake the next claim that has
+        not looked since the last signal."""
+        with self.lock:
+            self._wake_next()
+
+    def _wake_next(self) -> None:
+        for sleeper in self.sleepers:
+            if sleeper.seen != self.rings:
+                self.sleepers.remove(sleeper)
+                sleeper.woken.set()
+                return
+
+    def _ensure_thread(self) -> None:
+        if self.thread is None:
+            self.thread = threading.Thread(target=self._listen, name="ratequeue-bell", daemon=True)
+            self.thread.start()
+
+    def _ring(self) -> None:
+        with self.lock:
+            self.rings += 1
+            self._wake_next()
+
+    def _listen(self) -> None:
+        self._ring()  # what was signalled before it listened went unheard: look
+        waiter = Waiter((WORK,))
+        idle_since = time.monotonic()
+        try:
+            while True:
+                if waiter.wait(0.5):
+                    self._ring()
+                with self.lock:
+                    if self.sleepers:
+                        idle_since = time.monotonic()
+                    elif time.monotonic() - idle_since > self.IDLE_EXIT:
+                        self.thread = None
+                        return
+        finally:
+            waiter.close()
+            connections[queue_db()].close()
+            with self.lock:  # also after an error: the next waiter starts another
+                if self.thread is threading.current_thread():
+                    self.thread = None
+
+
+bell = WorkBell()

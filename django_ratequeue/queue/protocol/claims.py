@@ -1,0 +1,230 @@
+"""Who holds an attempt (:class:`Claimant`), and how a worker takes, keeps and gives back
+the attempts it holds: claims, leases, releases."""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, TypeVar
+
+from django.db import InterfaceError, OperationalError
+from django.db.models import OuterRef, Q, QuerySet, Subquery
+
+from ... import clock
+from ...conf import ratequeue_settings
+from ...exceptions import LeaseLost
+from ..models import Attempt, Job, OutputChunk, WorkerKey, queue_connection
+from ..wakeup import WORK, signal
+from .sql import Scope, claimed, run_claim
+
+logger = logging.getLogger(__name__)
+T = TypeVar("T")
+# A worker program's name for itself (random per process), as it sends it with its claims.
+INSTANCE = re.compile(r"\A[A-Za-z0-9_-]{1,32}\Z")
+# A retry is left this long to the other workers before the one its previous attempt
+# ran on (and failed or lost) may take it.
+RETRY_ELSEWHERE = timedelta(seconds=1)
+# What a local claim reads of its attempts where the database returns only their ids.
+LOCAL_READ = ("timeout", "queue", "started_at", "job__func", "job__args", "job__kwargs")
+
+
+@dataclass(frozen=True)
+class Claimant:
+    """Who claims and reports: a local runner (``worker`` its process's heartbeat id),
+    or a remote worker of ``key`` (``worker`` the name its program gave itself), whose
+    attempts live by a lease. The attempts it claims hold both in their columns."""
+
+    worker: str
+    key: WorkerKey | None = None
+
+    @classmethod
+    def remote(cls, key: WorkerKey, instance: str) -> Claimant:
+        """Return the remote worker ``instance`` of ``key`` ("": any worker of the key,
+        which may report on what another of them claimed)."""
+        return cls(instance, key)
+
+    @property
+    def key_id(self) -> int | None:
+        return None if self.key is None else self.key.pk
+
+    def holds(self, now: datetime) -> Q:
+        """Return the attempts this claimant holds (a remote one: any instance of its
+        key's, while the lease lasts)."""
+        if self.key is None:
+            return Q(worker=self.worker, ended_at=None)
+        return Q(worker_key=self.key, ended_at=None, lease_expires_at__gte=now)
+
+    def holds_sql(self, now: datetime) -> tuple[str, list[Any]]:
+        """Return :meth:`holds` as SQL on the row ``t``, with its parameters."""
+        if self.key is None:
+            return "t.worker = %s AND t.ended_at IS NULL", [self.worker]
+        adapted = queue_connection().ops.adapt_datetimefield_value(now)
+        return (
+            "t.worker_key_id = %s AND t.ended_at IS NULL AND t.lease_expires_at >= %s",
+            [self.key.pk, adapted],
+        )
+
+    def ended_by(self) -> Q:
+        """Return the attempts a worker like this one ended (a report's own effect)."""
+        if self.key is None:
+            return Q(worker=self.worker, worker_key=None)
+        return Q(worker_key=self.key)
+
+    def mine(self) -> Q:
+        """Return the attempts this very claimant claimed."""
+        return Q(worker=self.worker, worker_key=self.key)
+
+
+def lease_end(now: datetime) -> datetime:
+    return now + timedelta(seconds=ratequeue_settings().REMOTE_LEASE)
+
+
+def claim_local(claimant: Claimant, limit: int) -> list[Attempt]:
+    """Take up to ``limit`` local attempts nobody claimed yet, started now, the highest
+    priority first, then in dispatch order: a free slot never starts a lower priority
+    while a higher one waits. Through lost connections: claiming again also finds what a
+    first try took before its connection broke (claimed by us, started at ``stamp``)."""
+    stamp = clock.now()
+
+    def take() -> list[Attempt]:
+        rows = run_claim(Scope(), limit, claimant.worker, None, stamp, None)
+        if queue_connection().vendor == "postgresql" and rows:
+            return sorted(map(claimed, rows), key=lambda a: (-a.job.priority, a.pk))
+        # SQLite returns the attempts' own columns only: read the rest.
+        taken = Q(pk__in=[row[0] for row in rows]) | Q(started_at=stamp)
+        return list(
+            Attempt.objects.filter(taken, claimant.mine(), ended_at=None, active=True)
+            .select_related("job")
+            .only(*LOCAL_READ, "job__priority")
+            .order_by("-job__priority", "pk")
+        )
+
+    return through_reconnects(take)
+
+
+@dataclass
+class Claimed:
+    """What a remote claim took (with what it had taken before, its answer lost), and
+    when a retry it left to other workers becomes its to take (None: it left none)."""
+
+    attempts: list[Attempt]
+    retry_at: datetime | None = None
+
+
+def claim_remote(
+    claimant: Claimant,
+    queues: Collection[str],
+    functions: Collection[str],
+    limit: int,
+    running: Collection[int] = (),
+) -> Claimed:
+    """Take up to ``limit`` remote attempts of ``queues`` (of ``functions`` if given),
+    started now under a fresh lease; with them, any attempt this instance holds that is
+    not in ``running`` (what a first try took before its answer was lost comes back). A
+    retry whose previous attempt ran on this instance is left to the other workers for
+    ``RETRY_ELSEWHERE`` after it became claimable."""
+    now = clock.now()
+    retry_at = None
+    if limit > 0:
+        candidates = Attempt.objects.filter(
+            active=True, remote=True, worker="", ended_at=None, queue__in=list(queues)
+        )
+        if functions:
+            candidates = candidates.filter(job__func__in=list(functions))
+        avoided = avoided_retries(candidates, claimant.mine(), now)
+        scope = Scope(True, list(queues), list(functions), list(avoided))
+        taken = run_claim(scope, limit, claimant.worker, claimant.key_id, now, lease_end(now))
+        if avoided and len(taken) < limit:
+            retry_at = min(avoided.values()) + RETRY_ELSEWHERE
+    last_output = OutputChunk.objects.filter(job_id=OuterRef("job_id")).order_by("-index")
+    attempts = (
+        Attempt.objects.filter(claimant.mine(), claimant.holds(now), active=True)
+        .exclude(pk__in=list(running))
+        .select_related("job")
+        .annotate(last_output=Subquery(last_output.values("index")[:1]))
+        .order_by("-job__priority", "pk")
+    )
+    return Claimed(list(attempts), retry_at)
+
+
+def avoided_retries(candidates: QuerySet[Attempt], mine: Q, now: datetime) -> dict[int, datetime]:
+    """Return the candidates this instance leaves to others for now (by id, with when
+    they became claimable): retries, claimable for less than ``RETRY_ELSEWHERE``, of jobs
+    an earlier attempt of which ran on it."""
+    recent = list(
+        candidates.filter(number__gt=1, dispatched_at__gt=now - RETRY_ELSEWHERE).values_list(
+            "pk", "job_id", "number", "dispatched_at"
+        )
+    )
+    if not recent:
+        return {}
+    ran_here = set(
+        Attempt.objects.filter(mine, job_id__in={job for _pk, job, _n, _at in recent}).values_list(
+            "job_id", "number"
+        )
+    )
+    return {
+        pk: at
+        for pk, job, number, at in recent
+        if any(earlier == job and n < number for earlier, n in ran_here)
+    }
+
+
+def heartbeat(claimant: Claimant, attempt_id: int) -> tuple[datetime, bool]:
+    """Extend the lease; return its new end, and whether the job was canceled (its
+    worker may stop: whatever the attempt's outcome, the job ends CANCELED)."""
+    now = clock.now()
+    until = lease_end(now)
+    held = Attempt.objects.filter(claimant.holds(now), pk=attempt_id)
+    if not held.update(lease_expires_at=until):
+        raise LeaseLost
+    canceled = (
+        Job.objects.filter(attempt_set__pk=attempt_id)
+        .values_list("cancel_requested", flat=True)
+        .first()
+    )
+    return until, bool(canceled)
+
+
+def release(claimant: Claimant, attempt_ids: Collection[int]) -> int:
+    """Hand back the attempts unfinished (their worker stops): they are not tries, and
+    another worker may claim them at once. Return how many were handed back."""
+    held = Attempt.objects.filter(claimant.holds(clock.now()), pk__in=list(attempt_ids))
+    released = held.update(worker="", worker_key=None, started_at=None, lease_expires_at=None)
+    if released:
+        signal(WORK)
+    return released
+
+
+def lock_held(claimant: Claimant, attempt_id: int) -> str:
+    """Lock the attempt for the caller's transaction if ``claimant`` holds it (recovery,
+    which would end it, waits); return its job's id, or raise :class:`LeaseLost`."""
+    held = Attempt.objects.filter(claimant.holds(clock.now()), pk=attempt_id)
+    job_id = held.select_for_update().values_list("job_id", flat=True).first()
+    if job_id is None:
+        raise LeaseLost
+    return job_id
+
+
+def through_reconnects(action: Callable[[], T]) -> T:
+    """Run ``action``, which may be repeated, until it gets through: after a lost database
+    connection (a restart) on a new one. A local claim or report must not be dropped
+    while its worker lives, since nobody else would end those attempts. Should the
+    database stay away, django-q2's timeout ends the worker, and recovery then takes its
+    attempts as lost."""
+    pause = 0.05
+    connection = queue_connection()
+    while True:
+        try:
+            return action()
+        except (OperationalError, InterfaceError):
+            if connection.in_atomic_block:
+                raise
+            logger.warning("Lost the database connection; trying again", exc_info=True)
+            connection.close()
+            time.sleep(pause)
+            pause = min(pause * 2, 2.0)

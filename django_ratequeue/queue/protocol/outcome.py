@@ -1,0 +1,137 @@
+"""The outcome of an attempt, as every worker reports it: one value, checked once."""
+
+from __future__ import annotations
+
+import asyncio
+import traceback as tb
+from dataclasses import dataclass, replace
+from typing import Any
+
+from django.db import DatabaseError, DataError, IntegrityError
+
+from ...conf import ratequeue_settings
+from ...exceptions import (
+    AttemptTimedOut,
+    NonRetryableError,
+    RecursiveWaitDeadlock,
+    UnknownJob,
+    class_path,
+    describe,
+)
+from ..bounds import check_json, clip
+from ..models import Outcome
+
+# What the database answers to a value it cannot store.
+REFUSED = (DataError, IntegrityError)
+
+
+@dataclass(frozen=True)
+class Report:
+    """How an attempt ended: made by :meth:`returned`, :meth:`raised` or :meth:`failed`,
+    which check and clip what it holds, so that a database can store it."""
+
+    outcome: str
+    result: Any = None
+    error: str = ""
+    traceback: str = ""
+    exception_class_path: str = ""
+
+    @classmethod
+    def returned(cls, value: Any) -> Report:
+        """Return the report of a call that returned ``value``; a failure that says why if
+        a job may not return it (see :func:`check_result_size`)."""
+        try:
+            check_result_size(value)
+        except ValueError as error:
+            return cls.raised(error)
+        return cls(Outcome.SUCCEEDED, result=value)
+
+    @classmethod
+    def raised(cls, error: BaseException, timed_out: bool = False) -> Report:
+        """Return the report of a call that raised ``error``."""
+        outcome, text = _outcome_of(error, timed_out)
+        return cls._clipped(
+            outcome, text, "".join(tb.format_exception(error)), class_path(type(error))
+        )
+
+    @classmethod
+    def failed(
+        cls, error: str, traceback: str = "", retryable: bool = True, timed_out: bool = False
+    ) -> Report:
+        """Return the report of a failure told in words (a remote worker's): retried by its
+        job's policy unless not ``retryable``; ``timed_out``: it overran its timeout."""
+        outcome = Outcome.FAILED if retryable else Outcome.NON_RETRYABLE
+        return cls._clipped(Outcome.TIMED_OUT if timed_out else outcome, error, traceback, "")
+
+    @classmethod
+    def refused(cls, error: DatabaseError) -> Report:
+        """Return the failure stored instead of a report the database refused (a value
+        that slipped past :mod:`..bounds`)."""
+        return cls._clipped(Outcome.FAILED, refusal(error), "", class_path(type(error)))
+
+    @classmethod
+    def _clipped(cls, outcome: str, error: str, traceback: str, path: str) -> Report:
+        """Texts are stored whatever they hold (:func:`..bounds.clip`): the real error is
+        kept."""
+        limit = ratequeue_settings().MAX_ERROR_BYTES
+        return cls(
+            outcome,
+            error=clip(error, limit),
+            traceback=clip(traceback, limit),
+            exception_class_path=clip(path, limit),
+        )
+
+    def fields(self) -> dict[str, Any]:
+        """Return the attempt's columns this report sets."""
+        return {
+            "outcome": self.outcome,
+            "result": self.result,
+            "error": self.error,
+            "traceback": self.traceback,
+            "exception_class_path": self.exception_class_path,
+        }
+
+    def unchecked(self, **changes: Any) -> Report:
+        """Return a copy with ``changes``, unchecked: what a test passes to see a refused
+        value handled."""
+        return replace(self, **changes)
+
+
+def _outcome_of(error: BaseException, timed_out: bool) -> tuple[str, str]:
+    """Return the outcome of an attempt whose call raised ``error``, and its error text."""
+    if timed_out or isinstance(error, AttemptTimedOut):
+        return Outcome.TIMED_OUT, str(error)
+    if isinstance(error, NonRetryableError | RecursiveWaitDeadlock | UnknownJob):
+        return Outcome.NON_RETRYABLE, describe(error)
+    if isinstance(error, Exception):
+        return Outcome.FAILED, describe(error)
+    if isinstance(error, asyncio.CancelledError):
+        return Outcome.FAILED, f"{describe(error)} (the job's task was cancelled)"
+    # SystemExit, KeyboardInterrupt: the job's own; it fails, the worker goes on.
+    return Outcome.FAILED, f"{describe(error)} (a job cannot stop its worker: this attempt failed)"
+
+
+def refusal(error: DatabaseError) -> str:
+    """Return the error of an attempt whose outcome the database refused to store: the
+    attempt fails with it instead."""
+    lines = str(error).splitlines() or [type(error).__name__]
+    # PostgreSQL's LINE and CONTEXT quote the statement, values and all: its DETAIL does not.
+    reason = "; ".join([lines[0], *(line for line in lines[1:] if line.startswith("DETAIL:"))])
+    return clip(
+        f"The database refused this attempt's outcome, so it failed: {reason}",
+        ratequeue_settings().MAX_ERROR_BYTES,
+    )
+
+
+def check_result_size(result: Any) -> None:
+    """Refuse a result a database cannot store (:func:`..bounds.check_json`) or bigger
+    than MAX_RESULT_BYTES: the attempt fails rather than store it (and hand it to every
+    reader and callback)."""
+    size = len(check_json("return value", result))
+    limit = ratequeue_settings().MAX_RESULT_BYTES
+    if size > limit:
+        raise ValueError(
+            f"The job's result is {size} bytes of JSON; the most is "
+            f'RATEQUEUE["MAX_RESULT_BYTES"] ({limit}). Store big output elsewhere (a file, '
+            "a row) and return a reference to it."
+        )

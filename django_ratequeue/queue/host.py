@@ -16,6 +16,7 @@ import threading
 from multiprocessing import util
 from typing import Any
 
+from django.db import connections
 from django.dispatch import receiver
 from django_q.signals import post_spawn
 
@@ -39,6 +40,7 @@ def serve(runner: Runner, stopping: threading.Event) -> None:
     finally:
         runner.close()
         through_reconnects(lambda: mark_serving(runner.worker, False))
+        connections.close_all()
 
 
 @receiver(post_spawn)

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from django.db import connection, transaction
+from django.db import connection, connections, transaction
 
 from bench.faults import SETTINGS, Drill, KillLoop, KillWorker, TerminateConnections, plan
 from django_ratequeue import Status, enqueue, enqueue_many
@@ -93,32 +93,41 @@ def test_a_runner_whose_connection_was_cut_while_it_waited_still_runs(
     slots held for good: a runner's connection, cut while it waited, failed the first
     statement of its next turn. Its turns go on through the reconnect."""
     log = tmp_path / "runs.log"
-    handle = enqueue(jobs.record, args=[str(log), "once"])
     generation = LoopState.objects.ensure().generation + 1
     LoopState.objects.update(generation=generation)
     loop = Loop(generation)
-    loop.step()  # starts the job
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_backend_pid()")
-        (backend,) = cursor.fetchone()
-
-    def cut() -> None:
-        try:
-            with connection.cursor() as cursor:
-                cursor.execute("SELECT pg_terminate_backend(%s)", [backend])
-        finally:
-            connection.close()
-
-    cutter = threading.Thread(target=cut)
-    cutter.start()
-    cutter.join(timeout=30)
     runner = Runner(beat(force=True))
     stopping = threading.Event()
-    serving = threading.Thread(target=runner.serve, args=(stopping, 5.0))
+
+    def serve() -> None:
+        try:
+            runner.serve(stopping, 5.0)
+        finally:
+            connections.close_all()
+
+    serving = threading.Thread(target=serve)
     serving.start()
-    wait_for(lambda: log.exists(), 30, "the job to run")
-    runner.stop(stopping)
-    serving.join(timeout=30)
+    try:
+        # The runner's connections (its own, its listener's) open as it first looks.
+        wait_for(lambda: others("SELECT count(*)") >= 2, 30, "the runner to wait")
+        others("SELECT count(pg_terminate_backend(pid))")
+        handle = enqueue(jobs.record, args=[str(log), "once"])
+        loop.step()  # starts the job: WORK
+        wait_for(lambda: log.exists(), 30, "the job to run")
+    finally:
+        runner.stop(stopping)
+        serving.join(timeout=30)
+        runner.close()
     assert [line.split()[0] for line in log.read_text().splitlines()] == ["once"]
-    loop.step()  # takes the outcome in
-    assert handle.status() == Status.COMPLETE
+    wait_for(lambda: [loop.step(), handle.status()][1] == Status.COMPLETE, 30, "its end")
+
+
+def others(select: str) -> int:
+    """``select`` over the other sessions on this database (the runner thread's)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"{select} FROM pg_stat_activity"
+            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+        (count,) = cursor.fetchone()
+    return int(count)

@@ -239,7 +239,8 @@ def test_rate_gated_queue_never_overspends(cluster) -> None:
             for moment, cost in times[i:]:
                 spent += cost
                 allowed = capacity + rate * (moment - first + slack)
-                assert spent <= allowed, (first, moment, spent, allowed)
+                # (A spend exactly at the allowance computes a hair under it in floats.)
+                assert spent <= allowed + 1e-9, (first, moment, spent, allowed)
 
     epoch = starts[0][0]
     # The reservations never exceed the bucket over any interval (the slack covers the

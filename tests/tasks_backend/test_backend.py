@@ -11,6 +11,7 @@ import pytest
 
 pytest.importorskip("django.tasks")
 
+from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
 from django.db import connection
 from django.tasks import TaskResultStatus, task, task_backends
@@ -122,6 +123,14 @@ def test_bad_options_are_refused(options: dict[str, Any], message: str) -> None:
         pytest.raises(ImproperlyConfigured, match=message),
     ):
         task_backends["default"]
+
+
+def test_an_invalid_ratequeue_setting_is_reported_by_check_not_raised() -> None:
+    """Django's check of TASKS builds the backend afresh: a RATEQUEUE the app's own checks
+    refuse must reach them (E001), not fail the backend's construction first."""
+    with override_settings(TASKS=backend_settings(), RATEQUEUE={"MAX_CONCURENCY": 3}):
+        errors = checks.run_checks()
+    assert [e.id for e in errors] == ["django_ratequeue.E001"]
 
 
 def test_validate_task_refuses_what_cannot_run() -> None:

@@ -178,18 +178,14 @@ class Slots:
             self._running[call.key] = running
         if call.timeout is not None and call.timeout > 0:
             self._watchdog.add(time.monotonic() + call.timeout, running)
-        value, error = None, None
-        try:
+        if not call.is_async:
+            finished = self._call_here(running)
+        else:
+            value, error = None, None
             try:
-                if call.is_async:
-                    value = call.context.run(asyncio.run, self._run_here_async(running))
-                else:
-                    running.thread_id = threading.get_ident()
-                    value = call.context.run(_invoke, running)
+                value = call.context.run(asyncio.run, self._run_here_async(running))
             except BaseException as exc:  # what the call raised is its outcome
                 error = exc
-            finished = self._ended(running, value, error)
-        except self.interrupt_with:  # arrived after the call's own end, in the lines above
             finished = self._ended(running, value, error)
         return finished or Finished(
             call.key, None, self.interrupt_with(_timed_out_text(call)), True
@@ -229,6 +225,16 @@ class Slots:
             _close_connections()
 
     def _run_sync(self, running: _Running) -> None:
+        try:
+            finished = self._call_here(running)
+            if finished is not None:
+                self.on_finish(finished)
+        finally:
+            _after_call()
+
+    def _call_here(self, running: _Running) -> Finished | None:
+        """Run a plain function's call in this thread; how it ended (None: it was reported
+        stuck already)."""
         value, error = None, None
         try:
             running.thread_id = threading.get_ident()
@@ -236,11 +242,9 @@ class Slots:
                 value = running.call.context.run(_invoke, running)
             except BaseException as exc:  # everything a job raises is its outcome
                 error = exc
-            self._end(running, value, error)
+            return self._ended(running, value, error)
         except self.interrupt_with:  # arrived after the call's own end, in the lines above
-            self._end(running, value, error)
-        finally:
-            _after_call()
+            return self._ended(running, value, error)
 
     # Coroutine functions: tasks on one event loop.
 

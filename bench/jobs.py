@@ -15,6 +15,12 @@ def noop() -> None:
     """The unit of work of the throughput runs: nothing, so only the queue's cost shows."""
 
 
+def pause(ms: float) -> None:
+    """The short job of the steady-traffic runs (bench.steady): ``ms`` milliseconds asleep,
+    like a quick call to another service."""
+    time.sleep(ms / 1000)
+
+
 def record_start(seq: int) -> None:
     """The latency probe: store the moment this job began."""
     from bench.models import JobStart

@@ -35,6 +35,12 @@ def noop() -> None:
     """The no-op of the throughput runs."""
 
 
+@app.task(name="pause")
+def pause(ms: float) -> None:
+    """The short job of the steady-traffic runs (bench.steady)."""
+    jobs.pause(ms)
+
+
 @app.task(name="wait_on_network")
 def wait_on_network(port: int, ms: int) -> None:
     """The sync IO-bound job (a thread of the worker's pool)."""

@@ -3,6 +3,7 @@ procrastinate.
 
     .venv/bin/python -m bench.queue             # full run, a few minutes (1,000,000 backlog)
     .venv/bin/python -m bench.queue --quick     # smoke run
+    .venv/bin/python -m bench.queue --steady    # steady traffic (bench.steady; its options)
 
 Enqueues are timed in this process. Workers are real processes started with
 ``manage.py qcluster`` (ours, django-q2), ``manage.py db_worker`` (django-tasks-db) or
@@ -886,6 +887,12 @@ def parse_arguments(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
+    given = sys.argv[1:] if argv is None else list(argv)
+    if given[:1] == ["--steady"]:  # the steady-traffic scenario has options of its own
+        from bench.steady import main as steady
+
+        steady(given[1:])
+        return
     args = parse_arguments(argv)
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "bench.settings")
     signal.signal(signal.SIGTERM, _terminate)

@@ -17,6 +17,7 @@ from .jobs import (
     fail,
     noop,
     observed_run,
+    pause,
     record_start,
     wait_on_network,
 )
@@ -24,6 +25,8 @@ from .jobs import (
 # bench.http enqueues it over HTTP.
 job(noop, expose=True)
 job(record_start)
+# bench.steady: the short job of steady traffic
+job(pause)
 # bench.faults: the observed load and its poisons
 job(observed_run)
 job(exit_worker)

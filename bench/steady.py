@@ -249,19 +249,24 @@ def statements_ready() -> bool:
     return True
 
 
-def statements(database: str, top: int = 0) -> tuple[int, list[str]]:
-    """The statements run in ``database`` since the last reset, and the ``top`` costliest."""
+def statements(database: str, top: int = 0) -> tuple[int, float, float, list[str]]:
+    """The statements run in ``database`` since the last reset, the milliseconds the server
+    spent planning and executing them, and the ``top`` costliest."""
     from django.db import connection
 
     where = "dbid = (SELECT oid FROM pg_database WHERE datname = %s)"
     with connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT coalesce(sum(calls), 0) FROM pg_stat_statements WHERE {where}", [database]
+            "SELECT coalesce(sum(calls), 0), coalesce(sum(total_plan_time), 0),"
+            f" coalesce(sum(total_exec_time), 0) FROM pg_stat_statements WHERE {where}",
+            [database],
         )
-        calls = int(cursor.fetchone()[0])
+        calls, planning, executing = cursor.fetchone()
         cursor.execute(
-            "SELECT calls, total_exec_time, rows, regexp_replace(query, '\\s+', ' ', 'g')"
-            f" FROM pg_stat_statements WHERE {where} ORDER BY total_exec_time DESC LIMIT %s",
+            "SELECT calls, total_plan_time + total_exec_time, rows,"
+            " regexp_replace(query, '\\s+', ' ', 'g')"
+            f" FROM pg_stat_statements WHERE {where}"
+            " ORDER BY total_plan_time + total_exec_time DESC LIMIT %s",
             [database, top],
         )
         lines = [
@@ -269,7 +274,7 @@ def statements(database: str, top: int = 0) -> tuple[int, list[str]]:
             f"  {query[:150]}"
             for n, total, rows, query in cursor.fetchall()
         ]
-    return calls, lines
+    return int(calls), float(planning), float(executing), lines
 
 
 # -- one run ----------------------------------------------------------------------------------
@@ -356,10 +361,16 @@ def run(contender: Ours | Procrastinate, rate: float, args: argparse.Namespace) 
             running.check_alive()
             time.sleep(0.1)
         cpu, jobs = Cpu.read(running) - cpu_before, contender.done() - done_before
-        executed = statements(contender.database())[0] if counting else None
-        if counting and args.profile:
-            for line in statements(contender.database(), top=14)[1]:
-                print(f"    {line}")
+        executed = None
+        if counting:
+            executed, planning, executing, lines = statements(contender.database(), 14)
+            print(
+                f"    the server's time per job: planning {planning / max(jobs, 1):.2f} ms,"
+                f" executing {executing / max(jobs, 1):.2f} ms"
+            )
+            if args.profile:
+                for line in lines:
+                    print(f"    {line}")
         created, completed, pickups = contender.window(began + args.warmup, ended)
         if contender.timeline():
             print(f"    {contender.timeline()}")
@@ -426,6 +437,7 @@ def private_server() -> Iterator[str]:
     options = (
         f"-p {PRIVATE_PORT} -k {directory} -c listen_addresses=127.0.0.1"
         " -c shared_preload_libraries=pg_stat_statements -c max_connections=200"
+        " -c pg_stat_statements.track_planning=on"
     )
     control = [*as_postgres, str(binaries / "pg_ctl"), "-D", str(data), "-w"]
     subprocess.run(

@@ -61,3 +61,21 @@ def sql_to_run(connection: BaseDatabaseWrapper, statement: ServerStatement) -> s
             cursor.execute(f"PREPARE {statement.name}{types} AS {statement.prepared_text}")
         used[statement.name] = True
     return f"EXECUTE {statement.name} ({statement.arguments})"
+
+
+def server_statement(name: str, text: str) -> ServerStatement:
+    """A statement written with the driver's ``%s`` placeholders only (no literal ``%``),
+    whose parameters' types the server infers from their use."""
+    parts = text.split("%s")
+    numbered = "".join(f"{part}${i}" for i, part in enumerate(parts[:-1], 1)) + parts[-1]
+    return ServerStatement(name, text, numbered, ", ".join(["%s"] * (len(parts) - 1)))
+
+
+def execute(
+    connection: BaseDatabaseWrapper, statement: ServerStatement, params: list[Any]
+) -> list[tuple[Any, ...]]:
+    """Run ``statement`` (:func:`sql_to_run`) with ``params``; the rows it returned."""
+    sql = sql_to_run(connection, statement)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchall() if cursor.description else []

@@ -16,6 +16,7 @@ from functools import partial
 from typing import Any, Literal
 
 from ..conf import RateQueueSettings
+from ..db import execute, server_statement
 from ..ratelimit.api import rate_limit
 from .bulk import insert_rows
 from .keys import keys_in_turn, next_jobs, ready_key
@@ -302,22 +303,27 @@ def copies_in_use(running: list[Attempt]) -> Counter[tuple[str, str]]:
 def waiting_queues(after: str = "") -> list[str]:
     """Up to QUEUES_PER_STEP queues that have WAITING jobs, in turns: the queues after
     ``after`` by name, then from the first one on. Found by skipping through the dispatch
-    index (one index probe per queue, however many jobs wait)."""
-    connection = queue_connection()
-    table = connection.ops.quote_name(Job._meta.db_table)
+    index (one index probe per queue, however many jobs wait), both ranges in one
+    statement."""
+    table = queue_connection().ops.quote_name(Job._meta.db_table)
+    waiting = f"status = '{Status.WAITING.value}'"
     sql = (
         f"WITH RECURSIVE q(name) AS ("
-        f" SELECT MIN(queue) FROM {table} WHERE status = %s AND queue > %s"
+        f" SELECT MIN(queue) FROM {table} WHERE {waiting} AND queue > %s"
         f" UNION ALL"
-        f" SELECT (SELECT MIN(queue) FROM {table} WHERE status = %s AND queue > q.name)"
+        f" SELECT (SELECT MIN(queue) FROM {table} WHERE {waiting} AND queue > q.name)"
         f" FROM q WHERE q.name IS NOT NULL"
-        f") SELECT name FROM q WHERE name IS NOT NULL LIMIT %s"
+        f"), w(name) AS ("  # the wrap-around: from the first queue up to ``after``
+        f" SELECT MIN(queue) FROM {table} WHERE {waiting} AND queue <= %s"
+        f" UNION ALL"
+        f" SELECT (SELECT MIN(queue) FROM {table} WHERE {waiting} AND queue > w.name"
+        f" AND queue <= %s) FROM w WHERE w.name IS NOT NULL"
+        f") SELECT * FROM (SELECT 1 AS part, name FROM q WHERE name IS NOT NULL LIMIT %s) AS a"
+        f" UNION ALL"
+        f" SELECT * FROM (SELECT 2 AS part, name FROM w WHERE name IS NOT NULL LIMIT %s) AS b"
+        f" ORDER BY part, name"
     )
-    waiting = Status.WAITING.value
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [waiting, after, waiting, QUEUES_PER_STEP])
-        queues = [row[0] for row in cursor.fetchall()]
-        if after and len(queues) < QUEUES_PER_STEP:  # wrap around to the first queues
-            cursor.execute(sql, [waiting, "", waiting, QUEUES_PER_STEP - len(queues)])
-            queues.extend(name for (name,) in cursor.fetchall() if name <= after)
-    return queues
+    wrap = QUEUES_PER_STEP if after else 0
+    statement = server_statement("ratequeue_waiting_queues", sql)
+    rows = execute(queue_connection(), statement, [after, after, after, QUEUES_PER_STEP, wrap])
+    return [name for _part, name in rows][:QUEUES_PER_STEP]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..db import execute, server_statement
 from .models import READY_ORDER, Job, Status, queue_connection
 
 # Fields the loop needs to decide on and start a job.
@@ -29,34 +30,37 @@ CANDIDATE_FIELDS = (
 )
 
 
-def _keys_from(queue: str, first: str, limit: int) -> list[str]:
-    """Up to ``limit`` keys with WAITING jobs in ``queue``, from ``first`` on (included)."""
+def keys_in_turn(queue: str, cursor: str | None, limit: int) -> list[str]:
+    """Up to ``limit`` keys of ``queue`` with work ready, starting after ``cursor`` (the
+    key served last) and wrapping around; ``""`` is the key of jobs without one. Found by
+    skipping through the dispatch index, both ranges in one statement."""
     connection = queue_connection()
     table = connection.ops.quote_name(Job._meta.db_table)
     where = f"status = '{Status.WAITING.value}' AND queue = %s"
+    first = ">= %s" if cursor is None else "> %s"
     sql = (
         f"WITH RECURSIVE k(key, n) AS ("
-        f" SELECT MIN(concurrency_key), 1 FROM {table} WHERE {where} AND concurrency_key >= %s"
+        f" SELECT MIN(concurrency_key), 1 FROM {table} WHERE {where} AND concurrency_key {first}"
         f" UNION ALL"
         f" SELECT (SELECT MIN(concurrency_key) FROM {table} WHERE {where}"
         f" AND concurrency_key > k.key), k.n + 1"
         f" FROM k WHERE k.key IS NOT NULL AND k.n < %s"
-        f") SELECT key FROM k WHERE key IS NOT NULL"
+        f"), w(key, n) AS ("  # the wrap-around: from the first key up to the cursor
+        f" SELECT MIN(concurrency_key), 1 FROM {table} WHERE {where} AND concurrency_key <= %s"
+        f" AND %s > 0 UNION ALL"
+        f" SELECT (SELECT MIN(concurrency_key) FROM {table} WHERE {where}"
+        f" AND concurrency_key > w.key AND concurrency_key <= %s), w.n + 1"
+        f" FROM w WHERE w.key IS NOT NULL AND w.n < %s"
+        f") SELECT 1, key FROM k WHERE key IS NOT NULL"
+        f" UNION ALL SELECT 2, key FROM w WHERE key IS NOT NULL"
+        f" ORDER BY 1, 2"
     )
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [queue, first, queue, limit])
-        return [row[0] for row in cursor.fetchall()]
-
-
-def keys_in_turn(queue: str, cursor: str | None, limit: int) -> list[str]:
-    """Up to ``limit`` keys of ``queue`` with work ready, starting after ``cursor`` (the
-    key served last) and wrapping around; ``""`` is the key of jobs without one."""
-    if cursor is None:
-        return _keys_from(queue, "", limit)
-    after = [k for k in _keys_from(queue, cursor, limit + 1) if k != cursor][:limit]
-    if len(after) < limit:
-        after += [k for k in _keys_from(queue, "", limit - len(after)) if k not in after]
-    return after
+    # Without a cursor, every key comes in the first range, "" (no key) included.
+    after, wrap = ("", 0) if cursor is None else (cursor, limit)
+    params = [queue, after, queue, limit, queue, after, wrap, queue, after, wrap]
+    name = f"ratequeue_keys_{'first' if cursor is None else 'after'}"
+    rows = execute(connection, server_statement(name, sql), params)
+    return [key for _part, key in rows][:limit]
 
 
 def ready_order(table: str = "") -> str:

@@ -21,6 +21,8 @@ from django.utils.dateparse import parse_datetime
 
 from .. import clock
 from ..conf import ratequeue_settings
+from ..db import execute, server_statement
+from .bounds import LATEST
 from .dispatch import Dispatch
 from .models import (
     DEFERRED_STATUSES,
@@ -32,9 +34,20 @@ from .models import (
     queue_db,
 )
 from .retention import prune_in_background
-from .rollups import ARRIVALS_SETTLE, ARRIVALS_WINDOW, Tally, counted_arrivals
+from .rollups import ARRIVALS_SETTLE, ARRIVALS_WINDOW, Tally, counted_arrivals, settled_until
 from .transitions import STEP_LIMIT, apply_cancels, finish, promote_due, recover
 from .wakeup import JOBS, WORK, lease_end, segment_ceiling, signal
+
+# What a step's transaction tells PostgreSQL. It commits without waiting for the WAL
+# flush: a crash may forget the step, never half of it, and whatever a runner then did
+# with its attempts was flushed with the runner's own durable claim, which PostgreSQL
+# writes after the step it depends on. And it plans its reads on indexes: every read of a
+# step is made for one (the partial indexes of the active attempts, the dispatch index),
+# which the planner would pass over for a sequential scan of the whole table while it has
+# no statistics for it (before autovacuum's first ANALYZE, or without autovacuum). A
+# scan it cannot avoid (a small table without an index for the read) is then priced so
+# high that PostgreSQL would compile it with JIT, which costs milliseconds: no JIT.
+STEP_SETTINGS = (("synchronous_commit", "off"), ("enable_seqscan", "off"), ("jit", "off"))
 
 
 class Loop:
@@ -55,6 +68,11 @@ class Loop:
         # The jobs created before this are counted in the rollups (LoopState.arrivals_until,
         # read at the pass's first step).
         self.arrivals_until: datetime | None = None
+        # The creation of the first job not counted yet, as last read (None: not known).
+        self.first_uncounted: datetime | None = None
+        # The earliest start of a SCHEDULED or RETRYING job, as the last step read it
+        # when it rested (LATEST: none; None: not known, after a step that did not rest).
+        self.next_deferred: datetime | None = None
 
     def run(self, seconds: float) -> bool:
         """Step until nothing is left to do now, for at most ``seconds``; False if this
@@ -73,10 +91,10 @@ class Loop:
         with transaction.atomic(using=queue_db()):
             arrivals_since = self.arrivals_until
             if arrivals_since is None:
-                arrivals_since = counted_arrivals() or now - ARRIVALS_SETTLE
+                arrivals_since = counted_arrivals() or settled_until(now)
             # At most a window of arrivals per step: a loop that was down catches up in
             # steps (more_work) rather than in one long read.
-            settled = now - ARRIVALS_SETTLE
+            settled = settled_until(now)
             arrivals_until = max(arrivals_since, min(settled, arrivals_since + ARRIVALS_WINDOW))
             renewed = renew_lease(self.generation, now, arrivals_until)
             if renewed is None:
@@ -110,7 +128,7 @@ class Loop:
             running = [a for a in active if a.ended_at is None]
             self.dispatch.read_limits(max_concurrency)
             did_work |= self.dispatch.grant_resumes(running)
-            promoted = promote_due(now)
+            promoted = self.promote(now)
             self.more_work |= promoted == STEP_LIMIT
             did_work |= bool(promoted)
             started, waiting_left = self.dispatch.start_ready(running, now, tally)
@@ -127,7 +145,7 @@ class Loop:
             state: str = LoopStatus.RUNNING
             wake: datetime | None = None
             if self.rested:
-                state, wake = self.resting_state(running, waiting_left, now)
+                state, wake = self.resting_state(running, waiting_left, now, arrivals_until)
             self.next_wake = wake
             if (state, wake) != self.recorded:  # as the last step left it: nothing to write
                 LoopState.objects.rest(state, wake)
@@ -145,17 +163,35 @@ class Loop:
         self._last_recovery = time.monotonic()
         return recover(now, timedelta(seconds=self.settings.WORKER_DEAD_AFTER))
 
+    def promote(self, now: datetime) -> int:
+        """Promote the due deferred jobs (:func:`.transitions.promote_due`), unless the
+        last step read that none is due yet: a job deferred since is found by this
+        step's own read if it rests, and the loop wakes at its start."""
+        known, self.next_deferred = self.next_deferred, None
+        if known is not None and known > now:
+            return 0
+        return promote_due(now)
+
+    def first_uncounted_arrival(self, counted_until: datetime) -> datetime | None:
+        """The creation of the first job the rollups have not counted yet, if any: read
+        again only once that job is counted (a later one cannot wake the loop sooner)."""
+        known = self.first_uncounted
+        if known is None or known < counted_until:
+            self.first_uncounted = known = first_arrival_since(counted_until)
+        return known
+
     def resting_state(
-        self, running: list[Attempt], waiting_left: bool, now: datetime
+        self, running: list[Attempt], waiting_left: bool, now: datetime, counted_until: datetime
     ) -> tuple[str, datetime | None]:
         """The state a step leaves the loop in when nothing is left to do now, and when
         it wants waking: the next deferred start, rate-limit time, or recovery look."""
         wakes = next_deferred_starts()
+        self.next_deferred = min(wakes, default=LATEST)
         wakes.extend(self.dispatch.wakes())
-        # Count the jobs that arrived since, once they are ARRIVALS_SETTLE old.
-        unsettled = first_arrival_since(now - ARRIVALS_SETTLE)
-        if unsettled is not None:
-            wakes.append(unsettled + ARRIVALS_SETTLE)
+        # Count the jobs not counted yet, once they are settled.
+        uncounted = self.first_uncounted_arrival(counted_until)
+        if uncounted is not None:
+            wakes.append(uncounted.replace(microsecond=0) + timedelta(seconds=1) + ARRIVALS_SETTLE)
         if running:
             # Look again for dead workers and overruns even if no completion arrives.
             wakes.append(now + timedelta(seconds=self.settings.WORKER_DEAD_AFTER))
@@ -174,32 +210,22 @@ def renew_lease(
     """Renew the lease of ``generation`` in this step's transaction, and record that the
     step counts the arrivals until ``arrivals_until``; None if another process took it.
     Returns the row's runtime ``max_concurrency``, read by the same statement. On
-    PostgreSQL the statement also lets the step commit without waiting for the WAL flush.
-    Safe: a crash may forget the step, never half of it, and whatever a
-    runner then did with its attempts was flushed with the runner's own durable claim,
-    which PostgreSQL writes after the step it depends on."""
+    PostgreSQL the statement also applies :data:`STEP_SETTINGS` to the step's
+    transaction."""
     connection = queue_connection()
     table = connection.ops.quote_name(LoopState._meta.db_table)
-    relax = ", set_config('synchronous_commit', 'off', true)"
+    settings = "".join(f", set_config('{name}', '{value}', true)" for name, value in STEP_SETTINGS)
     sql = (
         f"UPDATE {table} SET lease_expires_at = %s, updated_at = %s, arrivals_until = %s"
         f" WHERE id = %s AND generation = %s"
-        f" RETURNING max_concurrency{relax if connection.vendor == 'postgresql' else ''}"
+        f" RETURNING max_concurrency{settings if connection.vendor == 'postgresql' else ''}"
     )
     adapt = connection.ops.adapt_datetimefield_value
-    with connection.cursor() as cursor:
-        cursor.execute(
-            sql,
-            [
-                adapt(lease_end(now)),
-                adapt(now),
-                adapt(arrivals_until),
-                LoopState.SINGLETON,
-                generation,
-            ],
-        )
-        row = cursor.fetchone()
-    return None if row is None else (row[0],)
+    params = [adapt(lease_end(now)), adapt(now), adapt(arrivals_until), LoopState.SINGLETON]
+    rows = execute(
+        connection, server_statement("ratequeue_renew_lease", sql), [*params, generation]
+    )
+    return None if not rows else (rows[0][0],)
 
 
 def next_deferred_starts() -> list[datetime]:
@@ -211,9 +237,8 @@ def next_deferred_starts() -> list[datetime]:
     sql = " UNION ALL ".join(
         f"SELECT * FROM ({head}) AS h{n}" for n, _ in enumerate(DEFERRED_STATUSES)
     )
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [str(status) for status in DEFERRED_STATUSES])
-        rows = cursor.fetchall()
+    statement = server_statement("ratequeue_next_deferred", sql)
+    rows = execute(connection, statement, [str(status) for status in DEFERRED_STATUSES])
     return [aware(start) for (start,) in rows]
 
 

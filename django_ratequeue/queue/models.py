@@ -16,6 +16,7 @@ from datetime import datetime
 
 from django.db import connections, models, router
 from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.models import Q
 
 from .. import clock
 from ..exceptions import JobDoesNotExist
@@ -326,7 +327,17 @@ class Attempt(models.Model):
 
     class Meta:
         verbose_name = "attempt"
-        indexes = [models.Index(fields=["active"], name="ratequeue_attempt_active")]
+        indexes = [
+            # Partial indexes hold only the few rows the hot paths read, however many ended
+            # attempts are kept, and are used before the table's first ANALYZE: the
+            # loop's read of the active attempts, and the runners' claim.
+            models.Index(fields=["id"], condition=Q(active=True), name="ratequeue_attempt_active"),
+            models.Index(
+                fields=["id"],
+                condition=Q(active=True, worker="", ended_at=None),
+                name="ratequeue_attempt_claimable",
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"attempt {self.number} of {self.job_id}"

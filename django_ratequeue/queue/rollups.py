@@ -58,6 +58,14 @@ RUN_FIELDS = tuple(bucket_field("run", bucket) for bucket in range(HISTOGRAM_BUC
 ARRIVALS_SETTLE = timedelta(seconds=10)
 # The most time of arrivals one step counts (a loop that was down catches up step by step).
 ARRIVALS_WINDOW = timedelta(minutes=1)
+
+
+def settled_until(now: datetime) -> datetime:
+    """Until when the arrivals are settled at ``now``: ARRIVALS_SETTLE ago, to the whole
+    second before, so that the loop counts them once a second, not at every step."""
+    return (now - ARRIVALS_SETTLE).replace(microsecond=0)
+
+
 # The figure each final status counts in.
 FINAL_FIGURES: dict[str, str] = {
     Status.COMPLETE.value: "completed",

@@ -8,7 +8,9 @@ together in one batch, before it claims again (claims and reports are the attemp
 protocol's, :mod:`.protocol`): so a slot takes more work
 only once the outcome of its last is recorded, and a worker that dies re-runs only what
 was in its slots. When nothing is left to claim it waits for the loop's ``WORK`` signal,
-an end, or :data:`IDLE_LOOK` seconds. When its process stops it claims nothing more,
+an end, or :data:`IDLE_LOOK` seconds; it claims again after a signal, a wait that ran out,
+or a claim that took all it asked for, not for an end alone (the loop dispatches what an
+end makes room for, and signals). When its process stops it claims nothing more,
 gives the calls in its slots ``STOP_GRACE`` seconds to end, and hands back the others.
 """
 
@@ -68,6 +70,9 @@ class Runner:
         self.waiter = Waiter((WORK,), interruptible=True)
         self.canceled: set[Hashable] = set()
         self.next_cancel_look = 0.0
+        # Whether attempts may wait to be claimed: a WORK signal came, a wait ran out, or
+        # the last claim took all it asked for. A call's end alone is no reason to claim.
+        self.may_have_work = True
 
     def ended(self, finished: Finished) -> None:
         """Take the end of a call (from the slot that ran it) for the next report."""
@@ -80,7 +85,8 @@ class Runner:
         while not stopping.is_set():
             try:
                 if not self.turn():
-                    self.waiter.wait(CANCEL_LOOK if self.held else IDLE_LOOK)
+                    woken = self.waiter.wait(CANCEL_LOOK if self.held else IDLE_LOOK)
+                    self.may_have_work |= not woken or self.waiter.took_signal()
             except Exception:
                 logger.exception("A runner's turn failed; taking the next one")
                 time.sleep(1.0)
@@ -98,12 +104,13 @@ class Runner:
         self.report_ended()
         self.look_for_cancels()
         free = self.slots.free
-        if free <= 0:
+        if free <= 0 or not self.may_have_work:
             return False
         claimed = self.claim(free)
         for attempt in claimed:
             self.start(attempt)
-        return len(claimed) == free
+        self.may_have_work = len(claimed) == free
+        return self.may_have_work
 
     def start(self, attempt: Attempt) -> None:
         """Start a claimed attempt in a free slot; one whose call cannot be made (an

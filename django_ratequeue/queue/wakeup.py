@@ -94,6 +94,9 @@ class Waiter:
         self._listener: Any = None
         self._data_version: int | None = None
         self._payloads: set[str] | None = set()
+        # Whether a signal may have come since the last took_signal(): one did, or one
+        # may have been missed (a new listening connection, a lost one, SQLite's commits).
+        self._signalled = True
         self._interrupted = threading.Event()
         # With ``interruptible``, a byte on this pair of sockets ends a wait early.
         self._wake: tuple[socket.socket, socket.socket] | None = None
@@ -116,6 +119,7 @@ class Waiter:
             logger.warning("Lost the connection that listens for signals", exc_info=True)
             self.close()
             self._payloads = None
+            self._signalled = True
             time.sleep(min(timeout, 0.1))
             return True  # look for work: a signal may have been lost meanwhile
 
@@ -126,6 +130,12 @@ class Waiter:
         self._interrupted.set()
         with suppress(BlockingIOError):  # full: a wake is pending already
             self._wake[1].send(b"\0")
+
+    def took_signal(self) -> bool:
+        """Whether a signal came (or may have been missed) since the last call: an
+        interrupt alone is none."""
+        signalled, self._signalled = self._signalled, False
+        return signalled
 
     def received(self) -> set[str] | None:
         """The payloads of the signals taken since the last call; ``None`` when what
@@ -143,6 +153,7 @@ class Waiter:
                 listener.execute(f"LISTEN {channel}")
             self._listener = listener
             self._payloads = None
+            self._signalled = True
             return True  # anything signalled before we listened went unheard: look now
         # Signals read along with an earlier command wait in libpq, not on the socket.
         if self._drain() | self._took_interrupt():
@@ -161,7 +172,7 @@ class Waiter:
         pgconn.consume_input()
         got = False
         while (notify := pgconn.notifies()) is not None:
-            got = True
+            got = self._signalled = True
             if self._payloads is not None:
                 self._payloads.add(notify.extra.decode())
             pgconn.consume_input()
@@ -186,6 +197,7 @@ class Waiter:
             if self._data_version is not None and version != self._data_version:
                 self._data_version = version
                 self._payloads = None
+                self._signalled = True
                 return True
             self._data_version = version
             left = deadline - time.monotonic()

@@ -37,6 +37,7 @@ from django_ratequeue.queue.rollups import (
     queues_with_figures,
     series,
     series_by_queue,
+    settled_until,
 )
 from tests.cluster import wait_for
 from tests.queue import jobs
@@ -386,4 +387,4 @@ def test_a_loop_that_was_down_counts_the_arrivals_step_by_step(
     assert loop.more_work  # an hour to catch up, a window per step
     loop.run(30)
     assert sum(QueueMinute.objects.values_list("enqueued", flat=True)) == 3
-    assert LoopState.objects.get().arrivals_until == frozen.now() - ARRIVALS_SETTLE
+    assert LoopState.objects.get().arrivals_until == settled_until(frozen.now())

@@ -89,12 +89,18 @@ def claim_local(claimant: Claimant, limit: int) -> list[Attempt]:
     while a higher one waits. Through lost connections: claiming again also finds what a
     first try took before its connection broke (claimed by us, started at ``stamp``)."""
     stamp = clock.now()
+    tries = 0
 
     def take() -> list[Attempt]:
+        nonlocal tries
+        tries += 1
         rows = run_claim(Scope(), limit, claimant.worker, None, stamp, None)
-        if queue_connection().vendor == "postgresql" and rows:
+        if tries == 1 and not rows:
+            return []
+        if tries == 1 and queue_connection().vendor == "postgresql":
             return sorted(map(claimed, rows), key=lambda a: (-a.job.priority, a.pk))
-        # SQLite returns the attempts' own columns only: read the rest.
+        # SQLite returns the attempts' ids only, and a try after a lost connection finds
+        # what the first took too: read them.
         taken = Q(pk__in=[row[0] for row in rows]) | Q(started_at=stamp)
         return list(
             Attempt.objects.filter(taken, claimant.mine(), ended_at=None, active=True)

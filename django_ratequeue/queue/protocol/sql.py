@@ -12,6 +12,7 @@ from typing import Any
 
 from django.db import transaction
 
+from ...db import execute, server_statement
 from ..bulk import update_rows
 from ..models import Attempt, Job, queue_connection
 from ..wakeup import LOOP, notifies, notify_clause
@@ -89,11 +90,14 @@ def claim_sql(vendor: str, scope: Scope) -> tuple[str, list[Any]]:
 def run_claim(
     scope: Scope, limit: int, worker: str, key: int | None, stamp: Any, lease: Any
 ) -> list[tuple[Any, ...]]:
-    """Run the claim (:func:`claim_sql`); return the rows it returned."""
+    """Run the claim (:func:`claim_sql`); return the rows it returned. A runner's claim,
+    the same statement every time, is prepared on the server (:mod:`django_ratequeue.db`)."""
     connection = queue_connection()
     sql, params = claim_sql(connection.vendor, scope)
     adapt = connection.ops.adapt_datetimefield_value
     params += [limit, worker, key, adapt(stamp), adapt(lease)]
+    if not scope.remote:
+        return execute(connection, server_statement("ratequeue_claim_local", sql), params)
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         return cursor.fetchall()

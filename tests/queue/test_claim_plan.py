@@ -1,0 +1,87 @@
+"""The runners' claim and the loop's read of the active attempts go through partial indexes
+that hold only the rows they want, whatever history the attempts table keeps and whether
+or not PostgreSQL has statistics for it yet (its autovacuum may be off)."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import connection, transaction
+from django.test import override_settings
+from django.test.utils import CaptureQueriesContext
+
+from django_ratequeue import enqueue_many
+from django_ratequeue.models import Attempt
+from django_ratequeue.queue.execution import run_attempt
+from django_ratequeue.queue.heartbeat import beat
+from django_ratequeue.queue.loop import STEP_SETTINGS
+from django_ratequeue.queue.runner import Runner
+from tests.queue import jobs
+from tests.queue.steps import leading_loop
+
+pytestmark = [
+    pytest.mark.django_db,
+    pytest.mark.skipif("connection.vendor != 'postgresql'", reason="PostgreSQL's planner"),
+]
+
+BATCH = 1000
+
+
+def ended_attempts(batches: int) -> None:
+    """``batches`` of BATCH jobs run to their end by the loop and a runner of this process:
+    as many ended attempts in the table, kept as they are in production."""
+    loop = leading_loop()
+    runner = Runner(beat(force=True))
+    with override_settings(RATEQUEUE={"MAX_CONCURRENCY": BATCH}):
+        for _ in range(batches):
+            enqueue_many(jobs.add, [[1, 2]] * BATCH)
+            loop.run(30)
+            runner.report([run_attempt(attempt) for attempt in runner.claim(BATCH)])
+            loop.run(30)
+
+
+def plans(work: object, settings: tuple[tuple[str, str], ...] = ()) -> str:
+    """The plans of the reads ``work`` sends (prepared ones too), as text, planned in a
+    transaction with ``settings``."""
+    with CaptureQueriesContext(connection) as captured:
+        work()  # type: ignore[operator]
+    found = []
+    with transaction.atomic(), connection.cursor() as cursor:
+        for name, value in settings:
+            cursor.execute("SELECT set_config(%s, %s, true)", [name, value])
+        for query in captured.captured_queries:
+            if query["sql"].lstrip().upper().startswith(("SELECT", "WITH", "EXECUTE")):
+                cursor.execute(f"EXPLAIN {query['sql']}")
+                found.append("\n".join(row[0] for row in cursor.fetchall()))
+    return "\n\n".join(found)
+
+
+def forget_statistics() -> None:
+    """Make PostgreSQL plan as if the attempts table had never been ANALYZEd."""
+    table = Attempt._meta.db_table
+    with connection.cursor() as cursor:
+        for sql in (
+            "DELETE FROM pg_statistic WHERE starelid = %s::regclass",
+            "UPDATE pg_class SET reltuples = -1, relpages = 0 WHERE oid = %s::regclass",
+        ):
+            cursor.execute(sql, [connection.ops.quote_name(table)])
+
+
+@pytest.mark.parametrize("analyzed", [False, True], ids=["no statistics", "analyzed"])
+def test_the_claim_reads_only_claimable_attempts(analyzed: bool) -> None:
+    ended_attempts(3)
+    enqueue_many(jobs.add, [[1, 2]] * 5)
+    leading_loop().run(30)
+    table = connection.ops.quote_name(Attempt._meta.db_table)
+    with connection.cursor() as cursor:
+        cursor.execute(f"ANALYZE {table}")
+    if not analyzed:
+        forget_statistics()
+    runner = Runner(beat(force=True))
+    plan = plans(lambda: runner.claim(5))
+    assert "ratequeue_attempt_claimable" in plan, plan
+    assert f"Seq Scan on {Attempt._meta.db_table}" not in plan, plan
+    # Every read of a loop step, as the step plans it: none scans the attempts whole.
+    enqueue_many(jobs.add, [[1, 2]] * 5)
+    plan = plans(leading_loop().step, STEP_SETTINGS)
+    assert "ratequeue_attempt_active" in plan, plan
+    assert f"Seq Scan on {Attempt._meta.db_table}" not in plan, plan

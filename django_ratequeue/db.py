@@ -32,6 +32,13 @@ class ServerStatement:
     arguments: str
     types: str = ""
 
+    @property
+    def execute(self) -> str:
+        """The ``EXECUTE`` of the prepared statement."""
+        return (
+            f"EXECUTE {self.name} ({self.arguments})" if self.arguments else f"EXECUTE {self.name}"
+        )
+
 
 # Per database session: the statements used once (False) and those prepared (True).
 _sessions: weakref.WeakKeyDictionary[Any, dict[str, bool]] = weakref.WeakKeyDictionary()
@@ -44,7 +51,7 @@ def sql_to_run(connection: BaseDatabaseWrapper, statement: ServerStatement) -> s
         return statement.text
     prepared = _sessions.get(connection.connection) if connection.connection else None
     if prepared and prepared.get(statement.name):  # the hot path: checked when prepared
-        return f"EXECUTE {statement.name} ({statement.arguments})"
+        return statement.execute
     settings = connection.settings_dict
     if settings.get("DISABLE_SERVER_SIDE_CURSORS") or settings["OPTIONS"].get(
         "server_side_binding"
@@ -60,7 +67,7 @@ def sql_to_run(connection: BaseDatabaseWrapper, statement: ServerStatement) -> s
         with connection.cursor() as cursor:
             cursor.execute(f"PREPARE {statement.name}{types} AS {statement.prepared_text}")
         used[statement.name] = True
-    return f"EXECUTE {statement.name} ({statement.arguments})"
+    return statement.execute
 
 
 def server_statement(name: str, text: str) -> ServerStatement:

@@ -13,6 +13,7 @@ the invariants.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from django.db import transaction
@@ -22,11 +23,11 @@ from django.utils.dateparse import parse_datetime
 from .. import clock
 from ..conf import ratequeue_settings
 from ..db import execute, server_statement
-from .bounds import LATEST
 from .dispatch import Dispatch
 from .models import (
     DEFERRED_STATUSES,
     Attempt,
+    CancelRequest,
     Job,
     LoopState,
     LoopStatus,
@@ -70,9 +71,6 @@ class Loop:
         self.arrivals_until: datetime | None = None
         # The creation of the first job not counted yet, as last read (None: not known).
         self.first_uncounted: datetime | None = None
-        # The earliest start of a SCHEDULED or RETRYING job, as the last step read it
-        # when it rested (LATEST: none; None: not known, after a step that did not rest).
-        self.next_deferred: datetime | None = None
 
     def run(self, seconds: float) -> bool:
         """Step until nothing is left to do now, for at most ``seconds``; False if this
@@ -99,15 +97,15 @@ class Loop:
             renewed = renew_lease(self.generation, now, arrivals_until)
             if renewed is None:
                 return None
-            (max_concurrency,) = renewed
             tally.count_arrivals(arrivals_since, arrivals_until)
             self.more_work = arrivals_until < settled
             did_work = self.recover(now)
             # Cancels before completions: a job canceled before the loop took in its
             # attempt's end ends CANCELED, whichever of the two reached the database first.
-            canceled, more_cancels = apply_cancels(now, tally)
-            did_work |= canceled
-            self.more_work |= more_cancels
+            if renewed.cancels_waiting:
+                canceled, more_cancels = apply_cancels(now, tally)
+                did_work |= canceled
+                self.more_work |= more_cancels
             active = list(
                 Attempt.objects.filter(active=True).only(
                     "job",
@@ -121,16 +119,21 @@ class Loop:
                 )
             )
             ended = [a.pk for a in active if a.ended_at is not None]
+            # The earliest start of a deferred job after this step (None: none).
+            deferred = renewed.next_deferred
             if ended:
                 self.more_work |= len(ended) > STEP_LIMIT
-                finish(ended[:STEP_LIMIT], now, tally)
+                retry_at = finish(ended[:STEP_LIMIT], now, tally)
+                deferred = min(filter(None, [deferred, retry_at]), default=None)
                 did_work = True
             running = [a for a in active if a.ended_at is None]
-            self.dispatch.read_limits(max_concurrency)
+            self.dispatch.read_limits(renewed.max_concurrency)
             did_work |= self.dispatch.grant_resumes(running)
-            promoted = self.promote(now)
-            self.more_work |= promoted == STEP_LIMIT
-            did_work |= bool(promoted)
+            if renewed.next_deferred is not None and renewed.next_deferred <= now:
+                promoted = promote_due(now)
+                self.more_work |= promoted == STEP_LIMIT
+                deferred = next_deferred_start()
+                did_work |= bool(promoted)
             started, waiting_left = self.dispatch.start_ready(running, now, tally)
             running.extend(started)
             did_work |= bool(started)
@@ -145,7 +148,9 @@ class Loop:
             state: str = LoopStatus.RUNNING
             wake: datetime | None = None
             if self.rested:
-                state, wake = self.resting_state(running, waiting_left, now, arrivals_until)
+                state, wake = self.resting_state(
+                    running, waiting_left, now, arrivals_until, deferred
+                )
             self.next_wake = wake
             if (state, wake) != self.recorded:  # as the last step left it: nothing to write
                 LoopState.objects.rest(state, wake)
@@ -163,15 +168,6 @@ class Loop:
         self._last_recovery = time.monotonic()
         return recover(now, timedelta(seconds=self.settings.WORKER_DEAD_AFTER))
 
-    def promote(self, now: datetime) -> int:
-        """Promote the due deferred jobs (:func:`.transitions.promote_due`), unless the
-        last step read that none is due yet: a job deferred since is found by this
-        step's own read if it rests, and the loop wakes at its start."""
-        known, self.next_deferred = self.next_deferred, None
-        if known is not None and known > now:
-            return 0
-        return promote_due(now)
-
     def first_uncounted_arrival(self, counted_until: datetime) -> datetime | None:
         """The creation of the first job the rollups have not counted yet, if any: read
         again only once that job is counted (a later one cannot wake the loop sooner)."""
@@ -181,12 +177,16 @@ class Loop:
         return known
 
     def resting_state(
-        self, running: list[Attempt], waiting_left: bool, now: datetime, counted_until: datetime
+        self,
+        running: list[Attempt],
+        waiting_left: bool,
+        now: datetime,
+        counted_until: datetime,
+        deferred: datetime | None,
     ) -> tuple[str, datetime | None]:
         """The state a step leaves the loop in when nothing is left to do now, and when
-        it wants waking: the next deferred start, rate-limit time, or recovery look."""
-        wakes = next_deferred_starts()
-        self.next_deferred = min(wakes, default=LATEST)
+        it wants waking: the next ``deferred`` start, rate-limit time, or recovery look."""
+        wakes = [deferred] if deferred is not None else []
         wakes.extend(self.dispatch.wakes())
         # Count the jobs not counted yet, once they are settled.
         uncounted = self.first_uncounted_arrival(counted_until)
@@ -204,42 +204,68 @@ class Loop:
         return LoopStatus.IDLE, None
 
 
-def renew_lease(
-    generation: int, now: datetime, arrivals_until: datetime
-) -> tuple[int | None] | None:
+@dataclass(frozen=True)
+class Renewal:
+    """What a step's first statement reads as it renews the lease: the runtime
+    ``MAX_CONCURRENCY``, whether cancel requests wait, and the earliest start of a
+    SCHEDULED or RETRYING job (None: there is none)."""
+
+    max_concurrency: int | None
+    cancels_waiting: bool
+    next_deferred: datetime | None
+
+
+def renew_lease(generation: int, now: datetime, arrivals_until: datetime) -> Renewal | None:
     """Renew the lease of ``generation`` in this step's transaction, and record that the
     step counts the arrivals until ``arrivals_until``; None if another process took it.
-    Returns the row's runtime ``max_concurrency``, read by the same statement. On
-    PostgreSQL the statement also applies :data:`STEP_SETTINGS` to the step's
-    transaction."""
+    The same statement reads the :class:`Renewal`, the step's inputs that no row it
+    reads anyway tells (each through an index), and on PostgreSQL applies
+    :data:`STEP_SETTINGS` to the step's transaction."""
     connection = queue_connection()
     table = connection.ops.quote_name(LoopState._meta.db_table)
-    settings = "".join(f", set_config('{name}', '{value}', true)" for name, value in STEP_SETTINGS)
+    cancels = connection.ops.quote_name(CancelRequest._meta.db_table)
+    returning = [
+        "max_concurrency",
+        f"EXISTS (SELECT 1 FROM {cancels})",
+        *(f"({deferred})" for deferred in deferred_heads()),
+    ]
+    if connection.vendor == "postgresql":
+        returning += [f"set_config('{name}', '{value}', true)" for name, value in STEP_SETTINGS]
     sql = (
         f"UPDATE {table} SET lease_expires_at = %s, updated_at = %s, arrivals_until = %s"
-        f" WHERE id = %s AND generation = %s"
-        f" RETURNING max_concurrency{settings if connection.vendor == 'postgresql' else ''}"
+        f" WHERE id = %s AND generation = %s RETURNING {', '.join(returning)}"
     )
     adapt = connection.ops.adapt_datetimefield_value
-    params = [adapt(lease_end(now)), adapt(now), adapt(arrivals_until), LoopState.SINGLETON]
-    rows = execute(
-        connection, server_statement("ratequeue_renew_lease", sql), [*params, generation]
-    )
-    return None if not rows else (rows[0][0],)
+    params = [adapt(lease_end(now)), adapt(now), adapt(arrivals_until)]
+    statement = server_statement("ratequeue_renew_lease", sql)
+    rows = execute(connection, statement, [*params, LoopState.SINGLETON, generation])
+    if not rows:
+        return None
+    max_concurrency, cancels_waiting, *starts = rows[0][: 2 + len(DEFERRED_STATUSES)]
+    deferred = min((aware(start) for start in starts if start is not None), default=None)
+    return Renewal(max_concurrency, bool(cancels_waiting), deferred)
 
 
-def next_deferred_starts() -> list[datetime]:
-    """The earliest start of a SCHEDULED job and of a RETRYING one (each through its
-    index), in one statement."""
+def deferred_heads() -> list[str]:
+    """Per deferred status, the SQL that reads its earliest start (through its index)."""
+    table = queue_connection().ops.quote_name(Job._meta.db_table)
+    return [
+        f"SELECT start_at FROM {table} WHERE status = '{status.value}' ORDER BY start_at LIMIT 1"
+        for status in DEFERRED_STATUSES
+    ]
+
+
+def next_deferred_start() -> datetime | None:
+    """The earliest start of a SCHEDULED or RETRYING job, if any, in one statement."""
     connection = queue_connection()
-    table = connection.ops.quote_name(Job._meta.db_table)
-    head = f"SELECT start_at FROM {table} WHERE status = %s ORDER BY start_at LIMIT 1"
     sql = " UNION ALL ".join(
-        f"SELECT * FROM ({head}) AS h{n}" for n, _ in enumerate(DEFERRED_STATUSES)
+        f"SELECT * FROM ({head}) AS h{n}" for n, head in enumerate(deferred_heads())
     )
-    statement = server_statement("ratequeue_next_deferred", sql)
-    rows = execute(connection, statement, [str(status) for status in DEFERRED_STATUSES])
-    return [aware(start) for (start,) in rows]
+    statement = server_statement(
+        "ratequeue_next_deferred", f"SELECT MIN(start_at) FROM ({sql}) AS d"
+    )
+    ((start,),) = execute(connection, statement, [])
+    return None if start is None else aware(start)
 
 
 def first_arrival_since(moment: datetime) -> datetime | None:

@@ -62,11 +62,19 @@ FINISH_FIELDS = [
 T = TypeVar("T")
 
 
-def finish(ended_ids: list[int], now: datetime, tally: Tally) -> None:
+def finish(ended_ids: list[int], now: datetime, tally: Tally) -> datetime | None:
     """Apply the outcome of attempts that ended to their jobs (and count them in
-    ``tally``: their run time, the retries and the final statuses)."""
-    ended = list(Attempt.objects.filter(pk__in=ended_ids).only("job", *REPORT_FIELDS))
-    jobs = Job.objects.only(*FINISH_FIELDS).in_bulk([a.job_id for a in ended])
+    ``tally``: their run time, the retries and the final statuses). Returns the earliest
+    start of the retries it scheduled, if any."""
+    ended = list(
+        Attempt.objects.filter(pk__in=ended_ids)
+        .select_related("job")
+        .only("job", *REPORT_FIELDS, *(f"job__{name}" for name in FINISH_FIELDS))
+    )
+    jobs: dict[str, Job] = {}
+    for attempt in ended:  # one object per job, should two of its attempts end together
+        jobs.setdefault(attempt.job_id, attempt.job)
+    retry_at: datetime | None = None
     changed: list[Job] = []
     finals: list[Job] = []
     released: list[int] = []
@@ -86,6 +94,7 @@ def finish(ended_ids: list[int], now: datetime, tally: Tally) -> None:
             tally.run(job.queue, attempt.started_at, attempt.ended_at)
             if job.status == Status.RETRYING:
                 tally.count(job.queue, "retried")
+                retry_at = min(filter(None, [retry_at, job.start_at]))
         if job.status in FINAL_STATUSES:
             finals.append(job)
             tally.final(job.queue, job.status)
@@ -95,6 +104,7 @@ def finish(ended_ids: list[int], now: datetime, tally: Tally) -> None:
         Attempt.objects.filter(pk__in=released).delete()
     update_rows(Job, changed, JOB_OUTCOME_FIELDS)
     create_callbacks(finals, now)
+    return retry_at
 
 
 def _settle(job: Job, attempt: Attempt, now: datetime) -> bool:

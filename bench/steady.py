@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import queue
 import shutil
 import signal
 import subprocess
@@ -350,7 +351,7 @@ def run(contender: Ours | Procrastinate, rate: float, args: argparse.Namespace) 
         start.wait(timeout=120)
         began = time.time()
         done_before, cpu_before = contender.done(), Cpu.read(running)
-        sums = [out.get(timeout=args.seconds + 120) for _ in producers]
+        sums = collect(out, len(producers), contender, running, args)
         for producer in producers:
             producer.join(timeout=10)
         ended = time.time()
@@ -389,6 +390,36 @@ def run(contender: Ours | Procrastinate, rate: float, args: argparse.Namespace) 
     finally:
         running.kill()
         contender.clear()
+
+
+def collect(
+    out: Any, producers: int, contender: Ours | Procrastinate, running: Workers, args: Any
+) -> list[tuple[int, float]]:
+    """Wait for the producers' sums; every ``args.report_every`` seconds meanwhile, print
+    that interval's completed jobs, CPU per job and pickup (a long run's drift)."""
+    sums: list[tuple[int, float]] = []
+    deadline = time.monotonic() + args.seconds + 120
+    mark = (time.time(), contender.done(), Cpu.read(running))
+    while len(sums) < producers:
+        wait = args.report_every or max(deadline - time.monotonic(), 0.1)
+        try:
+            sums.append(out.get(timeout=wait))
+            continue
+        except queue.Empty:
+            if time.monotonic() > deadline:
+                raise RuntimeError("the producers did not finish") from None
+        now, done, cpu = time.time(), contender.done(), Cpu.read(running)
+        jobs, used = done - mark[1], cpu - mark[2]
+        pickups = sorted(contender.window(mark[0], now)[2]) or [float("nan")]
+        print(
+            f"    {now - mark[0]:.0f} s: {jobs / (now - mark[0]):.0f} jobs/s, per job: CPU"
+            f" {1000 * used.workers / max(jobs, 1):.1f} ms workers +"
+            f" {1000 * used.postgres / max(jobs, 1):.1f} ms PostgreSQL; pickup p50"
+            f" {1000 * pickups[len(pickups) // 2]:.0f} ms",
+            flush=True,
+        )
+        mark = (now, done, cpu)
+    return sums
 
 
 def warm(contender: Ours | Procrastinate, running: Workers, args: argparse.Namespace) -> None:
@@ -477,6 +508,9 @@ def parse_arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--only", choices=[OURS, PROCRASTINATE])
     parser.add_argument("--private", action="store_true", help="a private PostgreSQL server")
     parser.add_argument("--profile", action="store_true", help="ours' costliest statements")
+    parser.add_argument(
+        "--report-every", type=float, default=0, help="seconds between interim lines (drift)"
+    )
     parser.add_argument("--quick", action="store_true", help="smoke run")
     args = parser.parse_args(argv)
     if args.quick:

@@ -129,7 +129,7 @@ class Loop:
             running = [a for a in active if a.ended_at is None]
             self.dispatch.read_limits(renewed.max_concurrency)
             did_work |= self.dispatch.grant_resumes(running)
-            if renewed.next_deferred is not None and renewed.next_deferred <= now:
+            if deferred is not None and deferred <= now:  # a retry due at once included
                 promoted = promote_due(now)
                 self.more_work |= promoted == STEP_LIMIT
                 deferred = next_deferred_start()

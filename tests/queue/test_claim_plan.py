@@ -80,8 +80,10 @@ def test_the_claim_reads_only_claimable_attempts(analyzed: bool) -> None:
     plan = plans(lambda: runner.claim(5))
     assert "ratequeue_attempt_claimable" in plan, plan
     assert f"Seq Scan on {Attempt._meta.db_table}" not in plan, plan
-    # Every read of a loop step, as the step plans it: none scans the attempts whole.
+    # Every read of a loop step, as the step plans it: none scans the attempts whole, and
+    # none is a bitmap scan (which would read the entries of ended attempts at every step).
     enqueue_many(jobs.add, [[1, 2]] * 5)
     plan = plans(leading_loop().step, STEP_SETTINGS)
     assert "ratequeue_attempt_active" in plan, plan
     assert f"Seq Scan on {Attempt._meta.db_table}" not in plan, plan
+    assert "Bitmap" not in plan, plan

@@ -12,7 +12,6 @@ from typing import Any
 
 from django.db import transaction
 
-from ...db import execute, server_statement
 from ..bulk import update_rows
 from ..models import Attempt, Job, queue_connection
 from ..wakeup import LOOP, notifies, notify_clause
@@ -90,14 +89,13 @@ def claim_sql(vendor: str, scope: Scope) -> tuple[str, list[Any]]:
 def run_claim(
     scope: Scope, limit: int, worker: str, key: int | None, stamp: Any, lease: Any
 ) -> list[tuple[Any, ...]]:
-    """Run the claim (:func:`claim_sql`); return the rows it returned. A runner's claim,
-    the same statement every time, is prepared on the server (:mod:`django_ratequeue.db`)."""
+    """Run the claim (:func:`claim_sql`); return the rows it returned. Planned afresh each
+    time, not prepared: a plan cached while the attempts table was small (a sequential
+    scan) would be kept, without an ANALYZE to invalidate it, as the table grows."""
     connection = queue_connection()
     sql, params = claim_sql(connection.vendor, scope)
     adapt = connection.ops.adapt_datetimefield_value
     params += [limit, worker, key, adapt(stamp), adapt(lease)]
-    if not scope.remote:
-        return execute(connection, server_statement("ratequeue_claim_local", sql), params)
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         return cursor.fetchall()

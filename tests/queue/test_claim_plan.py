@@ -10,7 +10,7 @@ from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
 
 from django_ratequeue import enqueue_many
-from django_ratequeue.models import Attempt
+from django_ratequeue.models import Attempt, Job
 from django_ratequeue.queue.execution import run_attempt
 from django_ratequeue.queue.heartbeat import beat
 from django_ratequeue.queue.loop import STEP_SETTINGS
@@ -40,18 +40,24 @@ def ended_attempts(batches: int) -> None:
 
 
 def plans(work: object, settings: tuple[tuple[str, str], ...] = ()) -> str:
-    """The plans of the reads ``work`` sends (prepared ones too), as text, planned in a
-    transaction with ``settings``."""
+    """The plans of what ``work`` sends (prepared statements as they were cached), as text,
+    planned as a loop step plans them: its first statement (which applies the step's
+    ``settings``) without them, the others in a transaction with them."""
     with CaptureQueriesContext(connection) as captured:
         work()  # type: ignore[operator]
+    statements = [
+        query["sql"]
+        for query in captured.captured_queries
+        if query["sql"].lstrip().upper().startswith(("SELECT", "WITH", "EXECUTE", "UPDATE"))
+    ]
     found = []
     with transaction.atomic(), connection.cursor() as cursor:
-        for name, value in settings:
-            cursor.execute("SELECT set_config(%s, %s, true)", [name, value])
-        for query in captured.captured_queries:
-            if query["sql"].lstrip().upper().startswith(("SELECT", "WITH", "EXECUTE")):
-                cursor.execute(f"EXPLAIN {query['sql']}")
-                found.append("\n".join(row[0] for row in cursor.fetchall()))
+        for number, sql in enumerate(statements):
+            if number == 1:
+                for name, value in settings:
+                    cursor.execute("SELECT set_config(%s, %s, true)", [name, value])
+            cursor.execute(f"EXPLAIN {sql}")
+            found.append("\n".join(row[0] for row in cursor.fetchall()))
     return "\n\n".join(found)
 
 
@@ -74,8 +80,10 @@ def test_the_claim_reads_only_claimable_attempts(analyzed: bool) -> None:
     # claim prepared) would stay what suits an empty table as the table grows, with no
     # ANALYZE to make PostgreSQL plan it again.
     early = Runner(beat(force=True))
+    loop = leading_loop()
     for _ in range(8):
         early.claim(5)
+        loop.step()
     ended_attempts(3)
     enqueue_many(jobs.add, [[1, 2]] * 5)
     leading_loop().run(30)
@@ -86,10 +94,12 @@ def test_the_claim_reads_only_claimable_attempts(analyzed: bool) -> None:
     plan = plans(lambda: early.claim(5))
     assert "ratequeue_attempt_claimable" in plan, plan
     assert f"Seq Scan on {Attempt._meta.db_table}" not in plan, plan
-    # Every read of a loop step, as the step plans it: none scans the attempts whole, and
-    # none is a bitmap scan (which would read the entries of ended attempts at every step).
+    # Every statement of a loop step (of a loop that has stepped since the tables were
+    # empty), as the step plans it: none scans the attempts or the jobs whole, and none is
+    # a bitmap scan (which would read the entries of ended attempts at every step).
     enqueue_many(jobs.add, [[1, 2]] * 5)
-    plan = plans(leading_loop().step, STEP_SETTINGS)
+    plan = plans(loop.step, STEP_SETTINGS)
     assert "ratequeue_attempt_active" in plan, plan
-    assert f"Seq Scan on {Attempt._meta.db_table}" not in plan, plan
+    for model in (Attempt, Job):
+        assert f"Seq Scan on {model._meta.db_table}" not in plan, plan
     assert "Bitmap" not in plan, plan

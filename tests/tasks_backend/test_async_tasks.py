@@ -19,6 +19,7 @@ from django.tasks.signals import task_finished, task_started
 
 from django_ratequeue.backends import TASK_JOBS, arun_task, run_task
 from django_ratequeue.models import Job
+from tests.cluster import wait_for
 from tests.queue.steps import run_pass
 
 from . import tasks
@@ -52,13 +53,16 @@ def signals() -> Iterator[list[tuple[str, str, TaskResultStatus]]]:
 
 
 def settle(*results: Any) -> None:
-    for _ in range(10):
+    """Run the loop in this process until every result is finished (a retry's back-off
+    included: a deadline, not a number of passes, which take a few milliseconds each)."""
+
+    def settled() -> bool:
         run_pass()
         for result in results:
             result.refresh()
-        if all(result.is_finished for result in results):
-            return
-    raise AssertionError("the tasks did not finish")
+        return all(result.is_finished for result in results)
+
+    wait_for(settled, timeout=30, message="the tasks to finish")
 
 
 def test_an_async_task_runs_as_a_coroutine_on_an_event_loop(

@@ -411,16 +411,33 @@ class JobAdmin(JobListColumns, PermittedActionsMixin, admin.ModelAdmin):
         form_url: str = "",
         extra_context: dict[str, Any] | None = None,
     ) -> HttpResponse:
-        job = self.get_object(request, object_id)
         context = {
             "has_cancel_permission": self.has_cancel_permission(request),
             "has_retry_permission": self.has_retry_permission(request),
-            "final": job is not None and job.status in FINAL_STATUSES,
-            **({} if job is None else self._buttons(request, job)),
         }
         return super().change_view(
             request, object_id, form_url, {**context, **(extra_context or {})}
         )
+
+    def render_change_form(
+        self,
+        request: HttpRequest,
+        context: dict[str, Any],
+        add: bool = False,
+        change: bool = False,
+        form_url: str = "",
+        obj: Job | None = None,
+    ) -> HttpResponse:
+        """Show the buttons that fit the job the page shows: the same read as its fields
+        (a second read could find the loop moved it on meanwhile, and show a Canceled job
+        with its Cancel button)."""
+        if obj is not None:
+            context = {
+                **context,
+                "final": obj.status in FINAL_STATUSES,
+                **self._buttons(request, obj),
+            }
+        return super().render_change_form(request, context, add, change, form_url, obj)
 
     def _buttons(self, request: HttpRequest, job: Job) -> dict[str, bool]:
         """Which of its buttons the job's page shows now (both are on the page for whoever

@@ -1,19 +1,20 @@
-"""Dispatch: which WAITING jobs start now, within every limit, and in which batches.
+"""Dispatch: start the WAITING jobs the limits allow, in turns over queues and keys.
 
-:class:`Dispatch` is the loop's memory of turns over queues and concurrency keys and of
-rate-gated queues; per step it gives resuming subtask waits their slots back, then picks
+Per step, :class:`Dispatch` gives resuming subtask waits their slots back, then picks
 jobs by priority, round over the keys and the queues' turn (:mod:`.keys` reads the
-candidates), reserves their cost from a queue's rate limit, and creates their attempts, for runners
-to claim. docs/concepts.md ("The main loop", "Runners") tells why.
+candidates, :mod:`.turns` keeps where the turns begin), reserves their cost from a
+queue's rate limit, and creates their attempts for runners to claim. docs/concepts.md
+("The main loop", "Runners") tells why.
 """
 
 from __future__ import annotations
 
 import math
 from collections import Counter
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import partial
-from typing import Any, Literal
+from typing import Literal
 
 from ..conf import RateQueueSettings
 from ..db import execute, server_statement
@@ -24,37 +25,57 @@ from .limits import QueueLimits, environment_limit, queue_overrides
 from .models import (
     Attempt,
     Job,
-    LoopState,
     Status,
     Wait,
     queue_connection,
 )
-from .rollups import Tally
+from .moves import Moves
 from .transitions import fail_job, isolated
+from .turns import QUEUES_PER_STEP, Turns
 
 # Concurrency keys looked at per queue beyond its free slots, to get past busy keys.
 KEY_LOOKAHEAD = 100
-# Queues with waiting work looked at per step, in turns from LoopState.queue_cursor.
-QUEUES_PER_STEP = 1000
 # What a rate-gated queue's reservation says about a job (see Dispatch.reserve_tokens).
 TokenGate = Literal["now", "later", "parked", "unfit"]
 # The most ready times of reserved jobs kept (Dispatch.ready_at); beyond, they are forgotten.
 READY_AT_KEPT = 100_000
 
 
+@dataclass
+class Slots:
+    """Count the slots that running attempts hold: in the environment, per queue, and
+    per copy of a queue, (queue, concurrency key) with the key "" for jobs without one."""
+
+    environment: int
+    per_queue: Counter[str]
+    per_copy: Counter[tuple[str, str]]
+
+    @classmethod
+    def held_by(cls, running: list[Attempt]) -> Slots:
+        """Count the slots ``running`` hold."""
+        in_queue = [a for a in running if a.holds_queue_slot]
+        return cls(
+            environment=sum(a.holds_environment_slot for a in running),
+            per_queue=Counter(a.queue for a in in_queue),
+            per_copy=Counter((a.queue, a.concurrency_key) for a in in_queue),
+        )
+
+    def take(self, queue: str, key: str) -> None:
+        """Count one more slot of ``queue``'s copy for ``key``."""
+        self.per_queue[queue] += 1
+        self.per_copy[(queue, key)] += 1
+
+
 class Dispatch:
-    """The starting of jobs, step after step of one pass."""
+    """Start jobs, step after step of one pass, remembering what the next step needs."""
 
     def __init__(self, settings: RateQueueSettings) -> None:
         self.settings = settings
         # MAX_CONCURRENCY as in force for this step (read_limits).
         self.max_concurrency = settings.MAX_CONCURRENCY
+        self.turns = Turns()
         # Queues whose rate limit refused a start, and when to try again.
         self.rate_limited_until: dict[str, datetime] = {}
-        # Per queue, the concurrency key served last (LoopState.key_cursors, read once),
-        # and the queue served last (LoopState.queue_cursor).
-        self.key_cursors: dict[str, str] | None = None
-        self.queue_cursor = ""
         # When the jobs whose tokens are reserved for later may start (set by start_ready).
         self.reserved_starts: list[datetime] = []
         # When the jobs whose reservation moved their start_at were ready before: their
@@ -67,7 +88,7 @@ class Dispatch:
         self.max_concurrency = environment_limit(changed, read=False)
 
     def wakes(self) -> list[datetime]:
-        """When a resting loop must look again for the sake of dispatch."""
+        """Return when a resting loop must look again for the sake of dispatch."""
         return [*self.rate_limited_until.values(), *self.reserved_starts]
 
     def grant_resumes(self, running: list[Attempt]) -> bool:
@@ -80,76 +101,68 @@ class Dispatch:
                 "pk", "max_concurrency"
             )
         )
-        environment = sum(a.holds_environment_slot for a in running)
-        per_queue = Counter(a.queue for a in running if a.holds_queue_slot)
-        per_copy = copies_in_use(running)
+        slots = Slots.held_by(running)
         granted = []
         for attempt in resuming:
             needs_queue_slot = not attempt.holds_queue_slot
             limits = QueueLimits.of(attempt.queue, environment=self.max_concurrency)
             copy = (attempt.queue, attempt.concurrency_key)
-            if environment >= self.max_concurrency or (
+            if slots.environment >= self.max_concurrency or (
                 needs_queue_slot
                 and (
-                    per_copy[copy] >= limits.limit_for(own_limits.get(attempt.job_id))
-                    or per_queue[attempt.queue] >= (limits.total_concurrency or math.inf)
+                    slots.per_copy[copy] >= limits.limit_for(own_limits.get(attempt.job_id))
+                    or slots.per_queue[attempt.queue] >= (limits.total_concurrency or math.inf)
                 )
             ):
                 continue
-            environment += 1
-            per_queue[attempt.queue] += needs_queue_slot
-            per_copy[copy] += needs_queue_slot
+            slots.environment += 1
+            if needs_queue_slot:
+                slots.take(*copy)
             attempt.wait, attempt.wait_queue = Wait.NONE, ""
             granted.append(attempt.pk)
         Attempt.objects.filter(pk__in=granted, wait=Wait.RESUMING).resume()
         return bool(granted)
 
     def start_ready(
-        self, running: list[Attempt], now: datetime, tally: Tally
+        self, running: list[Attempt], now: datetime, moves: Moves
     ) -> tuple[list[Attempt], bool]:
-        """Start what the limits allow; returns (the new attempts, WAITING jobs remain).
-        Each start counts in ``tally`` as ``started``, with its wait and spent tokens.
+        """Start what the limits allow; return (the new attempts, WAITING jobs remain).
 
         Each queue offers its jobs in rounds over its concurrency keys (see
         :meth:`queue_candidates`); the offers of all queues are taken by priority, then
         round, then the queues' turn (from the one after the queue served last), so a
         higher priority goes first and keys and queues of equal priority take turns.
+        Each start is recorded in ``moves`` with the time its job was ready since.
         """
         self.reserved_starts = []
-        if self.key_cursors is None:  # once per pass: only one pass runs at a time
-            state = LoopState.objects.filter(pk=LoopState.SINGLETON)
-            self.key_cursors, self.queue_cursor = state.values_list(
-                "key_cursors", "queue_cursor"
-            ).first() or ({}, "")
-        queues = waiting_queues(after=self.queue_cursor)
+        self.turns.load()
+        queues = waiting_queues(after=self.turns.queue)
         if not queues:
             return [], False
-        env_free = self.max_concurrency - sum(a.holds_environment_slot for a in running)
+        slots = Slots.held_by(running)
+        env_free = self.max_concurrency - slots.environment
         if env_free <= 0:
             return [], True
-        per_queue = Counter(a.queue for a in running if a.holds_queue_slot)
-        per_copy = copies_in_use(running)
         overrides = queue_overrides()
-        cursors = self.key_cursors or {}
         offers: list[tuple[Job, int, int]] = []
         for turn, name in enumerate(queues):
             limits = QueueLimits.of(name, overrides, self.max_concurrency)
             offers.extend(
                 (job, round_, turn)
-                for job, round_ in self.queue_candidates(
-                    name, limits, cursors.get(name), per_queue, per_copy, env_free, now, tally
-                )
+                for job, round_ in self.queue_candidates(name, limits, slots, now, moves)
             )
         offers.sort(key=lambda offer: (-offer[0].priority, offer[1], offer[2]))
         chosen = [job for job, _round, _turn in offers[:env_free]]
-        self.remember_turns(chosen, queues)
+        self.turns.remember(chosen, queues)
         if not chosen:
             return [], True
-        for job in chosen:
-            tally.count(job.queue, "started")
-            tally.wait(job.queue, self.ready_at.pop(job.pk, job.start_at))
-            if job.tokens_reserved:
-                tally.count(job.queue, "tokens_spent", job.cost)
+        moves.started.extend((job, self.ready_at.pop(job.pk, job.start_at)) for job in chosen)
+        attempts = self.create_attempts(chosen, now)
+        more_waiting = len(offers) > len(chosen) or len(chosen) == env_free
+        return attempts, more_waiting or bool(self.reserved_starts)
+
+    def create_attempts(self, chosen: list[Job], now: datetime) -> list[Attempt]:
+        """Create the attempts of the ``chosen`` jobs and mark the jobs started."""
         # Written without reading their ids back: runners claim them by query.
         attempts = [
             Attempt(
@@ -165,58 +178,66 @@ class Dispatch:
         ]
         insert_rows(Attempt, attempts)
         Job.objects.filter(pk__in=[job.pk for job in chosen]).start()
-        return attempts, len(offers) > len(chosen) or len(chosen) == env_free or bool(
-            self.reserved_starts
-        )
-
-    def remember_turns(self, chosen: list[Job], queues: list[str]) -> None:
-        """Keep where the next step's turns begin, in one UPDATE when they moved: per queue
-        after the key served last, and over the queues after the queue served last (or
-        after the last one looked at when none could start anything, so that each queue
-        gets its turn however many have work)."""
-        cursors = self.key_cursors or {}
-        keys = {**cursors, **{job.queue: job.concurrency_key for job in chosen}}
-        queue = self.queue_cursor
-        if chosen:
-            queue = chosen[-1].queue
-        elif len(queues) == QUEUES_PER_STEP:
-            queue = queues[-1]
-        moved: dict[str, Any] = {}
-        if keys != cursors:
-            moved["key_cursors"] = keys
-        if queue != self.queue_cursor:
-            moved["queue_cursor"] = queue
-        if moved:
-            LoopState.objects.filter(pk=LoopState.SINGLETON).update(**moved)
-            self.key_cursors, self.queue_cursor = keys, queue
+        return attempts
 
     def queue_candidates(
-        self,
-        name: str,
-        limits: QueueLimits,
-        cursor: str | None,
-        per_queue: Counter[str],
-        per_copy: Counter[tuple[str, str]],
-        env_free: int,
-        now: datetime,
-        tally: Tally,
+        self, name: str, limits: QueueLimits, slots: Slots, now: datetime, moves: Moves
     ) -> list[tuple[Job, int]]:
-        """The jobs queue ``name`` can start now, each with its round: the keys with work
-        ready are visited in turn from ``cursor`` on, and round n offers each key's n-th
-        next job (in the order of READY_ORDER), so every key gets a start before any key
-        gets two. Each key is its own copy of the queue, under ``max_concurrency``; jobs
-        without a key share the copy ``""``; ``total_concurrency`` caps them together."""
-        if limits.max_concurrency == 0:
-            return []
-        if name in self.rate_limited_until and self.rate_limited_until[name] > now:
-            return []
-        total = limits.total_concurrency or math.inf  # None: no cap over the keys
-        room = env_free if total == math.inf else min(int(total) - per_queue[name], env_free)
+        """Return the jobs queue ``name`` can start now, each with its round.
+
+        The keys with work ready are visited in turn from the key served last on, and
+        round n offers each key's n-th next job (in the order of READY_ORDER), so every
+        key gets a start before any key gets two. Each key is its own copy of the queue,
+        under ``max_concurrency``; jobs without a key share the copy ``""``;
+        ``total_concurrency`` caps them together. The slots offered are counted in
+        ``slots``."""
+        env_free = self.max_concurrency - slots.environment
+        room = self.room(name, limits, slots, now)
         if room <= 0:
             return []
-        keys = keys_in_turn(name, cursor, room + KEY_LOOKAHEAD)
+        jobs = self.in_rounds(name, limits, slots, room)
+        total = limits.total_concurrency or math.inf
+        chosen: list[tuple[Job, int]] = []
+        for job, round_ in jobs:
+            if slots.per_queue[name] >= total or len(chosen) >= env_free:
+                break
+            if slots.per_copy[(name, job.concurrency_key)] >= limits.limit_for(
+                job.max_concurrency
+            ):
+                continue
+            gate: TokenGate = "now"
+            if limits.rate_limit:
+                reserve = partial(self.reserve_tokens, name, limits.rate_limit, job, now, moves)
+                gate = isolated(job, now, reserve, "unfit", moves)
+                if gate == "parked":
+                    break
+                if gate == "unfit":
+                    continue
+            # A job whose tokens are reserved for later holds its slots until then.
+            slots.take(name, job.concurrency_key)
+            if gate == "now":
+                chosen.append((job, round_))
+        return chosen
+
+    def room(self, name: str, limits: QueueLimits, slots: Slots, now: datetime) -> int:
+        """Return how many jobs queue ``name`` may start now, at most (0: none)."""
+        if limits.max_concurrency == 0:
+            return 0
+        if name in self.rate_limited_until and self.rate_limited_until[name] > now:
+            return 0
+        env_free = self.max_concurrency - slots.environment
+        if not limits.total_concurrency:  # no cap over the keys
+            return env_free
+        return min(limits.total_concurrency - slots.per_queue[name], env_free)
+
+    def in_rounds(
+        self, name: str, limits: QueueLimits, slots: Slots, room: int
+    ) -> list[tuple[Job, int]]:
+        """Return the next jobs of queue ``name``'s keys in turn, each with its round,
+        by priority, then round, then the keys' turn."""
+        keys = keys_in_turn(name, self.turns.key_of(name), room + KEY_LOOKAHEAD)
         per_key_limit = limits.max_concurrency or self.settings.MAX_QUEUE_CONCURRENCY
-        takes = {key: min(room, per_key_limit - per_copy[(name, key)]) for key in keys}
+        takes = {key: min(room, per_key_limit - slots.per_copy[(name, key)]) for key in keys}
         turn = {key: position for position, key in enumerate(keys)}
         jobs = next_jobs(name, takes)
         jobs.sort(key=lambda job: (turn[job.concurrency_key], ready_key(job)))
@@ -226,41 +247,18 @@ class Dispatch:
             rounds[job.pk] = taken[job.concurrency_key]
             taken[job.concurrency_key] += 1
         jobs.sort(key=lambda job: (-job.priority, rounds[job.pk], turn[job.concurrency_key]))
-        chosen: list[tuple[Job, int]] = []
-        for job in jobs:
-            if per_queue[name] >= total or len(chosen) >= env_free:
-                break
-            copy = (name, job.concurrency_key)
-            if per_copy[copy] >= limits.limit_for(job.max_concurrency):
-                continue
-            gate: TokenGate = "now"
-            if limits.rate_limit:
-                gate = isolated(
-                    job,
-                    now,
-                    partial(self.reserve_tokens, name, limits.rate_limit, job, now, tally),
-                    "unfit",
-                    tally,
-                )
-                if gate == "parked":
-                    break
-                if gate == "unfit":
-                    continue
-            # A job whose tokens are reserved for later holds its slots until then.
-            per_queue[name] += 1
-            per_copy[copy] += 1
-            if gate == "now":
-                chosen.append((job, rounds[job.pk]))
-        return chosen
+        return [(job, rounds[job.pk]) for job in jobs]
 
     def reserve_tokens(
-        self, queue: str, limit_name: str, job: Job, now: datetime, tally: Tally
+        self, queue: str, limit_name: str, job: Job, now: datetime, moves: Moves
     ) -> TokenGate:
-        """Reserve a job's ``cost`` from its queue's rate limit once, in this step's
-        transaction; "now" when the reservation says it may start at the step's ``now``,
-        "later" when not yet. A refusal ("parked": ``max_reserved`` is reached) parks the
-        queue until ``retry_at``; a cost the limit can never grant ("unfit": the settings
-        changed since the enqueue, which checks it) fails the job."""
+        """Reserve a job's ``cost`` from its queue's rate limit once; say when it may start.
+
+        The reservation is made in this step's transaction: "now" when it says the job
+        may start at the step's ``now``, "later" when not yet. A refusal ("parked":
+        ``max_reserved`` is reached) parks the queue until ``retry_at``; a cost the limit
+        can never grant ("unfit": the settings changed since the enqueue, which checks
+        it) fails the job."""
         if job.cost == 0:
             return "now"
         if not job.tokens_reserved:
@@ -268,14 +266,14 @@ class Dispatch:
                 decision = rate_limit(limit_name, count=job.cost, reserve=True)
             except ValueError as error:
                 fail_job(
-                    job, f"Its cost cannot be reserved from {limit_name!r}: {error}", now, tally
+                    job, f"Its cost cannot be reserved from {limit_name!r}: {error}", now, moves
                 )
                 return "unfit"
             if not decision.ok:
                 self.rate_limited_until[queue] = decision.retry_at or now + timedelta(seconds=1)
                 return "parked"
             job.tokens_reserved = True
-            tally.count(queue, "tokens_reserved", job.cost)
+            moves.reserved.append(job)
             if decision.retry_at is not None and decision.retry_at > job.start_at:
                 if len(self.ready_at) >= READY_AT_KEPT:  # canceled reserved jobs' leftovers
                     self.ready_at.clear()
@@ -292,12 +290,6 @@ def is_remote(queue: str, settings: RateQueueSettings) -> bool:
     """Whether only remote workers serve ``queue`` (``"remote": True``)."""
     config = settings.QUEUES.get(queue)
     return config is not None and config.remote
-
-
-def copies_in_use(running: list[Attempt]) -> Counter[tuple[str, str]]:
-    """The slots held per copy of a queue: (queue, concurrency key), the key "" for jobs
-    without one."""
-    return Counter((a.queue, a.concurrency_key) for a in running if a.holds_queue_slot)
 
 
 def waiting_queues(after: str = "") -> list[str]:

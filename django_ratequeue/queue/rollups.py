@@ -47,6 +47,7 @@ from .models import (
     bucket_field,
     queue_connection,
 )
+from .moves import Moves
 
 # The most points one series may have (a day by the minute is 1,440).
 MAX_POINTS = 10_000
@@ -205,6 +206,25 @@ class Tally:
     def run(self, queue: str, started_at: datetime, ended_at: datetime) -> None:
         """An attempt of ``queue`` that ran from ``started_at`` to ``ended_at``."""
         self.count(queue, bucket_field("run", bucket_of((ended_at - started_at).total_seconds())))
+
+    def record(self, moves: Moves) -> None:
+        """Count what a step's transitions did: the jobs started (with their wait and
+        spent tokens), the reservations, the attempts that ran, the retries and the
+        final statuses."""
+        for job, ready_at in moves.started:
+            self.count(job.queue, "started")
+            self.wait(job.queue, ready_at)
+            if job.tokens_reserved:
+                self.count(job.queue, "tokens_spent", job.cost)
+        for job in moves.reserved:
+            self.count(job.queue, "tokens_reserved", job.cost)
+        for job, attempt in moves.ran:
+            assert attempt.started_at is not None and attempt.ended_at is not None
+            self.run(job.queue, attempt.started_at, attempt.ended_at)
+        for job in moves.retried:
+            self.count(job.queue, "retried")
+        for job in moves.finished:
+            self.final(job.queue, job.status)
 
     def count_arrivals(self, since: datetime, until: datetime) -> None:
         """Count the jobs created in [since, until) in ``enqueued``, by queue and minute of

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import partial
 from typing import TypeVar
@@ -32,7 +33,7 @@ from .models import (
     WorkerHeartbeat,
     new_job_id,
 )
-from .rollups import Tally
+from .moves import Moves
 
 logger = logging.getLogger("django_ratequeue.queue")
 
@@ -62,49 +63,55 @@ FINISH_FIELDS = [
 T = TypeVar("T")
 
 
-def finish(ended_ids: list[int], now: datetime, tally: Tally) -> datetime | None:
-    """Apply the outcome of attempts that ended to their jobs (and count them in
-    ``tally``: their run time, the retries and the final statuses). Returns the earliest
-    start of the retries it scheduled, if any."""
+def finish(ended_ids: list[int], now: datetime, moves: Moves) -> datetime | None:
+    """Apply the outcome of ended attempts to their jobs; return the earliest retry.
+
+    Records in ``moves`` the attempts that ran, the retries and the jobs that finished.
+    """
+    ended = ended_with_jobs(ended_ids)
+    changed: list[Job] = []
+    retries: list[Job] = []
+    released: list[int] = []
+    for attempt in ended:
+        job = attempt.job
+        if job.status != Status.RUNNING:
+            continue
+        if not isolated(job, now, partial(_settle, job, attempt, now), False, moves):
+            continue
+        changed.append(job)
+        if attempt.started_at is None:
+            # Canceled before it started, it stays in the job's timeline as it ended; if its
+            # worker died before starting it, it was no try: it goes, the job waits again.
+            if job.status == Status.WAITING:
+                released.append(attempt.pk)
+            continue
+        moves.ran.append((job, attempt))
+        if job.status == Status.RETRYING:
+            retries.append(job)
+    finals = [job for job in changed if job.status in FINAL_STATUSES]
+    moves.retried.extend(retries)
+    moves.finished.extend(finals)
+    Attempt.objects.filter(pk__in=[a.pk for a in ended]).finalize()
+    if released:
+        Attempt.objects.filter(pk__in=released).delete()
+    update_rows(Job, changed, JOB_OUTCOME_FIELDS)
+    create_callbacks(finals, now)
+    return min((job.start_at for job in retries), default=None)
+
+
+def ended_with_jobs(ended_ids: list[int]) -> list[Attempt]:
+    """Read the ended attempts with their jobs, one object per job.
+
+    Should two attempts of a job end together, both hold the same job object."""
     ended = list(
         Attempt.objects.filter(pk__in=ended_ids)
         .select_related("job")
         .only("job", *REPORT_FIELDS, *(f"job__{name}" for name in FINISH_FIELDS))
     )
     jobs: dict[str, Job] = {}
-    for attempt in ended:  # one object per job, should two of its attempts end together
-        jobs.setdefault(attempt.job_id, attempt.job)
-    retry_at: datetime | None = None
-    changed: list[Job] = []
-    finals: list[Job] = []
-    released: list[int] = []
     for attempt in ended:
-        job = jobs.get(attempt.job_id)
-        if job is None or job.status != Status.RUNNING:
-            continue
-        if not isolated(job, now, partial(_settle, job, attempt, now), False, tally):
-            continue
-        if attempt.started_at is None:
-            # Canceled before it started, it stays in the job's timeline as it ended; if its
-            # worker died before starting it, it was no try: it goes, the job waits again.
-            if job.status == Status.WAITING:
-                released.append(attempt.pk)
-        else:
-            assert attempt.ended_at is not None
-            tally.run(job.queue, attempt.started_at, attempt.ended_at)
-            if job.status == Status.RETRYING:
-                tally.count(job.queue, "retried")
-                retry_at = min(filter(None, [retry_at, job.start_at]))
-        if job.status in FINAL_STATUSES:
-            finals.append(job)
-            tally.final(job.queue, job.status)
-        changed.append(job)
-    Attempt.objects.filter(pk__in=[a.pk for a in ended]).finalize()
-    if released:
-        Attempt.objects.filter(pk__in=released).delete()
-    update_rows(Job, changed, JOB_OUTCOME_FIELDS)
-    create_callbacks(finals, now)
-    return retry_at
+        attempt.job = jobs.setdefault(attempt.job_id, attempt.job)
+    return ended
 
 
 def _settle(job: Job, attempt: Attempt, now: datetime) -> bool:
@@ -113,11 +120,13 @@ def _settle(job: Job, attempt: Attempt, now: datetime) -> bool:
 
 
 def recover(now: datetime, dead_after: timedelta) -> bool:
-    """End attempts whose worker died, that overran their timeout, or that no worker
-    claimed within ``WORKER_DEAD_AFTER`` of their dispatch although a live worker runs
-    none of our jobs (the pass holding their batch died, or the broker lost its task;
-    while every worker is busy, a task simply waits in the broker). An attempt that
-    never started is not a try: :func:`finish` puts its job back to WAITING."""
+    """End the attempts that were lost or overran; return whether any was ended.
+
+    Lost: their worker died, their remote lease lapsed, or no worker claimed them within
+    ``WORKER_DEAD_AFTER`` of their dispatch although a live worker runs none of our jobs
+    (the pass holding their batch died, or the broker lost its task; while every worker
+    is busy, a task simply waits in the broker). An attempt that never started is not a
+    try: :func:`finish` puts its job back to WAITING."""
     candidates = list(
         Attempt.objects.filter(active=True, ended_at=None).only(
             "job", "worker", "started_at", "timeout", "dispatched_at", "remote", "lease_expires_at"
@@ -131,64 +140,83 @@ def recover(now: datetime, dead_after: timedelta) -> bool:
     idle = alive - {a.worker for a in candidates if not a.remote and a.started_at is not None}
     recovered = False
     for attempt in candidates:
-        outcome: str
-        error_class: type[BaseException] | None = None
-        # A remote attempt lives by its lease, which its worker's heartbeats extend; a
-        # local one by its worker process's heartbeat.
-        lease = attempt.lease_expires_at
-        lost = (
-            (lease is not None and lease < now) if attempt.remote else attempt.worker not in alive
-        )
-        if not attempt.worker:
-            # Runners were asked for; remote workers claim when they come.
-            if attempt.remote or not idle or attempt.dispatched_at + dead_after >= now:
-                continue
-            outcome, error = "", "No worker claimed this attempt; its job waits again."
-        elif attempt.started_at is None and lost:
-            outcome, error = "", "Its worker died before it started; its job waits again."
-        elif lost and attempt.remote:
-            outcome, error = Outcome.WORKER_LOST, "The remote worker's lease on it lapsed."
-            error_class = WorkerLost
-        elif lost:
-            outcome, error = Outcome.WORKER_LOST, "The worker running this attempt died."
-            error_class = WorkerLost
-        elif (
-            attempt.started_at is not None
-            and attempt.timeout is not None
-            and later(attempt.started_at, attempt.timeout + dead_after.total_seconds()) < now
-        ):
-            outcome, error_class = Outcome.TIMED_OUT, AttemptTimedOut
-            error = f"The attempt overran its timeout of {attempt.timeout:g} seconds."
-        else:
-            continue
-        # Only if nothing moved since we looked: the runner's claim and report use the
-        # same conditions, so exactly one side wins.
-        # (A heartbeat that extended a lease meanwhile wins too.)
-        if Attempt.objects.filter(
-            pk=attempt.pk,
-            ended_at=None,
-            started_at=attempt.started_at,
-            worker=attempt.worker,
-            lease_expires_at=lease,
-        ).update(
-            ended_at=now,
-            outcome=outcome,
-            error=error,
-            exception_class_path=class_path(error_class) if error_class else "",
-        ):
+        verdict = lost_or_overrun(attempt, alive, bool(idle), now, dead_after)
+        if verdict is not None and end_unchanged(attempt, verdict, now):
             recovered = True
-            logger.warning(
-                "Recovered attempt %s of job %r: %s",
-                attempt.pk,
-                attempt.job_id,
-                outcome or "never started",
-            )
     return recovered
 
 
-def apply_cancels(now: datetime, tally: Tally) -> tuple[bool, bool]:
-    """Apply the oldest cancel requests; (did work, more requests are left). The jobs
-    canceled at once count in ``tally``; running ones when their attempt ends."""
+@dataclass(frozen=True)
+class Verdict:
+    """Say how recovery ends an attempt: its outcome ("" for no try), error and class."""
+
+    outcome: str
+    error: str
+    error_class: type[BaseException] | None = None
+
+
+def lost_or_overrun(
+    attempt: Attempt, alive: set[str], idle: bool, now: datetime, dead_after: timedelta
+) -> Verdict | None:
+    """Return how to end ``attempt`` if it is lost or overran its timeout, else None.
+
+    A remote attempt lives by its lease, which its worker's heartbeats extend; a local
+    one by its worker process's heartbeat (``alive``: the workers seen lately)."""
+    lease = attempt.lease_expires_at
+    lost = (lease is not None and lease < now) if attempt.remote else attempt.worker not in alive
+    if not attempt.worker:
+        # Runners were asked for; remote workers claim when they come.
+        if attempt.remote or not idle or attempt.dispatched_at + dead_after >= now:
+            return None
+        return Verdict("", "No worker claimed this attempt; its job waits again.")
+    if attempt.started_at is None and lost:
+        return Verdict("", "Its worker died before it started; its job waits again.")
+    if lost and attempt.remote:
+        return Verdict(Outcome.WORKER_LOST, "The remote worker's lease on it lapsed.", WorkerLost)
+    if lost:
+        return Verdict(Outcome.WORKER_LOST, "The worker running this attempt died.", WorkerLost)
+    if (
+        attempt.started_at is not None
+        and attempt.timeout is not None
+        and later(attempt.started_at, attempt.timeout + dead_after.total_seconds()) < now
+    ):
+        error = f"The attempt overran its timeout of {attempt.timeout:g} seconds."
+        return Verdict(Outcome.TIMED_OUT, error, AttemptTimedOut)
+    return None
+
+
+def end_unchanged(attempt: Attempt, verdict: Verdict, now: datetime) -> bool:
+    """End ``attempt`` as ``verdict`` says, only if nothing moved since it was read.
+
+    The runner's claim and report use the same conditions, so exactly one side wins (a
+    heartbeat that extended a lease meanwhile wins too)."""
+    ended = Attempt.objects.filter(
+        pk=attempt.pk,
+        ended_at=None,
+        started_at=attempt.started_at,
+        worker=attempt.worker,
+        lease_expires_at=attempt.lease_expires_at,
+    ).update(
+        ended_at=now,
+        outcome=verdict.outcome,
+        error=verdict.error,
+        exception_class_path=class_path(verdict.error_class) if verdict.error_class else "",
+    )
+    if ended:
+        logger.warning(
+            "Recovered attempt %s of job %r: %s",
+            attempt.pk,
+            attempt.job_id,
+            verdict.outcome or "never started",
+        )
+    return bool(ended)
+
+
+def apply_cancels(now: datetime, moves: Moves) -> tuple[bool, bool]:
+    """Apply the oldest cancel requests; return (did work, more requests are left).
+
+    The jobs canceled at once are recorded in ``moves``; running ones finish when their
+    attempt ends."""
     requests = list(CancelRequest.objects.order_by("pk")[:CANCELS_PER_STEP])
     if not requests:
         return False, False
@@ -207,7 +235,7 @@ def apply_cancels(now: datetime, tally: Tally) -> tuple[bool, bool]:
         )
         for job in pending:
             job.status, job.finished_at = Status.CANCELED, now
-            tally.final(job.queue, Status.CANCELED)
+            moves.finished.append(job)
         Job.objects.filter(pk__in=[j.pk for j in pending]).cancel(now)
         create_callbacks(pending, now)
         running = Job.objects.filter(scope, status=Status.RUNNING, cancel_requested=False)
@@ -231,10 +259,12 @@ def promote_due(now: datetime) -> int:
     return len(due)
 
 
-def isolated(job: Job, now: datetime, work: Callable[[], T], fallback: T, tally: Tally) -> T:
-    """Do the loop's ``work`` on one job; should it raise (a row changed behind the app's
-    back, a setting removed while the job waited...), fail that job with the error, log
-    it, and return ``fallback``: the step goes on for every other job.
+def isolated(job: Job, now: datetime, work: Callable[[], T], fallback: T, moves: Moves) -> T:
+    """Do the loop's ``work`` on one job, failing only that job should it raise.
+
+    Should ``work`` raise (a row changed behind the app's back, a setting removed while
+    the job waited...), fail that job with the error, log it, and return ``fallback``:
+    the step goes on for every other job.
 
     The one place where per-job work is guarded. Only Python errors are: a database error
     aborts the step's transaction, which the next step (or pass) does again."""
@@ -244,16 +274,17 @@ def isolated(job: Job, now: datetime, work: Callable[[], T], fallback: T, tally:
         raise
     except Exception as error:
         logger.exception("Main loop: job %r could not be processed; failing it", job.pk)
-        fail_job(job, f"The main loop could not process this job: {describe(error)}", now, tally)
+        fail_job(job, f"The main loop could not process this job: {describe(error)}", now, moves)
         return fallback
 
 
-def fail_job(job: Job, error: str, now: datetime, tally: Tally) -> None:
-    """Fail a job the loop cannot go on with (a WAITING job that could never start, or a
-    row it cannot process), with its ``on_complete`` call. The job raised nothing itself:
-    no traceback, no exception class."""
+def fail_job(job: Job, error: str, now: datetime, moves: Moves) -> None:
+    """Fail a job the loop cannot go on with, and create its ``on_complete`` call.
+
+    For a WAITING job that could never start, or a row the loop cannot process. The job
+    raised nothing itself: no traceback, no exception class."""
     job.status, job.error, job.finished_at = Status.FAILED, error, now
-    tally.final(job.queue, Status.FAILED)
+    moves.finished.append(job)
     job.traceback = job.exception_class_path = ""
     Job.objects.filter(pk=job.pk).fail(error, now)
     create_callbacks([job], now)

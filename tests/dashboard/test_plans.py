@@ -10,7 +10,7 @@ import pytest
 from django.utils import timezone
 
 from django_ratequeue.models import Attempt, Job, QueueMinute
-from django_ratequeue.queue.loop import first_arrival_since
+from django_ratequeue.queue.phases import first_arrival_since
 from django_ratequeue.queue.rollups import (
     Tally,
     by_queue,

@@ -13,7 +13,7 @@ from django_ratequeue import enqueue_many
 from django_ratequeue.models import Attempt, Job
 from django_ratequeue.queue.execution import run_attempt
 from django_ratequeue.queue.heartbeat import beat
-from django_ratequeue.queue.loop import STEP_SETTINGS
+from django_ratequeue.queue.lease import STEP_SETTINGS
 from django_ratequeue.queue.runner import Runner
 from tests.queue import jobs
 from tests.queue.steps import leading_loop

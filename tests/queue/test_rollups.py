@@ -17,13 +17,13 @@ from hypothesis import strategies as st
 
 from django_ratequeue import enqueue
 from django_ratequeue.models import Attempt, Job, LoopState, QueueMinute
-from django_ratequeue.queue.loop import Loop
 from django_ratequeue.queue.models import (
     FINAL_STATUSES,
     HISTOGRAM_BOUNDS,
     HISTOGRAM_BUCKETS,
     bucket_field,
 )
+from django_ratequeue.queue.phases import Rest
 from django_ratequeue.queue.retention import prune_rollups
 from django_ratequeue.queue.rollups import (
     ARRIVALS_SETTLE,
@@ -320,16 +320,16 @@ def test_a_step_that_rolls_back_counts_nothing(monkeypatch: pytest.MonkeyPatch) 
     loop.step()  # counting arrivals starts
     enqueue(jobs.add, args=[1, 1])
     frozen.advance(ARRIVALS_SETTLE.total_seconds() + 1)
-    resting_state = Loop.resting_state
+    resting_state = Rest.resting_state
 
     def broken(*args: Any) -> None:
         raise DatabaseError("the step breaks after dispatching")
 
-    monkeypatch.setattr(Loop, "resting_state", broken)
+    monkeypatch.setattr(Rest, "resting_state", broken)
     with pytest.raises(DatabaseError):
         loop.step()
     assert not QueueMinute.objects.exists()
-    monkeypatch.setattr(Loop, "resting_state", resting_state)
+    monkeypatch.setattr(Rest, "resting_state", resting_state)
     loop.step()
     (row,) = QueueMinute.objects.all()
     assert (row.enqueued, row.started, row.queue) == (1, 1, "default")

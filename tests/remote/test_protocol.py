@@ -188,7 +188,7 @@ def test_a_lapsed_lease_is_lost_and_retried(worker: APIClient) -> None:
     row = Attempt.objects.get(pk=attempt["id"])
     assert (row.ended_at, row.result, handle.output(), handle.progress()) == (None, None, [], None)
     loop = leading_loop()
-    loop._last_recovery = float("-inf")
+    loop.recovery.last_run = float("-inf")
     loop.run(30)
     row.refresh_from_db()
     assert row.outcome == Outcome.WORKER_LOST

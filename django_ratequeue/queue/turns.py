@@ -1,0 +1,57 @@
+"""Where the loop's turns over the queues and over each queue's keys begin."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .models import Job, LoopState
+
+# Queues with waiting work looked at per step, in turns from LoopState.queue_cursor.
+QUEUES_PER_STEP = 1000
+
+
+class Turns:
+    """Remember the queue served last and, per queue, the concurrency key served last.
+
+    Kept in ``LoopState`` (``queue_cursor``, ``key_cursors``) so that a new leader goes
+    on where the last one stopped; read once per pass, since one pass runs at a time."""
+
+    def __init__(self) -> None:
+        self.keys: dict[str, str] | None = None
+        self.queue = ""
+
+    def load(self) -> None:
+        """Read where the turns begin, once per pass."""
+        if self.keys is not None:
+            return
+        state = LoopState.objects.filter(pk=LoopState.SINGLETON)
+        self.keys, self.queue = state.values_list("key_cursors", "queue_cursor").first() or (
+            {},
+            "",
+        )
+
+    def key_of(self, queue: str) -> str | None:
+        """Return the key of ``queue`` served last (None: none yet)."""
+        return (self.keys or {}).get(queue)
+
+    def remember(self, chosen: list[Job], queues: list[str]) -> None:
+        """Keep where the next step's turns begin, in one UPDATE when they moved.
+
+        Per queue after the key served last, and over the queues after the queue served
+        last (or after the last one looked at when none could start anything, so that
+        each queue gets its turn however many have work)."""
+        cursors = self.keys or {}
+        keys = {**cursors, **{job.queue: job.concurrency_key for job in chosen}}
+        queue = self.queue
+        if chosen:
+            queue = chosen[-1].queue
+        elif len(queues) == QUEUES_PER_STEP:
+            queue = queues[-1]
+        moved: dict[str, Any] = {}
+        if keys != cursors:
+            moved["key_cursors"] = keys
+        if queue != self.queue:
+            moved["queue_cursor"] = queue
+        if moved:
+            LoopState.objects.filter(pk=LoopState.SINGLETON).update(**moved)
+            self.keys, self.queue = keys, queue

@@ -17,8 +17,8 @@ from django.db import transaction
 from ..conf import ratequeue_settings
 from .bounds import MAX_INT, check_queue_name, integer
 from .bounds import check_queue_concurrency as queue_concurrency
-from .limits import store_queue_changes
-from .models import LoopState, QueueSetting, queue_db
+from .limits import store_environment_limit, store_queue_changes
+from .models import QueueSetting, queue_db
 from .wakeup import LOOP, signal
 
 
@@ -73,9 +73,8 @@ def set_max_concurrency(limit: int | None) -> None:
     finish; the loop applies the limit at its next step, which this kicks."""
     if limit is not None:
         integer("MAX_CONCURRENCY", limit, 1, MAX_INT)
-    LoopState.objects.ensure()
     with transaction.atomic(using=queue_db()):
-        LoopState.objects.filter(pk=LoopState.SINGLETON).update(max_concurrency=limit)
+        store_environment_limit(limit)
         signal(LOOP)
 
 

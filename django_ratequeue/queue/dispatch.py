@@ -21,7 +21,7 @@ from ..db import execute, server_statement
 from ..ratelimit.api import rate_limit
 from .bulk import insert_rows
 from .keys import keys_in_turn, next_jobs, ready_key
-from .limits import QueueLimits, environment_limit, queue_overrides
+from .limits import QueueLimits, Queues, environment_limit
 from .models import (
     Attempt,
     Job,
@@ -71,8 +71,8 @@ class Dispatch:
 
     def __init__(self, settings: RateQueueSettings) -> None:
         self.settings = settings
-        # MAX_CONCURRENCY as in force for this step (read_limits).
-        self.max_concurrency = settings.MAX_CONCURRENCY
+        # The queues' limits as in force for this step (read_limits).
+        self.queues = Queues(settings.MAX_CONCURRENCY)
         self.turns = Turns()
         # Queues whose rate limit refused a start, and when to try again.
         self.rate_limited_until: dict[str, datetime] = {}
@@ -82,10 +82,18 @@ class Dispatch:
         # wait counts from then (kept for the pass; a new leader counts from start_at).
         self.ready_at: dict[str, datetime] = {}
 
+    @property
+    def max_concurrency(self) -> int:
+        """``MAX_CONCURRENCY`` as in force for this step."""
+        return self.queues.environment
+
     def read_limits(self, changed: int | None) -> None:
-        """Take in a runtime change of ``MAX_CONCURRENCY`` (``LoopState.max_concurrency``,
-        read by the step's renewal): once per step."""
-        self.max_concurrency = environment_limit(changed, read=False)
+        """Take the queues' limits afresh for a step, once per step.
+
+        ``changed`` is the runtime change of ``MAX_CONCURRENCY`` that the step's renewal
+        read (``LoopState.max_concurrency``); the queues' runtime changes are read when
+        the step first needs them."""
+        self.queues = Queues(environment_limit(changed, read=False))
 
     def wakes(self) -> list[datetime]:
         """Return when a resting loop must look again for the sake of dispatch."""
@@ -105,7 +113,7 @@ class Dispatch:
         granted = []
         for attempt in resuming:
             needs_queue_slot = not attempt.holds_queue_slot
-            limits = QueueLimits.of(attempt.queue, environment=self.max_concurrency)
+            limits = self.queues.limits(attempt.queue)
             copy = (attempt.queue, attempt.concurrency_key)
             if slots.environment >= self.max_concurrency or (
                 needs_queue_slot
@@ -143,10 +151,9 @@ class Dispatch:
         env_free = self.max_concurrency - slots.environment
         if env_free <= 0:
             return [], True
-        overrides = queue_overrides()
         offers: list[tuple[Job, int, int]] = []
         for turn, name in enumerate(queues):
-            limits = QueueLimits.of(name, overrides, self.max_concurrency)
+            limits = self.queues.limits(name)
             offers.extend(
                 (job, round_, turn)
                 for job, round_ in self.queue_candidates(name, limits, slots, now, moves)

@@ -1,5 +1,11 @@
-"""The limits a queue runs under: ``RATEQUEUE["QUEUES"]`` with the runtime overrides of
-:mod:`.control` on top, read afresh at every step of the loop."""
+"""The queues' limits: one read of every source, and the one writer of runtime changes.
+
+A queue's limits come from ``RATEQUEUE["QUEUES"]`` with its runtime changes on top (a
+:class:`~.models.QueueSetting` row, written by :mod:`.control` and by an enqueue that
+names a limit); an unconfigured "default" queue runs under ``MAX_CONCURRENCY`` as in
+force (the setting, or its runtime change on ``LoopState``). :class:`Queues` reads them
+all; :func:`store_queue_changes` and :func:`store_environment_limit` write the changes.
+"""
 
 from __future__ import annotations
 
@@ -9,14 +15,17 @@ from typing import Any
 from ..conf import QueueConfig, ratequeue_settings
 from .models import LoopState, QueueSetting
 
+DEFAULT_QUEUE = "default"
+
 
 @dataclass(frozen=True)
 class QueueLimits:
-    """The limits of one queue: ``RATEQUEUE["QUEUES"]`` with the runtime overrides of
-    :mod:`.control` on top (None: not configured). ``max_concurrency`` limits each copy
-    of the queue: one per concurrency key, and one for the jobs without a key;
-    ``total_concurrency`` (None: no cap) limits all of them together. ``source`` says
-    where ``max_concurrency`` comes from: "settings", "runtime" or "" (not configured)."""
+    """The limits of one queue, as in force (None: not configured).
+
+    ``max_concurrency`` limits each copy of the queue: one per concurrency key, and one
+    for the jobs without a key; ``total_concurrency`` (None: no cap) limits all of them
+    together. ``source`` says where ``max_concurrency`` comes from: "settings",
+    "runtime" or "" (not configured)."""
 
     max_concurrency: int | None
     total_concurrency: int | None = None
@@ -30,48 +39,91 @@ class QueueLimits:
         overrides: dict[str, QueueSetting] | None = None,
         environment: int | None = None,
     ) -> QueueLimits:
-        """``overrides``: :func:`queue_overrides` read once by the caller; read here if
-        None. ``environment``: MAX_CONCURRENCY as in force, likewise (the limit of an
-        unconfigured "default" queue)."""
-        settings = ratequeue_settings()
-        configured_queue = settings.QUEUES.get(name)
-        config = configured_queue or QueueConfig()
-        if overrides is None:
-            overrides = {s.name: s for s in QueueSetting.objects.filter(name=name)}
-        override = overrides.get(name) or QueueSetting(name=name)
-        limit = override.max_concurrency
-        if limit is None and configured_queue is not None:
-            limit = configured_queue.max_concurrency
-        elif limit is None and name == "default":
-            limit = environment_limit() if environment is None else environment
-        paused = override.paused
-        if paused is None:
-            paused = config.paused
-        # Where the effective value comes from: the pause if paused, else the limit.
-        changed_at_runtime = override.paused if paused else override.max_concurrency
-        configured = limit is not None or paused
-        return cls(
-            max_concurrency=0 if paused else limit,
-            total_concurrency=config.total_concurrency
-            if override.total_concurrency is None
-            else override.total_concurrency,
-            rate_limit=config.rate_limit,
-            source="runtime"
-            if changed_at_runtime is not None
-            else "settings"
-            if configured
-            else "",
-        )
+        """Return the limits of queue ``name``, reading what the caller did not give.
+
+        ``overrides``: :func:`queue_overrides` read once by the caller; ``environment``:
+        MAX_CONCURRENCY as in force (the limit of an unconfigured "default" queue)."""
+        return Queues(environment, overrides).limits(name)
 
     def limit_for(self, job_max_concurrency: int | None) -> int:
+        """Return the limit of a job's copy of the queue, given the job's own limit."""
         if self.max_concurrency is not None:
             return self.max_concurrency
         return 1 if job_max_concurrency is None else job_max_concurrency
 
 
+class Queues:
+    """Read the limits of every queue: the settings with the runtime changes on top.
+
+    The runtime changes are read once, at the first queue asked for (a table of a few
+    rows); MAX_CONCURRENCY as in force once, when "default" needs it and it was not
+    given. The loop makes one per step, the dashboard one per page."""
+
+    def __init__(
+        self,
+        environment: int | None = None,
+        overrides: dict[str, QueueSetting] | None = None,
+    ) -> None:
+        self.settings = ratequeue_settings()
+        self._environment = environment
+        self._overrides = overrides
+        self._limits: dict[str, QueueLimits] = {}
+
+    @property
+    def environment(self) -> int:
+        """``MAX_CONCURRENCY`` as in force."""
+        if self._environment is None:
+            self._environment = environment_limit()
+        return self._environment
+
+    @property
+    def overrides(self) -> dict[str, QueueSetting]:
+        """Every runtime change, by queue name."""
+        if self._overrides is None:
+            self._overrides = queue_overrides()
+        return self._overrides
+
+    def configured(self) -> set[str]:
+        """Return the names of the queues configured in settings or changed at runtime."""
+        return {DEFAULT_QUEUE, *self.settings.QUEUES, *self.overrides}
+
+    def limits(self, name: str) -> QueueLimits:
+        """Return the limits of queue ``name``."""
+        if name not in self._limits:
+            self._limits[name] = self.merge(name)
+        return self._limits[name]
+
+    def merge(self, name: str) -> QueueLimits:
+        """Merge queue ``name``'s settings, runtime change and default."""
+        configured_queue = self.settings.QUEUES.get(name)
+        config = configured_queue or QueueConfig()
+        override = self.overrides.get(name) or QueueSetting(name=name)
+        limit = override.max_concurrency
+        if limit is None and configured_queue is not None:
+            limit = configured_queue.max_concurrency
+        elif limit is None and name == DEFAULT_QUEUE:
+            limit = self.environment
+        paused = config.paused if override.paused is None else override.paused
+        # Where the effective value comes from: the pause if paused, else the limit.
+        changed_at_runtime = override.paused if paused else override.max_concurrency
+        source = ""
+        if changed_at_runtime is not None:
+            source = "runtime"
+        elif limit is not None or paused:
+            source = "settings"
+        total = override.total_concurrency
+        return QueueLimits(
+            max_concurrency=0 if paused else limit,
+            total_concurrency=config.total_concurrency if total is None else total,
+            rate_limit=config.rate_limit,
+            source=source,
+        )
+
+
 def store_queue_changes(name: str, **changes: Any) -> QueueSetting:
-    """Write ``changes`` (checked by the caller) into queue ``name``'s runtime override, in
-    the caller's transaction; a row left with nothing to override is deleted. The one
+    """Write ``changes`` (checked by the caller) into queue ``name``'s runtime change.
+
+    In the caller's transaction; a row left with nothing to change is deleted. The one
     writer of :class:`QueueSetting`, for :mod:`.control` and enqueue-time limits alike."""
     setting, _created = QueueSetting.objects.select_for_update().get_or_create(name=name)
     for field, value in changes.items():
@@ -84,10 +136,17 @@ def store_queue_changes(name: str, **changes: Any) -> QueueSetting:
     return setting
 
 
+def store_environment_limit(limit: int | None) -> None:
+    """Write the runtime change of ``MAX_CONCURRENCY`` (checked by the caller; None: none)."""
+    LoopState.objects.ensure()
+    LoopState.objects.filter(pk=LoopState.SINGLETON).update(max_concurrency=limit)
+
+
 def environment_limit(changed: int | None = None, read: bool = True) -> int:
-    """``MAX_CONCURRENCY`` as in force: the runtime change (:mod:`.control`), else the
-    setting. ``changed`` is ``LoopState.max_concurrency`` when the caller read it
-    already (the loop's steps get it from their lease's renewal); else one read by key."""
+    """Return ``MAX_CONCURRENCY`` as in force: its runtime change, else the setting.
+
+    ``changed`` is ``LoopState.max_concurrency`` when the caller read it already (the
+    loop's steps get it from their lease's renewal); else one read by key."""
     if read:
         changed = (
             LoopState.objects.filter(pk=LoopState.SINGLETON)
@@ -98,5 +157,5 @@ def environment_limit(changed: int | None = None, read: bool = True) -> int:
 
 
 def queue_overrides() -> dict[str, QueueSetting]:
-    """Every runtime override, by queue name: one query on a table of a few rows."""
+    """Return every runtime change, by queue name: one query on a table of a few rows."""
     return {setting.name: setting for setting in QueueSetting.objects.all()}

@@ -43,9 +43,9 @@ def _empty_counts() -> dict[str, int]:
 class QueueCounts:
     """One queue's jobs by status and the limit the loop applies to it.
 
-    ``limit_note`` says where an unusual limit comes from: "paused" (in settings), "paused
-    at runtime", "set at runtime" (see :mod:`.control`), "MAX_CONCURRENCY" (the default
-    queue when not configured), "set at enqueue" or "not configured" (then 1).
+    ``limit_note`` says where an unusual limit comes from: "paused" (in settings),
+    "paused at runtime", "set at runtime" (see :mod:`..queue.control`), "MAX_CONCURRENCY"
+    (the default queue when not configured), "set at enqueue" or "not configured" (then 1).
     """
 
     name: str

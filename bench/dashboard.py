@@ -80,7 +80,7 @@ def measure(loads: int) -> list[Timing]:
     from django.test import Client
     from django.urls import reverse
 
-    from django_ratequeue.queue.dashboard import snapshot
+    from django_ratequeue.monitor.snapshot import snapshot
 
     user, _created = User.objects.get_or_create(
         username="bench-dashboard", defaults={"is_staff": True, "is_superuser": True}

@@ -3,7 +3,7 @@
 Two views under the job admin's URLs, with its permission (view on jobs): the page, and
 its body alone, which ``static/ratequeue/dashboard.js`` fetches every few seconds and
 swaps in (the page works without the script: it is then as of its load). Everything shown
-comes from :func:`..queue.dashboard.snapshot`; the charts are SVG drawn here
+comes from :func:`..monitor.snapshot.snapshot`; the charts are SVG drawn here
 (:mod:`.charts`). The admin's index lists it as "Queue dashboard" (a proxy model's row,
 :class:`QueueDashboardAdmin`).
 """
@@ -21,17 +21,11 @@ from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils.safestring import SafeString
 
-from ..queue.dashboard import (
-    DEFAULT_WINDOW,
-    KEYS_READ,
-    WINDOWS,
-    QueueState,
-    Snapshot,
-    Window,
-    snapshot,
-)
+from ..monitor.counts import COLUMNS
+from ..monitor.ratelimits import KEYS_READ
+from ..monitor.series import DEFAULT_WINDOW, WINDOWS, Window
+from ..monitor.snapshot import QueueState, Snapshot, snapshot
 from ..queue.models import Job, QueueDashboard
-from ..queue.stats import COLUMNS
 from .charts import Series, line_chart
 
 # How often the page asks for a fresh body, in milliseconds, per window: a day's points

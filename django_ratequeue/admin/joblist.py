@@ -22,7 +22,7 @@ from django.utils.functional import cached_property
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
-from ..queue import stats
+from ..monitor import counts
 from ..queue.models import FINAL_STATUSES, Job, Status
 from .display import moment, shortened
 
@@ -39,15 +39,15 @@ class CappedCountPaginator(Paginator):
     @cached_property
     def count(self) -> int:
         jobs = cast("QuerySet[Job]", self.object_list)
-        return jobs[: stats.COUNT_LIMIT + 1].count()
+        return jobs[: counts.COUNT_LIMIT + 1].count()
 
     @property
     def capped(self) -> bool:
-        return self.count > stats.COUNT_LIMIT
+        return self.count > counts.COUNT_LIMIT
 
     @property
     def limit(self) -> int:
-        return stats.COUNT_LIMIT
+        return counts.COUNT_LIMIT
 
 
 class QueueFilter(admin.SimpleListFilter):
@@ -57,7 +57,7 @@ class QueueFilter(admin.SimpleListFilter):
     parameter_name = "queue__exact"
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        return [(name, name) for name in stats.queue_names()]
+        return [(name, name) for name in counts.queue_names()]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Job]) -> QuerySet[Job]:
         chosen = self.value()

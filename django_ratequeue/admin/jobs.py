@@ -29,11 +29,12 @@ from django.utils.html import conditional_escape, format_html
 from django.utils.safestring import SafeString
 from django.views.decorators.http import require_POST
 
+from ..monitor.counts import COLUMNS
+from ..monitor.overview import queue_overview
 from ..queue.enqueue import enqueue
 from ..queue.handles import AttemptInfo, Handle
 from ..queue.models import FINAL_STATUSES, Job, OutputChunk, Status
 from ..queue.retry import Retry
-from ..queue.stats import COLUMNS, queue_overview
 from . import dashboard, related, timeline
 from .actions import PermittedActionsMixin
 from .joblist import (

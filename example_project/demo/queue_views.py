@@ -18,7 +18,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from django_ratequeue import Handle, JobDoesNotExist, get_handle
 from django_ratequeue.models import Job
-from django_ratequeue.queue.stats import queue_overview
+from django_ratequeue.monitor.overview import queue_overview
 
 from . import jobs
 

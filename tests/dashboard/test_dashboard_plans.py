@@ -12,7 +12,7 @@ from django.contrib.auth.models import User
 from django.test import Client
 
 from django_ratequeue.models import Attempt, Job, QueueMinute
-from django_ratequeue.queue.dashboard import CHARTED_QUEUES
+from django_ratequeue.monitor.snapshot import CHARTED_QUEUES
 from tests.dashboard.plans import assert_no_seq_scan
 from tests.dashboard.test_views import DASHBOARD, LIVE
 

@@ -10,15 +10,10 @@ import pytest
 from django.utils import timezone
 
 from django_ratequeue.models import Attempt, Job, QueueMinute
+from django_ratequeue.monitor.figures import by_queue, queues_with_figures, series, series_by_queue
+from django_ratequeue.monitor.overview import queue_overview
 from django_ratequeue.queue.phases import first_arrival_since
-from django_ratequeue.queue.rollups import (
-    Tally,
-    by_queue,
-    queues_with_figures,
-    series,
-    series_by_queue,
-)
-from django_ratequeue.queue.stats import queue_overview
+from django_ratequeue.queue.rollups import Tally
 from tests.dashboard.plans import JOBS, assert_no_seq_scan
 
 pytestmark = [

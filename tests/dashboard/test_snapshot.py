@@ -1,4 +1,4 @@
-"""queue/dashboard.snapshot(): the state it gives each queue, its depth series rebuilt from
+"""monitor/snapshot.snapshot(): the state it gives each queue, its depth series rebuilt from
 the rollups, and its windows."""
 
 from __future__ import annotations
@@ -10,10 +10,13 @@ from django.test import Client
 
 from django_ratequeue import clock, enqueue, rate_limit, set_queue_concurrency
 from django_ratequeue.models import QueueMinute
-from django_ratequeue.queue.dashboard import depth_series, snapshot, window_bounds
-from django_ratequeue.queue.rollups import ARRIVALS_SETTLE, Figures
+from django_ratequeue.monitor.figures import Figures
+from django_ratequeue.monitor.series import depth_series, window_bounds
+from django_ratequeue.monitor.snapshot import snapshot
+from django_ratequeue.queue.rollups import ARRIVALS_SETTLE
 from django_ratequeue.queue.workerkeys import create_key
 from django_ratequeue.ratelimit.status import KeysNow
+from django_ratequeue.templatetags.ratequeue_admin import badges, capped_count
 from example_project.demo.accounts import create_demo_accounts
 from tests.dashboard.test_views import claim_remote, running
 from tests.queue import jobs
@@ -112,7 +115,7 @@ def test_a_rate_gated_queue_without_tokens_is_rate_bound() -> None:
     rate_limit("llm_tokens", count=1000, reserve=True)  # 50 s of refill reserved ahead
     data = snapshot()
     llm = {q.name: q for q in data.queues}["llm"]
-    assert llm.rate_bound and ("rate-bound", "rate-bound") in llm.badges
+    assert llm.rate_bound and ("rate-bound", "rate-bound") in badges(llm)
     use = {u.name: u for u in data.rate_limits}["llm_tokens"]
     assert use.capacity == 200 and use.value < -900 and use.used == 1
     assert use.reserved > 900
@@ -132,7 +135,10 @@ def test_a_limit_used_per_key_shows_its_keys_out_of_tokens(
     uses = {u.name: u for u in snapshot().rate_limits}
     logins = uses["failed_logins"]
     assert not logins.without_key  # nothing draws on it without a key
-    assert (logins.keys, logins.keys_shown) == (KeysNow(2, 1, capped=False), "2")
+    assert (logins.keys, capped_count(logins.keys.keys, logins.keys.capped)) == (
+        KeysNow(2, 1, capped=False),
+        "2",
+    )
     llm = uses["llm_tokens"]  # the llm queue draws on it, without a key
     assert llm.without_key and llm.keys == KeysNow(0, 0, capped=False)
     page = admin_client.get("/admin/django_ratequeue/job/dashboard/").content.decode()

@@ -14,7 +14,7 @@ from django.test.utils import CaptureQueriesContext
 from django_ratequeue import Retry, Status, enqueue, get_handle
 from django_ratequeue.admin.jobs import OUTPUT_SHOWN
 from django_ratequeue.models import CancelRequest, Job, OutputChunk
-from django_ratequeue.queue import stats
+from django_ratequeue.monitor import counts as monitor_counts
 from tests.cluster import wait_for
 from tests.queue import jobs
 from tests.queue.steps import leading_loop, run_pass
@@ -294,7 +294,7 @@ def test_the_job_list_reads_no_more_than_a_bounded_part_of_the_jobs(
 ) -> None:
     """No GROUP BY, DISTINCT or unbounded COUNT over the jobs table on a load of the list,
     the overview or the demo's state: their cost must not grow with the history kept."""
-    monkeypatch.setattr(stats, "COUNT_LIMIT", 3)
+    monkeypatch.setattr(monitor_counts, "COUNT_LIMIT", 3)
     for n in range(5):
         enqueue(jobs.add, args=[n, n], queue=f"queue-{n % 2}")
 

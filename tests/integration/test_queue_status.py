@@ -15,7 +15,7 @@ from django_ratequeue import Status, clock, enqueue
 from django_ratequeue.management.commands import ratequeue_status
 from django_ratequeue.management.commands.ratequeue_status import CLEAR
 from django_ratequeue.models import Attempt, Job, QueueMinute
-from django_ratequeue.queue import stats
+from django_ratequeue.monitor import counts as monitor_counts
 from django_ratequeue.queue.rollups import floor_minute
 from tests.cluster import wait_for
 from tests.queue import jobs
@@ -145,7 +145,7 @@ def test_dispatched_jobs_are_told_from_running_ones() -> None:
 
 @pytest.mark.django_db
 def test_counts_stop_at_the_limit_instead_of_reading_all_history(monkeypatch) -> None:
-    monkeypatch.setattr(stats, "COUNT_LIMIT", 3)
+    monkeypatch.setattr(monitor_counts, "COUNT_LIMIT", 3)
     now = timezone.now()
     Job.objects.bulk_create(
         Job(id=f"done-{n}", func="tests.queue.jobs.add", queue="emails", status=Status.COMPLETE,

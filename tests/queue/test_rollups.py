@@ -17,6 +17,14 @@ from hypothesis import strategies as st
 
 from django_ratequeue import enqueue
 from django_ratequeue.models import Attempt, Job, LoopState, QueueMinute
+from django_ratequeue.monitor.figures import (
+    MAX_POINTS,
+    percentile,
+    percentiles,
+    queues_with_figures,
+    series,
+    series_by_queue,
+)
 from django_ratequeue.queue.models import (
     FINAL_STATUSES,
     HISTOGRAM_BOUNDS,
@@ -28,15 +36,9 @@ from django_ratequeue.queue.retention import prune_rollups
 from django_ratequeue.queue.rollups import (
     ARRIVALS_SETTLE,
     FINAL_FIGURES,
-    MAX_POINTS,
     Tally,
     bucket_of,
     floor_minute,
-    percentile,
-    percentiles,
-    queues_with_figures,
-    series,
-    series_by_queue,
     settled_until,
 )
 from tests.cluster import wait_for

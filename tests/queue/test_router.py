@@ -12,7 +12,8 @@ from django.test import override_settings
 
 from django_ratequeue import clock
 from django_ratequeue.checks import check_broker_database
-from django_ratequeue.queue import dispatch, keys, stats, wakeup
+from django_ratequeue.monitor import counts
+from django_ratequeue.queue import dispatch, keys, wakeup
 from django_ratequeue.queue.bulk import update_rows
 from django_ratequeue.queue.models import Job, queue_db
 from django_ratequeue.queue.runner import Runner
@@ -67,7 +68,7 @@ def test_an_orm_broker_on_another_database_is_refused() -> None:
         lambda: keys.keys_in_turn("q", None, 5),
         lambda: keys.next_jobs("q", {"": 1}),
         lambda: update_rows(Job, [Job(pk="x")], ["status"]),
-        lambda: stats.queue_names(),
+        lambda: counts.queue_names(),
         lambda: clock._measure(None),
     ],
     ids=[

@@ -1,5 +1,5 @@
 """``manage.py ratequeue_status``: jobs per queue and status, the main loop and its workers;
-with ``--watch``, redrawn every interval with each queue's last minute (queue/rollups.py)."""
+with ``--watch``, redrawn every interval with each queue's last minute (monitor/figures.py)."""
 
 from __future__ import annotations
 
@@ -14,9 +14,10 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from ... import clock
 from ...conf import ratequeue_settings
+from ...monitor.counts import COLUMNS, QueueCounts
+from ...monitor.figures import Figures, by_queue
+from ...monitor.overview import QueueOverview, queue_overview
 from ...queue.models import Status
-from ...queue.rollups import Figures, by_queue
-from ...queue.stats import COLUMNS, QueueCounts, QueueOverview, queue_overview
 
 # --watch redraws at least this often, and at most once an hour.
 MAX_INTERVAL = 3600.0
@@ -26,6 +27,11 @@ CLEAR = "\x1b[H\x1b[2J"
 
 def _time(moment: datetime | None) -> str:
     return "-" if moment is None else moment.isoformat(timespec="milliseconds")
+
+
+def _count(count: int, capped: bool) -> str:
+    """Return a count for people: "10000+" when it stopped at its limit."""
+    return f"{count}+" if capped else str(count)
 
 
 def _duration(seconds: float | None) -> str:
@@ -149,10 +155,15 @@ class Command(BaseCommand):
     ) -> None:
         header = ["QUEUE", "LIMIT", *(label.upper() for _column, label in COLUMNS)]
         rows = [
-            [q.name, q.limit_label, *(q.shown(column) for column, _label in COLUMNS)]
+            [
+                q.name,
+                q.limit_label,
+                *(_count(q.counts[column], column in q.capped) for column, _label in COLUMNS),
+            ]
             for q in overview.queues
         ]
-        rows.append(["(all)", "", *overview.totals_shown.values()])
+        capped = overview.totals_capped
+        rows.append(["(all)", "", *(_count(n, c in capped) for c, n in overview.totals.items())])
         if last_minute is not None:
             header += [*MINUTE_HEADER, "STATE"]
             for row, queue in zip(rows, overview.queues, strict=False):

@@ -1,0 +1,82 @@
+"""Read how much of each configured rate limit is in use now, for the admin's dashboard."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .. import clock
+from ..conf import ratequeue_settings
+from ..ratelimit.api import project_row_value
+from ..ratelimit.models import RateLimitState
+from ..ratelimit.status import KeysNow, describe, keys_now
+
+# The keys of a rate limit read at most (its rows with a key, projected to now).
+KEYS_READ = 1_000
+
+
+@dataclass(frozen=True)
+class RateLimitUse:
+    """A configured rate limit now: its value without a key (the one rate-gated queues
+    draw from; below zero: tokens reserved ahead) against its capacity, meaningful when
+    ``without_key`` (something draws on it without a key), and its keys."""
+
+    name: str
+    text: str
+    value: float
+    capacity: float
+    without_key: bool
+    keys: KeysNow
+    queues: tuple[str, ...]
+
+    @property
+    def used(self) -> float:
+        """Return the share of the capacity in use, 0 to 1 (1 also when reserved ahead)."""
+        if self.capacity <= 0:
+            return 0.0
+        return min(1.0, max(0.0, (self.capacity - self.value) / self.capacity))
+
+    @property
+    def exhausted(self) -> bool:
+        """Say whether not one whole token is left: what is drawn now waits (or is refused)."""
+        return self.value < 1
+
+    @property
+    def reserved(self) -> float:
+        """Return the tokens reserved ahead (0 when none are)."""
+        return max(0.0, -self.value)
+
+
+def rate_limit_uses(gated: dict[str, list[str]]) -> list[RateLimitUse]:
+    """Return each configured limit's value without a key now and its keys.
+
+    ``gated`` names, per limit, the queues it gates. The rows without a key of every
+    limit are read at once (a missing shard is full); the keys, the first KEYS_READ.
+    """
+    configured = ratequeue_settings().RATE_LIMITS
+    rows: dict[str, list[RateLimitState]] = {}
+    for row in RateLimitState.objects.filter(name__in=list(configured), key=""):
+        rows.setdefault(row.name, []).append(row)
+    now = clock.timestamp()
+    uses = []
+    for name, config in sorted(configured.items()):
+        stored = {row.shard: row for row in rows.get(name, [])}
+        value = sum(
+            project_row_value(stored[shard], config, now) or 0.0
+            if shard in stored
+            else config.per_shard(shard).max_tokens
+            for shard in range(config.shard_count)
+        )
+        queues = tuple(gated.get(name, ()))
+        without_key = bool(stored or queues)
+        uses.append(
+            RateLimitUse(
+                name,
+                describe(config),
+                value,
+                config.max_tokens,
+                without_key,
+                keys_now(name, config, KEYS_READ),
+                queues,
+            )
+        )
+    return uses

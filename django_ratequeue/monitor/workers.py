@@ -1,0 +1,89 @@
+"""The workers as people see them: live local processes and remote workers by key."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from .. import clock
+from ..conf import ratequeue_settings
+from ..queue.models import WorkerHeartbeat, WorkerKey
+from ..queue.workerkeys import running_per_instance
+
+
+@dataclass(frozen=True)
+class Worker:
+    """A live local worker process, from its heartbeat.
+
+    ``running`` is the attempts it has started and runs now, None where not read (the
+    queue overview alone does not read the attempts; the dashboard's snapshot does).
+    """
+
+    id: str
+    host: str
+    pid: int
+    seen_at: datetime
+    serving: bool  # a runner serves the queue in it now
+    leads: bool  # its agent leads the loop
+    running: int | None = None
+
+
+@dataclass(frozen=True)
+class RemoteWorker:
+    """The remote workers of one key not revoked: where and when it was last used, and
+    the worker instances that hold attempts now, with how many each."""
+
+    key: str  # its name
+    prefix: str
+    queues: list[str]
+    host: str
+    last_seen: datetime | None
+    instances: dict[str, int]
+
+    @property
+    def running(self) -> int:
+        """Return the attempts the key's workers run now."""
+        return sum(self.instances.values())
+
+
+def live_workers(leader: str, running: Counter[str] | None = None) -> list[Worker]:
+    """Return the local workers seen within WORKER_DEAD_AFTER, by host and pid.
+
+    ``leader`` is the id of the worker that leads the loop ("" when none does, or its
+    lease lapsed); ``running``, when given, the attempts each worker id runs.
+    """
+    dead_after = timedelta(seconds=ratequeue_settings().WORKER_DEAD_AFTER)
+    beats = WorkerHeartbeat.objects.filter(seen_at__gte=clock.now() - dead_after)
+    return [
+        Worker(
+            id=beat.id,
+            host=beat.host,
+            pid=beat.pid,
+            seen_at=beat.seen_at,
+            serving=beat.serving,
+            leads=beat.id == leader,
+            running=None if running is None else running[beat.id],
+        )
+        for beat in beats.order_by("host", "pid")
+    ]
+
+
+def remote_workers() -> list[RemoteWorker]:
+    """Return the keys not revoked (by name), each with what its workers run now."""
+    running = running_per_instance()
+    return [
+        RemoteWorker(
+            key=key.name,
+            prefix=key.prefix,
+            queues=list(key.queues),
+            host=key.last_host,
+            last_seen=key.last_seen,
+            instances={
+                instance: count
+                for (prefix, instance), count in sorted(running.items())
+                if prefix == key.prefix
+            },
+        )
+        for key in WorkerKey.objects.filter(revoked_at=None).order_by("name", "prefix")
+    ]

@@ -9,7 +9,7 @@ from django.db.models import Count
 
 from ..conf import ratequeue_settings
 from ..queue.keys import ready_order
-from ..queue.limits import QueueLimits, queue_overrides
+from ..queue.limits import QueueLimits, Queues
 from ..queue.models import Attempt, Job, Status, queue_connection
 from ..queue.options import DEFAULT_QUEUE
 from ..queue.skipscan import distinct_values
@@ -89,10 +89,10 @@ def queue_counts() -> list[QueueCounts]:
         row = counts.setdefault(queue, _empty_counts())
         row["dispatched"] = min(dispatched, row[Status.RUNNING])
         row[Status.RUNNING] -= row["dispatched"]
-    overrides = queue_overrides()
-    for name in overrides:
+    queues = Queues()
+    for name in queues.overrides:
         counts.setdefault(name, _empty_counts())
-    limits = {name: QueueLimits.of(name, overrides) for name in counts}
+    limits = {name: queues.limits(name) for name in counts}
     set_at_enqueue = _set_at_enqueue(
         {
             name: head
@@ -145,8 +145,7 @@ def queue_names() -> list[str]:
             _queues_by_status("SELECT queue FROM q WHERE queue IS NOT NULL"), Status.values
         )
         with_jobs = {name for (name,) in cursor.fetchall()}
-    configured = {DEFAULT_QUEUE, *ratequeue_settings().QUEUES, *queue_overrides()}
-    return sorted(with_jobs | configured)
+    return sorted(with_jobs | Queues().configured())
 
 
 def _dispatched() -> Counter[str]:

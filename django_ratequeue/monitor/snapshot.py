@@ -10,8 +10,8 @@ from enum import StrEnum
 
 from .. import clock
 from ..conf import ratequeue_settings
-from ..queue.limits import QueueLimits, environment_limit, queue_overrides
-from ..queue.models import Attempt, QueueSetting, Status, Wait
+from ..queue.limits import QueueLimits, Queues
+from ..queue.models import Attempt, Status, Wait
 from ..queue.rollups import uncounted_arrivals
 from ..ratelimit.status import describe
 from .counts import COLUMNS, QueueCounts, effective_limit
@@ -259,8 +259,7 @@ def _charted(queues: list[QueueCounts], active: _Active, with_figures: set[str])
 def _without_jobs(
     with_figures: set[str],
     overview: QueueOverview,
-    overrides: dict[str, QueueSetting],
-    max_concurrency: int,
+    queues: Queues,
 ) -> list[QueueCounts]:
     """Return the queues with figures in the window that the overview does not list (their
     jobs are pruned already: figures are kept longer), with no job."""
@@ -268,7 +267,7 @@ def _without_jobs(
     return [
         QueueCounts(
             name,
-            *effective_limit(name, QueueLimits.of(name, overrides, max_concurrency), None),
+            *effective_limit(name, queues.limits(name), None),
             dict.fromkeys([column for column, _label in COLUMNS], 0),
         )
         for name in names
@@ -309,13 +308,12 @@ def snapshot(window: Window = DEFAULT_WINDOW) -> Snapshot:
     now = clock.now()
     since, step = window_bounds(window, now)
     overview = queue_overview()
-    overrides = queue_overrides()
-    max_concurrency = environment_limit()
+    in_force = Queues()
     active = _Active.read()
     with_figures = set(queues_with_figures(since))
-    listed = [*overview.queues, *_without_jobs(with_figures, overview, overrides, max_concurrency)]
+    listed = [*overview.queues, *_without_jobs(with_figures, overview, in_force)]
     listed.sort(key=lambda counts: counts.name)
-    limits = {q.name: QueueLimits.of(q.name, overrides, max_concurrency) for q in listed}
+    limits = {q.name: in_force.limits(q.name) for q in listed}
     rate_limits = rate_limit_uses(_gated(limits))
     rate_values = {use.name: use.value for use in rate_limits}
     charted = _charted(listed, active, with_figures)
@@ -336,7 +334,7 @@ def snapshot(window: Window = DEFAULT_WINDOW) -> Snapshot:
         busiest_keys=_busiest(active, {q.name: q.counts.limit for q in queues}),
         rate_limits=rate_limits,
         local_workers=[replace(w, running=active.per_worker[w.id]) for w in overview.workers],
-        max_concurrency=max_concurrency,
+        max_concurrency=in_force.environment,
         in_use=active.environment,
         charted=charted,
     )

@@ -30,6 +30,7 @@ from .models import (
     queue_connection,
 )
 from .moves import Moves
+from .skipscan import distinct_values
 from .transitions import fail_job, isolated
 from .turns import QUEUES_PER_STEP, Turns
 
@@ -300,27 +301,21 @@ def is_remote(queue: str, settings: RateQueueSettings) -> bool:
 
 
 def waiting_queues(after: str = "") -> list[str]:
-    """Up to QUEUES_PER_STEP queues that have WAITING jobs, in turns: the queues after
-    ``after`` by name, then from the first one on. Found by skipping through the dispatch
-    index (one index probe per queue, however many jobs wait), both ranges in one
-    statement."""
+    """Return up to QUEUES_PER_STEP queues that have WAITING jobs, in turns.
+
+    The queues after ``after`` by name, then from the first one on: both ranges in one
+    statement, each a skip scan of the dispatch index (one probe per queue, however many
+    jobs wait)."""
     table = queue_connection().ops.quote_name(Job._meta.db_table)
-    waiting = f"status = '{Status.WAITING.value}'"
+    waiting = f"t.status = '{Status.WAITING.value}'"
+    first = distinct_values("q", table, "queue", where=waiting, after="%s")
+    wrapped = distinct_values("w", table, "queue", where=waiting, through="%s")  # up to after
     sql = (
-        f"WITH RECURSIVE q(name) AS ("
-        f" SELECT MIN(queue) FROM {table} WHERE {waiting} AND queue > %s"
+        f"WITH RECURSIVE {first}, {wrapped}"
+        f" SELECT * FROM (SELECT 1 AS part, queue FROM q WHERE queue IS NOT NULL LIMIT %s) AS a"
         f" UNION ALL"
-        f" SELECT (SELECT MIN(queue) FROM {table} WHERE {waiting} AND queue > q.name)"
-        f" FROM q WHERE q.name IS NOT NULL"
-        f"), w(name) AS ("  # the wrap-around: from the first queue up to ``after``
-        f" SELECT MIN(queue) FROM {table} WHERE {waiting} AND queue <= %s"
-        f" UNION ALL"
-        f" SELECT (SELECT MIN(queue) FROM {table} WHERE {waiting} AND queue > w.name"
-        f" AND queue <= %s) FROM w WHERE w.name IS NOT NULL"
-        f") SELECT * FROM (SELECT 1 AS part, name FROM q WHERE name IS NOT NULL LIMIT %s) AS a"
-        f" UNION ALL"
-        f" SELECT * FROM (SELECT 2 AS part, name FROM w WHERE name IS NOT NULL LIMIT %s) AS b"
-        f" ORDER BY part, name"
+        f" SELECT * FROM (SELECT 2 AS part, queue FROM w WHERE queue IS NOT NULL LIMIT %s) AS b"
+        f" ORDER BY part, queue"
     )
     wrap = QUEUES_PER_STEP if after else 0
     statement = server_statement("ratequeue_waiting_queues", sql)

@@ -2,17 +2,9 @@
 
 ``TASKS = {"default": {"BACKEND": "django_ratequeue.backends.RateQueueBackend"}}``. Each
 enqueued task is one ratequeue job of :func:`run_task` (:func:`arun_task` for an ``async
-def`` task, which runs on the worker's event loop), which finds the task on the worker
-and sends the framework's ``task_started`` and ``task_finished`` around it, so the engine
-needs to know nothing about django.tasks. A task is registered when it is defined
-for this backend (:meth:`RateQueueBackend.validate_task`) at start-up, and found by its
-name, never imported by it (see :mod:`.queue.registry`); the app imports installed apps'
-``tasks`` modules at start-up when a backend is ours. A task's queue name, priority and
-``run_after`` become the job's queue, priority and ``start_at``; its result is read back
-from the job and its attempts.
-
-On Django 5.2 this module still imports (the rest of the app must keep working), but the
-backend refuses to start and a system check names the TASKS entries that use it.
+def`` task), which sends the framework's signals around it: the engine knows nothing of
+django.tasks. On Django 5.2 the module imports, but the backend refuses to start.
+docs/django-tasks.md tells how tasks map to jobs, and how they are registered and found.
 """
 
 from __future__ import annotations
@@ -56,7 +48,7 @@ else:
     HAS_DJANGO_TASKS = False
 
     class BaseTaskBackend:
-        """Stands in for django.tasks' base class before Django 6.0, refusing to start."""
+        """Stand in for django.tasks' base class before Django 6.0, refusing to start."""
 
         def __init__(self, alias: str, params: dict[str, Any]) -> None:
             raise ImproperlyConfigured(NEEDS_DJANGO_6)
@@ -74,7 +66,7 @@ OPTION_NAMES = frozenset({"retries", "timeout"})
 
 
 class RateQueueBackend(BaseTaskBackend):
-    """Runs ``django.tasks`` tasks as ratequeue jobs on the django-q2 cluster."""
+    """Run ``django.tasks`` tasks as ratequeue jobs on the django-q2 cluster."""
 
     supports_defer = True
     # An async def task runs as arun_task, on the worker's event loop.
@@ -105,9 +97,11 @@ class RateQueueBackend(BaseTaskBackend):
         self.async_job: JobFunction[..., Any] = JobFunction.of(arun_task, defaults)
 
     def validate_task(self, task: Task[..., Any]) -> None:
-        """Refuse what cannot run here, and register the rest: django.tasks calls this when
-        a task for this backend is defined (and for each ``.using()`` copy), and enqueue
-        calls it again. A task defined after start-up is refused, as a worker would."""
+        """Refuse what cannot run here, and register the rest.
+
+        django.tasks calls this when a task for this backend is defined (and for each
+        ``.using()`` copy), and enqueue calls it again. A task defined after start-up is
+        refused, as a worker would refuse it."""
         super().validate_task(task)
         try:
             QueueChoice.coerce(task.queue_name)
@@ -141,8 +135,9 @@ class RateQueueBackend(BaseTaskBackend):
         return cast("TaskResult[_P, _R]", result)
 
     def check(self, **kwargs: Any) -> list[CheckMessage]:
-        """Django's checks of a backend, and that the app whose tables it writes is
-        installed (run by ``manage.py check`` for every TASKS entry)."""
+        """Run Django's checks of a backend, and check that django_ratequeue is installed.
+
+        ``manage.py check`` runs this for every TASKS entry."""
         problems = list(super().check(**kwargs))
         if not apps.is_installed("django_ratequeue"):
             problems.append(
@@ -156,7 +151,7 @@ class RateQueueBackend(BaseTaskBackend):
         return problems
 
     def get_result(self, result_id: str) -> TaskResult[..., Any]:
-        """The result of the job ``result_id``: its row, and the attempts read after it."""
+        """Return the result of the job ``result_id``: its row, and the attempts read after it."""
         try:
             job = Job.objects.get(pk=result_id, func__in=TASK_JOBS)
         except Job.DoesNotExist:
@@ -180,8 +175,10 @@ class RateQueueBackend(BaseTaskBackend):
 
 
 def check_findable(task: Task[..., Any]) -> None:
-    """Refuse at enqueue a task that is not at its own name (``module_path``), where
-    workers and other processes look it up; read from the imported module, never imported."""
+    """Refuse at enqueue a task that is not at its own name (``module_path``).
+
+    Workers and other processes look it up there. It is read from the imported module,
+    never imported."""
     module, _, name = task.module_path.rpartition(".")
     found = getattr(sys.modules.get(module), name, None)
     if not isinstance(found, Task) or found.func is not task.func:
@@ -192,7 +189,7 @@ def check_findable(task: Task[..., Any]) -> None:
 
 
 def resolve_task(path: str) -> Task[..., Any]:
-    """The task registered at ``path`` (:class:`UnknownJob` if none); nothing is imported."""
+    """Return the task registered at ``path`` (:class:`UnknownJob` if none); import nothing."""
     found = registered_task(path)
     if not isinstance(found, Task):
         raise UnknownJob(f"{path!r} is not a task.")
@@ -200,9 +197,11 @@ def resolve_task(path: str) -> Task[..., Any]:
 
 
 def as_enqueued(task: Task[_P, _R], **values: Any) -> Task[_P, _R]:
-    """A copy of ``task`` with the queue, priority and backend its job was enqueued with,
-    not validated again (as ``Task.using`` would): a result read back describes the task
-    that ran, even after its queue or priority stopped being valid in the settings."""
+    """Return a copy of ``task`` with the values its job was enqueued with, unvalidated.
+
+    The values are the queue, priority and backend, not validated again (as ``Task.using``
+    would): a result read back describes the task that ran, even after its queue or
+    priority stopped being valid in the settings."""
     copy = object.__new__(type(task))
     for field in fields(task):
         object.__setattr__(copy, field.name, values.get(field.name, getattr(task, field.name)))
@@ -210,7 +209,9 @@ def as_enqueued(task: Task[_P, _R], **values: Any) -> Task[_P, _R]:
 
 
 def result_status(status: str) -> TaskResultStatus:
-    """Our status in the framework's terms: waiting or retrying is READY, canceled FAILED."""
+    """Return our status in the framework's terms.
+
+    Waiting or retrying is READY, canceled FAILED."""
     if status == Status.RUNNING:
         return TaskResultStatus.RUNNING
     if status == Status.COMPLETE:
@@ -223,8 +224,9 @@ def result_status(status: str) -> TaskResultStatus:
 def task_result(
     job: Job, attempts: list[Attempt], task: Task[..., Any] | None = None
 ) -> TaskResult[..., Any]:
-    """The framework's view of a job enqueued by the backend and its attempts; ``task`` is
-    rebuilt from the job unless given."""
+    """Return the framework's view of a job enqueued by the backend, and its attempts.
+
+    ``task`` is rebuilt from the job unless given."""
     call = job.kwargs
     if task is None:
         run_after = call.get("run_after")  # None in rows enqueued before it was kept
@@ -259,8 +261,10 @@ def task_result(
 
 
 def attempt_error(attempt: Attempt) -> TaskError:
-    """A failed attempt as a TaskError: the class its job raised, as recorded when the
-    attempt ended (``builtins.Exception`` for one that ended before rows kept it)."""
+    """Return a failed attempt as a TaskError: the class its job raised, and its traceback.
+
+    The class is as recorded when the attempt ended (``builtins.Exception`` for one that
+    ended before rows kept it)."""
     return TaskError(
         exception_class_path=attempt.exception_class_path or class_path(Exception),
         traceback=attempt.traceback or attempt.error,
@@ -274,9 +278,11 @@ def run_task(
     backend: str,
     run_after: str | None = None,
 ) -> Any:
-    """The job the backend enqueues: run the task ``task`` on a ratequeue worker, sending
-    ``task_started`` before and ``task_finished`` after each attempt. (``run_after``, the
-    task's own in ISO 8601, is there for the results read back from the job.)
+    """Run the task ``task`` on a ratequeue worker: the job the backend enqueues.
+
+    It sends ``task_started`` before and ``task_finished`` after each attempt.
+    (``run_after``, the task's own in ISO 8601, is there for the results read back from
+    the job.)
 
     A failure is re-raised for the engine to record and retry by the job's policy, so a
     ``task_finished`` with FAILED may be followed by another ``task_started``.
@@ -299,9 +305,10 @@ async def arun_task(
     backend: str,
     run_after: str | None = None,
 ) -> Any:
-    """:func:`run_task` for a task whose function is ``async def``: its coroutine runs on
-    the worker's event loop; the signals are sent from Django's thread for sync code, where
-    receivers may use the ORM."""
+    """Run an ``async def`` task on a ratequeue worker, as :func:`run_task` runs others.
+
+    Its coroutine runs on the worker's event loop; the signals are sent from Django's
+    thread for sync code, where receivers may use the ORM."""
     function, result, sender = await sync_to_async(task_started_now)(task, backend)
     try:
         value = await function.acall(*context_args(function, result), *args, **kwargs)
@@ -320,8 +327,9 @@ async def arun_task(
 def task_started_now(
     task: str, backend: str
 ) -> tuple[Task[..., Any], TaskResult[..., Any], type[RateQueueBackend]]:
-    """The task ``task``, its result as it starts and the signals' sender, once
-    ``task_started`` is sent."""
+    """Send ``task_started``; return the task ``task``, its result and the signals' sender.
+
+    The result is the task's as it starts."""
     attempt = current_attempt.get()
     if attempt is None:
         raise RuntimeError("run_task runs inside a ratequeue worker's attempt only.")
@@ -340,13 +348,15 @@ def task_started_now(
 
 
 def context_args(function: Task[..., Any], result: TaskResult[..., Any]) -> list[Any]:
-    """The TaskContext a task that takes one is called with first."""
+    """Return the arguments that go first: the TaskContext, for a task that takes one."""
     return [TaskContext(task_result=result)] if function.takes_context else []
 
 
 def stored_value(value: Any) -> Any:
-    """A task's return value as the job stores it; fails here, not after ``task_finished``
-    says SUCCESSFUL."""
+    """Return a task's return value as the job stores it.
+
+    A value the job cannot store fails here, not after ``task_finished`` says
+    SUCCESSFUL."""
     value = normalize_json(value)
     check_result_size(value)
     return value
@@ -364,9 +374,10 @@ def task_error(exc: BaseException) -> TaskError:
 
 
 def task_failed(sender: type, result: TaskResult[..., Any], error: TaskError) -> None:
-    """Record ``error`` on the result and send ``task_finished``: called inside the handler
-    of the task's exception (``sync_to_async`` carries it to its thread), where Django's own
-    receiver logs it from."""
+    """Record ``error`` on the result and send ``task_finished``.
+
+    It is called inside the handler of the task's exception (``sync_to_async`` carries it
+    to its thread), where Django's own receiver logs it from."""
     _finish(result, TaskResultStatus.FAILED, errors=[*result.errors, error])
     task_finished.send_robust(sender, task_result=result)
 
@@ -389,7 +400,9 @@ def _finish(result: TaskResult[..., Any], status: TaskResultStatus, **values: An
 def check_django_version(
     app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
 ) -> list[CheckMessage]:
-    """Before Django 6.0 nothing reads TASKS, so only this check can say the backend won't
+    """Refuse, before Django 6.0, the TASKS entries that use this backend.
+
+    Before Django 6.0 nothing reads TASKS, so only this check can say the backend won't
     run."""
     if HAS_DJANGO_TASKS:
         return []

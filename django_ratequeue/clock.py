@@ -1,20 +1,10 @@
 """The one clock of every process: the database server's (or, for tests, the process's own).
 
-Hosts that share a database judge each other by the times they write: heartbeats, the
-loop's lease, attempts' start times against their timeouts, rate-limit states. Were each
-host to use its own clock, a host 5 s off would take live workers for dead (and run their
-jobs again), or move a rate limit's stored time ahead of the others, whose refills would
-stop until their clocks caught up. So every time ratequeue writes or compares comes from
-here: the local clock plus its offset from the database server's clock, measured with one
-query at the first use, every :data:`RECHECK` seconds, and at once when the local clock
-jumps (an NTP step). An offset within the measurement's own error (half the round trip,
-plus the millisecond of SQLite's clock) cannot be told from none, and counts as none: the
-processes of one host, and every process on SQLite, then share the local clock exactly.
-
-So a test that moves this process's clock (time-machine, freezegun) moves none of it: the
-next measurement takes the jump back out. ``RATEQUEUE["CLOCK"] = "local"`` makes the
-process's own clock the one clock instead, unmeasured, for tests (and single hosts):
-every time ratequeue reads then moves with the test's. docs/testing.md tells how.
+Every time ratequeue writes or compares comes from here: the local clock plus its offset
+from the database server's, measured with one query at the first use, every
+:data:`RECHECK` seconds, and at once when the local clock jumps (an NTP step).
+``RATEQUEUE["CLOCK"] = "local"`` makes the process's own clock the one clock, unmeasured,
+for tests (and single hosts). docs/concepts.md ("One clock") tells why; docs/testing.md how.
 """
 
 from __future__ import annotations
@@ -45,8 +35,10 @@ logger = logging.getLogger("django_ratequeue")
 
 
 class _Offset:
-    """The database clock minus ours, and when (and against which monotonic reading of
-    the local clock) it was measured."""
+    """The database clock minus ours (``seconds``), and when it was measured.
+
+    ``checked`` is the monotonic reading of the local clock it was measured against,
+    ``base`` the wall clock minus that reading (a jump of the wall clock changes it)."""
 
     __slots__ = ("base", "checked", "seconds")
 
@@ -58,8 +50,9 @@ _offset: _Offset | None = None
 
 
 def timestamp() -> float:
-    """Now, in seconds since the epoch: on the database's clock, or this process's with
-    ``RATEQUEUE["CLOCK"] = "local"``."""
+    """Return now, in seconds since the epoch, on the one clock.
+
+    That is the database's clock, or this process's with ``RATEQUEUE["CLOCK"] = "local"``."""
     global _offset
     if ratequeue_settings().CLOCK == "local":
         return time.time()
@@ -72,15 +65,16 @@ def timestamp() -> float:
 
 
 def now() -> datetime:
-    """:func:`timestamp` as an aware UTC datetime."""
+    """Return :func:`timestamp` as an aware UTC datetime."""
     return datetime.fromtimestamp(timestamp(), tz=UTC)
 
 
 def _measure(known: _Offset | None) -> _Offset:
-    """Read the database's clock between two readings of ours. Should the database not
-    answer, the last offset is kept (none: the local clock) and measured again soon.
-    The database is the queue's (found through the app registry: this module is below
-    the models), as the router gives it."""
+    """Measure the database clock's offset from ours, read between two readings of ours.
+
+    Should the database not answer, the last offset is kept (none: the local clock) and
+    measured again soon. The database is the queue's (found through the app registry:
+    this module is below the models), as the router gives it."""
     connection = connections[router.db_for_write(apps.get_model("django_ratequeue", "Job"))]
     sql = SERVER_TIME.get(connection.vendor)
     before, steady = time.time(), time.monotonic()

@@ -1,11 +1,9 @@
 """The ``RATEQUEUE`` settings, merged over their defaults, checked and typed.
 
-Read them through :func:`ratequeue_settings`: a :class:`RateQueueSettings` with one typed
-attribute per setting, built once and built again when ``override_settings`` changes
-``RATEQUEUE``. Every rule on a value is written once, in :func:`parse_settings`: the
-system checks report its problems at start-up, and a process that reads settings which
-break a rule gets :class:`~django.core.exceptions.ImproperlyConfigured` naming them rather
-than running with them.
+Read them through :func:`ratequeue_settings`: one typed attribute per setting, built again
+when ``override_settings`` changes ``RATEQUEUE``. Every rule is written once, in
+:func:`parse_settings`: the system checks report its problems at start-up, and reading
+settings that break one raises :class:`~django.core.exceptions.ImproperlyConfigured`.
 """
 
 from __future__ import annotations
@@ -253,7 +251,7 @@ API_THROTTLES_EXAMPLE = '{"enqueue": {"rate": 100, "period": 60, "capacity": 100
 
 @dataclass
 class _Parser:
-    """Reads the merged dict value by value, keeping every problem it finds."""
+    """Read the merged dict value by value, keeping every problem it finds."""
 
     values: Mapping[str, Any]
     problems: list[Problem] = field(default_factory=list)
@@ -262,7 +260,7 @@ class _Parser:
         self.problems.append(Problem(f"django_ratequeue.{number}", message, hint))
 
     def positive_integer(self, name: str) -> int:
-        """The value, or 0 (never valid) when it breaks the rule."""
+        """Return the setting ``name`` if it is a positive integer, else 0 (never valid)."""
         try:
             return integer(f'RATEQUEUE["{name}"]', self.values[name], 1, MAX_INT)
         except ValueError as error:
@@ -270,7 +268,7 @@ class _Parser:
             return 0
 
     def slots(self) -> int:
-        """How many attempts one worker process runs at once, or 0 (never valid)."""
+        """Return how many attempts one worker process runs at once, or 0 (never valid)."""
         try:
             return integer('RATEQUEUE["SLOTS"]', self.values["SLOTS"], 1, MAX_SLOTS)
         except ValueError as error:
@@ -282,7 +280,9 @@ class _Parser:
             return 0
 
     def duration(self, name: str, number: str, *, allow_zero: bool) -> float:
-        """Finite seconds (a timedelta is taken too), or -1 (never valid)."""
+        """Return the setting ``name`` in finite seconds, or -1 (never valid).
+
+        A timedelta is taken too."""
         try:
             return seconds(
                 f'RATEQUEUE["{name}"]', self.values[name], MAX_DELAY, allow_zero=allow_zero
@@ -298,7 +298,7 @@ class _Parser:
         return bool(value)
 
     def rate_limits(self) -> tuple[dict[str, RateLimitConfig], dict[str, KeyRule]]:
-        """The limits, and the key rule of each public one."""
+        """Return the limits, and the key rule of each public one."""
         limits = self.values["RATE_LIMITS"]
         hint = f'For example RATEQUEUE["RATE_LIMITS"] = {RATE_LIMITS_EXAMPLE}.'
         if not isinstance(limits, Mapping):
@@ -333,8 +333,10 @@ class _Parser:
     def public_limit(
         self, name: str, public: Any, config: Mapping[str, Any]
     ) -> PublicRateLimit | None:
-        """A limit the HTTP API shows (``"public": True``), with the rule that gives the key
-        of the requesting user (``"key"``, "user" when not given)."""
+        """Return the limit ``name`` as the HTTP API shows it, or None if it is not public.
+
+        A public limit has ``"public": True``, and the rule that gives the key of the
+        requesting user (``"key"``, "user" when not given)."""
         where = f'RATEQUEUE["RATE_LIMITS"][{name!r}]'
         if not isinstance(public, bool):
             self.problem("E106", f"{where}['public'] must be True or False, got {public!r}.")
@@ -458,7 +460,7 @@ class _Parser:
             return None
 
     def api_throttles(self) -> dict[str, RateLimitConfig | None]:
-        """Each scope's token bucket, or None (off)."""
+        """Return each scope's token bucket, or None (off)."""
         value = self.values["API_THROTTLES"]
         if not isinstance(value, Mapping) or set(value) - set(API_THROTTLE_SCOPES):
             self.problem(
@@ -519,7 +521,7 @@ class _Parser:
         return str(value)
 
     def parse(self) -> RateQueueSettings:
-        """The settings; meaningful only when no problem was found."""
+        """Return the settings; they are meaningful only when no problem was found."""
         numbers = {name: self.positive_integer(name) for name in POSITIVE_INTEGERS}
         durations = {name: self.duration(name, "E202", allow_zero=False) for name in DURATIONS}
         if min(durations.values()) > 0:
@@ -582,8 +584,10 @@ class _Parser:
 
 
 def parse_settings(configured: Any) -> tuple[RateQueueSettings | None, list[Problem]]:
-    """The settings that ``configured`` (``settings.RATEQUEUE``) gives over the defaults,
-    and every problem with them: the settings are None when there is any."""
+    """Return the settings ``configured`` gives over the defaults, and their problems.
+
+    ``configured`` is ``settings.RATEQUEUE``. The settings are None when there is any
+    problem."""
     configured = configured or {}
     if not isinstance(configured, Mapping):
         message = f"settings.RATEQUEUE must be a dict, got {configured!r}."
@@ -604,8 +608,9 @@ def parse_settings(configured: Any) -> tuple[RateQueueSettings | None, list[Prob
 
 @cache
 def ratequeue_settings() -> RateQueueSettings:
-    """The project's ``RATEQUEUE`` settings merged over :data:`DEFAULTS`; raises
-    ImproperlyConfigured naming every problem when they break a rule."""
+    """Return the project's ``RATEQUEUE`` settings merged over :data:`DEFAULTS`.
+
+    Raise ImproperlyConfigured naming every problem when they break a rule."""
     values, problems = parse_settings(getattr(settings, "RATEQUEUE", None))
     if values is None:
         listed = "\n".join(f"  {p.id}: {p.message}" for p in problems)

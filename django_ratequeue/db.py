@@ -1,13 +1,9 @@
 """Hot statements that a PostgreSQL session prepares on the server from their second use.
 
-Django's psycopg backend binds parameters on the client, which prepares nothing, so the
-server plans a statement again on every run; for short statements on hot paths (a rate
-limit's consume, an enqueue's INSERT) planning costs as much as running. A session that
-runs a :class:`ServerStatement` twice prepares it with SQL ``PREPARE`` and from then on
-sends ``EXECUTE`` (sessions that live for one request never pay for the ``PREPARE``).
-Not on other databases, nor when the database is marked for a transaction pooler
-(``DISABLE_SERVER_SIDE_CURSORS``), whose sessions are not ours, nor with
-``server_side_binding``, where psycopg prepares statements itself.
+A session that runs a :class:`ServerStatement` twice prepares it with SQL ``PREPARE`` and
+from then on sends ``EXECUTE``. Not on other databases, nor for a transaction pooler
+(``DISABLE_SERVER_SIDE_CURSORS``), nor with ``server_side_binding``. docs/concepts.md ("The
+main loop") tells why; docs/operations.md ("Prepared statements and poolers"), when not.
 """
 
 from __future__ import annotations
@@ -21,9 +17,11 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 
 @dataclass(frozen=True, slots=True)
 class ServerStatement:
-    """One statement, as plain SQL with the driver's placeholders (``text``) and as the
-    body of ``PREPARE name (types) AS ...`` with ``$1, $2, ...`` (``prepared_text``).
-    ``arguments`` are the driver's placeholders for ``EXECUTE``, in ``$n`` order; ``types``
+    """One statement, as plain SQL and as the body of a ``PREPARE``.
+
+    ``text`` has the driver's placeholders; ``prepared_text`` is the body of ``PREPARE
+    name (types) AS ...`` with ``$1, $2, ...``. ``arguments`` are the driver's
+    placeholders for ``EXECUTE``, in ``$n`` order; ``types``
     may be empty to let the server infer the parameters' types from their use."""
 
     name: str
@@ -45,8 +43,10 @@ _sessions: weakref.WeakKeyDictionary[Any, dict[str, bool]] = weakref.WeakKeyDict
 
 
 def sql_to_run(connection: BaseDatabaseWrapper, statement: ServerStatement) -> str:
-    """The SQL to execute for ``statement`` on ``connection``: its plain text, or
-    ``EXECUTE`` of the session's prepared statement (preparing it on its second use)."""
+    """Return the SQL to execute for ``statement`` on ``connection``.
+
+    That is its plain text, or ``EXECUTE`` of the session's prepared statement (preparing
+    it on its second use)."""
     if connection.vendor != "postgresql":
         return statement.text
     prepared = _sessions.get(connection.connection) if connection.connection else None
@@ -71,8 +71,10 @@ def sql_to_run(connection: BaseDatabaseWrapper, statement: ServerStatement) -> s
 
 
 def server_statement(name: str, text: str) -> ServerStatement:
-    """A statement written with the driver's ``%s`` placeholders only (no literal ``%``),
-    whose parameters' types the server infers from their use."""
+    """Return the :class:`ServerStatement` of ``text``, named ``name``.
+
+    ``text`` has the driver's ``%s`` placeholders only (no literal ``%``); the server
+    infers the parameters' types from their use."""
     parts = text.split("%s")
     numbered = "".join(f"{part}${i}" for i, part in enumerate(parts[:-1], 1)) + parts[-1]
     return ServerStatement(name, text, numbered, ", ".join(["%s"] * (len(parts) - 1)))
@@ -81,7 +83,7 @@ def server_statement(name: str, text: str) -> ServerStatement:
 def execute(
     connection: BaseDatabaseWrapper, statement: ServerStatement, params: list[Any]
 ) -> list[tuple[Any, ...]]:
-    """Run ``statement`` (:func:`sql_to_run`) with ``params``; the rows it returned."""
+    """Run ``statement`` (:func:`sql_to_run`) with ``params``; return the rows it returned."""
     sql = sql_to_run(connection, statement)
     with connection.cursor() as cursor:
         cursor.execute(sql, params)

@@ -1,24 +1,10 @@
 """The ``@ratelimit`` view decorator: HTTP 429 from the database-backed rate limits.
 
-Keys say *who* is limited: ``None`` (one limit for everybody), ``"ip"``, ``"user"``,
-``"user_or_ip"``, ``"header:<name>"``, or a callable ``(request) -> str | None``.
-
-``"ip"`` is ``REMOTE_ADDR``. Behind a reverse proxy that is the proxy's address, so every
-client would share one limit: make the proxy (or a middleware you trust) put the client
-address into ``REMOTE_ADDR``, or pass a callable key that reads the forwarding header your
-proxy sets. ``X-Forwarded-For`` is never read here because clients can forge it. IPv6
-addresses are limited per /64 network, the block one subscriber usually holds; IPv4-mapped
-ones (``::ffff:1.2.3.4``) as their IPv4 address.
-
-``"user"`` limits an authenticated user by primary key. An anonymous request is a
-programming error (``ImproperlyConfigured``): put ``@login_required`` outside
-``@ratelimit``, or use ``"user_or_ip"``.
-
-Every limited response carries ``Retry-After`` (whole seconds, rounded up) and, like
-every response that went through a limit, the IETF draft headers
-``RateLimit-Limit`` (the capacity), ``RateLimit-Remaining`` (whole tokens left) and
-``RateLimit-Reset`` (seconds until the limit is full again), plus ``RateLimit-Policy``
-(``<rate>;w=<period seconds>``).
+Keys say *who* is limited: ``None`` (everybody), ``"ip"`` (``REMOTE_ADDR`` only, never the
+forgeable ``X-Forwarded-For``), ``"user"`` (authenticated: put ``@login_required``
+outside), ``"user_or_ip"``, ``"header:<name>"``, or a callable. A refusal carries
+``Retry-After``, and every response the IETF draft ``RateLimit-*`` headers
+(:func:`.ratelimit.status.quota_headers`). docs/api.md ("View decorator") tells the rest.
 """
 
 from __future__ import annotations
@@ -55,12 +41,12 @@ MAX_KEY_LENGTH = 200
 
 
 def response_failed(request: HttpRequest, response: HttpResponse) -> bool:
-    """A ``count_if`` predicate: the view answered with a client or server error."""
+    """Return whether the view answered with a client or server error (for ``count_if``)."""
     return response.status_code >= 400
 
 
 def response_succeeded(request: HttpRequest, response: HttpResponse) -> bool:
-    """A ``reset_if`` predicate: the view answered with a success or a redirect."""
+    """Return whether the view answered with a success or a redirect (for ``reset_if``)."""
     return response.status_code < 400
 
 
@@ -114,7 +100,7 @@ def ratelimit(
 
 @dataclass(frozen=True)
 class ViewRateLimit:
-    """One ``@ratelimit`` application: decides, calls the view, settles and adds headers."""
+    """Apply one ``@ratelimit``: decide, call the view, settle and add headers."""
 
     name: str
     key_func: KeyFunc | None
@@ -154,7 +140,7 @@ class ViewRateLimit:
     def admit(self, request: HttpRequest) -> tuple[str | None, HttpResponse | None] | None:
         """Consume (or, with ``count_if``, only check) for this request's key.
 
-        ``None`` when the limit does not apply (another method, or the key callable
+        Return ``None`` when the limit does not apply (another method, or the key callable
         returned ``None``); else the key and the 429 response if the request is refused.
         """
         if self.methods is not None and request.method not in self.methods:
@@ -199,8 +185,10 @@ def add_quota_headers(
     key: str | None,
     config: Any = None,
 ) -> None:
-    """Set the ``RateLimit-*`` headers of the limit ``name`` for ``key`` in ``headers``,
-    unless they already hold another limit's with less left: the tightest one shows."""
+    """Set the ``RateLimit-*`` headers of the limit ``name`` for ``key`` in ``headers``.
+
+    Headers that already hold another limit's with less left stay: the tightest one
+    shows."""
     quota = quota_headers(name, key=key, config=config)
     other = headers.get("RateLimit-Remaining")
     if quota and (other is None or int(other) > int(quota["RateLimit-Remaining"])):
@@ -209,19 +197,19 @@ def add_quota_headers(
 
 
 def too_many_requests(request: HttpRequest, exception: RateLimited) -> HttpResponse:
-    """The default response to a refused request: a short plain-text 429."""
+    """Return the default response to a refused request: a short plain-text 429."""
     return HttpResponse(
         f"Too many requests: {exception}.\n", status=429, content_type="text/plain; charset=utf-8"
     )
 
 
 def client_ip(request: HttpRequest) -> str | None:
-    """``REMOTE_ADDR`` as :func:`address_identity` keys it."""
+    """Return ``REMOTE_ADDR`` as :func:`address_identity` keys it."""
     return address_identity(request.META.get("REMOTE_ADDR"))
 
 
 def address_identity(address: str | None) -> str | None:
-    """The part of a client address that identifies one client, for a rate-limit key.
+    """Return the part of a client address that identifies one client, for a rate-limit key.
 
     IPv4 as it is, also when written IPv4-mapped (``::ffff:1.2.3.4``, as dual-stack
     servers report IPv4 clients), so that it is not taken for an IPv6 /64 that every IPv4
@@ -253,7 +241,7 @@ def _without_port(address: str) -> str:
 
 
 def hashed_if_long(value: str) -> str:
-    """``value``, or its SHA-256 when longer than ``MAX_KEY_LENGTH``."""
+    """Return ``value``, or its SHA-256 when longer than ``MAX_KEY_LENGTH``."""
     if len(value) <= MAX_KEY_LENGTH:
         return value
     return "sha256:" + hashlib.sha256(value.encode("utf-8", "surrogatepass")).hexdigest()
@@ -280,7 +268,9 @@ def user_or_ip_key(request: HttpRequest) -> str | None:
 
 
 def header_key(header: str) -> KeyFunc:
-    """The value of a request header; requests without it share the key ``header:``."""
+    """Return the key function that keys a request by its ``header``.
+
+    Requests without the header share the key ``header:``."""
 
     def key(request: HttpRequest) -> str:
         return f"header:{hashed_if_long(request.headers.get(header, ''))}"

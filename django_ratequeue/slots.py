@@ -1,20 +1,9 @@
 """Slots: many calls at once in one process, sync ones on threads, async ones on one loop.
 
-A :class:`Slots` runs up to ``size`` calls at a time. A plain function runs on a thread of
-its own, taken from the threads that finished a call in the last :data:`IDLE_EXIT`
-seconds (each keeps its database connections while it lives, and closes them as it
-ends); a coroutine function runs as a task on the one event loop of the ``Slots``, on a
-thread of its own. Whoever started the call hears of its end through ``on_finish``, from
-the thread or loop that ran it.
-
-A call past its time limit is interrupted: its task is cancelled, or :class:`TimedOut` is
-raised in its thread (at the next line of Python it runs; a thread blocked in C code, a
-``time.sleep`` or a socket read, sees it when that returns). A call that has not ended
-:data:`STOP_WAIT` seconds after its interruption is reported timed out all the same and
-keeps its slot, *stuck*, until it does end: the attempt is over, the thread is not.
-
-This module is the standard library only: the remote worker program (``worker.py``)
-uses it too, copied beside it.
+A :class:`Slots` runs up to ``size`` calls at a time; a call past its time limit is
+interrupted, and one that does not stop is *stuck*. docs/concepts.md ("Runners", "Time
+limits in slots") tells how. This module is the standard library only: the remote worker
+program (``worker.py``) uses it too, copied beside it.
 """
 
 from __future__ import annotations
@@ -38,13 +27,18 @@ STOP_WAIT = 0.5
 
 
 class TimedOut(Exception):
-    """Raised in a call that ran past its time limit."""
+    """Raised in a call that ran past its time limit.
+
+    It is raised at the next line of Python the call runs: a thread blocked in C code, a
+    ``time.sleep`` or a socket read, sees it when that returns."""
 
 
 @dataclass(frozen=True)
 class Call:
-    """What to run in a slot: ``function()`` (a coroutine function's coroutine is awaited),
-    in ``context``, interrupted after ``timeout`` seconds (None: never)."""
+    """What to run in a slot: ``function()``, in ``context``, under a time limit.
+
+    A coroutine function's coroutine is awaited. The call is interrupted after ``timeout``
+    seconds (None: never)."""
 
     key: Hashable
     function: Callable[[], Any]
@@ -55,9 +49,10 @@ class Call:
 
 @dataclass(frozen=True)
 class Finished:
-    """How a call ended: its value, or what it raised; ``timed_out`` when its time limit
-    ended it (``stuck``: and it has not stopped yet); ``ended`` is a ``time.monotonic()``
-    reading."""
+    """How a call ended: its value, or what it raised.
+
+    ``timed_out`` when its time limit ended it (``stuck``: and it has not stopped yet);
+    ``ended`` is a ``time.monotonic()`` reading."""
 
     key: Hashable
     value: Any = None
@@ -87,14 +82,23 @@ _current: contextvars.ContextVar[_Running | None] = contextvars.ContextVar(
 
 
 def cancel_requested() -> bool:
-    """Whether the call running here was asked to stop (see :meth:`Slots.cancel`): a
-    plain function checks it between steps of its work, and returns or raises."""
+    """Return whether the call running here was asked to stop (see :meth:`Slots.cancel`).
+
+    A plain function checks it between steps of its work, and returns or raises."""
     running = _current.get()
     return running is not None and running.cancel.is_set()
 
 
 class Slots:
-    """Up to ``size`` calls at once; ``on_finish`` hears of each call's end."""
+    """Run up to ``size`` calls at once, and tell ``on_finish`` of each call's end.
+
+    A plain function runs on a thread of its own, taken from the threads that finished a
+    call in the last :data:`IDLE_EXIT` seconds (each keeps its database connections while
+    it lives, and closes them as it ends); a coroutine function runs as a task on the one
+    event loop of the ``Slots``, on a thread of its own. ``on_finish`` is called from the
+    thread or loop that ran the call. A call that has not ended :data:`STOP_WAIT` seconds
+    after its interruption is reported timed out all the same and keeps its slot until it
+    does end: the attempt is over, the thread is not."""
 
     def __init__(
         self,
@@ -133,7 +137,7 @@ class Slots:
             return sum(running.reported for running in self._running.values())
 
     def holds(self, key: Hashable) -> bool:
-        """Whether the call ``key`` holds a slot still (a stuck one included)."""
+        """Return whether the call ``key`` holds a slot still (a stuck one included)."""
         with self._lock:
             return key in self._running
 
@@ -160,8 +164,9 @@ class Slots:
             threading.Thread(target=self._serve, args=(inbox,), name=name, daemon=True).start()
 
     def cancel(self, key: Hashable) -> None:
-        """Ask a call to stop: an async call's task is cancelled, a plain function sees
-        :func:`cancel_requested`."""
+        """Ask a call to stop.
+
+        An async call's task is cancelled, a plain function sees :func:`cancel_requested`."""
         with self._lock:
             running = self._running.get(key)
         if running is None:
@@ -171,8 +176,10 @@ class Slots:
             running.loop.call_soon_threadsafe(self._cancel_task, running)
 
     def run_here(self, call: Call) -> Finished:
-        """Run ``call`` in this thread, under its time limit, and return how it ended: the
-        in-process step that tests take (a coroutine function runs on a loop of its own)."""
+        """Run ``call`` in this thread, under its time limit, and return how it ended.
+
+        It is the in-process step that tests take (a coroutine function runs on a loop of
+        its own)."""
         running = _Running(call)
         with self._lock:
             self._running[call.key] = running
@@ -197,7 +204,9 @@ class Slots:
         return await running.call.function()
 
     def wait_idle(self, timeout: float) -> bool:
-        """Wait until no call holds a slot (at most ``timeout`` seconds); whether none does."""
+        """Wait until no call holds a slot, at most ``timeout`` seconds.
+
+        Return whether none does."""
         deadline = time.monotonic() + timeout
         while self.busy and time.monotonic() < deadline:
             time.sleep(0.01)
@@ -233,8 +242,9 @@ class Slots:
             _after_call()
 
     def _call_here(self, running: _Running) -> Finished | None:
-        """Run a plain function's call in this thread; how it ended (None: it was reported
-        stuck already)."""
+        """Run a plain function's call in this thread, and return how it ended.
+
+        Return None when it was reported stuck already."""
         value, error = None, None
         try:
             running.thread_id = threading.get_ident()
@@ -303,7 +313,7 @@ class Slots:
     def _ended(
         self, running: _Running, value: Any, error: BaseException | None
     ) -> Finished | None:
-        """Free the call's slot; how it ended, unless that was reported already (stuck)."""
+        """Free the call's slot; return how it ended, unless that was reported (stuck)."""
         with self._lock:
             running.ended = True
             if running.thread_id is not None and running.interrupted:
@@ -319,7 +329,7 @@ class Slots:
         return Finished(running.call.key, value, error, running.interrupted)
 
     def _interrupt(self, running: _Running) -> bool:
-        """Interrupt a call past its time limit; False if it had ended."""
+        """Interrupt a call past its time limit; return False if it had ended."""
         with self._lock:
             if running.ended:
                 return False
@@ -331,7 +341,7 @@ class Slots:
         return True
 
     def _give_up(self, running: _Running) -> None:
-        """Report a call that did not stop when interrupted: it keeps its slot until it ends."""
+        """Report a call that did not stop when interrupted; it keeps its slot until it ends."""
         with self._lock:
             if running.ended or running.reported:
                 return
@@ -342,7 +352,7 @@ class Slots:
 
 
 class _Watchdog:
-    """One thread that interrupts calls at their time limits."""
+    """Interrupt calls at their time limits, from one thread."""
 
     def __init__(self, slots: Slots) -> None:
         self.slots = slots
@@ -361,7 +371,7 @@ class _Watchdog:
             self.condition.notify()
 
     def ended(self) -> None:
-        """Look again: a call ended, and its deadline may be the last."""
+        """Look at the deadlines again: a call ended, and its deadline may be the last."""
         with self.condition:
             self.condition.notify()
 
@@ -405,8 +415,9 @@ def _clear_interruption(thread_id: int) -> None:
 
 
 def _after_call() -> None:
-    """Close what a call left open or broken of this thread's database connections: a
-    transaction it did not end, an error that left the connection unusable."""
+    """Close what a call left open or broken of this thread's database connections.
+
+    That is a transaction it did not end, or an error that left the connection unusable."""
     for connection in _django_connections():
         if connection.in_atomic_block or (
             connection.errors_occurred and not connection.is_usable()
@@ -421,7 +432,7 @@ def _close_connections() -> None:
 
 
 def _django_connections() -> list[Any]:
-    """This thread's open Django database connections (none without a configured Django)."""
+    """Return this thread's open Django database connections (none without Django set up)."""
     try:
         from django.conf import settings
         from django.db import connections

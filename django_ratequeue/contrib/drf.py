@@ -1,20 +1,10 @@
 """Django REST framework throttles backed by the database rate limits.
 
-A drop-in for DRF's throttles: a class's ``rate`` (``"<n>/<period>"``) wins; else its
-``scope`` (or the view's ``throttle_scope``) names the limit, looked up in the class's
-``THROTTLE_RATES`` when it sets one, else in ``RATEQUEUE["RATE_LIMITS"]`` (any kind,
-shards and all), else in DRF's ``DEFAULT_THROTTLE_RATES``. A rate of ``None`` turns the
-throttle off, as in DRF.
-
-A DRF rate string becomes a token bucket of ``n`` per period: a token every
-``period / n``, up to ``n`` at once. It is not DRF's sliding log: ``Retry-After`` is the
-time to the next token (20 s for ``3/min`` where DRF says 60), and a client that comes
-back when told gets up to ``2n`` requests within one period. ``strict = True`` reads the
-rate as "never more than ``n`` in any period" (:func:`parse_drf_rate`).
-
-Unlike cache-based throttles, concurrent requests cannot over-admit: each decision is a
-row-locked transaction. Every response that went through a limit carries the same
-``RateLimit-*`` headers as the view decorator's.
+A drop-in for DRF's throttles: a class's ``rate`` wins, else its scope names the limit
+(in ``THROTTLE_RATES``, ``RATEQUEUE["RATE_LIMITS"]`` or DRF's ``DEFAULT_THROTTLE_RATES``).
+A DRF rate string becomes a token bucket of ``n`` per period, not DRF's sliding log
+(``strict = True``: never more than ``n`` in any period). Each decision is a row-locked
+transaction. docs/api.md ("DRF throttles") tells how they differ from DRF's.
 """
 
 from __future__ import annotations
@@ -46,7 +36,7 @@ DRF_PERIODS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
 def parse_drf_rate(rate: str, *, strict: bool = False, burst: int = 1) -> TokenBucket:
-    """``"100/hour"`` -> ``TokenBucket(rate=100, period=3600)``.
+    """Parse a DRF rate string: ``"100/hour"`` -> ``TokenBucket(rate=100, period=3600)``.
 
     With ``strict=True`` the bucket never admits more than ``n`` requests in any window
     of one period: it holds ``burst`` tokens (requests that may come at once, 1 to ``n``)
@@ -98,8 +88,10 @@ class RateLimitThrottle(BaseThrottle):
         return self.scope or getattr(view, "throttle_scope", None)
 
     def get_ident(self, request: Request) -> str:
-        """The client's address: ``REMOTE_ADDR``, or with DRF's ``NUM_PROXIES`` set to n,
-        the address the n-th proxy from us saw in ``X-Forwarded-For``.
+        """Return the client's address: ``REMOTE_ADDR``, or as DRF's ``NUM_PROXIES`` says.
+
+        With ``NUM_PROXIES`` set to n, it is the address the n-th proxy from us saw in
+        ``X-Forwarded-For``.
 
         Unlike DRF, an unset ``NUM_PROXIES`` trusts no ``X-Forwarded-For`` at all: a client
         that forges a new one for each request would otherwise never be throttled.
@@ -118,14 +110,18 @@ class RateLimitThrottle(BaseThrottle):
         return f"ip:{address_identity(self.get_ident(request)) or ''}"
 
     def get_cache_key(self, request: Request, view: APIView) -> str | None:
-        """DRF's name for :meth:`get_key`: a throttle ported from DRF that overrides it
-        keeps its keys, and its ``None`` still skips the request."""
+        """Return the request's key as :meth:`get_key` does, under DRF's name for it.
+
+        A throttle ported from DRF that overrides it keeps its keys, and its ``None`` still
+        skips the request."""
         return self.get_key(request, view)
 
     def get_limit(self, view: APIView) -> tuple[str, str | None] | None:
-        """The limit's name and its DRF rate string (``None`` when the limit is the one in
-        ``RATEQUEUE["RATE_LIMITS"]``), or ``None`` when the request is not throttled. The
-        rate is parsed only for a request that has a key (:meth:`allow_request`)."""
+        """Return the limit's name and DRF rate string, or ``None`` for no throttling.
+
+        The rate string is ``None`` when the limit is the one in
+        ``RATEQUEUE["RATE_LIMITS"]``. The rate is parsed only for a request that has a key
+        (:meth:`allow_request`)."""
         scope = self.get_scope(view)
         if self.rate:
             return scope or self.default_name(), self.rate
@@ -137,11 +133,11 @@ class RateLimitThrottle(BaseThrottle):
         return None if rate is None else (scope, rate)
 
     def default_name(self) -> str:
-        """The limit of a class with a ``rate`` and no scope: named after the class."""
+        """Return the name of the limit of a class with a ``rate`` and no scope: the class's."""
         return f"{type(self).__module__}.{type(self).__qualname__}"[-200:]
 
     def get_rate(self, scope: str) -> str | None:
-        """The DRF rate string for ``scope`` (``None``: the throttle is off)."""
+        """Return the DRF rate string for ``scope`` (``None``: the throttle is off)."""
         rates = self.THROTTLE_RATES
         if rates is None:
             rates = cast("Mapping[str, str | None]", api_settings.DEFAULT_THROTTLE_RATES)
@@ -161,9 +157,10 @@ class RateLimitThrottle(BaseThrottle):
         return parse_drf_rate(rate, strict=self.strict, burst=self.burst)
 
     def allow_request(self, request: Request, view: APIView) -> bool:
-        """Consume one token for the request's key, in DRF's order: a throttle that is
-        off allows the request before any key is computed, and a request without a key
-        before the rate is parsed."""
+        """Consume one token for the request's key, in DRF's order.
+
+        A throttle that is off allows the request before any key is computed, and a
+        request without a key before the rate is parsed."""
         self.result = None
         limit = self.get_limit(view)
         if limit is None:
@@ -180,18 +177,18 @@ class RateLimitThrottle(BaseThrottle):
         return self.result.ok
 
     def wait(self) -> float | None:
-        """Seconds until the refused request could succeed; DRF sends it as Retry-After."""
+        """Return the seconds until the refused request could succeed (DRF's Retry-After)."""
         return self.result.retry_after if self.result else None
 
 
 class UserRateLimitThrottle(RateLimitThrottle):
-    """Like DRF's ``UserRateThrottle``: scope ``"user"``, per user, anonymous per IP."""
+    """Throttle like DRF's ``UserRateThrottle``: scope ``"user"``, per user, anonymous per IP."""
 
     scope = "user"
 
 
 class AnonRateLimitThrottle(RateLimitThrottle):
-    """Like DRF's ``AnonRateThrottle``: scope ``"anon"``, anonymous requests only, per IP."""
+    """Throttle like DRF's ``AnonRateThrottle``: scope ``"anon"``, anonymous requests per IP."""
 
     scope = "anon"
 

@@ -1,14 +1,10 @@
 """A failed-login limit that works with Django's own ``LoginView`` (or any login view).
 
 ``LoginView`` answers a failed login with 200 and the form again, so a limit that judges
-the response (``count_if=response_failed``, ``reset_if=response_succeeded``) counts
-nothing there and resets on every failure. :func:`protect_login` judges the login
-instead: every POST takes a token for its (username, client address) pair before the view
-runs, so a pair over its limit is refused with 429 before any password is checked, even
-under parallel guesses; Django's ``user_logged_in`` signal then forgets that pair's
-attempts. Keying by the pair means that an attacker who logs in to an account of their own
-resets only that account's count, and can lock a victim out only from the attacker's own
-address.
+the response counts nothing there and resets on every failure. :func:`protect_login`
+takes a token for each POST's (username, client address) pair before the view runs, and
+Django's ``user_logged_in`` signal forgets that pair's attempts. docs/api.md ("Failed
+logins") tells why the pair.
 """
 
 from __future__ import annotations
@@ -29,9 +25,11 @@ _COUNTED = "_ratequeue_login_attempts"
 
 
 def login_key(request: HttpRequest, username_field: str = "username") -> str:
-    """``ip:<address>|username:<name>``: the posted username as login compares it
-    (NFKC, and case-folded so that ``Alice`` and ``alice`` count together) with the client
-    address as the decorator's ``"ip"`` key has it; hashed when too long for the key."""
+    """Return the request's key: ``ip:<address>|username:<name>``.
+
+    The posted username as login compares it (NFKC, and case-folded so that ``Alice`` and
+    ``alice`` count together), with the client address as the decorator's ``"ip"`` key has
+    it; hashed when too long for the key."""
     username = unicodedata.normalize("NFKC", request.POST.get(username_field, "")).casefold()
     address = address_identity(request.META.get("REMOTE_ADDR")) or ""
     return hashed_if_long(f"ip:{address}|username:{username}")
@@ -66,6 +64,6 @@ def protect_login(
 
 @receiver(user_logged_in)
 def _forget_attempts(sender: Any, request: HttpRequest | None, **kwargs: Any) -> None:
-    """A successful login forgets the attempts counted for this request's pair."""
+    """Forget the attempts counted for this request's pair: its login succeeded."""
     for name, key in getattr(request, _COUNTED, ()):
         reset_rate_limit(name, key=key)

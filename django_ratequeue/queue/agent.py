@@ -1,18 +1,9 @@
 """The agent: one daemon thread in every django-q2 worker process.
 
-It keeps the process's heartbeat and takes part in electing the loop's leader. Each
-:meth:`Agent.turn` is one move of a two-state machine, then the thread waits for a
-``LOOP`` signal or the time the turn asked for (:class:`.wakeup.Waiter`):
-
-- a **follower** looks at the lease every ``WATCHDOG_INTERVAL``; a lease not renewed for
-  two intervals (its leader died, or hangs) it takes with the next generation, and leads;
-- the **leader** steps the loop until nothing is left to do now, then waits until a
-  signal, the loop's next wake-up time, or ``WATCHDOG_INTERVAL`` (its lease must be
-  renewed), whichever comes first; a step that finds its generation taken makes it a
-  follower again.
-
-The loop runs here, not in a django-q2 task: no broker hop between a signal and a step.
-docs/concepts.md ("One wake-up protocol") tells the protocol and its invariants.
+It keeps the process's heartbeat and takes part in electing the loop's leader: each
+:meth:`Agent.turn` is one move of a two-state machine (follower or leader), then the
+thread waits for a ``LOOP`` signal or the time the turn asked for (:class:`.wakeup.Waiter`).
+docs/concepts.md ("One wake-up protocol") tells the states and their invariants.
 """
 
 from __future__ import annotations
@@ -38,9 +29,11 @@ logger = logging.getLogger("django_ratequeue.queue")
 
 
 def take_lapsed_lease() -> Loop | None:
-    """The loop, for this process to lead, if its lease was not renewed for two
-    ``WATCHDOG_INTERVAL`` (or nobody ever took it); None while a leader renews it, or if
-    another contender won it (the generation counter admits one)."""
+    """Take the loop's lapsed lease for this process, and return the loop it now leads.
+
+    The lease lapsed when it was not renewed for two ``WATCHDOG_INTERVAL`` (or nobody ever
+    took it). Return None while a leader renews it, or if another contender won it (the
+    generation counter admits one)."""
     state = LoopState.objects.ensure()
     now = clock.now()
     grace = timedelta(seconds=2 * ratequeue_settings().WATCHDOG_INTERVAL)
@@ -56,7 +49,7 @@ def take_lapsed_lease() -> Loop | None:
 
 
 class Agent:
-    """The state machine; ``loop`` is set while this process leads."""
+    """Keep the agent's state machine: ``loop`` is set while this process leads."""
 
     def __init__(self) -> None:
         self.loop: Loop | None = None
@@ -64,7 +57,7 @@ class Agent:
         self.born = time.monotonic()
 
     def turn(self) -> float:
-        """One move; returns how long to wait for a signal before the next."""
+        """Make one move, and return how long to wait for a signal before the next."""
         settings = ratequeue_settings()
         beat(force=not self.started)
         self.started = True
@@ -88,8 +81,10 @@ class Agent:
 
 
 def run_agent() -> None:
-    """The agent thread's body: turns, and waits between them. Only the leader listens
-    for signals: a follower has nothing to do with them but look at the lease."""
+    """Run the agent thread: turns, and waits between them.
+
+    Only the leader listens for signals: a follower has nothing to do with them but look
+    at the lease."""
     agent = Agent()
     waiter = Waiter((LOOP,))
     while True:

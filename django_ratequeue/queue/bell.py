@@ -1,5 +1,6 @@
-"""The process's one listener for ``WORK``, shared by every remote claim waiting for work
-(:class:`WorkBell`)."""
+"""The process's one listener for ``WORK`` (:class:`WorkBell`).
+
+Every remote claim waiting for work shares it."""
 
 from __future__ import annotations
 
@@ -15,17 +16,20 @@ from .wakeup import WORK, Waiter
 
 @dataclass(eq=False)
 class _Sleeper:
-    """A claim waiting for work: the signals it had seen when it last looked, and what
-    wakes it."""
+    """A claim waiting for work: the signals it had seen, and what wakes it.
+
+    ``seen`` counts the signals as of when it last looked."""
 
     seen: int
     woken: threading.Event
 
 
 class WorkBell:
-    """The process's one listener for ``WORK``, which every waiting claim shares: a
-    waiting claim holds neither a database connection nor a thread of its own beyond its
-    request's. The thread stops (closing its connection) when nobody waited for a while.
+    """Listen for ``WORK`` once per process, on behalf of every waiting claim.
+
+    A waiting claim holds neither a database connection nor a thread of its own beyond
+    its request's. The listening thread stops (closing its connection) when nobody waited
+    for a while.
 
     A signal wakes the waiting claims one after the other, not all at once: it wakes the
     longest waiting one that has not looked since the signal, and each claim, once it has
@@ -43,14 +47,14 @@ class WorkBell:
         self.thread: threading.Thread | None = None
 
     def ring_count(self) -> int:
-        """Read before looking for work; pass it to :meth:`wait`: a signal that comes in
-        between is not missed."""
+        """Return how many signals came so far: read it before looking for work.
+
+        Pass it to :meth:`wait`: a signal that comes in between is not missed."""
         with self.lock:
             return self.rings
 
     def wait(self, seen: int, timeout: float) -> None:
-        """Wait until woken for a ``WORK`` signal later than ``seen``, or ``timeout``
-        seconds."""
+        """Wait until woken for a ``WORK`` signal later than ``seen``, or ``timeout`` seconds."""
         sleeper = _Sleeper(seen, threading.Event())
         with self.lock:
             if self.rings != seen:  # signalled since it looked: look again
@@ -65,8 +69,9 @@ class WorkBell:
                     self.sleepers.remove(sleeper)
 
     def pass_on(self) -> None:
-        """Called by a claim once it has looked for work: wake the next claim that has
-        not looked since the last signal."""
+        """Wake the next claim that has not looked for work since the last signal.
+
+        A claim calls it once it has looked for work."""
         with self.lock:
             self._wake_next()
 

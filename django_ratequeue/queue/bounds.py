@@ -1,11 +1,9 @@
 """The bounds on what a job may ask for, and safe arithmetic on the times it gives.
 
-Every number a producer passes is finite and bounded at enqueue, so that nothing the loop
-later computes from a job (its start, its next retry, its deadline) can overflow a
-datetime or a database column. Rows changed behind the app's back get the same safety from
-:func:`later`, which clamps instead of raising. Every value and text stored is one a
-database can hold (:func:`check_json`, :func:`check_text`, :func:`clip`). docs/api.md lists
-these bounds.
+Numbers are checked at enqueue (:func:`seconds`, :func:`integer`), times computed from a
+row are clamped (:func:`later`), and what is stored is what a database can hold
+(:func:`check_json`, :func:`check_text`, :func:`clip`). docs/api.md lists these bounds;
+docs/concepts.md ("Results, owners and handles") tells why.
 """
 
 from __future__ import annotations
@@ -50,8 +48,9 @@ DEPTH_REFUSED = f"must not nest lists and objects more than {MAX_JSON_DEPTH} dee
 
 
 def seconds(name: str, value: Any, bound: timedelta, *, allow_zero: bool = True) -> float:
-    """``value`` (seconds or a timedelta) as finite seconds within ``bound``, or a
-    ValueError naming ``name`` and what it may be."""
+    """Return ``value`` (seconds or a timedelta) as finite seconds within ``bound``.
+
+    Raise a ValueError naming ``name`` and what it may be when it is not."""
     if isinstance(value, timedelta):
         value = value.total_seconds()
     if isinstance(value, bool) or not isinstance(value, int | float):
@@ -64,20 +63,23 @@ def seconds(name: str, value: Any, bound: timedelta, *, allow_zero: bool = True)
 
 
 def integer(name: str, value: Any, low: int, high: int) -> int:
-    """``value`` as an int from ``low`` to ``high``, or a ValueError naming ``name``."""
+    """Return ``value`` as an int from ``low`` to ``high``; else raise a ValueError.
+
+    The error names ``name``."""
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
         raise ValueError(f"{name} must be an integer from {low} to {high}, not {value!r}.")
     return value
 
 
 def check_queue_name(name: Any) -> str:
-    """``name`` if it can name a queue: a non-empty string the ``queue`` columns hold."""
+    """Return ``name`` if it can name a queue: a non-empty string the ``queue`` columns hold."""
     return check_name("A queue name", name, "Job", "queue")
 
 
 def check_queue_concurrency(name: str, limit: Any, ceiling: int) -> int:
-    """``limit`` if it can be queue ``name``'s max_concurrency: 0 (paused) to ``ceiling``,
-    the MAX_QUEUE_CONCURRENCY setting."""
+    """Return ``limit`` if it can be queue ``name``'s max_concurrency, else raise a ValueError.
+
+    It may be 0 (paused) to ``ceiling``, the MAX_QUEUE_CONCURRENCY setting."""
     if isinstance(limit, bool) or not isinstance(limit, int) or not 0 <= limit <= ceiling:
         raise ValueError(
             f"max_concurrency of queue {name!r} must be an integer from 0 (paused) to "
@@ -87,9 +89,10 @@ def check_queue_concurrency(name: str, limit: Any, ceiling: int) -> int:
 
 
 def later(moment: datetime, delay: float) -> datetime:
-    """``moment`` plus ``delay`` seconds, clamped to :data:`LATEST` (and never before
-    ``moment``): whatever a row holds, the loop's arithmetic on it never raises. A NaN
-    delay (a timeout of NaN written into a row) is taken as forever."""
+    """Return ``moment`` plus ``delay`` seconds, clamped to :data:`LATEST`.
+
+    Never before ``moment``: whatever a row holds, the loop's arithmetic on it never
+    raises. A NaN delay (a timeout of NaN written into a row) is taken as forever."""
     if moment >= LATEST or delay <= 0:
         return moment
     if math.isnan(delay) or delay >= (LATEST - moment).total_seconds():
@@ -114,8 +117,9 @@ def clip(text: str, limit: int) -> str:
 
 
 def check_text(what: str, text: str) -> str:
-    """Return ``text`` if a database can store it, else raise a ValueError naming ``what``:
-    it must hold no NUL and no lone surrogate."""
+    """Return ``text`` if a database can store it, else raise a ValueError naming ``what``.
+
+    It must hold no NUL and no lone surrogate."""
     if "\x00" in text:
         raise ValueError(f"{what} {NUL_REFUSED}.")
     if not text.isascii():
@@ -127,8 +131,9 @@ def check_text(what: str, text: str) -> str:
 
 
 def check_json(what: str, value: Any) -> str:
-    """Return ``value`` as JSON text if a database can store it, else raise a ValueError
-    saying what to pass instead: it must be JSON (finite numbers), nested at most
+    """Return ``value`` as JSON text if a database can store it, else raise a ValueError.
+
+    The error says what to pass instead: it must be JSON (finite numbers), nested at most
     :data:`MAX_JSON_DEPTH` deep, and its strings must hold no NUL and no lone surrogate."""
     subject = f"The job's {what}"
     try:

@@ -1,11 +1,8 @@
-"""Writing rows without the ORM's per-object overhead, where the loop and enqueue need it.
+"""Row writes without the ORM's per-object overhead, where the loop and enqueue need them.
 
-Updating many rows, each with its own values, in one statement:
-Django's ``bulk_update`` builds a ``CASE`` per field that grows with the rows squared in
-work for the database; the loop and the runner write a hundred outcomes at a time, so they
-use ``UPDATE ... FROM unnest(one array per column)`` on PostgreSQL (a statement whose text
-does not grow with the rows) and ``UPDATE ... FROM (VALUES ...)`` on SQLite 3.33+. Inserting many
-rows with ``COPY``, and one row with a server-side prepared ``INSERT``.
+Many rows, each with its own values, in one UPDATE (:func:`update_rows`); many new rows
+with ``COPY`` (:func:`insert_rows`, :class:`RowCopy`); one row with a server-side prepared
+``INSERT`` (:class:`RowInsert`). docs/concepts.md ("The main loop") tells why.
 """
 
 from __future__ import annotations
@@ -24,7 +21,7 @@ CHUNK = 200
 
 
 def _connection(model: type[Model]) -> BaseDatabaseWrapper:
-    """The connection ``model``'s rows are written on, as the project's routers say."""
+    """Return the connection ``model``'s rows are written on, as the project's routers say."""
     return connections[router.db_for_write(model)]
 
 
@@ -36,10 +33,11 @@ def update_rows(
     returning: str = "",
     condition_params: Sequence[Any] = (),
 ) -> int:
-    """Write ``fields`` of each object to its row; ``condition`` is extra SQL on the target
-    table (aliased ``t``), e.g. ``"t.ended_at IS NULL"``, with ``condition_params`` for its
-    placeholders; ``returning`` an expression evaluated per row changed (a signal). Returns
-    the rows changed."""
+    """Write ``fields`` of each object to its row, and return the rows changed.
+
+    ``condition`` is extra SQL on the target table (aliased ``t``), e.g.
+    ``"t.ended_at IS NULL"``, with ``condition_params`` for its placeholders; ``returning``
+    an expression evaluated per row changed (a signal)."""
     if not objects:
         return 0
     connection = _connection(model)
@@ -87,9 +85,11 @@ def update_rows(
 
 
 def insert_rows(model: type[Model], objects: Sequence[Model]) -> None:
-    """INSERT many new rows, without reading anything back (their ids stay unset): with
-    COPY on PostgreSQL (a loop step starts a hundred attempts with one, where building the
-    multi-row INSERT would cost more than the database's work), ``bulk_create`` elsewhere."""
+    """Insert many new rows without reading anything back (their ids stay unset).
+
+    With COPY on PostgreSQL (a loop step starts a hundred attempts with one, where building
+    the multi-row INSERT would cost more than the database's work), ``bulk_create``
+    elsewhere."""
     connection = _connection(model)
     if connection.vendor != "postgresql":
         model._default_manager.bulk_create(objects)
@@ -102,12 +102,13 @@ def insert_rows(model: type[Model], objects: Sequence[Model]) -> None:
 
 
 class RowCopy:
-    """COPY of many new rows into ``model`` (PostgreSQL) whose columns hold the same
-    values but for a few (``varying``), as :class:`RowInsert` for one row: a bulk
-    enqueue's rows are written without building a model instance per row. The ``fixed``
-    values are converted once; each row gives its ``varying`` values in their order, a
-    JSON column's as JSON text when ``json_text`` (an enqueue checked it as such), else
-    as the value to dump."""
+    """Copy many new rows into ``model`` (PostgreSQL), all alike but for a few columns.
+
+    Those columns are ``varying``, as :class:`RowInsert`'s for one row: a bulk enqueue's
+    rows are written without building a model instance per row. The ``fixed`` values are
+    converted once; each row gives its ``varying`` values in their order, a JSON column's
+    as JSON text when ``json_text`` (an enqueue checked it as such), else as the value to
+    dump."""
 
     def __init__(
         self,
@@ -152,8 +153,9 @@ class RowCopy:
 
 
 class RowInsert:
-    """One-row INSERTs into ``model`` whose columns hold the same values every time but for
-    a few: a single enqueue's hot path, where converting two dozen values per call costs as
+    """Insert one row per call into ``model``, whose columns hold the same values but a few.
+
+    It is a single enqueue's hot path, where converting two dozen values per call costs as
     much as the database's work.
 
     The ``fixed`` values are converted once; on PostgreSQL they are rendered into the
@@ -215,8 +217,9 @@ class RowInsert:
         }
 
     def execute(self, values: Sequence[Any], async_commit: bool = False) -> None:
-        """INSERT the row whose ``varying`` columns hold ``values``, in their order, each as
-        the database takes it (what ``Field.get_db_prep_save`` returns)."""
+        """Insert the row whose ``varying`` columns hold ``values``, in their order.
+
+        Each value is as the database takes it (what ``Field.get_db_prep_save`` returns)."""
         params = [value if index is None else values[index] for index, value in self.params]
         connection = _connection(self.model)
         relax = async_commit and not connection.in_atomic_block
@@ -227,8 +230,10 @@ class RowInsert:
 def _insert_statement(
     model: type[Model], arguments: str, async_commit: bool, returning: str
 ) -> ServerStatement:
-    """The INSERT of one row with ``arguments`` for its columns. Every such statement of a
-    model is prepared from the same text with numbered parameters, under one name."""
+    """Return the INSERT of one row with ``arguments`` for its columns.
+
+    Every such statement of a model is prepared from the same text with numbered
+    parameters, under one name."""
     quote = _connection(model).ops.quote_name
     fields = model._meta.concrete_fields
     columns = ", ".join(quote(str(field.column)) for field in fields)

@@ -1,11 +1,10 @@
-"""Running claimed attempts: the call that runs an attempt's job (:func:`prepare`), for
-a slot (:mod:`django_ratequeue.slots`) to run, and what came of it (outcome, result,
-error, the class of what it raised) recorded on the attempt for the runner to report
-(:func:`finish`). The only rows written here are the job's progress and output that are
-still pending as the attempt ends (:mod:`.progress`).
+"""Running claimed attempts, and recording what came of them.
 
-Whatever a job raises is its outcome, ``SystemExit`` and ``KeyboardInterrupt`` included:
-the attempt fails, the worker goes on.
+:func:`prepare` gives the call that runs an attempt's job, for a slot
+(:mod:`django_ratequeue.slots`); :func:`finish` records its outcome, result, error and the
+class of what it raised on the attempt for the runner to report, with the job's pending
+progress and output written first (:mod:`.progress`). Whatever a job raises is its
+outcome, ``SystemExit`` included (docs/concepts.md, "Recovery").
 """
 
 from __future__ import annotations
@@ -26,8 +25,10 @@ from .subtasks import current_attempt
 
 
 def prepare(attempt: Attempt) -> Call:
-    """Return the call that runs a claimed attempt: its job's registered function with the
-    job's arguments, under the attempt's time limit, with the attempt as the current one.
+    """Return the call that runs a claimed attempt.
+
+    The call runs its job's registered function with the job's arguments, under the
+    attempt's time limit, with the attempt as the current one.
 
     The function is looked up among the registered jobs, never imported: a row whose
     function is not one (changed in the database, or from a deploy that registers other
@@ -57,8 +58,10 @@ def prepare(attempt: Attempt) -> Call:
 
 
 def finish(attempt: Attempt, finished: Finished, ended_at: datetime | None = None) -> Ended:
-    """Return how ``attempt``'s call ended, for the runner to report (and record it on
-    ``attempt``, for a test to read); with its progress and output written first."""
+    """Return how ``attempt``'s call ended, for the runner to report.
+
+    It is recorded on ``attempt`` too, for a test to read; the job's progress and output
+    are written first."""
     if finished.error is None:
         report = Report.returned(finished.value)
     else:
@@ -76,8 +79,10 @@ _here = Slots(0, lambda finished: None, name="ratequeue-here", interrupt_with=At
 
 
 def run_attempt(attempt: Attempt) -> Ended:
-    """Run one claimed attempt in this thread and return its outcome (reported by the
-    caller; recorded on it too): a step of a test, as a runner's slot would run it."""
+    """Run one claimed attempt in this thread and return its outcome.
+
+    The caller reports it (it is recorded on the attempt too): a step of a test, as a
+    runner's slot would run it."""
     try:
         call = prepare(attempt)
     except Exception as exc:

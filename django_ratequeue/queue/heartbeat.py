@@ -1,6 +1,8 @@
-"""Proof of life of a django-q2 worker process: its id, and the heartbeat row its agent
-refreshes (:mod:`.agent`). The loop takes an attempt whose worker's heartbeat is older
-than ``WORKER_DEAD_AFTER`` for lost, and counts the live workers serving the queue."""
+"""Proof of life of a django-q2 worker process: its id, and its heartbeat row.
+
+Its agent refreshes the row (:mod:`.agent`). The loop takes an attempt whose worker's
+heartbeat is older than ``WORKER_DEAD_AFTER`` for lost, and counts the live workers
+serving the queue."""
 
 from __future__ import annotations
 
@@ -23,7 +25,7 @@ _identity_lock = threading.Lock()
 
 
 def _after_fork() -> None:
-    """A forked child starts with its own locks: a thread of the parent may have held one."""
+    """Give a forked child locks of its own: a thread of the parent may have held one."""
     global _beat_lock, _identity_lock
     _beat_lock, _identity_lock = threading.Lock(), threading.Lock()
 
@@ -32,8 +34,9 @@ os.register_at_fork(after_in_child=_after_fork)
 
 
 def worker_id() -> str:
-    """This process's worker id (new after a fork): the same for all its threads (its
-    agent and its runner start together and must beat as one worker)."""
+    """Return this process's worker id (new after a fork), the same for all its threads.
+
+    Its agent and its runner start together and must beat as one worker."""
     global _identity
     with _identity_lock:
         if _identity is None or _identity[0] != os.getpid():
@@ -63,9 +66,10 @@ def beat(force: bool = False) -> str:
 
 
 def take_over_gone_here() -> int:
-    """Mark the workers of this host whose process is gone (a cluster restarted after a
-    crash) dead now, so that recovery takes their attempts at once rather than
-    ``WORKER_DEAD_AFTER`` later; how many (the caller signals the loop).
+    """Mark dead now the workers of this host whose process is gone; return how many.
+
+    Such a worker is left by a cluster restarted after a crash: recovery then takes its
+    attempts at once rather than ``WORKER_DEAD_AFTER`` later (the caller signals the loop).
 
     A worker is gone when its heartbeat is late (older than ``HEARTBEAT_INTERVAL``: a
     live one never is, whatever this host can see of it) and no process with its pid has
@@ -90,8 +94,10 @@ def take_over_gone_here() -> int:
 
 
 def _ran_since(pid: int, moment: float) -> bool:
-    """Whether the process ``pid`` of this host has run since ``moment`` (epoch seconds):
-    it exists, and (where /proc tells) it started before then."""
+    """Return whether the process ``pid`` of this host has run since ``moment``.
+
+    ``moment`` is in epoch seconds; the process has run when it exists and (where /proc
+    tells) it started before then."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -117,7 +123,8 @@ def mark_serving(identity: str, serving: bool) -> None:
 
 
 def any_alive() -> bool:
-    """Say whether any django-q2 worker process has recorded that it is alive within
-    ``WORKER_DEAD_AFTER`` (the loop's own test for a dead worker)."""
+    """Say whether any django-q2 worker process recorded lately that it is alive.
+
+    Lately is within ``WORKER_DEAD_AFTER``, the loop's own test for a dead worker."""
     dead_after = timedelta(seconds=ratequeue_settings().WORKER_DEAD_AFTER)
     return WorkerHeartbeat.objects.filter(seen_at__gte=clock.now() - dead_after).exists()

@@ -1,12 +1,8 @@
-"""What ratequeue runs in each django-q2 worker process: its runner (:mod:`.runner`), on a
-thread of its own beside the agent (:mod:`.agent`), from the process's start to its end.
+"""What ratequeue runs in each django-q2 worker process: its runner (:mod:`.runner`).
 
-django-q2 sends ``post_spawn`` as a worker process starts; the runner starts then and
-serves for the life of the process, so that no django-q2 task is spent on it and the
-process's own thread stays free for django-q2's tasks. A worker process ends after its
-cluster is told to stop (``SIGTERM`` to the main ``qcluster`` process): as it exits, the
-runner claims nothing more, gives the jobs in its slots ``STOP_GRACE`` seconds, and hands
-back those still running, which another worker may then claim at once.
+The runner has a thread of its own beside the agent (:mod:`.agent`), from the process's
+start to its end: it starts on django-q2's ``post_spawn`` and stops as the process exits,
+giving the jobs in its slots ``STOP_GRACE`` seconds. docs/concepts.md ("Runners") tells why.
 """
 
 from __future__ import annotations
@@ -32,7 +28,7 @@ STOP_PRIORITY = 10
 
 
 def serve(runner: Runner, stopping: threading.Event) -> None:
-    """The runner thread's body: serve until the process stops."""
+    """Run the runner thread: serve until the process stops."""
     grace = ratequeue_settings().STOP_GRACE
     through_reconnects(lambda: mark_serving(runner.worker, True))
     try:

@@ -1,11 +1,8 @@
 """Fair dispatch across concurrency keys: which keys of a queue have work ready, in turn.
 
-The keys with WAITING jobs in a queue are found by skipping through the dispatch index
-``(status, queue, concurrency_key, *READY_ORDER)``: one index probe per key, however many
-jobs each key holds; each key's next jobs are the head of its range there. The loop
-keeps, per queue, the key that got the last start (``LoopState.key_cursors``); the next
-round begins after it and wraps around, so a key with 10,000 waiting jobs takes one turn
-like a key with 10.
+Both read the dispatch index ``(status, queue, concurrency_key, *READY_ORDER)``: the keys
+by skipping through it (:func:`keys_in_turn`), each key's next jobs as the head of its
+range (:func:`next_jobs`). docs/concepts.md ("The main loop") tells how keys take turns.
 """
 
 from __future__ import annotations
@@ -31,9 +28,11 @@ CANDIDATE_FIELDS = (
 
 
 def keys_in_turn(queue: str, cursor: str | None, limit: int) -> list[str]:
-    """Up to ``limit`` keys of ``queue`` with work ready, starting after ``cursor`` (the
-    key served last) and wrapping around; ``""`` is the key of jobs without one. Found by
-    skipping through the dispatch index, both ranges in one statement."""
+    """Return up to ``limit`` keys of ``queue`` with work ready, in turn after ``cursor``.
+
+    ``cursor`` is the key served last; the keys wrap around after the last one, and ``""``
+    is the key of jobs without one. Found by skipping through the dispatch index, both
+    ranges in one statement."""
     connection = queue_connection()
     table = connection.ops.quote_name(Job._meta.db_table)
     where = f"status = '{Status.WAITING.value}' AND queue = %s"
@@ -64,7 +63,7 @@ def keys_in_turn(queue: str, cursor: str | None, limit: int) -> list[str]:
 
 
 def ready_order(table: str = "") -> str:
-    """:data:`READY_ORDER` as the list of an SQL ``ORDER BY`` (of ``table``'s columns)."""
+    """Return :data:`READY_ORDER` as the list of an SQL ``ORDER BY`` (of ``table``'s columns)."""
     quote = queue_connection().ops.quote_name
     prefix = f"{table}." if table else ""
     return ", ".join(
@@ -74,7 +73,7 @@ def ready_order(table: str = "") -> str:
 
 
 def ready_key(job: Job) -> tuple[Any, ...]:
-    """:data:`READY_ORDER` as the sort key of a job read (``-True`` sorts first)."""
+    """Return :data:`READY_ORDER` as the sort key of a job read (``-True`` sorts first)."""
     return tuple(
         -getattr(job, name[1:]) if name.startswith("-") else getattr(job, name)
         for name in READY_ORDER
@@ -82,8 +81,10 @@ def ready_key(job: Job) -> tuple[Any, ...]:
 
 
 def next_jobs(queue: str, takes: dict[str, int]) -> list[Job]:
-    """The next ``takes[key]`` WAITING jobs of each key, in the order they start
-    (:data:`READY_ORDER`): one bounded index range per key, all in one statement."""
+    """Return the next ``takes[key]`` WAITING jobs of each key, in the order they start.
+
+    That order is :data:`READY_ORDER`: one bounded index range per key, all in one
+    statement."""
     connection = queue_connection()
     table = connection.ops.quote_name(Job._meta.db_table)
     # Plain fields: their columns are their names.

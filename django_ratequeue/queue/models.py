@@ -1,12 +1,9 @@
 """The queue's tables, and the state changes of their rows (on the models and querysets).
 
-Who writes what (docs/concepts.md, "The queue engine", tells the full story):
-
-- producers INSERT :class:`Job` rows (``enqueue``) and :class:`CancelRequest` rows (``cancel``);
-- workers (local runners, remote workers) claim and end the :class:`Attempt` rows the loop handed
-  out, through the attempt protocol (:mod:`.protocol`, conditional UPDATEs);
-- only the main loop moves a job between statuses, creates attempts and finalises them;
-- :class:`LoopState` is the loop's singleton, :class:`WorkerHeartbeat` one row per worker process.
+Producers insert :class:`Job` and :class:`CancelRequest` rows; workers claim and end the
+:class:`Attempt` rows through the attempt protocol (:mod:`.protocol`); only the main loop
+moves a job between statuses, creates attempts and finalises them. docs/concepts.md
+("Tables and who writes them") tells who writes what.
 """
 
 from __future__ import annotations
@@ -25,7 +22,9 @@ from .retry import Retry
 
 
 class Status(models.TextChoices):
-    """Where a job is in its life. The last three are final."""
+    """Where a job is in its life.
+
+    The last three are final."""
 
     SCHEDULED = "scheduled", "Scheduled"
     WAITING = "waiting", "Waiting"
@@ -47,21 +46,23 @@ DEFERRED_STATUSES = (Status.SCHEDULED, Status.RETRYING)
 
 
 def new_job_id() -> str:
-    """A random id that sorts by creation time (like a UUIDv7), so that the primary key
-    index grows at its end instead of being written all over."""
+    """Return a random id that sorts by creation time (like a UUIDv7).
+
+    The primary key index so grows at its end instead of being written all over."""
     return f"{int(clock.timestamp() * 1_000_000):013x}{secrets.token_hex(10)}"
 
 
 class JobQuerySet(models.QuerySet["Job"]):
-    """The status changes of jobs, applied to a set of rows in one UPDATE each (only the
-    main loop calls them: producers insert, they never move a job)."""
+    """Change the status of a set of jobs, in one UPDATE each.
+
+    Only the main loop calls these: producers insert, they never move a job."""
 
     def due(self, now: datetime) -> JobQuerySet:
-        """SCHEDULED and RETRYING jobs whose ``start_at`` has come."""
+        """Return the SCHEDULED and RETRYING jobs whose ``start_at`` has come."""
         return self.filter(status__in=DEFERRED_STATUSES, start_at__lte=now)
 
     def not_started(self) -> JobQuerySet:
-        """The jobs a cancel ends at once: waiting, scheduled or retrying."""
+        """Return the jobs a cancel ends at once: waiting, scheduled or retrying."""
         return self.filter(status__in=[Status.WAITING, *DEFERRED_STATUSES])
 
     def promote(self) -> int:
@@ -75,7 +76,9 @@ class JobQuerySet(models.QuerySet["Job"]):
         )
 
     def reserve(self, start_at: datetime) -> int:
-        """Record that their cost is reserved from their queue's rate limit until ``start_at``."""
+        """Record that these jobs' cost is reserved from their queue's rate limit.
+
+        It is reserved until ``start_at``."""
         return self.update(tokens_reserved=True, start_at=start_at)
 
     def cancel(self, now: datetime) -> int:
@@ -87,8 +90,9 @@ class JobQuerySet(models.QuerySet["Job"]):
         return self.update(cancel_requested=True)
 
     def fail(self, error: str, now: datetime) -> int:
-        """FAIL those of these jobs not final yet with ``error``: the loop's own verdict, so
-        with no traceback nor exception class."""
+        """Fail, with ``error``, the jobs of these that are not final yet.
+
+        It is the loop's own verdict, so with no traceback nor exception class."""
         return self.exclude(status__in=FINAL_STATUSES).update(
             status=Status.FAILED,
             error=error,
@@ -176,11 +180,13 @@ class Job(models.Model):
         return f"{self.func} [{self.id}]"
 
     def settle(self, attempt: Attempt, now: datetime) -> None:
-        """Take in the end of ``attempt``, this RUNNING job's current one (not saved):
-        complete, canceled, failed or retrying after its policy's back-off; waiting again
-        when the attempt never started (it was no try). A final status is reached at
-        ``now``. The one place that decides it: the loop saves it, and the django.tasks
-        backend shows it for a job whose attempt ended before the loop took it in."""
+        """Set this RUNNING job's status from the end of ``attempt``, its current one.
+
+        Nothing is saved. The job becomes complete, canceled, failed or retrying after its
+        policy's back-off; waiting again when the attempt never started (it was no try). A
+        final status is reached at ``now``. The one place that decides it: the loop saves
+        it, and the django.tasks backend shows it for a job whose attempt ended before the
+        loop took it in."""
         if attempt.started_at is None and self.cancel_requested:
             self.status = Status.CANCELED
         elif attempt.started_at is None:
@@ -212,9 +218,11 @@ Job.DoesNotExist = JobDoesNotExist  # type: ignore[misc, assignment]
 
 
 class QueueDashboard(Job):
-    """The admin's queue dashboard as a row of the admin's index (only a model gets one):
-    a proxy of the jobs, so no table, and no permission of its own (the dashboard needs
-    the view permission on jobs). Its admin (admin/dashboard.py) opens the dashboard."""
+    """Put the admin's queue dashboard in a row of the admin's index.
+
+    Only a model gets one: a proxy of the jobs, so no table, and no permission of its own
+    (the dashboard needs the view permission on jobs). Its admin (admin/dashboard.py)
+    opens the dashboard."""
 
     class Meta:
         proxy = True
@@ -231,7 +239,9 @@ class Outcome(models.TextChoices):
 
 
 class Wait(models.TextChoices):
-    """An attempt that waits on another job's result gives its slots back meanwhile."""
+    """Where an attempt is in a wait on another job's result.
+
+    An attempt that waits gives its slots back meanwhile."""
 
     NONE = "", "Holding its slots"
     WAITING = "waiting", "Waiting on a subtask"
@@ -239,30 +249,34 @@ class Wait(models.TextChoices):
 
 
 class AttemptQuerySet(models.QuerySet["Attempt"]):
-    """The changes of attempts the loop and subtask waits make; workers' claims and
-    reports are the attempt protocol's conditional UPDATEs (:mod:`.protocol`)."""
+    """Change a set of attempts, as the loop and subtask waits do.
+
+    Workers' claims and reports are the attempt protocol's conditional UPDATEs
+    (:mod:`.protocol`)."""
 
     def finalize(self) -> int:
-        """The loop took these attempts' outcomes in: they hold no slot any more."""
+        """Free these attempts' slots: the loop took their outcomes in."""
         return self.update(active=False)
 
     def end_unstarted(self, now: datetime, error: str) -> int:
-        """End those of these attempts no runner started yet (a runner's claim needs
-        ``started_at`` still empty, so exactly one side wins)."""
+        """End the attempts of these that no runner started yet.
+
+        A runner's claim needs ``started_at`` still empty, so exactly one side wins."""
         return self.filter(active=True, started_at=None, ended_at=None).update(
             ended_at=now, error=error
         )
 
     def wait_on(self, queue: str) -> int:
-        """These attempts wait on a job of ``queue``: their slots are free meanwhile."""
+        """Make these attempts wait on a job of ``queue``, their slots free meanwhile."""
         return self.update(wait=Wait.WAITING, wait_queue=queue)
 
     def ask_to_resume(self) -> int:
         return self.update(wait=Wait.RESUMING)
 
     def resume(self) -> int:
-        """Give these attempts their slots back (the loop grants a resume, or a wait ends
-        with every worker blocked)."""
+        """Give these attempts their slots back.
+
+        The loop grants a resume, or a wait ends with every worker blocked."""
         return self.update(wait=Wait.NONE, wait_queue="")
 
 
@@ -344,28 +358,36 @@ class Attempt(models.Model):
 
     @property
     def worker_label(self) -> str:
-        """Return who holds it, to show: a local runner's id, or ``<key name>/<instance>``
-        for a remote worker (read the key with ``select_related("worker_key")``)."""
+        """Return who holds the attempt, to show.
+
+        That is a local runner's id, or ``<key name>/<instance>`` for a remote worker
+        (read the key with ``select_related("worker_key")``)."""
         if self.worker_key is None:
             return self.worker
         return f"{self.worker_key.name}/{self.worker}"
 
     @property
     def holds_environment_slot(self) -> bool:
-        """An attempt waiting on a subtask gives its ``MAX_CONCURRENCY`` slot back."""
+        """Return whether the attempt holds a ``MAX_CONCURRENCY`` slot.
+
+        An attempt waiting on a subtask gives it back."""
         return self.wait == Wait.NONE
 
     @property
     def holds_queue_slot(self) -> bool:
-        """A waiting attempt keeps its queue slot unless the job it waits on runs in its queue."""
+        """Return whether the attempt holds a slot of its queue.
+
+        A waiting attempt keeps it unless the job it waits on runs in its queue."""
         return self.wait == Wait.NONE or self.wait_queue != self.queue
 
 
 class OutputChunk(models.Model):
-    """A piece of a job's partial output (``stream_output``), numbered from 1 in the order
-    it was streamed, across the job's attempts. One row holds what a running attempt
-    streamed between two writes (queue/progress.py), so a job streaming a token at a time
-    writes a row every PROGRESS_INTERVAL, not one per token."""
+    """A piece of a job's partial output (``stream_output``).
+
+    Pieces are numbered from 1 in the order they were streamed, across the job's attempts.
+    One row holds what a running attempt streamed between two writes (queue/progress.py),
+    so a job streaming a token at a time writes a row every PROGRESS_INTERVAL, not one per
+    token."""
 
     # Indexed by the (job, index) constraint, which serves every read.
     job = models.ForeignKey(
@@ -406,12 +428,15 @@ class LoopStatus(models.TextChoices):
 
 
 class LoopStateQuerySet(models.QuerySet["LoopState"]):
-    """The lease's conditional UPDATEs: each wins only while the row still has the
-    ``generation`` (and whatever else) its caller saw, so of several contenders one wins."""
+    """Change the loop's lease with conditional UPDATEs.
+
+    Each wins only while the row still has the ``generation`` (and whatever else) its
+    caller saw, so of several contenders one wins."""
 
     def take(self, generation: int, until: datetime, now: datetime, leader: str = "") -> bool:
-        """Lead the loop from the generation after ``generation``, if it is still the
-        current one: of several contenders one wins. ``leader``: the winner's worker id."""
+        """Lead the loop from the generation after ``generation``, if that is still current.
+
+        Of several contenders one wins. ``leader``: the winner's worker id."""
         return bool(
             self.filter(pk=LoopState.SINGLETON, generation=generation).update(
                 generation=generation + 1,
@@ -423,7 +448,7 @@ class LoopStateQuerySet(models.QuerySet["LoopState"]):
         )
 
     def ensure(self) -> LoopState:
-        """The singleton, created if it does not exist yet."""
+        """Return the singleton, created if it does not exist yet."""
         state, _created = self.get_or_create(pk=LoopState.SINGLETON)
         return state
 
@@ -465,8 +490,9 @@ class LoopState(models.Model):
 
 
 class QueueSetting(models.Model):
-    """A queue's limits changed at runtime (admin, ``ratequeue_queue``, ``pause_queue``...):
-    they override ``RATEQUEUE["QUEUES"]`` until removed. Written by people, read by the
+    """A queue's limits changed at runtime (admin, ``ratequeue_queue``, ``pause_queue``...).
+
+    They override ``RATEQUEUE["QUEUES"]`` until removed. Written by people, read by the
     loop at every step (the table holds one row per queue ever changed)."""
 
     name = models.CharField(primary_key=True, max_length=200)
@@ -484,8 +510,10 @@ class QueueSetting(models.Model):
 
 
 class WorkerHeartbeat(models.Model):
-    """Proof of life of one django-q2 worker process, refreshed by its agent thread; and
-    whether a runner serves the queue in it now (the loop asks for runners by this)."""
+    """Proof of life of one django-q2 worker process, refreshed by its agent thread.
+
+    It also says whether a runner serves the queue in it now (the loop asks for runners by
+    this)."""
 
     id = models.CharField(primary_key=True, max_length=64)
     pid = models.PositiveIntegerField()
@@ -531,9 +559,10 @@ SUMMED_FIELDS = (*COUNT_FIELDS, *BUCKET_FIELDS)
 
 
 class QueueMinute(models.Model):
-    """What one queue did in one minute (UTC), kept by the loop as it moves jobs
-    (:mod:`.rollups` tells what each figure counts): the dashboard's series read these
-    rows, never the jobs table. Every figure is a sum, so minutes add up to hours and days;
+    """What one queue did in one minute (UTC), kept by the loop as it moves jobs.
+
+    :mod:`.rollups` tells what each figure counts. The dashboard's series read these rows,
+    never the jobs table. Every figure is a sum, so minutes add up to hours and days;
     the wait and run times are histograms over :data:`HISTOGRAM_BOUNDS` (the ``wait_h<i>``
     and ``run_h<i>`` columns, added below) from which percentiles are read. Every figure
     has a database default of 0: the loop's UPSERT names only the ones it adds to."""
@@ -594,10 +623,10 @@ class WorkerKey(models.Model):
 
 
 def queue_db() -> str:
-    """The database alias the queue's tables live on, as the project's routers say."""
+    """Return the database alias the queue's tables live on, as the project's routers say."""
     return router.db_for_write(Job)
 
 
 def queue_connection() -> BaseDatabaseWrapper:
-    """The connection to :func:`queue_db`, for the queue's raw SQL."""
+    """Return the connection to :func:`queue_db`, for the queue's raw SQL."""
     return connections[queue_db()]

@@ -1,9 +1,9 @@
-"""Retention: finished jobs are kept RETENTION seconds for ``result()`` and the admin,
-with their attempts and output; the queues' per-minute figures ROLLUP_RETENTION seconds.
+"""Retention: the pruning of finished jobs and old per-minute figures.
 
-The loop prunes a small batch now and then when it has nothing else to do, and with it
-rate-limit rows that are full again (:mod:`..ratelimit.prune`);
-``manage.py ratequeue_prune`` prunes every job that is due.
+Finished jobs are kept RETENTION seconds for ``result()`` and the admin, with their
+attempts and output; the queues' per-minute figures ROLLUP_RETENTION seconds. The resting
+loop prunes a small batch now and then (:func:`prune_in_background`), ``manage.py
+ratequeue_prune`` all that is due (docs/concepts.md, "Retention").
 """
 
 from __future__ import annotations
@@ -36,8 +36,9 @@ def prune_batch(limit: int) -> int:
 
 
 def prune_rollups(limit: int | None = None) -> int:
-    """Delete the per-minute figures older than ROLLUP_RETENTION (at most ``limit`` rows);
-    return how many."""
+    """Delete the per-minute figures older than ROLLUP_RETENTION; return how many.
+
+    At most ``limit`` rows are deleted, if given."""
     cutoff = timezone.now() - timedelta(seconds=ratequeue_settings().ROLLUP_RETENTION)
     old = QueueMinute.objects.filter(minute__lt=cutoff)
     if limit is not None:
@@ -52,8 +53,9 @@ def prune_heartbeats() -> int:
 
 
 def prune(batch_size: int = 1000) -> int:
-    """Prune every job that is due, in batches, and the per-minute figures that are; return
-    how many jobs were deleted."""
+    """Prune every job that is due, in batches; return how many jobs were deleted.
+
+    The per-minute figures that are due, and old heartbeats, go with them."""
     total = 0
     while count := prune_batch(batch_size):
         total += count
@@ -64,7 +66,10 @@ def prune(batch_size: int = 1000) -> int:
 
 
 def prune_in_background() -> None:
-    """One small batch, at most once a minute per process: called by the resting loop."""
+    """Prune one small batch, at most once a minute per process.
+
+    The resting loop calls it. The batch holds jobs, per-minute figures, old heartbeats
+    and rate-limit rows that are full again (:mod:`..ratelimit.prune`)."""
     global _next_background_prune
     if time.monotonic() < _next_background_prune:
         return

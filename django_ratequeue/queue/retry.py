@@ -11,7 +11,9 @@ from .bounds import MAX_BACKOFF_FACTOR, MAX_DELAY, MAX_RETRY_COUNT, integer, sec
 
 @dataclass(frozen=True)
 class Retry:
-    """Exponential back-off: attempt ``n`` (1-based) failed → wait
+    """A retry policy of exponential back-off.
+
+    Attempt ``n`` (1-based) failed → wait
     ``min(initial_interval * backoff_factor ** (n - 1), max_interval)`` seconds, scaled by a
     random factor in [0.8, 1.2] when ``randomize_interval`` so that failing jobs spread out.
     Every field is bounded (:mod:`.bounds`), so that no delay can overflow a datetime.
@@ -45,7 +47,7 @@ class Retry:
             )
 
     def delay(self, failed_attempts: int) -> float:
-        """Seconds to wait before the attempt that follows ``failed_attempts`` failures."""
+        """Return the seconds to wait before the attempt after ``failed_attempts`` failures."""
         exponent = max(failed_attempts - 1, 0)
         try:
             base = self.initial_interval * self.backoff_factor**exponent
@@ -59,8 +61,9 @@ class Retry:
 
     @classmethod
     def coerce(cls, value: Any) -> Retry:
-        """Build a policy from a ``retries`` option or the DEFAULT_RETRIES setting: an int,
-        a dict or a Retry."""
+        """Build a policy from a ``retries`` option or the DEFAULT_RETRIES setting.
+
+        Either may be an int, a dict or a Retry."""
         if isinstance(value, Retry):
             return value
         if isinstance(value, dict):

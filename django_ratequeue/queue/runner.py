@@ -1,17 +1,9 @@
 """Runners: what serves the queue in each django-q2 worker process.
 
-A runner is a thread that :mod:`.host` starts in every worker process of a cluster, beside
-the agent. It runs attempts in the slots of its process (``RATEQUEUE["SLOTS"]`` at once,
-see :mod:`django_ratequeue.slots`): it claims as many dispatched attempts as it has free
-slots and starts each in a slot. As calls end it reports their outcomes, those that ended
-together in one batch, before it claims again (claims and reports are the attempt
-protocol's, :mod:`.protocol`): so a slot takes more work
-only once the outcome of its last is recorded, and a worker that dies re-runs only what
-was in its slots. When nothing is left to claim it waits for the loop's ``WORK`` signal,
-an end, or :data:`IDLE_LOOK` seconds; it claims again after a signal, a wait that ran out,
-or a claim that took all it asked for, not for an end alone (the loop dispatches what an
-end makes room for, and signals). When its process stops it claims nothing more,
-gives the calls in its slots ``STOP_GRACE`` seconds to end, and hands back the others.
+A runner is a thread that :mod:`.host` starts beside the agent. It claims dispatched
+attempts for the free slots of its process (:mod:`django_ratequeue.slots`), starts them,
+and reports their outcomes before it claims again, through the attempt protocol
+(:mod:`.protocol`). docs/concepts.md ("Runners") tells when it claims, waits and stops.
 """
 
 from __future__ import annotations
@@ -44,7 +36,7 @@ _slots_lock = threading.Lock()
 
 
 def process_slots() -> Slots:
-    """The slots of this process, shared by its runners one after the other."""
+    """Return the slots of this process, shared by its runners one after the other."""
     global _slots
     with _slots_lock:
         if _slots is None:
@@ -58,7 +50,7 @@ def process_slots() -> Slots:
 
 
 class Runner:
-    """Claims attempts for its free slots, starts them, and reports them as they end."""
+    """Claim attempts for the free slots, start them, and report them as they end."""
 
     def __init__(self, worker: str, slots: Slots | None = None) -> None:
         self.worker = worker
@@ -80,8 +72,10 @@ class Runner:
         self.waiter.interrupt()
 
     def serve(self, stopping: threading.Event, grace: float) -> None:
-        """Claim, start and report until ``stopping`` is set; then give the attempts in
-        the slots ``grace`` seconds to end, and hand back the others."""
+        """Claim, start and report until ``stopping`` is set; then finish or hand back.
+
+        The attempts in the slots are given ``grace`` seconds to end; the others are
+        handed back."""
         while not stopping.is_set():
             try:
                 if not self.turn():
@@ -99,8 +93,9 @@ class Runner:
         self.waiter.interrupt()
 
     def turn(self) -> bool:
-        """Report what ended, then claim and start attempts for the free slots; whether
-        it took all it asked for (more may wait)."""
+        """Report what ended, then claim and start attempts for the free slots.
+
+        Return whether it took all it asked for (more may wait)."""
         self.report_ended()
         self.look_for_cancels()
         free = self.slots.free
@@ -113,8 +108,10 @@ class Runner:
         return self.may_have_work
 
     def start(self, attempt: Attempt) -> None:
-        """Start a claimed attempt in a free slot; one whose call cannot be made (an
-        unknown function, malformed arguments) ends at once."""
+        """Start a claimed attempt in a free slot.
+
+        One whose call cannot be made (an unknown function, malformed arguments) ends at
+        once."""
         try:
             call = prepare(attempt)
         except Exception as exc:
@@ -124,7 +121,7 @@ class Runner:
         self.slots.start(call)
 
     def report_ended(self) -> int:
-        """Report the attempts whose calls ended since the last report; how many."""
+        """Report the attempts whose calls ended since the last report; return how many."""
         ended: list[Ended] = []
         while not self.finished.empty():
             finished, heard = self.finished.get()
@@ -139,9 +136,9 @@ class Runner:
         return len(ended)
 
     def look_for_cancels(self) -> None:
-        """Pass a cancel on to the calls of canceled jobs (at most every ``CANCEL_LOOK``
-        seconds): an async job's task is cancelled, a plain function sees
-        ``cancel_requested()``."""
+        """Pass cancels on to the calls of canceled jobs, at most every ``CANCEL_LOOK`` seconds.
+
+        An async job's task is cancelled, a plain function sees ``cancel_requested()``."""
         if not self.held or time.monotonic() < self.next_cancel_look:
             return
         self.next_cancel_look = time.monotonic() + CANCEL_LOOK
@@ -153,8 +150,9 @@ class Runner:
                 self.slots.cancel(keys[job_id])
 
     def finish_held(self, deadline: float) -> None:
-        """Take no more work, and report the attempts in the slots as they end, until
-        ``deadline`` (a ``time.monotonic()`` reading)."""
+        """Report the attempts in the slots as they end, taking no more, until ``deadline``.
+
+        ``deadline`` is a ``time.monotonic()`` reading."""
         while self.held and (left := deadline - time.monotonic()) > 0:
             self.report_ended()
             self.look_for_cancels()
@@ -163,9 +161,10 @@ class Runner:
         self.report_ended()
 
     def hand_back(self) -> None:
-        """Hand back the attempts still in the slots as the process stops: they are not
-        tries, and another runner may claim them at once (this one's calls end with its
-        process)."""
+        """Hand back the attempts still in the slots as the process stops.
+
+        They are not tries, and another runner may claim them at once (this one's calls
+        end with its process)."""
         if not self.held:
             return
         ids = [attempt.pk for attempt in self.held.values()]
@@ -175,9 +174,10 @@ class Runner:
         self.held.clear()
 
     def drain(self) -> int:
-        """Claim and run attempts in this thread, one at a time, until nothing is left to
-        claim; how many ran. The in-process step of tests: what a runner does, without
-        its threads."""
+        """Claim and run attempts in this thread, one at a time; return how many ran.
+
+        It stops when nothing is left to claim. The in-process step of tests: what a runner
+        does, without its threads."""
         ran = 0
         while claimed := self.claim(1):
             for attempt in claimed:

@@ -1,11 +1,9 @@
-"""Caps on requests that hold a server thread while they wait: a job's event stream, a
-remote worker's waiting claim.
+"""Caps on requests that hold a server thread while they wait.
 
-Each such request takes one of its holder's ``limit`` numbered seats (a row per seat,
-unique per holder and number, so two processes never take the same one) and frees it
-when it ends; a seat whose process died lapses at its ``expires_at``, the longest its
-request can last plus a margin. The rows work alike on PostgreSQL and SQLite, across
-processes and hosts, with no cache.
+Such are a job's event stream and a remote worker's waiting claim (docs/http-api.md,
+"Long-lived requests are capped"). Each takes one of its holder's ``limit`` numbered
+seats, a row unique per holder and number (two processes never take the same one), and
+frees it as it ends. The rows work alike on PostgreSQL and SQLite, across hosts.
 """
 
 from __future__ import annotations
@@ -22,8 +20,11 @@ MARGIN = timedelta(seconds=60)
 
 
 class RequestSeat(models.Model):
-    """One request holding a server thread: ``holder`` (``stream:<owner>``,
-    ``claim:<key prefix>``) and its seat number, held until ``expires_at`` at most."""
+    """One request holding a server thread: its ``holder`` and its seat number.
+
+    ``holder`` is ``stream:<owner>`` or ``claim:<key prefix>``. The seat is held until
+    ``expires_at`` at most: a seat whose process died lapses then, the longest its request
+    can last plus a margin."""
 
     holder = models.CharField(max_length=300)
     seat = models.PositiveSmallIntegerField()
@@ -39,8 +40,9 @@ class RequestSeat(models.Model):
 
 
 def take_seat(holder: str, limit: int, seconds: float) -> int | None:
-    """Take a free seat of ``holder``'s ``limit`` for up to ``seconds``; return its id, or
-    None when all are held."""
+    """Take a free seat of ``holder``'s ``limit`` for up to ``seconds``; return its id.
+
+    Return None when all are held."""
     now = clock.now()
     db = queue_db()
     mine = RequestSeat.objects.using(db).filter(holder=holder)

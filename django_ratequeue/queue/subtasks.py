@@ -1,16 +1,10 @@
 """Waiting on a subtask from inside a running job.
 
 ``handle.result()`` called by a job on another job's handle (``await handle.aresult()`` in
-an ``async def`` job) gives the caller's slots back while it waits — its environment slot,
-and its queue slot when the awaited job runs on the same queue — so that the subtask can
-start even when the limits are full. Afterwards the
-caller asks for its slots back and continues once the loop grants them (before it starts
-anything new), so the limits hold at every moment.
-
-A wait that can never end raises :class:`~django_ratequeue.RecursiveWaitDeadlock`: waiting
-on itself or on a job that (transitively) enqueued it, on a job in a paused queue, or when
-every live worker is itself blocked in such a wait, so that nobody is left to run the
-subtask.
+an ``async def`` job) gives the caller's slots back while it waits, and takes them back
+once the loop grants them; a wait that can never end raises
+:class:`~django_ratequeue.RecursiveWaitDeadlock`. docs/queues.md ("Waiting on subtasks")
+tells the rules.
 """
 
 from __future__ import annotations
@@ -98,7 +92,9 @@ def check_wait(parent: Attempt, child: Job) -> None:
 
 
 def workers_exhausted(parent: Attempt, child_id: str) -> bool:
-    """Every slot of every live worker is blocked waiting on a subtask and ours has not
+    """Return whether every live worker is blocked in subtask waits, the child not started.
+
+    Every slot of every live worker is then blocked waiting on a subtask and ours has not
     started (each worker process counted with this process's ``SLOTS``)."""
     started = Attempt.objects.filter(job_id=child_id, active=True).exclude(started_at=None)
     if started.exists():
@@ -138,8 +134,10 @@ def slots_released(parent: Attempt, child: Job) -> Iterator[None]:
 
 @asynccontextmanager
 async def aslots_released(parent: Attempt, child: Job) -> AsyncIterator[None]:
-    """:func:`slots_released` for an ``async def`` job: its queries run in a thread and its
-    pauses are the event loop's, so the loop's other jobs go on meanwhile."""
+    """Give the parent's slots back for the block, as :func:`slots_released`, in async code.
+
+    For an ``async def`` job: its queries run in a thread and its pauses are the event
+    loop's, so the loop's other jobs go on meanwhile."""
     await sync_to_async(lend_slots)(parent, child)
     try:
         yield
@@ -170,7 +168,7 @@ def ask_slots_back(parent: Attempt) -> None:
 
 
 def slots_granted(parent: Attempt) -> bool:
-    """Whether the loop gave the parent its slots back (or it ended meanwhile)."""
+    """Return whether the loop gave the parent its slots back (or it ended meanwhile)."""
     return not Attempt.objects.filter(pk=parent.pk, wait=Wait.RESUMING, active=True).exists()
 
 
@@ -184,7 +182,7 @@ def _take_slots_back(parent: Attempt) -> None:
 
 
 async def _atake_slots_back(parent: Attempt) -> None:
-    """:func:`_take_slots_back`, waiting on the event loop."""
+    """Ask the loop for the slots back and wait, on the event loop, until it grants them."""
     await sync_to_async(ask_slots_back)(parent)
     pause = 0.005
     while not await sync_to_async(slots_granted)(parent):

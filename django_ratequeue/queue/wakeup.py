@@ -1,23 +1,9 @@
 """The one wake-up protocol: how the loop and the runners learn that there is work.
 
-There are three signals. ``LOOP`` means the loop has something to look at: a job
-enqueued, a cancel requested, an attempt ended, a subtask wait asking for its slots back, a
-limit changed. ``WORK`` means attempts were dispatched and wait for a runner. ``JOBS``
-means what a job shows its watchers changed (the HTTP API's event streams,
-:mod:`django_ratequeue.api.watch`): its payload is the job's id, raised by the progress
-writer with each write of output or progress; or empty, raised by a loop step that moved
-jobs on (any job's status may have changed). Whoever causes one raises it in the same
-transaction as its rows (:func:`signal`). On PostgreSQL a
-signal is a ``NOTIFY``: delivered at commit, dropped on rollback, so it never arrives
-before its rows can be read. A :class:`Waiter` sleeps until a signal it listens for
-arrives or its timeout passes, whichever comes first. SQLite has no notifications: its
-waiters poll ``PRAGMA data_version`` every ``POLL_INTERVAL`` (it changes whenever another
-connection commits), a read that costs microseconds.
-
-A signal can be lost (a waiter's connection cut and opened again); so nothing waits
-without a timeout, and a waiter that times out looks for work as if signalled. The loop's
-leader wakes at least every ``WATCHDOG_INTERVAL`` to renew its lease, runners every
-``POLL_INTERVAL``. docs/concepts.md ("One wake-up protocol") tells the whole state machine.
+Three signals, ``LOOP``, ``WORK`` and ``JOBS``, raised in the transaction of their rows
+(:func:`signal`: a ``NOTIFY`` on PostgreSQL), and a :class:`Waiter` that sleeps until one
+it listens for comes or its timeout passes (on SQLite it polls ``PRAGMA data_version``).
+docs/concepts.md ("One wake-up protocol") tells the signals and the whole state machine.
 """
 
 from __future__ import annotations
@@ -44,12 +30,12 @@ JOBS = "ratequeue_jobs"
 
 
 def lease_end(now: datetime) -> datetime:
-    """When a lease taken or renewed at ``now`` lapses."""
+    """Return when a lease taken or renewed at ``now`` lapses."""
     return now + timedelta(seconds=ratequeue_settings().LOOP_LEASE)
 
 
 def segment_ceiling(moment: datetime) -> datetime:
-    """``moment`` rounded up to a SEGMENT boundary: work due close together, one step."""
+    """Return ``moment`` rounded up to a SEGMENT boundary: work due close together, one step."""
     segment = ratequeue_settings().SEGMENT
     moment = min(moment, LATEST)  # a start at 23:59:59 on 31/12/9999 rounds to year 10000
     if segment <= 0:
@@ -59,13 +45,15 @@ def segment_ceiling(moment: datetime) -> datetime:
 
 
 def notifies() -> bool:
-    """Whether the queue's database delivers signals (PostgreSQL) or waiters poll."""
+    """Return whether the queue's database delivers signals (PostgreSQL) or waiters poll."""
     return queue_connection().vendor == "postgresql"
 
 
 def signal(*channels: str) -> None:
-    """Raise ``channels`` in the current transaction (delivered at its commit), or at once
-    in autocommit, in one statement. Nothing on SQLite, whose waiters poll."""
+    """Raise ``channels`` in one statement, in the current transaction or at once.
+
+    In a transaction they are delivered at its commit; in autocommit at once. Nothing on
+    SQLite, whose waiters poll."""
     connection = queue_connection()
     if connection.vendor != "postgresql" or not channels:
         return
@@ -75,16 +63,19 @@ def signal(*channels: str) -> None:
 
 
 def notify_clause(channel: str) -> str:
-    """The SQL expression that raises ``channel``, for a statement's ``RETURNING``: the
-    hot paths (an enqueue's INSERT, a runner's report) signal without a round trip."""
+    """Return the SQL expression that raises ``channel``, for a statement's ``RETURNING``.
+
+    The hot paths (an enqueue's INSERT, a runner's report) so signal without a round
+    trip."""
     return f"pg_notify('{channel}', '')"
 
 
 class Waiter:
-    """Sleeps until one of ``channels`` is signalled, or a timeout, or another thread
-    calls :meth:`interrupt`. One per thread that waits; on PostgreSQL it listens on a
-    connection of its own (so that waiting holds no transaction open, and the thread's
-    Django connection stays free for its work).
+    """Sleep until one of ``channels`` is signalled, a timeout, or an :meth:`interrupt`.
+
+    The interrupt comes from another thread. One waiter per thread that waits; on
+    PostgreSQL it listens on a connection of its own (so that waiting holds no transaction
+    open, and the thread's Django connection stays free for its work).
 
     The payloads of the signals taken are kept for :meth:`received`, for a waiter that
     wants to know what changed (the event streams' watcher); the others ignore them."""
@@ -106,10 +97,11 @@ class Waiter:
             self._wake[1].setblocking(False)
 
     def wait(self, timeout: float) -> bool:
-        """Sleep at most ``timeout`` seconds; True if a signal (or, on SQLite, another
-        connection's commit) came, or :meth:`interrupt` was called, False if the time ran
-        out. Signals that arrived while nobody waited are taken at once, all of them
-        together."""
+        """Sleep at most ``timeout`` seconds; return whether something woke the waiter.
+
+        True if a signal (or, on SQLite, another connection's commit) came, or
+        :meth:`interrupt` was called, False if the time ran out. Signals that arrived while
+        nobody waited are taken at once, all of them together."""
         timeout = max(timeout, 0.0)
         if not notifies():
             return self._poll(timeout)
@@ -124,23 +116,26 @@ class Waiter:
             return True  # look for work: a signal may have been lost meanwhile
 
     def interrupt(self) -> None:
-        """End the current (or the next) wait now: from another thread, on a waiter made
-        ``interruptible``."""
+        """End the current (or the next) wait now.
+
+        Called from another thread, on a waiter made ``interruptible``."""
         assert self._wake is not None, "this Waiter was not made interruptible"
         self._interrupted.set()
         with suppress(BlockingIOError):  # full: a wake is pending already
             self._wake[1].send(b"\0")
 
     def took_signal(self) -> bool:
-        """Whether a signal came (or may have been missed) since the last call: an
-        interrupt alone is none."""
+        """Return whether a signal came (or may have been missed) since the last call.
+
+        An interrupt alone is none."""
         signalled, self._signalled = self._signalled, False
         return signalled
 
     def received(self) -> set[str] | None:
-        """The payloads of the signals taken since the last call; ``None`` when what
-        changed is unknown (SQLite's commits carry none; a signal may have been missed
-        while the listening connection was opened again)."""
+        """Return the payloads of the signals taken since the last call.
+
+        ``None`` when what changed is unknown (SQLite's commits carry none; a signal may
+        have been missed while the listening connection was opened again)."""
         payloads, self._payloads = self._payloads, set()
         return payloads
 
@@ -165,9 +160,10 @@ class Waiter:
         return self._drain() | self._took_interrupt()
 
     def _drain(self) -> bool:
-        """Take the signals already received (the one wake covers them): whatever the
-        socket holds now, read without waiting (libpq's ``PQconsumeInput``, which raises
-        when the connection was lost). True if there was one."""
+        """Take the signals already received; return whether there was one.
+
+        The one wake covers them all: whatever the socket holds now, read without waiting
+        (libpq's ``PQconsumeInput``, which raises when the connection was lost)."""
         pgconn = self._listener.pgconn
         pgconn.consume_input()
         got = False
@@ -179,7 +175,7 @@ class Waiter:
         return got
 
     def _took_interrupt(self) -> bool:
-        """Whether :meth:`interrupt` was called since the last look (and forget it)."""
+        """Return whether :meth:`interrupt` was called since the last look, and forget it."""
         if self._wake is None:
             return False
         with suppress(BlockingIOError):
@@ -220,7 +216,7 @@ class Waiter:
             self._listener = None
 
     def release(self) -> None:
-        """Close the listening connection and the interrupt's sockets: for good."""
+        """Close the listening connection and the interrupt's sockets, for good."""
         self.close()
         if self._wake is not None:
             for end in self._wake:

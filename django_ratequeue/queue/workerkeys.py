@@ -1,11 +1,9 @@
 """Remote workers' API keys: created (shown once), checked on every request, revoked.
 
 A key reads ``<prefix>.<secret>``: the prefix (8 hex digits) finds the row and is shown in
-lists; the secret is 256 random bits. Only the SHA-256 of the whole key is stored, and it
-is compared in constant time. A revoked key fails its very next request.
-
-An attempt a remote worker claimed holds its key (``Attempt.worker_key``) and the name its
-program gave itself (``Attempt.worker``): whose it is, and whom to look for.
+lists; the secret is 256 random bits. Only the SHA-256 of the whole key is stored, compared
+in constant time; a revoked key fails its very next request. A remote worker's attempts
+hold its key (``Attempt.worker_key``) and its program's name (``Attempt.worker``).
 """
 
 from __future__ import annotations
@@ -34,8 +32,9 @@ def digest(key: str) -> str:
 
 
 def create_key(name: str, queues: Iterable[str]) -> tuple[WorkerKey, str]:
-    """A new key for the remote ``queues``; returns the row and the key, which is stored
-    nowhere: give it to the worker now."""
+    """Create a key for the remote ``queues``, and return its row and the key.
+
+    The key is stored nowhere: give it to the worker now."""
     queues = sorted(set(queues))
     if not name.strip():
         raise ValueError("A worker key needs a name (who or what uses it).")
@@ -52,7 +51,7 @@ def create_key(name: str, queues: Iterable[str]) -> tuple[WorkerKey, str]:
 
 
 def find_key(key: str) -> WorkerKey | None:
-    """The row of ``key`` (revoked or not), or None when no row has it."""
+    """Return the row of ``key`` (revoked or not), or None when no row has it."""
     prefix, dot, _secret = key.partition(".")
     if not dot or len(prefix) != PREFIX_LENGTH or len(key) > 200:
         return None
@@ -63,8 +62,10 @@ def find_key(key: str) -> WorkerKey | None:
 
 
 def seen(row: WorkerKey, host: str = "") -> None:
-    """Record that ``row`` was used now (from ``host``), unless it was very recently
-    (from the same host)."""
+    """Record that ``row`` was used now (from ``host``), unless it was very recently.
+
+    The record is skipped only when the last one is recent and from the same host (or
+    ``host`` is not given)."""
     now = clock.now()
     fresh = row.last_seen is not None and now - row.last_seen < LAST_SEEN_EVERY
     if fresh and host in ("", row.last_host):
@@ -82,8 +83,9 @@ def running_per_instance() -> Counter[tuple[str, str]]:
 
 
 def remote_worker_seen(queue: str) -> bool:
-    """Say whether a worker whose key may claim from the remote ``queue`` was seen lately:
-    a running one asks for work at least every ``MAX_CLAIM_WAIT`` seconds and heartbeats
+    """Say whether a worker whose key may claim from the remote ``queue`` was seen lately.
+
+    A running one asks for work at least every ``MAX_CLAIM_WAIT`` seconds and heartbeats
     its attempts within ``REMOTE_LEASE``, and its key's ``last_seen`` lags by up to
     ``LAST_SEEN_EVERY``."""
     quiet = max(MAX_CLAIM_WAIT, ratequeue_settings().REMOTE_LEASE)
@@ -93,7 +95,7 @@ def remote_worker_seen(queue: str) -> bool:
 
 
 def revoke(prefix: str) -> bool:
-    """Revoke the key with ``prefix``; False if there is none not revoked yet."""
+    """Revoke the key with ``prefix``; return False if there is none not revoked yet."""
     return bool(
         WorkerKey.objects.filter(prefix=prefix, revoked_at=None).update(revoked_at=clock.now())
     )

@@ -1,17 +1,9 @@
 """The arithmetic of rate limits on two numbers, ``value`` and ``ts``: pure functions.
 
-No Django, no I/O, no clock and no randomness of their own: the caller passes ``now``
-(seconds since the epoch) and any random draw, so every decision can be replayed in tests.
-
-* Token bucket: ``value`` tokens at time ``ts``; tokens accrue continuously at
-  ``rate / period`` per second up to ``capacity``.
-* Fixed window: ``value`` tokens at the start ``ts`` of the current window; each whole
-  window that begins adds ``rate`` tokens, up to ``capacity``.
-* Reservations let ``value`` go below zero (down to ``-max_reserved``); the reserved work
-  may run once the deficit has been paid back, which ``retry_at`` tells.
-
-Times returned are the first representable instants at which the answer changes, so that
-trying again exactly at ``retry_at`` succeeds (barring other consumers).
+The caller passes ``now`` (seconds since the epoch) and any random draw, so every decision
+can be replayed in tests. Times returned are the first representable instants at which
+the answer changes. docs/concepts.md ("Rate limits") gives each kind's formulas, the
+reservations, and why retrying exactly at ``retry_at`` succeeds.
 """
 
 from __future__ import annotations
@@ -48,8 +40,10 @@ class Decision:
 
 
 def check_count(config: RateLimitConfig, count: float, *, reserve: bool) -> None:
-    """Raise ``ValueError`` unless ``count`` is a positive number, at most ``MAX_TOKENS``,
-    that could ever fit into any shard of ``config``."""
+    """Raise ``ValueError`` unless every shard of ``config`` could ever admit ``count``.
+
+    It must be a positive number, at most ``MAX_TOKENS``, that fits into the smallest
+    shard's share (with its ``max_reserved`` when reserving)."""
     if isinstance(count, bool) or not isinstance(count, int | float) or not count > 0:
         raise ValueError(f"count must be a positive number, got {count!r}.")
     if not count <= MAX_TOKENS:  # also inf, and big ints that floats cannot hold
@@ -70,8 +64,9 @@ def check_count(config: RateLimitConfig, count: float, *, reserve: bool) -> None
 
 
 def window_start(config: FixedWindow, now: float, phase: float) -> float:
-    """The start of the window containing ``now``; ``phase`` in [0, 1) is used without
-    a configured ``start``."""
+    """Return the start of the window containing ``now``.
+
+    ``phase`` in [0, 1) is used without a configured ``start``."""
     period = config.period_seconds
     origin = config.start_seconds
     if origin is None:
@@ -80,7 +75,7 @@ def window_start(config: FixedWindow, now: float, phase: float) -> float:
 
 
 def project(config: RateLimitConfig, state: State | None, now: float, phase: float) -> State:
-    """The state as of ``now``: tokens accrued since ``ts`` added, capped at capacity.
+    """Return the state as of ``now``: tokens accrued since ``ts`` added, capped at capacity.
 
     A missing state is a full limit. For a fixed window ``ts`` becomes the start of the
     current window; for a token bucket, ``now``. A clock that went backwards adds nothing.
@@ -149,7 +144,7 @@ def decide(
 
 
 def _estimate(config: RateLimitConfig, state: State, needed: float) -> float:
-    """When ``state`` will hold ``needed`` tokens, up to rounding of the last bit."""
+    """Return when ``state`` will hold ``needed`` tokens, up to rounding of the last bit."""
     deficit = needed - state.value
     if isinstance(config, FixedWindow):
         return state.ts + math.ceil(deficit / config.rate) * config.period_seconds
@@ -157,7 +152,7 @@ def _estimate(config: RateLimitConfig, state: State, needed: float) -> float:
 
 
 def _earliest(reached: Callable[[float], bool], now: float, estimate: float) -> float:
-    """The first float time after ``now`` at which ``reached`` (monotonic) holds.
+    """Return the first float time after ``now`` at which ``reached`` (monotonic) holds.
 
     The closed-form ``estimate`` can be off in the last bits; bisecting over floats
     around it makes ``retry_at`` exact: it admits, and the float before it does not.
@@ -179,7 +174,7 @@ def _earliest(reached: Callable[[float], bool], now: float, estimate: float) -> 
 
 
 def with_jitter(retry_at: float, period: float, fraction: float) -> float:
-    """``retry_at`` plus ``fraction`` (a random draw in [0, 1)) of ``period``.
+    """Return ``retry_at`` plus ``fraction`` (a random draw in [0, 1)) of ``period``.
 
     Clients told to retry at the same instant would otherwise arrive as a herd.
     """
@@ -187,15 +182,19 @@ def with_jitter(retry_at: float, period: float, fraction: float) -> float:
 
 
 def two_choices(shards: int, first: int, second: int) -> tuple[int, int]:
-    """Two distinct shards from two random draws in ``range(shards)`` and
-    ``range(shards - 1)`` (the second skips the first)."""
+    """Return two distinct shards from two random draws.
+
+    The draws are in ``range(shards)`` and ``range(shards - 1)`` (the second skips the
+    first)."""
     if shards == 1:
         return 0, 0
     return first, second + (second >= first)
 
 
 def better_shard(a: tuple[int, Decision], b: tuple[int, Decision]) -> int:
-    """Power of two choices: the shard with more room, or the one free sooner."""
+    """Return the better of two shards: the one with more room, or the one free sooner.
+
+    This is the power of two choices."""
     (shard_a, da), (shard_b, db) = a, b
     if da.ok and db.ok:
         return shard_a if da.value >= db.value else shard_b

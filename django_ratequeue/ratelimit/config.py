@@ -1,13 +1,10 @@
 """Rate-limit configurations: the two kinds, their validation and their dict form.
 
-A configuration is an immutable value. ``period`` (and a fixed window's ``start``) may be
-given as a :class:`~datetime.timedelta` or as seconds; the algebra reads the normalised
-``period_seconds``. ``capacity`` defaults to ``rate``; ``max_reserved=None`` means
-reservations are unbounded. With ``shards=N`` the limit is kept in N rows, each holding
-a share of ``rate``, ``capacity`` and ``max_reserved`` (:meth:`per_shard`).
-
-Every number is finite and bounded (``MAX_TOKENS``, ``MIN_PERIOD``...), so that the
-arithmetic on a limit, in Python and in SQL, neither overflows nor runs forever.
+A configuration is an immutable value; ``period`` (and a fixed window's ``start``) may be a
+:class:`~datetime.timedelta` or seconds, the algebra reads ``period_seconds``. With
+``shards=N`` each of N rows holds a share (:meth:`per_shard`). Every number is finite and
+bounded (``MAX_TOKENS``, ``MIN_PERIOD``...): the arithmetic on a limit, in Python and in
+SQL, neither overflows nor runs forever. docs/concepts.md ("Rate limits") tells the rest.
 """
 
 from __future__ import annotations
@@ -33,7 +30,7 @@ MAX_START = 253402300799.0
 
 
 def _float(value: Any) -> float:
-    """``value`` as a float; an int too big for one is infinite (and so refused)."""
+    """Return ``value`` as a float; an int too big for one is infinite (and so refused)."""
     try:
         return float(value)
     except OverflowError:
@@ -59,7 +56,7 @@ def _number(value: Any, field: str) -> float:
 
 @dataclass(frozen=True)
 class _LimitFields:
-    """Validation and derived values shared by both kinds."""
+    """Hold the validation and derived values both kinds share."""
 
     kind: ClassVar[str]
 
@@ -110,15 +107,15 @@ class _LimitFields:
         return int(getattr(self, "shards", 1))
 
     def per_shard(self, shard: int = 0) -> Self:
-        """The configuration row ``shard`` of the ``shards`` rows enforces: its share."""
+        """Return the configuration row ``shard`` of the ``shards`` rows enforces: its share."""
         return _shares(self)[shard]
 
     def smallest_share(self) -> Self:
-        """The share of the shard with the least capacity: what every shard can admit."""
+        """Return the share of the shard with the least capacity: what every shard can admit."""
         return min(_shares(self), key=lambda share: share.max_tokens)
 
     def largest_count(self, *, reserve: bool) -> float:
-        """The largest ``count`` that can ever be admitted (``inf`` if any will do)."""
+        """Return the largest ``count`` that can ever be admitted (``inf`` if any will do)."""
         if not reserve:
             return self.max_tokens
         if self.max_reserved is None:
@@ -128,7 +125,7 @@ class _LimitFields:
 
 @dataclass(frozen=True)
 class TokenBucket(_LimitFields):
-    """Tokens refill continuously at ``rate`` per ``period`` up to ``capacity``.
+    """A token bucket: tokens refill continuously at ``rate`` per ``period`` up to ``capacity``.
 
     The right default: it limits the average rate while letting idle clients burst.
     """
@@ -143,7 +140,7 @@ class TokenBucket(_LimitFields):
 
 @dataclass(frozen=True)
 class FixedWindow(_LimitFields):
-    """``rate`` tokens are added at the start of every window of ``period`` seconds.
+    """A fixed window: ``rate`` tokens come at the start of each window of ``period`` seconds.
 
     Windows start at ``start`` (seconds since the epoch, a timedelta offset from it, or an
     aware datetime) plus whole periods; without ``start`` each key gets a random phase so
@@ -224,7 +221,7 @@ KINDS: dict[str, type[TokenBucket] | type[FixedWindow]] = {
 
 
 def check_limit_name(name: Any) -> str:
-    """``name`` if it can name a limit: a non-empty string its rows' column holds."""
+    """Return ``name`` if it can name a limit: a non-empty string its rows' column holds."""
     return check_name("A rate-limit name", name, "RateLimitState", "name")
 
 

@@ -1,16 +1,8 @@
-"""Forgetting rate-limit rows that are full again.
+"""Forgetting rate-limit rows that are full again: a missing row says as much.
 
-A missing row is a full limit, so a row whose value, projected to now, is back at its
-capacity (and so holds no reservation) says nothing that a missing row does not. Without
-pruning, a limit keyed per client keeps a row for every client it ever saw. The resting
-loop prunes a batch now and then (:func:`.queue.retention.prune_in_background`);
-``manage.py ratelimits prune`` prunes them all.
-
-Only limits in ``RATE_LIMITS`` are pruned: the configuration of an inline ``config=`` is
-not known here. A cheap SQL test picks rows that are surely full (the time since their
-``ts`` refilled what they miss, with a period to spare for a fixed window's steps); the
-engine's own algebra confirms each one. They are locked while this happens, skipping rows
-a consumer holds (PostgreSQL), so a consume that commits meanwhile keeps its row.
+The resting loop prunes a batch now and then (:func:`.queue.retention.prune_in_background`),
+``manage.py ratelimits prune`` all of them; only limits in ``RATE_LIMITS`` are pruned.
+docs/concepts.md ("Two numbers per limit") tells which rows go, and how.
 """
 
 from __future__ import annotations

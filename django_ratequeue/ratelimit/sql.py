@@ -1,17 +1,9 @@
 """A consume on PostgreSQL as one SQL statement: lock, project, decide and write.
 
-Why this exists: deciding in Python costs four round trips (``BEGIN``, ``SELECT ... FOR
-UPDATE``, ``UPDATE``, ``COMMIT``) and Django's ``atomic()``, while the arithmetic is a
-handful of float operations. This module states the projection of :mod:`.algebra` in SQL,
-with the same float8 operations in the same order, so that the statement admits exactly
-when :func:`.algebra.decide` would (``tests/ratelimit/test_sql.py`` checks both on random
-states). The statement returns the state it found; Python derives ``retry_at`` and
-``value`` from it with the algebra, which stays the reference.
-
-With two candidate shards the statement locks only the better one (admits, then most
-tokens) that no one else holds (``SKIP LOCKED``): the power of two choices without
-waiting behind another consumer. A session prepares the statement on the server
-from its second use (:mod:`django_ratequeue.db`): planning it costs more than running it.
+The statement states :mod:`.algebra`'s projection in SQL, float8 operation for operation,
+so that it admits exactly when :func:`.algebra.decide` would; of two candidate shards it
+locks only the better one that no one else holds (``SKIP LOCKED``). docs/concepts.md
+("Why it cannot over-admit") tells why it exists and how it is checked.
 """
 
 from __future__ import annotations
@@ -30,9 +22,11 @@ from .models import RateLimitState
 
 @dataclass(frozen=True, slots=True)
 class Taken:
-    """What the statement did: the ``shard`` it locked, that shard's stored ``state``
-    before the consume, whether the consume was ``applied``, and, when it was not,
-    whether the other candidate as last committed would have admitted it."""
+    """What the statement did: the ``shard`` it locked, and what it found and did there.
+
+    ``state`` is that shard's stored state before the consume, ``applied`` whether the
+    consume was applied, and, when it was not, ``other_admits`` whether the other
+    candidate as last committed would have admitted it."""
 
     shard: int
     state: State
@@ -56,7 +50,7 @@ def take(
 
     One candidate is waited for if another transaction holds it; of two, only one is
     locked: the better as last committed that no one else holds (``SKIP LOCKED``).
-    ``None`` when no candidate could be locked: missing, or both held by others.
+    Return ``None`` when no candidate could be locked: missing, or both held by others.
     ``async_commit`` adds ``SET LOCAL synchronous_commit = off``: only for a statement
     that is its own transaction.
     """
@@ -81,7 +75,7 @@ def take(
 
 @dataclass(frozen=True, slots=True)
 class _Shape:
-    """What the statement's text depends on."""
+    """What the statement's text depends on (its cache key)."""
 
     window: bool
     candidates: int
@@ -119,9 +113,11 @@ def _server_statement(shape: _Shape) -> ServerStatement:
 def _decision(
     p: dict[str, str], shape: _Shape, value: str, ts: str, share: dict[str, str]
 ) -> tuple[str, str, str]:
-    """SQL for the row ``(value, ts)`` under the shard's ``share`` (rate, capacity,
-    allowance): its tokens now, the ``ts`` to store, and whether it admits ``count``; the
-    operations of :func:`.algebra.project` and :func:`.algebra.decide`, in their order."""
+    """Return SQL for the row ``(value, ts)``: its tokens now, new ``ts`` and whether it admits.
+
+    The row is under the shard's ``share`` (rate, capacity, allowance) and asked for
+    ``count``; the expressions are the operations of :func:`.algebra.project` and
+    :func:`.algebra.decide`, in their order."""
     now, period, count = p["now"], p["period"], p["count"]
     rate, capacity = share["rate"], share["capacity"]
     if shape.window:
@@ -144,8 +140,9 @@ def _decision(
 
 @lru_cache(maxsize=128)
 def _statement(shape: _Shape, *, prepared: bool) -> str:
-    """The statement's text, with ``$n`` placeholders for ``PREPARE`` or typed
-    ``%(name)s`` ones for the driver."""
+    """Return the statement's text, with placeholders for ``PREPARE`` or for the driver.
+
+    They are ``$n`` for ``PREPARE``, typed ``%(name)s`` ones for the driver."""
     p = {
         name: f"${i}" if prepared else f"%({name})s::{kind}"
         for i, (name, kind) in enumerate(shape.parameters, start=1)

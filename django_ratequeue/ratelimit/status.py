@@ -24,14 +24,16 @@ _PERIOD_NAMES = {1: "second", 60: "minute", 3600: "hour", 86400: "day", 604800: 
 
 
 def config_for(name: str, config: Any = None) -> RateLimitConfig | None:
-    """The inline ``config`` if given, else the configured one, else ``None``."""
+    """Return the inline ``config`` if given, else the configured one, else ``None``."""
     return (
         parse_config(config) if config is not None else ratequeue_settings().RATE_LIMITS.get(name)
     )
 
 
 def describe(config: RateLimitConfig | None) -> str:
-    """``"token bucket: 10 per hour, capacity 20"`` for lists and tables."""
+    """Describe ``config`` in words for lists and tables.
+
+    For example ``"token bucket: 10 per hour, capacity 20"``."""
     if config is None:
         return "inline config (not in RATE_LIMITS)"
     period = config.period_seconds
@@ -47,7 +49,7 @@ def describe(config: RateLimitConfig | None) -> str:
 
 
 def _seconds_until_full(share: RateLimitConfig, current: State, now: float) -> float:
-    """How long until a shard holding ``current`` (projected to ``now``) is full again."""
+    """Return how long until a shard holding ``current`` (projected to ``now``) is full again."""
     missing = share.max_tokens - current.value
     if missing <= 0:
         return 0.0
@@ -58,7 +60,7 @@ def _seconds_until_full(share: RateLimitConfig, current: State, now: float) -> f
 
 
 def quota_headers(name: str, *, key: str | None, config: Any = None) -> Mapping[str, str]:
-    """The IETF draft ``RateLimit-*`` headers for the limit ``name`` and ``key``.
+    """Return the IETF draft ``RateLimit-*`` headers for the limit ``name`` and ``key``.
 
     ``Limit`` is the capacity, ``Remaining`` the whole tokens left over all shards,
     ``Reset`` the seconds (rounded up) until the limit is full again, and ``Policy`` the
@@ -86,9 +88,11 @@ def quota_headers(name: str, *, key: str | None, config: Any = None) -> Mapping[
 
 @dataclass(frozen=True)
 class KeysNow:
-    """A limit's keys as stored now: how many (of the first read, ``capped`` when there
-    are more), and how many of them cannot take one more token now (a user locked out,
-    a client refused)."""
+    """How many keys a limit has stored now, and how many of them are out of tokens.
+
+    ``keys`` counts those of the first read (``capped`` when there are more);
+    ``out_of_tokens`` those that cannot take one more token now (a user locked out, a
+    client refused)."""
 
     keys: int
     out_of_tokens: int
@@ -96,9 +100,11 @@ class KeysNow:
 
 
 def keys_now(name: str, config: RateLimitConfig, limit: int) -> KeysNow:
-    """Return the keys of the limit ``name`` that have rows, the first ``limit`` of them
-    by key (one read of at most ``limit`` rows through the limit's unique index), each
-    summed over its shards (a missing shard is a full share) and projected to now."""
+    """Count the keys of the limit ``name`` that have rows, and those out of tokens now.
+
+    The first ``limit`` of them by key are read (one read of at most ``limit`` rows through
+    the limit's unique index), each summed over its shards (a missing shard is a full
+    share) and projected to now."""
     rows = list(
         RateLimitState.objects.filter(name=name)
         .exclude(key="")

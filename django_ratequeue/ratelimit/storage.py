@@ -1,10 +1,10 @@
 """Reading, locking and writing the rows of :class:`RateLimitState` with few round trips.
 
-Off PostgreSQL (which consumes in one statement, see :mod:`.sql`) the hot path of a
-consume is one ``SELECT ... FOR UPDATE`` and one ``UPDATE`` by primary key (or one
-``INSERT`` for a new row), in raw SQL because the ORM's per-query overhead is a large share
-of a decision. Callers hold a transaction; on SQLite the write lock is taken at ``BEGIN``
-(``transaction_mode="IMMEDIATE"``), where ``FOR UPDATE`` is not needed.
+Off PostgreSQL (which consumes in one statement, :mod:`.sql`) a consume is one
+``SELECT ... FOR UPDATE`` and one ``UPDATE`` by primary key, in raw SQL. Callers hold a
+transaction; on SQLite its write lock is taken at ``BEGIN``
+(``transaction_mode="IMMEDIATE"``), where ``FOR UPDATE`` is not needed. docs/concepts.md
+("Why it cannot over-admit") tells why.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from .models import RateLimitState
 
 
 def rate_limit_db() -> str:
-    """The database alias the rate limits' rows live on, as the project's routers say."""
+    """Return the database alias the rate limits' rows live on, as the project's routers say."""
     return router.db_for_write(RateLimitState)
 
 
@@ -31,7 +31,7 @@ _STATEMENTS: dict[str, dict[str, str]] = {}
 
 
 def _sql(connection: BaseDatabaseWrapper, statement: str) -> str:
-    """The SQL of ``statement`` for ``connection``'s database, built once per alias."""
+    """Return the SQL of ``statement`` for ``connection``'s database, built once per alias."""
     try:
         return _STATEMENTS[connection.alias][statement]
     except KeyError:
@@ -67,8 +67,10 @@ def lock_row(
 def insert_rows(
     connection: BaseDatabaseWrapper, name: str, key: str, states: Mapping[int, State]
 ) -> int:
-    """Create the rows of the given shards; returns how many did not exist yet (for one
-    created by another transaction, PostgreSQL waits for it, so the caller can lock it)."""
+    """Create the rows of the given shards; return how many did not exist yet.
+
+    For a row created by another transaction, PostgreSQL waits for it, so the caller can
+    lock it."""
     values = ", ".join(["(%s, %s, %s, %s, %s)"] * len(states))
     params = [
         part
@@ -89,7 +91,7 @@ def update_row(connection: BaseDatabaseWrapper, row_id: int, state: State) -> No
 def read_rows(
     connection: BaseDatabaseWrapper, name: str, key: str, shards: Iterable[int] | None = None
 ) -> dict[int, State]:
-    """The stored states by shard (all, or one or two given ones), without locking."""
+    """Return the stored states by shard (all, or one or two given ones), without locking."""
     with connection.cursor() as cursor:
         if shards is None:
             cursor.execute(_sql(connection, "read_all"), [name, key])

@@ -1,11 +1,9 @@
-"""The attempt protocol: an attempt's life after dispatch, for local runners and remote
-workers alike (docs/concepts.md, "The attempt protocol").
+"""The attempt protocol: an attempt's life after dispatch, for every kind of worker.
 
-A :class:`Claimant` claims attempts (:func:`claim_local`, :func:`claim_remote`: one
-statement, :func:`.sql.claim_sql`), keeps a remote one's lease (:func:`heartbeat`), tells
-its progress and output, reports outcomes (:func:`report`, one :class:`Report` per
-attempt, a batch in one statement) and hands back what it will not run
-(:func:`release`). No other module claims or reports attempts.
+Local runners and remote workers alike (docs/concepts.md, "The attempt protocol"); no other
+module claims or reports attempts. A :class:`Claimant` claims (:func:`claim_local`,
+:func:`claim_remote`), keeps a remote one's lease (:func:`heartbeat`), tells progress and
+output, reports outcomes (:func:`report`, a :class:`Report` each) and hands back (:func:`release`).
 """
 
 from .claims import (

@@ -1,5 +1,6 @@
-"""Who holds an attempt (:class:`Claimant`), and how a worker takes, keeps and gives back
-the attempts it holds: claims, leases, releases."""
+"""Claims, leases and releases: how a worker takes, keeps and gives back attempts.
+
+Who holds an attempt is a :class:`Claimant`."""
 
 from __future__ import annotations
 
@@ -34,17 +35,21 @@ LOCAL_READ = ("timeout", "queue", "started_at", "job__func", "job__args", "job__
 
 @dataclass(frozen=True)
 class Claimant:
-    """Who claims and reports: a local runner (``worker`` its process's heartbeat id),
-    or a remote worker of ``key`` (``worker`` the name its program gave itself), whose
-    attempts live by a lease. The attempts it claims hold both in their columns."""
+    """Identify who claims and reports attempts: a local runner or a remote worker.
+
+    A local runner's ``worker`` is its process's heartbeat id; a remote worker of ``key``
+    has for ``worker`` the name its program gave itself, and its attempts live by a lease.
+    The attempts it claims hold both in their columns."""
 
     worker: str
     key: WorkerKey | None = None
 
     @classmethod
     def remote(cls, key: WorkerKey, instance: str) -> Claimant:
-        """Return the remote worker ``instance`` of ``key`` ("": any worker of the key,
-        which may report on what another of them claimed)."""
+        """Return the remote worker ``instance`` of ``key``.
+
+        ``""`` is any worker of the key, which may report on what another of them
+        claimed."""
         return cls(instance, key)
 
     @property
@@ -52,8 +57,9 @@ class Claimant:
         return None if self.key is None else self.key.pk
 
     def holds(self, now: datetime) -> Q:
-        """Return the attempts this claimant holds (a remote one: any instance of its
-        key's, while the lease lasts)."""
+        """Return the attempts this claimant holds.
+
+        For a remote one: those of any instance of its key, while the lease lasts."""
         if self.key is None:
             return Q(worker=self.worker, ended_at=None)
         return Q(worker_key=self.key, ended_at=None, lease_expires_at__gte=now)
@@ -84,10 +90,12 @@ def lease_end(now: datetime) -> datetime:
 
 
 def claim_local(claimant: Claimant, limit: int) -> list[Attempt]:
-    """Take up to ``limit`` local attempts nobody claimed yet, started now, the highest
-    priority first, then in dispatch order: a free slot never starts a lower priority
-    while a higher one waits. Through lost connections: claiming again also finds what a
-    first try took before its connection broke (claimed by us, started at ``stamp``)."""
+    """Take up to ``limit`` local attempts nobody claimed yet, and start them now.
+
+    The highest priority first, then in dispatch order: a free slot never starts a lower
+    priority while a higher one waits. Through lost connections: claiming again also finds
+    what a first try took before its connection broke (claimed by us, started at
+    ``stamp``)."""
     stamp = clock.now()
     tries = 0
 
@@ -114,8 +122,10 @@ def claim_local(claimant: Claimant, limit: int) -> list[Attempt]:
 
 @dataclass
 class Claimed:
-    """What a remote claim took (with what it had taken before, its answer lost), and
-    when a retry it left to other workers becomes its to take (None: it left none)."""
+    """What a remote claim took, and when a retry it left to others becomes its to take.
+
+    ``attempts`` includes what it had taken before, its answer lost; ``retry_at`` is None
+    when it left no retry to other workers."""
 
     attempts: list[Attempt]
     retry_at: datetime | None = None
@@ -128,11 +138,12 @@ def claim_remote(
     limit: int,
     running: Collection[int] = (),
 ) -> Claimed:
-    """Take up to ``limit`` remote attempts of ``queues`` (of ``functions`` if given),
-    started now under a fresh lease; with them, any attempt this instance holds that is
-    not in ``running`` (what a first try took before its answer was lost comes back). A
-    retry whose previous attempt ran on this instance is left to the other workers for
-    ``RETRY_ELSEWHERE`` after it became claimable."""
+    """Take up to ``limit`` remote attempts of ``queues``, and start them under a fresh lease.
+
+    Only attempts of ``functions`` are taken, if given. With them comes any attempt this
+    instance holds that is not in ``running`` (what a first try took before its answer
+    was lost comes back). A retry whose previous attempt ran on this instance is left to
+    the other workers for ``RETRY_ELSEWHERE`` after it became claimable."""
     now = clock.now()
     retry_at = None
     if limit > 0:
@@ -158,9 +169,10 @@ def claim_remote(
 
 
 def avoided_retries(candidates: QuerySet[Attempt], mine: Q, now: datetime) -> dict[int, datetime]:
-    """Return the candidates this instance leaves to others for now (by id, with when
-    they became claimable): retries, claimable for less than ``RETRY_ELSEWHERE``, of jobs
-    an earlier attempt of which ran on it."""
+    """Return the candidates this instance leaves to others for now.
+
+    They are given by id, with when they became claimable: retries, claimable for less
+    than ``RETRY_ELSEWHERE``, of jobs an earlier attempt of which ran on this instance."""
     recent = list(
         candidates.filter(number__gt=1, dispatched_at__gt=now - RETRY_ELSEWHERE).values_list(
             "pk", "job_id", "number", "dispatched_at"
@@ -181,8 +193,10 @@ def avoided_retries(candidates: QuerySet[Attempt], mine: Q, now: datetime) -> di
 
 
 def heartbeat(claimant: Claimant, attempt_id: int) -> tuple[datetime, bool]:
-    """Extend the lease; return its new end, and whether the job was canceled (its
-    worker may stop: whatever the attempt's outcome, the job ends CANCELED)."""
+    """Extend the lease; return its new end, and whether the job was canceled.
+
+    A canceled job's worker may stop: whatever the attempt's outcome, the job ends
+    CANCELED."""
     now = clock.now()
     until = lease_end(now)
     held = Attempt.objects.filter(claimant.holds(now), pk=attempt_id)
@@ -197,8 +211,9 @@ def heartbeat(claimant: Claimant, attempt_id: int) -> tuple[datetime, bool]:
 
 
 def release(claimant: Claimant, attempt_ids: Collection[int]) -> int:
-    """Hand back the attempts unfinished (their worker stops): they are not tries, and
-    another worker may claim them at once. Return how many were handed back."""
+    """Hand back the attempts unfinished, as their worker stops; return how many.
+
+    They are not tries, and another worker may claim them at once."""
     held = Attempt.objects.filter(claimant.holds(clock.now()), pk__in=list(attempt_ids))
     released = held.update(worker="", worker_key=None, started_at=None, lease_expires_at=None)
     if released:
@@ -207,8 +222,10 @@ def release(claimant: Claimant, attempt_ids: Collection[int]) -> int:
 
 
 def lock_held(claimant: Claimant, attempt_id: int) -> str:
-    """Lock the attempt for the caller's transaction if ``claimant`` holds it (recovery,
-    which would end it, waits); return its job's id, or raise :class:`LeaseLost`."""
+    """Lock the attempt for the caller's transaction if ``claimant`` holds it.
+
+    Recovery, which would end it, then waits. Return its job's id, or raise
+    :class:`LeaseLost`."""
     held = Attempt.objects.filter(claimant.holds(clock.now()), pk=attempt_id)
     job_id = held.select_for_update().values_list("job_id", flat=True).first()
     if job_id is None:
@@ -217,8 +234,10 @@ def lock_held(claimant: Claimant, attempt_id: int) -> str:
 
 
 def through_reconnects(action: Callable[[], T]) -> T:
-    """Run ``action``, which may be repeated, until it gets through: after a lost database
-    connection (a restart) on a new one. A local claim or report must not be dropped
+    """Run ``action``, which may be repeated, until it gets through.
+
+    After a lost database connection (a restart) it runs on a new one. A local claim or
+    report must not be dropped
     while its worker lives, since nobody else would end those attempts. Should the
     database stay away, django-q2's timeout ends the worker, and recovery then takes its
     attempts as lost."""

@@ -27,8 +27,10 @@ REFUSED = (DataError, IntegrityError)
 
 @dataclass(frozen=True)
 class Report:
-    """How an attempt ended: made by :meth:`returned`, :meth:`raised` or :meth:`failed`,
-    which check and clip what it holds, so that a database can store it."""
+    """How an attempt ended, in values a database can store.
+
+    Made by :meth:`returned`, :meth:`raised` or :meth:`failed`, which check and clip what
+    it holds, so that a database can store it."""
 
     outcome: str
     result: Any = None
@@ -38,8 +40,10 @@ class Report:
 
     @classmethod
     def returned(cls, value: Any) -> Report:
-        """Return the report of a call that returned ``value``; a failure that says why if
-        a job may not return it (see :func:`check_result_size`)."""
+        """Return the report of a call that returned ``value``.
+
+        That is a failure that says why if a job may not return it (see
+        :func:`check_result_size`)."""
         try:
             check_result_size(value)
         except ValueError as error:
@@ -58,20 +62,25 @@ class Report:
     def failed(
         cls, error: str, traceback: str = "", retryable: bool = True, timed_out: bool = False
     ) -> Report:
-        """Return the report of a failure told in words (a remote worker's): retried by its
-        job's policy unless not ``retryable``; ``timed_out``: it overran its timeout."""
+        """Return the report of a failure told in words (a remote worker's).
+
+        It is retried by its job's policy unless not ``retryable``; ``timed_out``: it
+        overran its timeout."""
         outcome = Outcome.FAILED if retryable else Outcome.NON_RETRYABLE
         return cls._clipped(Outcome.TIMED_OUT if timed_out else outcome, error, traceback, "")
 
     @classmethod
     def refused(cls, error: DatabaseError) -> Report:
-        """Return the failure stored instead of a report the database refused (a value
-        that slipped past :mod:`..bounds`)."""
+        """Return the failure stored instead of a report the database refused.
+
+        The refused report held a value that slipped past :mod:`..bounds`."""
         return cls._clipped(Outcome.FAILED, refusal(error), "", class_path(type(error)))
 
     @classmethod
     def _clipped(cls, outcome: str, error: str, traceback: str, path: str) -> Report:
-        """Texts are stored whatever they hold (:func:`..bounds.clip`): the real error is
+        """Return a report of ``outcome`` with its texts clipped to MAX_ERROR_BYTES.
+
+        Texts are stored whatever they hold (:func:`..bounds.clip`): the real error is
         kept."""
         limit = ratequeue_settings().MAX_ERROR_BYTES
         return cls(
@@ -92,8 +101,9 @@ class Report:
         }
 
     def unchecked(self, **changes: Any) -> Report:
-        """Return a copy with ``changes``, unchecked: what a test passes to see a refused
-        value handled."""
+        """Return a copy with ``changes``, unchecked.
+
+        A test passes it to see a refused value handled."""
         return replace(self, **changes)
 
 
@@ -112,8 +122,9 @@ def _outcome_of(error: BaseException, timed_out: bool) -> tuple[str, str]:
 
 
 def refusal(error: DatabaseError) -> str:
-    """Return the error of an attempt whose outcome the database refused to store: the
-    attempt fails with it instead."""
+    """Return the error of an attempt whose outcome the database refused to store.
+
+    The attempt fails with it instead."""
     lines = str(error).splitlines() or [type(error).__name__]
     # PostgreSQL's LINE and CONTEXT quote the statement, values and all: its DETAIL does not.
     reason = "; ".join([lines[0], *(line for line in lines[1:] if line.startswith("DETAIL:"))])
@@ -124,9 +135,10 @@ def refusal(error: DatabaseError) -> str:
 
 
 def check_result_size(result: Any) -> None:
-    """Refuse a result a database cannot store (:func:`..bounds.check_json`) or bigger
-    than MAX_RESULT_BYTES: the attempt fails rather than store it (and hand it to every
-    reader and callback)."""
+    """Refuse a result a database cannot store, or one bigger than MAX_RESULT_BYTES.
+
+    What it cannot store is what :func:`..bounds.check_json` refuses. The attempt fails
+    rather than store it (and hand it to every reader and callback)."""
     size = len(check_json("return value", result))
     limit = ratequeue_settings().MAX_RESULT_BYTES
     if size > limit:

@@ -1,5 +1,6 @@
-"""What a worker tells of the attempts it holds: their progress and output as they run,
-and their outcomes as they end (a batch in one statement)."""
+"""What a worker tells of the attempts it holds: progress, output and outcomes.
+
+Progress and output as they run, outcomes as they end (a batch in one statement)."""
 
 from __future__ import annotations
 
@@ -27,9 +28,10 @@ OUTCOME_FIELDS = ("outcome", "result", "error", "traceback", "exception_class_pa
 
 @dataclass(frozen=True)
 class Ended:
-    """An attempt that ended with ``report`` at ``ended_at`` (None: as it is reported); a
-    local runner's also with its ``started_at``, written again should a database crash
-    have lost its claim's."""
+    """An attempt that ended with ``report`` at ``ended_at`` (None: as it is reported).
+
+    A local runner's comes with its ``started_at`` too, written again should a database
+    crash have lost its claim's."""
 
     attempt_id: int
     report: Report
@@ -38,8 +40,10 @@ class Ended:
 
 
 def report(claimant: Claimant, ended: Sequence[Ended]) -> dict[int, Report | None]:
-    """End each attempt ``claimant`` holds with its report, in one statement that signals
-    the loop. A local runner's report goes through lost connections.
+    """End each attempt ``claimant`` holds with its report, in one statement.
+
+    The statement signals the loop. A local runner's report goes through lost
+    connections.
 
     Should the database refuse a value (one that slipped past :class:`Report`'s checks),
     the attempts are ended one by one, and one whose report it still refuses is ended as
@@ -92,8 +96,10 @@ def _set(attempt: Attempt, report: Report) -> None:
 
 
 def _answers(claimant: Claimant, rows: dict[int, Attempt]) -> dict[int, Report | None]:
-    """Per attempt, the report it was ended with, if a worker like ``claimant`` ended it
-    with the values of ``rows`` (now, or the same report before)."""
+    """Return per attempt the report it was ended with, or None.
+
+    The report is returned if a worker like ``claimant`` ended the attempt with the values
+    of ``rows`` (now, or the same report before)."""
     stored = {
         values.pop("pk"): values
         for values in Attempt.objects.filter(claimant.ended_by(), pk__in=list(rows))
@@ -108,8 +114,9 @@ def _answers(claimant: Claimant, rows: dict[int, Attempt]) -> dict[int, Report |
 
 
 def report_progress(claimant: Claimant, attempt_id: int, data: Any) -> None:
-    """Store the job's progress (a JSON object); a ValueError or TypeError if it is not
-    one the job could report itself."""
+    """Store the job's progress (a JSON object).
+
+    Raise a ValueError or TypeError if it is not one the job could report itself."""
     value = checked_progress(data)
     with transaction.atomic(using=queue_db()):
         job_id = lock_held(claimant, attempt_id)
@@ -117,10 +124,12 @@ def report_progress(claimant: Claimant, attempt_id: int, data: Any) -> None:
 
 
 def append_output(claimant: Claimant, attempt_id: int, index: int, text: Any) -> None:
-    """Store one piece of output, numbered ``index`` (the claim gives the first number;
-    the worker counts on from it). Sent again, the same piece is a success that changes
-    nothing; another piece with a number already used, or one that leaves a gap, is a
-    ValueError: numbers stay below the count of pieces, which MAX_OUTPUT_LENGTH bounds."""
+    """Store one piece of output, numbered ``index``.
+
+    The claim gives the first number; the worker counts on from it. Sent again, the same
+    piece is a success that changes nothing; another piece with a number already used, or
+    one that leaves a gap, is a ValueError: numbers stay below the count of pieces, which
+    MAX_OUTPUT_LENGTH bounds."""
     settings = ratequeue_settings()
     text = checked_text(text)
     if not text or len(text) > settings.MAX_OUTPUT_CHUNK_LENGTH:

@@ -1,6 +1,7 @@
-"""Every statement of the attempt protocol that is not a one-row ORM update: the claim
-(:func:`claim_sql`, for local and remote workers alike) and the report of a batch of
-outcomes (:func:`write_outcomes`)."""
+"""The attempt protocol's statements that are not one-row ORM updates.
+
+The claim (:func:`claim_sql`, for local and remote workers alike) and the report of a
+batch of outcomes (:func:`write_outcomes`)."""
 
 from __future__ import annotations
 
@@ -23,8 +24,10 @@ CLAIMED_JOB = ("func", "args", "kwargs", "priority")
 
 @dataclass(frozen=True)
 class Scope:
-    """Which dispatched attempts a claim may take: local ones (``remote`` false), or
-    remote ones of ``queues``, of ``functions`` if any, but for the ``avoided`` ids."""
+    """Which dispatched attempts a claim may take.
+
+    Local ones (``remote`` false), or remote ones of ``queues``, of ``functions`` if any,
+    but for the ``avoided`` ids."""
 
     remote: bool = False
     queues: Sequence[str] = ()
@@ -32,8 +35,9 @@ class Scope:
     avoided: Sequence[int] = ()
 
     def where(self) -> tuple[str, list[Any]]:
-        """Return the SQL that picks the scope's attempts (``a``, joined to ``j``), and its
-        parameters."""
+        """Return the SQL that picks the scope's attempts, and its parameters.
+
+        The attempts are the row ``a``, joined to their job ``j``."""
         if not self.remote:
             return "NOT a.remote", []
         sql, params = "a.remote", list[Any]()
@@ -53,12 +57,14 @@ def placeholders(count: int) -> str:
 
 
 def claim_sql(vendor: str, scope: Scope) -> tuple[str, list[Any]]:
-    """Return the claim of up to n dispatched attempts of ``scope`` nobody's yet, by
-    priority then dispatch order, for worker w of key k (None: a local runner), started
-    at s, leased until l (parameters after the scope's: n, w, k, s, l). The candidates
-    are picked once, in a CTE (a subquery under ``IN`` may be run again per row, and pick
-    more than n). On PostgreSQL, rows another claim is taking at the same moment are
-    skipped, not waited for, and the statement returns what the attempts are to run."""
+    """Return the claim of up to n dispatched attempts of ``scope`` that nobody holds yet.
+
+    They are taken by priority then dispatch order, for worker w of key k (None: a local
+    runner), started at s, leased until l (parameters after the scope's: n, w, k, s, l).
+    The candidates are picked once, in a CTE (a subquery under ``IN`` may be run again per
+    row, and pick more than n). On PostgreSQL, rows another claim is taking at the same
+    moment are skipped, not waited for, and the statement returns what the attempts are to
+    run."""
     connection = queue_connection()
     attempts = connection.ops.quote_name(Attempt._meta.db_table)
     jobs = connection.ops.quote_name(Job._meta.db_table)
@@ -89,9 +95,11 @@ def claim_sql(vendor: str, scope: Scope) -> tuple[str, list[Any]]:
 def run_claim(
     scope: Scope, limit: int, worker: str, key: int | None, stamp: Any, lease: Any
 ) -> list[tuple[Any, ...]]:
-    """Run the claim (:func:`claim_sql`); return the rows it returned. Planned afresh each
-    time, not prepared: a plan cached while the attempts table was small (a sequential
-    scan) would be kept, without an ANALYZE to invalidate it, as the table grows."""
+    """Run the claim (:func:`claim_sql`), and return the rows it returned.
+
+    It is planned afresh each time, not prepared: a plan cached while the attempts table
+    was small (a sequential scan) would be kept, without an ANALYZE to invalidate it, as
+    the table grows."""
     connection = queue_connection()
     sql, params = claim_sql(connection.vendor, scope)
     adapt = connection.ops.adapt_datetimefield_value
@@ -102,8 +110,7 @@ def run_claim(
 
 
 def claimed(row: tuple[Any, ...]) -> Attempt:
-    """Return an attempt as a PostgreSQL claim returned it, with the part of its job it
-    runs."""
+    """Return an attempt as a PostgreSQL claim returned it, with the part of its job it runs."""
     values = dict(zip(("id", *CLAIMED_ATTEMPT), row, strict=False))
     job_values = dict(zip(CLAIMED_JOB, row[1 + len(CLAIMED_ATTEMPT) :], strict=True))
     for name in ("args", "kwargs"):  # JSON text, as Django's psycopg backend reads it
@@ -117,9 +124,11 @@ def claimed(row: tuple[Any, ...]) -> Attempt:
 def write_outcomes(
     attempts: Sequence[Attempt], fields: Sequence[str], held: str, params: Sequence[Any]
 ) -> int:
-    """Write ``fields`` of ``attempts`` with one statement that signals the loop, where
-    ``held`` (SQL on the row ``t``, with ``params``) holds; in a savepoint within a
-    transaction, which a refused statement must not abort. Return the rows written."""
+    """Write ``fields`` of ``attempts`` in one statement that signals the loop.
+
+    Only the rows where ``held`` (SQL on the row ``t``, with ``params``) holds are written;
+    return how many. In a transaction it runs in a savepoint, which a refused statement
+    must not abort."""
     connection = queue_connection()
     nested = connection.in_atomic_block
     with transaction.atomic(using=connection.alias) if nested else nullcontext():

@@ -35,11 +35,10 @@ from .options import (
     check_reservation_room,
 )
 from .registry import (
-    Exposure,
-    HttpOptions,
-    Permission,
+    ExposedHooks,
     Registered,
     check_call,
+    exposed_hooks,
     is_async,
     register_job,
     registered_job,
@@ -62,19 +61,19 @@ class JobFunction(Registered, Generic[P, R]):
     func: Callable[P, Any]
 
     def __init__(
-        self, func: Callable[P, Any], options: JobOptions, exposure: Exposure | None = None
+        self, func: Callable[P, Any], options: JobOptions, exposed: ExposedHooks | None = None
     ) -> None:
-        super().__init__(func, exposure)
+        super().__init__(func, exposed)
         self.options = options
         update_wrapper(self, func)
 
     @staticmethod
     def of(
-        func: Callable[..., Any], options: JobOptions, exposure: Exposure | None = None
+        func: Callable[..., Any], options: JobOptions, exposed: ExposedHooks | None = None
     ) -> JobFunction[..., Any]:
         """The job function of ``func``: an :class:`AsyncJobFunction` for ``async def``."""
         cls = AsyncJobFunction if is_async(func) else JobFunction
-        return cls(func, options, exposure)
+        return cls(func, options, exposed)
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         return cast("R", self.func(*args, **kwargs))
@@ -132,8 +131,8 @@ def job(
     /,
     *,
     expose: bool = False,
-    permission: Permission | None = None,
-    http_options: HttpOptions | None = None,
+    permission: Callable[..., bool] | None = None,
+    http_options: Callable[..., Mapping[str, Any]] | None = None,
     **options: Unpack[EnqueueOptions],
 ) -> AsyncJobFunction[P, R]: ...
 
@@ -144,8 +143,8 @@ def job(
     /,
     *,
     expose: bool = False,
-    permission: Permission | None = None,
-    http_options: HttpOptions | None = None,
+    permission: Callable[..., bool] | None = None,
+    http_options: Callable[..., Mapping[str, Any]] | None = None,
     **options: Unpack[EnqueueOptions],
 ) -> JobFunction[P, R]: ...
 
@@ -156,8 +155,8 @@ def job(
     /,
     *,
     expose: bool = False,
-    permission: Permission | None = None,
-    http_options: HttpOptions | None = None,
+    permission: Callable[..., bool] | None = None,
+    http_options: Callable[..., Mapping[str, Any]] | None = None,
     **options: Unpack[EnqueueOptions],
 ) -> JobDecorator: ...
 
@@ -167,8 +166,8 @@ def job(
     /,
     *,
     expose: bool = False,
-    permission: Permission | None = None,
-    http_options: HttpOptions | None = None,
+    permission: Callable[..., bool] | None = None,
+    http_options: Callable[..., Mapping[str, Any]] | None = None,
     **options: Any,
 ) -> JobFunction[..., Any] | JobDecorator:
     """Register a module-level function as a job, so that it can be enqueued (itself or
@@ -184,18 +183,18 @@ def job(
     """
     defaults = {k: v for k, v in options.items() if v is not None}
     job_options = JobOptions(defaults)
-    exposure = Exposure.of(expose, permission, http_options)
+    exposed = exposed_hooks(expose, permission, http_options)
 
     def decorate(f: Callable[..., Any], /) -> JobFunction[..., Any]:
         if isinstance(f, JobFunction):
-            if exposure is not None:
+            if exposed is not None:
                 raise ValueError(
                     f"{f.path} is a job already: give expose= where it is first decorated "
                     "with @job, which is the job the HTTP API finds."
                 )
             register_job(f)
             return type(f)(f.func, f.options.merge(defaults))
-        return register_job(JobFunction.of(f, job_options, exposure))
+        return register_job(JobFunction.of(f, job_options, exposed))
 
     return decorate(func) if func is not None else cast("JobDecorator", decorate)
 

@@ -373,7 +373,9 @@ def enqueue_many(
     An item that is a dict gives keyword arguments, a list or tuple positional arguments,
     anything else the single argument. With ``id="x"`` the jobs get ids ``x-0``, ``x-1``, ...
     """
-    return enqueue_calls(func, map(_item_call, params), **options)
+    template, stamped, _kept = _write_calls(func, map(_item_call, params), options)
+    id_column = PER_JOB_COLUMNS.index("id")
+    return [Handle(call[id_column], owner=template.owner) for call in stamped]
 
 
 def item_id(prefix: str, index: int) -> str:
@@ -415,21 +417,10 @@ def _insert_with_ids(template: JobTemplate, rows: list[Job]) -> set[str]:
         return kept
 
 
-def enqueue_calls(
-    func: Callable[..., Any] | str,
-    calls: Iterable[Call],
-    **options: Any,
-) -> list[Handle[Any]]:
-    """:func:`enqueue_many` with each job's call given as ``(args, kwargs)``, both at once
-    if need be."""
-    template, stamped, _kept = _write_calls(func, calls, options)
-    id_column = PER_JOB_COLUMNS.index("id")
-    return [Handle(call[id_column], owner=template.owner) for call in stamped]
-
-
 def enqueue_rows(func: Callable[..., Any] | str, calls: list[Call], **options: Any) -> list[Job]:
-    """Enqueue :func:`enqueue_calls` and return the jobs as they were written, rather than
-    handles; the caller's existing job where ``on_duplicate_id="ignore"`` kept one."""
+    """Enqueue one job per ``(args, kwargs)`` call as :func:`enqueue_many` does, and return
+    the jobs as written; the caller's existing job where ``on_duplicate_id="ignore"`` kept
+    one."""
     template, stamped, kept = _write_calls(func, calls, options)
     existing = Job.objects.in_bulk(list(kept)) if kept else {}
     rows = []

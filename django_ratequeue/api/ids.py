@@ -12,12 +12,12 @@ from __future__ import annotations
 import hashlib
 import re
 
-from ..queue.models import Job
+from ..queue.enqueue import JOB_ID_MAX_LENGTH
 
 TAG_LENGTH = 12
 SCOPED = re.compile(rf"~[0-9a-f]{{{TAG_LENGTH}}}~")
 # The longest id a client may choose: the id column less the scope's prefix.
-CLIENT_ID_MAX_LENGTH = (Job._meta.get_field("id").max_length or 200) - TAG_LENGTH - 2
+CLIENT_ID_MAX_LENGTH = JOB_ID_MAX_LENGTH - TAG_LENGTH - 2
 
 
 def owner_tag(owner: str) -> str:

@@ -34,20 +34,13 @@ from rest_framework.views import APIView
 from .. import clock
 from ..conf import ratequeue_settings
 from ..decorators import KEY_SHORTHANDS
-from ..queue.enqueue import enqueue_calls, enqueue_job
 from ..queue.handles import Handle
 from ..queue.models import FINAL_STATUSES, Job
 from ..queue.seats import take_seat
+from ..queue.submit import submit, submit_many
 from ..ratelimit.api import check_rate_limit
-from .enqueueing import (
-    all_or_nothing,
-    call_problem,
-    check_call,
-    enqueue_each,
-    exposed,
-    job_options,
-    refusals,
-)
+from .enqueueing import check_call, check_calls, client_options, refusals
+from .exposure import exposed
 from .ids import shown_id, stored_id
 from .parsers import CappedJSONParser, RequestTooLarge
 from .permissions import ApiAccess, SchemaAccess, WorkerKeyAuth, request_owner
@@ -198,12 +191,14 @@ class EnqueueView(ApiView):
 
     def post(self, request: Request) -> Response:
         data = self.valid(request.data)
-        job = exposed(request, data["function"])
-        check_call(job, data["args"], data["kwargs"])
+        exposure = exposed(request, data["function"])
+        call = (data["args"], data["kwargs"])
+        check_call(exposure.job, *call)
+        server_options = exposure.call_options(request)
         owner = request_owner(request, create=True)
-        with refusals(), all_or_nothing(job):
-            options = job_options(request, job, data["args"], data["kwargs"], data, owner)
-            created = enqueue_job(job.path, args=data["args"], kwargs=data["kwargs"], **options)
+        options = client_options(data, owner)
+        with refusals():
+            created = submit(exposure.job, call, options, owner=owner, call_options=server_options)
         location = f"{request.path}{quote(shown_id(created.pk), safe='')}/"
         return Response(
             job_data(created), status=status.HTTP_201_CREATED, headers={"Location": location}
@@ -225,22 +220,17 @@ class BulkEnqueueView(ApiView):
 
     def post(self, request: Request) -> Response:
         data = self.valid(request.data)
-        job = exposed(request, data["function"])
+        exposure = exposed(request, data["function"])
         calls = [(item["args"], item["kwargs"]) for item in data["items"]]
-        problems = [call_problem(job, args, kwargs) for args, kwargs in calls]
-        if any(problems):
-            raise ValidationError({"items": [problem or {} for problem in problems]})
+        check_calls(exposure.job, calls)
+        server_options = exposure.call_options(request)
         owner = request_owner(request, create=True)
-        with refusals(), all_or_nothing(job):
-            options = [job_options(request, job, *call, data, owner) for call in calls]
-            if all(each == options[0] for each in options):
-                handles = enqueue_calls(job.path, calls, **options[0])
-            else:
-                handles = enqueue_each(job, calls, options)
-        ids = [handle.id for handle in handles]
-        jobs = Job.objects.in_bulk(ids)
-        body = [job_data(jobs[job_id]) for job_id in ids]
-        return Response(body, status=status.HTTP_201_CREATED)
+        options = client_options(data, owner)
+        with refusals():
+            created = submit_many(
+                exposure.job, calls, options, owner=owner, call_options=server_options
+            )
+        return Response([job_data(job) for job in created], status=status.HTTP_201_CREATED)
 
 
 class JobView(ApiView):

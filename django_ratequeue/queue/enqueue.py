@@ -35,11 +35,10 @@ from .options import (
     check_reservation_room,
 )
 from .registry import (
-    Exposure,
-    HttpOptions,
-    Permission,
+    ExposedHooks,
     Registered,
     check_call,
+    exposed_hooks,
     is_async,
     register_job,
     registered_job,
@@ -49,6 +48,8 @@ from .wakeup import LOOP, signal
 P = ParamSpec("P")
 JOB_ID_MAX_LENGTH = Job._meta.get_field("id").max_length or 200
 R = TypeVar("R")
+# One call of a job: its positional and its keyword arguments.
+Call = tuple[list[Any], dict[str, Any]]
 
 
 class JobFunction(Registered, Generic[P, R]):
@@ -60,19 +61,19 @@ class JobFunction(Registered, Generic[P, R]):
     func: Callable[P, Any]
 
     def __init__(
-        self, func: Callable[P, Any], options: JobOptions, exposure: Exposure | None = None
+        self, func: Callable[P, Any], options: JobOptions, exposed: ExposedHooks | None = None
     ) -> None:
-        super().__init__(func, exposure)
+        super().__init__(func, exposed)
         self.options = options
         update_wrapper(self, func)
 
     @staticmethod
     def of(
-        func: Callable[..., Any], options: JobOptions, exposure: Exposure | None = None
+        func: Callable[..., Any], options: JobOptions, exposed: ExposedHooks | None = None
     ) -> JobFunction[..., Any]:
         """The job function of ``func``: an :class:`AsyncJobFunction` for ``async def``."""
         cls = AsyncJobFunction if is_async(func) else JobFunction
-        return cls(func, options, exposure)
+        return cls(func, options, exposed)
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         return cast("R", self.func(*args, **kwargs))
@@ -130,8 +131,8 @@ def job(
     /,
     *,
     expose: bool = False,
-    permission: Permission | None = None,
-    http_options: HttpOptions | None = None,
+    permission: Callable[..., bool] | None = None,
+    http_options: Callable[..., Mapping[str, Any]] | None = None,
     **options: Unpack[EnqueueOptions],
 ) -> AsyncJobFunction[P, R]: ...
 
@@ -142,8 +143,8 @@ def job(
     /,
     *,
     expose: bool = False,
-    permission: Permission | None = None,
-    http_options: HttpOptions | None = None,
+    permission: Callable[..., bool] | None = None,
+    http_options: Callable[..., Mapping[str, Any]] | None = None,
     **options: Unpack[EnqueueOptions],
 ) -> JobFunction[P, R]: ...
 
@@ -154,8 +155,8 @@ def job(
     /,
     *,
     expose: bool = False,
-    permission: Permission | None = None,
-    http_options: HttpOptions | None = None,
+    permission: Callable[..., bool] | None = None,
+    http_options: Callable[..., Mapping[str, Any]] | None = None,
     **options: Unpack[EnqueueOptions],
 ) -> JobDecorator: ...
 
@@ -165,8 +166,8 @@ def job(
     /,
     *,
     expose: bool = False,
-    permission: Permission | None = None,
-    http_options: HttpOptions | None = None,
+    permission: Callable[..., bool] | None = None,
+    http_options: Callable[..., Mapping[str, Any]] | None = None,
     **options: Any,
 ) -> JobFunction[..., Any] | JobDecorator:
     """Register a module-level function as a job, so that it can be enqueued (itself or
@@ -182,18 +183,18 @@ def job(
     """
     defaults = {k: v for k, v in options.items() if v is not None}
     job_options = JobOptions(defaults)
-    exposure = Exposure.of(expose, permission, http_options)
+    exposed = exposed_hooks(expose, permission, http_options)
 
     def decorate(f: Callable[..., Any], /) -> JobFunction[..., Any]:
         if isinstance(f, JobFunction):
-            if exposure is not None:
+            if exposed is not None:
                 raise ValueError(
                     f"{f.path} is a job already: give expose= where it is first decorated "
                     "with @job, which is the job the HTTP API finds."
                 )
             register_job(f)
             return type(f)(f.func, f.options.merge(defaults))
-        return register_job(JobFunction.of(f, job_options, exposure))
+        return register_job(JobFunction.of(f, job_options, exposed))
 
     return decorate(func) if func is not None else cast("JobDecorator", decorate)
 
@@ -336,7 +337,7 @@ def _owned_by(job_id: str, owner: str) -> bool:
     return Job.objects.filter(pk=job_id, owner=owner).exists()
 
 
-def _item_call(item: Any) -> tuple[list[Any], dict[str, Any]]:
+def _item_call(item: Any) -> Call:
     if isinstance(item, Mapping):
         return [], dict(item)
     if isinstance(item, list | tuple):
@@ -372,12 +373,14 @@ def enqueue_many(
     An item that is a dict gives keyword arguments, a list or tuple positional arguments,
     anything else the single argument. With ``id="x"`` the jobs get ids ``x-0``, ``x-1``, ...
     """
-    return enqueue_calls(func, map(_item_call, params), **options)
+    template, stamped, _kept = _write_calls(func, map(_item_call, params), options)
+    id_column = PER_JOB_COLUMNS.index("id")
+    return [Handle(call[id_column], owner=template.owner) for call in stamped]
 
 
-def _item_id(prefix: str, index: int) -> str:
-    """The id of item ``index`` of a bulk enqueue with ``id=prefix``; ValueError when it
-    is longer than the id column holds."""
+def item_id(prefix: str, index: int) -> str:
+    """Return the id of item ``index`` of a bulk enqueue with ``id=prefix``; ValueError
+    when it is longer than the id column holds."""
     job_id = f"{prefix}-{index}"
     if len(job_id) > JOB_ID_MAX_LENGTH:
         raise ValueError(
@@ -387,11 +390,13 @@ def _item_id(prefix: str, index: int) -> str:
     return job_id
 
 
-def _insert_with_ids(template: JobTemplate, rows: list[Job]) -> None:
+def _insert_with_ids(template: JobTemplate, rows: list[Job]) -> set[str]:
     """INSERT rows with the caller's ids, the INSERT deciding which ids are taken: any
     taken id is a DuplicateJobId, but with ``on_duplicate_id="ignore"`` one of the
-    caller's own jobs, which is kept instead (never another owner's)."""
+    caller's own jobs, which is kept instead (never another owner's). Return the ids of
+    the jobs kept."""
     error: IntegrityError | None = None
+    kept: set[str] = set()
     while True:
         taken = dict(
             Job.objects.filter(id__in=[row.id for row in rows]).values_list("id", "owner")
@@ -401,6 +406,7 @@ def _insert_with_ids(template: JobTemplate, rows: list[Job]) -> None:
                 raise DuplicateJobId(job_id)
         if error is not None and not taken:
             raise error  # the INSERT was refused for another reason than its ids
+        kept.update(taken)
         rows = [row for row in rows if row.id not in taken]
         try:
             with transaction.atomic(using=queue_db()):
@@ -408,20 +414,31 @@ def _insert_with_ids(template: JobTemplate, rows: list[Job]) -> None:
         except IntegrityError as refused:
             error = refused  # ids committed since the read: read them again
             continue
-        return
+        return kept
 
 
-def enqueue_calls(
-    func: Callable[..., Any] | str,
-    calls: Iterable[tuple[list[Any], dict[str, Any]]],
-    **options: Any,
-) -> list[Handle[Any]]:
-    """:func:`enqueue_many` with each job's call given as ``(args, kwargs)``, both at once
-    if need be (the HTTP API's bulk enqueue)."""
+def enqueue_rows(func: Callable[..., Any] | str, calls: list[Call], **options: Any) -> list[Job]:
+    """Enqueue one job per ``(args, kwargs)`` call as :func:`enqueue_many` does, and return
+    the jobs as written; the caller's existing job where ``on_duplicate_id="ignore"`` kept
+    one."""
+    template, stamped, kept = _write_calls(func, calls, options)
+    existing = Job.objects.in_bulk(list(kept)) if kept else {}
+    rows = []
+    for (args, kwargs), (_args, _kwargs, *stamp) in zip(calls, stamped, strict=True):
+        row = template.job(args, kwargs, JobStamp(*stamp))
+        row._state.adding = False
+        rows.append(existing.get(row.pk, row))
+    return rows
+
+
+def _write_calls(
+    func: Callable[..., Any] | str, calls: Iterable[Call], options: Mapping[str, Any]
+) -> tuple[JobTemplate, list[tuple[Any, ...]], set[str]]:
+    """Write one job per call, all or none; return their template, each job's arguments
+    as JSON text and stamp (``PER_JOB_COLUMNS``' order), and the ids kept as they were."""
     target, defaults = _target(func)
     template = defaults.merge(options).template(target.path)
     now = clock.now()
-    # Per job: its arguments as JSON text and its stamp (PER_JOB_COLUMNS' order).
     stamped: list[tuple[Any, ...]] = []
     for index, (args, kwargs) in enumerate(calls):
         check_call(target, args, kwargs, f" of item {index}")
@@ -430,13 +447,14 @@ def enqueue_calls(
         template.check_size(args_json, kwargs_json, f" (item {index})")
         # Apart by a microsecond each, so that the items' order is their arrival order.
         enqueued_at = now + timedelta(microseconds=index)
-        job_id = None if template.id is None else _item_id(template.id, index)
+        job_id = None if template.id is None else item_id(template.id, index)
         stamped.append((args_json, kwargs_json, *template.stamp(enqueued_at, job_id)))
     if not stamped:
-        return []
+        return template, [], set()
     # The same read-only check as one enqueue: the loop reserves each job's cost when it
     # could start, so a batch is refused exactly when its first job would be.
     check_reservation_room(template.queue, template.cost)
+    kept: set[str] = set()
     with transaction.atomic(using=queue_db()):
         check_enqueue_rate(len(stamped))
         apply_queue_limit(template)
@@ -450,10 +468,9 @@ def enqueue_calls(
             if template.id is None:
                 Job.objects.bulk_create(rows, batch_size=1000)
             else:
-                _insert_with_ids(template, rows)
+                kept = _insert_with_ids(template, rows)
         signal(LOOP)
-    id_column = PER_JOB_COLUMNS.index("id")
-    return [Handle(call[id_column], owner=template.owner) for call in stamped]
+    return template, stamped, kept
 
 
 __all__ = [

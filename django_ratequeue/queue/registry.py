@@ -16,7 +16,8 @@ own code registered runs, and a name is looked up here without importing anythin
   backend is ours, and the modules ``RATEQUEUE["JOB_MODULES"]`` names.
 
 Over HTTP the bar is higher still: only jobs registered with ``@job(expose=True)`` can be
-enqueued there (:func:`exposed_job`).
+enqueued there (:func:`exposed_job`); the registry keeps that decorator's callables as
+given (:class:`ExposedHooks`) and the HTTP API calls them.
 
 A call is checked against its function's parameters at enqueue (:func:`check_call`), in
 Python and over HTTP alike, so that arguments that could never fit fail there rather than
@@ -47,34 +48,30 @@ BACKEND_PATH = "django_ratequeue.backends.RateQueueBackend"
 HAS_DJANGO_TASKS = django.VERSION >= (6, 0)
 
 
-# What the HTTP API calls with the request: may it enqueue the job?
-Permission = Callable[[Any], bool]
-# ... and the options it enqueues the job with: (request, args, kwargs) -> options.
-HttpOptions = Callable[[Any, list[Any], dict[str, Any]], Mapping[str, Any]]
-
-
 @dataclass(frozen=True)
-class Exposure:
-    """How a job may be enqueued over the HTTP API (``@job(expose=True, ...)``): for whom
-    (``permission``, everybody the API admits when ``None``) and with which options the
-    server adds (``options``, e.g. a per-user concurrency key or a cost)."""
+class ExposedHooks:
+    """Keep the callables ``@job(expose=True, ...)`` was given, uninterpreted: the HTTP API
+    (:mod:`..api.exposure`) decides what they are called with and what they mean."""
 
-    permission: Permission | None = None
-    options: HttpOptions | None = None
+    permission: Callable[..., bool] | None = None
+    http_options: Callable[..., Mapping[str, Any]] | None = None
 
-    @classmethod
-    def of(
-        cls, expose: Any, permission: Permission | None, options: HttpOptions | None
-    ) -> Exposure | None:
-        """The exposure ``@job``'s arguments ask for, or ``None`` (not exposed)."""
-        if not isinstance(expose, bool):
-            raise ValueError(f"expose must be True or False, not {expose!r}.")
-        for name, hook in (("permission", permission), ("http_options", options)):
-            if hook is not None and not callable(hook):
-                raise ValueError(f"{name} must be a callable, not {hook!r}.")
-            if hook is not None and not expose:
-                raise ValueError(f"{name} is for jobs the HTTP API may enqueue: add expose=True.")
-        return cls(permission, options) if expose else None
+
+def exposed_hooks(
+    expose: Any,
+    permission: Callable[..., bool] | None,
+    http_options: Callable[..., Mapping[str, Any]] | None,
+) -> ExposedHooks | None:
+    """Return what ``@job``'s ``expose=`` arguments ask for, ``None`` when not exposed;
+    ValueError for arguments that make no sense together."""
+    if not isinstance(expose, bool):
+        raise ValueError(f"expose must be True or False, not {expose!r}.")
+    for name, hook in (("permission", permission), ("http_options", http_options)):
+        if hook is not None and not callable(hook):
+            raise ValueError(f"{name} must be a callable, not {hook!r}.")
+        if hook is not None and not expose:
+            raise ValueError(f"{name} is for jobs the HTTP API may enqueue: add expose=True.")
+    return ExposedHooks(permission, http_options) if expose else None
 
 
 # The call shapes whose answer one function keeps (see Parameters.problem).
@@ -148,12 +145,12 @@ def bare(signature: inspect.Signature) -> str:
 class Registered:
     """A function registered under its dotted path: the base of ``@job`` functions
     (:class:`.enqueue.JobFunction`), which add their options and ``enqueue``. Only those
-    with an :class:`Exposure` can be enqueued over HTTP."""
+    with :class:`ExposedHooks` can be enqueued over HTTP."""
 
-    def __init__(self, func: Callable[..., Any], exposure: Exposure | None = None) -> None:
+    def __init__(self, func: Callable[..., Any], exposed: ExposedHooks | None = None) -> None:
         self.func = func
         self.path = job_path(func)
-        self.exposure = exposure
+        self.exposed = exposed
 
     @cached_property
     def parameters(self) -> Parameters:
@@ -224,7 +221,7 @@ def exposed_job(path: str) -> Registered:
     """The registered job at ``path`` that the HTTP API may enqueue; :class:`UnknownJob`
     for any other name, registered or not, and nothing is imported."""
     known = _jobs.get(path) if isinstance(path, str) else None
-    if known is None or known.exposure is None:
+    if known is None or known.exposed is None:
         raise UnknownJob(f"No job {_shown(path)} can be enqueued over HTTP.")
     return known
 

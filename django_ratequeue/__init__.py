@@ -42,14 +42,14 @@ if TYPE_CHECKING:
     from .queue.progress import report_progress as report_progress
     from .queue.progress import stream_output as stream_output
     from .queue.retry import Retry as Retry
-    from .ratelimit.api import RateLimitResult as RateLimitResult
-    from .ratelimit.api import check_rate_limit as check_rate_limit
-    from .ratelimit.api import define_rate_limits as define_rate_limits
-    from .ratelimit.api import get_rate_limit_value as get_rate_limit_value
-    from .ratelimit.api import rate_limit as rate_limit
-    from .ratelimit.api import reset_rate_limit as reset_rate_limit
     from .ratelimit.config import FixedWindow as FixedWindow
     from .ratelimit.config import TokenBucket as TokenBucket
+    from .ratelimit.decisions import RateLimitResult as RateLimitResult
+    from .ratelimit.decisions import check_rate_limit as check_rate_limit
+    from .ratelimit.decisions import get_rate_limit_value as get_rate_limit_value
+    from .ratelimit.decisions import rate_limit as rate_limit
+    from .ratelimit.decisions import reset_rate_limit as reset_rate_limit
+    from .ratelimit.defined import define_rate_limits as define_rate_limits
     from .slots import cancel_requested as cancel_requested
 
 __version__ = "0.1.0"

@@ -38,7 +38,7 @@ from ..queue.enqueue import enqueue_calls, enqueue_job
 from ..queue.handles import Handle
 from ..queue.models import FINAL_STATUSES, Job
 from ..queue.seats import take_seat
-from ..ratelimit.api import check_rate_limit
+from ..ratelimit.decisions import check_rate_limit
 from .enqueueing import (
     all_or_nothing,
     call_problem,

@@ -19,7 +19,7 @@ from typing import Literal
 
 from .. import clock
 from ..conf import ratequeue_settings
-from ..ratelimit.api import project_row_value
+from ..ratelimit.decisions import project_row_value
 from ..ratelimit.models import RateLimitState
 from ..ratelimit.status import KeysNow, describe, keys_now
 from . import rollups

@@ -982,9 +982,9 @@ def main(argv: Sequence[str] | None = None) -> None:
 def drill_with(
     args: argparse.Namespace, restart: Callable[[], None], argv: Sequence[str] | None
 ) -> None:
-    from bench.queue import Workers, _terminate
+    from bench.harness import Workers, terminate
 
-    signal.signal(signal.SIGTERM, _terminate)
+    signal.signal(signal.SIGTERM, terminate)
     import django
 
     django.setup()

@@ -23,7 +23,8 @@ from datetime import datetime
 from typing import Any
 
 from bench.common import machine_lines, prepare_database
-from bench.queue import Rate, Workers, _terminate, empty_tables, time_jobs
+from bench.harness import Workers, empty_tables, terminate
+from bench.queue import Rate, time_jobs
 
 RATE, CAPACITY = 200, 50  # the rate-gated queue's token bucket, per second
 SETTINGS: dict[str, Any] = {
@@ -188,7 +189,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parse_arguments(argv)
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "bench.settings")
     os.environ["BENCH_RATEQUEUE"] = json.dumps(SETTINGS)
-    signal.signal(signal.SIGTERM, _terminate)
+    signal.signal(signal.SIGTERM, terminate)
     import django
 
     django.setup()

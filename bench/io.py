@@ -47,7 +47,7 @@ from importlib.util import find_spec
 from typing import Any
 
 from bench.common import machine_lines, prepare_database, version
-from bench.queue import ROOT, Workers, _terminate
+from bench.harness import ROOT, Workers, empty_tables, group_pids, terminate
 
 OURS, PROCRASTINATE = "ours", "procrastinate"
 SYNC, ASYNC = "sync", "async def"
@@ -130,22 +130,6 @@ class Server:
 # -- what the workers hold ------------------------------------------------------------------
 
 
-def group_pids(leaders: Sequence[int]) -> list[int]:
-    """Every live process in the process groups that ``leaders`` lead (from /proc)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as stat:
-                fields = stat.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[2]) in leaders and fields[0] != "Z":  # fields[2]: the process group
-            found.append(int(entry))
-    return found
-
-
 def rss_kib(pid: int) -> int:
     try:
         with open(f"/proc/{pid}/status") as status:
@@ -202,8 +186,6 @@ class Ours(Contender):
         self.connection = connection
 
     def start(self, concurrency: int) -> None:
-        from bench.queue import empty_tables
-
         empty_tables()
         self.workers = Workers([["qcluster"]], {})
 
@@ -269,8 +251,6 @@ class Ours(Contender):
         return ""
 
     def stop(self) -> None:
-        from bench.queue import empty_tables
-
         super().stop()
         empty_tables()
 
@@ -559,7 +539,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "bench.settings")
     ratequeue, slots_note = settings_for(args)
     os.environ["BENCH_RATEQUEUE"] = json.dumps(ratequeue)  # here and in the cluster
-    signal.signal(signal.SIGTERM, _terminate)
+    signal.signal(signal.SIGTERM, terminate)
     import django
 
     django.setup()

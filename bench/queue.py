@@ -22,9 +22,7 @@ import os
 import platform
 import signal
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
@@ -32,12 +30,12 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from functools import partial
 from importlib.util import find_spec
-from pathlib import Path
 from typing import Any
 
+from bench import harness
 from bench.common import machine_lines, prepare_database, version
+from bench.harness import Workers, attempts_of_jobs, empty_tables, ms, terminate, timeline
 
-ROOT = Path(__file__).resolve().parents[1]
 OURS, DJANGO_Q2, TASKS_DB = "ours", "django-q2", "django-tasks-db"
 PROCRASTINATE = "procrastinate"
 LABELS = {
@@ -47,53 +45,11 @@ LABELS = {
     PROCRASTINATE: "procrastinate (own database, same server)",
 }
 PEERS = [DJANGO_Q2, TASKS_DB, PROCRASTINATE]
-# Whether procrastinate's database is ready (main() prepares it when it is installed).
-procrastinate_ready = False
 NOOP = "bench.jobs.noop"
 WORKERS = 2
 
 
 # -- worker processes -------------------------------------------------------------------
-
-
-class Workers:
-    """Worker processes, each in its own process group, killed (the whole group) on exit."""
-
-    def __init__(self, commands: Sequence[Sequence[str]], env: dict[str, str]) -> None:
-        self.log = Path(tempfile.mkstemp(prefix="bench-queue-", suffix=".log")[1])
-        self.started_at = time.monotonic()
-        self.processes: list[subprocess.Popen[bytes]] = []
-        with self.log.open("ab") as out:
-            for command in commands:
-                self.processes.append(
-                    subprocess.Popen(
-                        # ``-m module ...`` runs a module (a peer's worker), anything
-                        # else is a management command.
-                        [
-                            sys.executable,
-                            *(command if command[0] == "-m" else ["manage.py", *command]),
-                        ],
-                        cwd=ROOT,
-                        env={**os.environ, "DJANGO_SETTINGS_MODULE": "bench.settings", **env},
-                        stdout=out,
-                        stderr=subprocess.STDOUT,
-                        start_new_session=True,
-                    )
-                )
-
-    def check_alive(self) -> None:
-        for process in self.processes:
-            if process.poll() is not None:
-                tail = self.log.read_text(errors="replace")[-2000:]
-                raise RuntimeError(f"worker exited with {process.returncode}:\n{tail}")
-
-    def kill(self) -> None:
-        for process in self.processes:
-            if process.poll() is None:
-                with suppress(ProcessLookupError):
-                    os.killpg(process.pid, signal.SIGKILL)
-            process.wait(timeout=10)
-        self.log.unlink(missing_ok=True)
 
 
 @contextmanager
@@ -120,38 +76,7 @@ def workers(contender: str, max_concurrency: int | None = None) -> Iterator[Work
         running.kill()
 
 
-def _terminate(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt  # so that every ``finally`` kills its workers
-
-
 # -- tables ------------------------------------------------------------------------------
-
-
-def empty_tables() -> None:
-    """Empty every table a scenario writes: ours, django-q2's, django-tasks-db's, the probes."""
-    from django.db import connection
-    from django_q.models import OrmQ, Task
-    from django_tasks_db.models import DBTaskResult
-
-    from bench.models import JobStart
-    from django_ratequeue.queue.models import (
-        Attempt,
-        CancelRequest,
-        Job,
-        LoopState,
-        OutputChunk,
-        WorkerHeartbeat,
-    )
-
-    models = [Attempt, OutputChunk, Job, CancelRequest, LoopState, WorkerHeartbeat]
-    models += [OrmQ, Task, DBTaskResult, JobStart]
-    tables = ", ".join(connection.ops.quote_name(m._meta.db_table) for m in models)
-    with connection.cursor() as cursor:
-        cursor.execute(f"TRUNCATE {tables}")
-    if procrastinate_ready:
-        from bench import procrastinate_app
-
-        procrastinate_app.empty()
 
 
 def analyze(contender: str) -> None:
@@ -434,31 +359,6 @@ def end_to_end(contender: str, count: int, max_concurrency: int | None = None) -
     return rate
 
 
-def timeline() -> str:
-    """Where a job's time went in the run that just ended, from our own timestamps: waiting
-    for the runner after dispatch, running, and waiting for the loop to finish it; and how
-    many jobs each loop step dispatched and finished."""
-    from django_ratequeue.queue.models import LoopState
-
-    to_start, running, to_finish, jobs, dispatches, finishes = attempts_of_jobs(
-        """
-        percentile_cont(0.5) WITHIN GROUP (ORDER BY a.started_at - a.dispatched_at),
-        percentile_cont(0.5) WITHIN GROUP (ORDER BY a.ended_at - a.started_at),
-        percentile_cont(0.5) WITHIN GROUP (ORDER BY j.finished_at - a.ended_at),
-        count(*), count(DISTINCT a.dispatched_at), count(DISTINCT j.finished_at)
-        """,
-        "j.finished_at IS NOT NULL AND a.ended_at IS NOT NULL",
-    )
-    passes = LoopState.objects.values_list("generation", flat=True).first() or 0
-
-    return (
-        f"per job (medians): dispatch→start {ms(to_start)}, run {ms(running)}, "
-        f"end→finished by the loop {ms(to_finish)}; {jobs} jobs in {dispatches} dispatching "
-        f"and {finishes} finishing steps ({jobs / max(dispatches, 1):.1f} and "
-        f"{jobs / max(finishes, 1):.1f} per step), {passes} loop passes"
-    )
-
-
 def latency(contender: str, samples: int) -> Latency:
     """Sequential enqueues of a job that records its start, with the workers running."""
     from django.db import connection
@@ -524,25 +424,6 @@ def latency_breakdown() -> str:
         f"enqueue→dispatched by the loop p50 {ms(to_dispatch)}, p99 {ms(to_dispatch_99)}; "
         f"dispatched→claimed by a runner p50 {ms(to_start)}, p99 {ms(to_start_99)}"
     )
-
-
-def attempts_of_jobs(columns: str, where: str) -> tuple[Any, ...]:
-    """One row of ``columns`` over our attempts joined with their jobs (``a`` and ``j``)."""
-    from django.db import connection
-
-    from django_ratequeue.queue.models import Attempt, Job
-
-    attempt = connection.ops.quote_name(Attempt._meta.db_table)
-    job = connection.ops.quote_name(Job._meta.db_table)
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"SELECT {columns} FROM {attempt} a JOIN {job} j ON j.id = a.job_id WHERE {where}"
-        )
-        return tuple(cursor.fetchone())
-
-
-def ms(interval: Any) -> str:
-    return f"{interval.total_seconds() * 1000:.1f} ms" if interval is not None else "?"
 
 
 def insert_backlog(count: int) -> float:
@@ -775,7 +656,7 @@ def cell(result: Result, ours: Result) -> str:
 
 def peers() -> list[str]:
     """The peers this run can measure: procrastinate only once its database is ready."""
-    return [peer for peer in PEERS if peer != PROCRASTINATE or procrastinate_ready]
+    return [peer for peer in PEERS if peer != PROCRASTINATE or harness.procrastinate_ready]
 
 
 def table(rows: Sequence[Row]) -> str:
@@ -817,13 +698,12 @@ def column_missing(contender: str) -> bool:
 
 def prepare_procrastinate() -> str:
     """Create procrastinate's database with its schema, if procrastinate is installed."""
-    global procrastinate_ready
     if find_spec("procrastinate") is None:
         return "procrastinate: not installed (pip install -e '.[bench]')"
     from bench import procrastinate_app
 
     name = procrastinate_app.prepare()
-    procrastinate_ready = True
+    harness.procrastinate_ready = True
     return (
         f"procrastinate {version('procrastinate')}: database {name} on the same server, "
         f"{WORKERS} worker processes at its default concurrency (1)"
@@ -831,12 +711,11 @@ def prepare_procrastinate() -> str:
 
 
 def drop_procrastinate() -> None:
-    global procrastinate_ready
-    if procrastinate_ready:
+    if harness.procrastinate_ready:
         from bench import procrastinate_app
 
         procrastinate_app.drop()
-        procrastinate_ready = False
+        harness.procrastinate_ready = False
 
 
 def parse_arguments(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -895,7 +774,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         return
     args = parse_arguments(argv)
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "bench.settings")
-    signal.signal(signal.SIGTERM, _terminate)
+    signal.signal(signal.SIGTERM, terminate)
     import django
 
     django.setup()

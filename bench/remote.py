@@ -37,7 +37,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import machine_lines, prepare_database, version
-from bench.queue import OURS, Workers, _terminate, empty_tables, time_jobs, workers
+from bench.harness import Workers, empty_tables, terminate
+from bench.queue import OURS, time_jobs, workers
 from django_ratequeue.worker import handler
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -275,7 +276,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     os.environ.setdefault("DATABASE_URL", DATABASE_URL)
     os.environ["BENCH_RATEQUEUE"] = json.dumps(remote_settings(slots))
     os.environ["BENCH_MAX_CONCURRENCY"] = str(slots)
-    signal.signal(signal.SIGTERM, _terminate)
+    signal.signal(signal.SIGTERM, terminate)
     import django
 
     django.setup()

@@ -45,9 +45,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bench import harness
 from bench.common import machine_lines, prepare_database, version
-from bench.io import group_pids
-from bench.queue import ROOT, Workers, _terminate
+from bench.harness import ROOT, Workers, empty_tables, group_pids, terminate, timeline
 
 OURS, PROCRASTINATE = "ours", "procrastinate"
 CLOCK_TICK = os.sysconf("SC_CLK_TCK")
@@ -137,8 +137,6 @@ class Ours:
     name = OURS
 
     def workers(self, concurrency: int) -> Workers:
-        from bench.queue import empty_tables
-
         empty_tables()
         return Workers([["qcluster"]], {"BENCH_MAX_CONCURRENCY": str(concurrency)})
 
@@ -182,13 +180,9 @@ class Ours:
         return str(connection.settings_dict["NAME"])
 
     def timeline(self) -> str:
-        from bench.queue import timeline
-
         return timeline()
 
     def clear(self) -> None:
-        from bench.queue import empty_tables
-
         empty_tables()
 
 
@@ -523,7 +517,7 @@ def parse_arguments(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = parse_arguments(argv)
-    signal.signal(signal.SIGTERM, _terminate)
+    signal.signal(signal.SIGTERM, terminate)
     with private_server() if args.private else nullcontext_url() as server:
         if server:
             os.environ["DATABASE_URL"] = f"{server}/ratequeue_bench"
@@ -541,7 +535,6 @@ def measure(args: argparse.Namespace, argv: Sequence[str] | None) -> None:
     import django
 
     django.setup()
-    import bench.queue
 
     database = prepare_database()
     contenders: list[Ours | Procrastinate] = []
@@ -551,7 +544,7 @@ def measure(args: argparse.Namespace, argv: Sequence[str] | None) -> None:
         from bench import procrastinate_app
 
         procrastinate_app.prepare()
-        bench.queue.procrastinate_ready = True
+        harness.procrastinate_ready = True
         contenders.append(Procrastinate())
     command = " ".join(["python -m bench.steady", *(sys.argv[1:] if argv is None else argv)])
     print(

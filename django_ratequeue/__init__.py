@@ -1,142 +1,81 @@
 """Rate limits and job queues kept in your Django database.
 
-The public names are imported lazily so that listing ``django_ratequeue`` in
-``INSTALLED_APPS`` does not import models before the app registry is ready. A type
-checker sees them through the ``TYPE_CHECKING`` imports below, with their real types;
-tests/test_exports.py keeps those imports, ``_EXPORTS`` and ``__all__`` the same.
+The public names are the ``TYPE_CHECKING`` imports below: a type checker reads them there,
+with their real types, and at run time they are imported lazily from the same lines
+(:func:`_exports`), so that listing ``django_ratequeue`` in ``INSTALLED_APPS`` does not
+import models before the app registry is ready.
 """
 
 from __future__ import annotations
 
+import ast
 from importlib import import_module
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .exceptions import (
-        DuplicateJobId,
-        EnqueueRateLimited,
-        JobCanceled,
-        JobDoesNotExist,
-        JobFailed,
-        NonRetryableError,
-        NotInJob,
-        RateLimited,
-        RateQueueError,
-        RecursiveWaitDeadlock,
-        UnknownJob,
-    )
-    from .queue.control import (
-        pause_queue,
-        resume_queue,
-        set_max_concurrency,
-        set_queue_concurrency,
-    )
-    from .queue.enqueue import AsyncJobFunction, JobFunction, enqueue, enqueue_many, job
-    from .queue.handles import Handle, cancel_all, get_handle
-    from .queue.models import Status
-    from .queue.options import EnqueueOptions
-    from .queue.progress import report_progress, stream_output
-    from .queue.retry import Retry
-    from .ratelimit.api import (
-        RateLimitResult,
-        check_rate_limit,
-        define_rate_limits,
-        get_rate_limit_value,
-        rate_limit,
-        reset_rate_limit,
-    )
-    from .ratelimit.config import FixedWindow, TokenBucket
-    from .slots import cancel_requested
+    from .exceptions import DuplicateJobId as DuplicateJobId
+    from .exceptions import EnqueueRateLimited as EnqueueRateLimited
+    from .exceptions import JobCanceled as JobCanceled
+    from .exceptions import JobDoesNotExist as JobDoesNotExist
+    from .exceptions import JobFailed as JobFailed
+    from .exceptions import NonRetryableError as NonRetryableError
+    from .exceptions import NotInJob as NotInJob
+    from .exceptions import RateLimited as RateLimited
+    from .exceptions import RateQueueError as RateQueueError
+    from .exceptions import RecursiveWaitDeadlock as RecursiveWaitDeadlock
+    from .exceptions import UnknownJob as UnknownJob
+    from .queue.control import pause_queue as pause_queue
+    from .queue.control import resume_queue as resume_queue
+    from .queue.control import set_max_concurrency as set_max_concurrency
+    from .queue.control import set_queue_concurrency as set_queue_concurrency
+    from .queue.enqueue import AsyncJobFunction as AsyncJobFunction
+    from .queue.enqueue import JobFunction as JobFunction
+    from .queue.enqueue import enqueue as enqueue
+    from .queue.enqueue import enqueue_many as enqueue_many
+    from .queue.enqueue import job as job
+    from .queue.handles import Handle as Handle
+    from .queue.handles import cancel_all as cancel_all
+    from .queue.handles import get_handle as get_handle
+    from .queue.models import Status as Status
+    from .queue.options import EnqueueOptions as EnqueueOptions
+    from .queue.progress import report_progress as report_progress
+    from .queue.progress import stream_output as stream_output
+    from .queue.retry import Retry as Retry
+    from .ratelimit.config import FixedWindow as FixedWindow
+    from .ratelimit.config import TokenBucket as TokenBucket
+    from .ratelimit.decisions import RateLimitResult as RateLimitResult
+    from .ratelimit.decisions import check_rate_limit as check_rate_limit
+    from .ratelimit.decisions import get_rate_limit_value as get_rate_limit_value
+    from .ratelimit.decisions import rate_limit as rate_limit
+    from .ratelimit.decisions import reset_rate_limit as reset_rate_limit
+    from .ratelimit.defined import define_rate_limits as define_rate_limits
+    from .slots import cancel_requested as cancel_requested
 
 __version__ = "0.1.0"
 
-# public name -> module that defines it
-_EXPORTS: dict[str, str] = {
-    # errors
-    "RateQueueError": ".exceptions",
-    "JobDoesNotExist": ".exceptions",
-    "RateLimited": ".exceptions",
-    "EnqueueRateLimited": ".exceptions",
-    "JobFailed": ".exceptions",
-    "JobCanceled": ".exceptions",
-    "DuplicateJobId": ".exceptions",
-    "NonRetryableError": ".exceptions",
-    "NotInJob": ".exceptions",
-    "RecursiveWaitDeadlock": ".exceptions",
-    "UnknownJob": ".exceptions",
-    # rate limits
-    "TokenBucket": ".ratelimit.config",
-    "FixedWindow": ".ratelimit.config",
-    "RateLimitResult": ".ratelimit.api",
-    "rate_limit": ".ratelimit.api",
-    "check_rate_limit": ".ratelimit.api",
-    "reset_rate_limit": ".ratelimit.api",
-    "get_rate_limit_value": ".ratelimit.api",
-    "define_rate_limits": ".ratelimit.api",
-    # jobs and queues
-    "job": ".queue.enqueue",
-    "JobFunction": ".queue.enqueue",
-    "AsyncJobFunction": ".queue.enqueue",
-    "EnqueueOptions": ".queue.options",
-    "enqueue": ".queue.enqueue",
-    "enqueue_many": ".queue.enqueue",
-    "Retry": ".queue.retry",
-    "Status": ".queue.models",
-    "report_progress": ".queue.progress",
-    "stream_output": ".queue.progress",
-    "cancel_requested": ".slots",
-    "Handle": ".queue.handles",
-    "get_handle": ".queue.handles",
-    "cancel_all": ".queue.handles",
-    "pause_queue": ".queue.control",
-    "resume_queue": ".queue.control",
-    "set_max_concurrency": ".queue.control",
-    "set_queue_concurrency": ".queue.control",
-}
 
-# A literal list, which type checkers read as the names the package re-exports.
-__all__ = [
-    "AsyncJobFunction",
-    "DuplicateJobId",
-    "EnqueueOptions",
-    "EnqueueRateLimited",
-    "FixedWindow",
-    "Handle",
-    "JobCanceled",
-    "JobDoesNotExist",
-    "JobFailed",
-    "JobFunction",
-    "NonRetryableError",
-    "NotInJob",
-    "RateLimitResult",
-    "RateLimited",
-    "RateQueueError",
-    "RecursiveWaitDeadlock",
-    "Retry",
-    "Status",
-    "TokenBucket",
-    "UnknownJob",
-    "cancel_all",
-    "cancel_requested",
-    "check_rate_limit",
-    "define_rate_limits",
-    "enqueue",
-    "enqueue_many",
-    "get_handle",
-    "get_rate_limit_value",
-    "job",
-    "pause_queue",
-    "rate_limit",
-    "report_progress",
-    "reset_rate_limit",
-    "resume_queue",
-    "set_max_concurrency",
-    "set_queue_concurrency",
-    "stream_output",
-]
+def _exports() -> dict[str, str]:
+    """Return the module of each public name, read from the ``TYPE_CHECKING`` imports."""
+    tree = ast.parse(Path(__file__).read_text(encoding="utf-8"))
+    return {
+        alias.name: "." * statement.level + (statement.module or "")
+        for node in tree.body
+        if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING"
+        for statement in node.body
+        if isinstance(statement, ast.ImportFrom)
+        for alias in statement.names
+    }
+
+
+# public name -> module that defines it
+_EXPORTS: dict[str, str] = _exports()
+
+__all__ = sorted(_EXPORTS)
 
 
 def __getattr__(name: str) -> Any:
+    """Import the public name ``name`` from its module on first use."""
     try:
         module = _EXPORTS[name]
     except KeyError:

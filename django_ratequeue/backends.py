@@ -24,6 +24,7 @@ from django.core.checks import CheckMessage, Error, register
 from django.core.exceptions import ImproperlyConfigured
 from django.utils import timezone
 
+from . import check_ids as ids
 from .exceptions import JobCanceled, UnknownJob, class_path
 from .queue.enqueue import JobFunction, enqueue_job, job
 from .queue.models import Attempt, Job, Outcome, Status
@@ -145,7 +146,7 @@ class RateQueueBackend(BaseTaskBackend):
                     f"TASKS[{self.alias!r}] uses {BACKEND_PATH}, but django_ratequeue is not "
                     "in INSTALLED_APPS.",
                     hint="Add 'django_ratequeue' to INSTALLED_APPS, then run manage.py migrate.",
-                    id="django_ratequeue.E310",
+                    id=ids.TASKS_BACKEND_WITHOUT_APP,
                 )
             )
         return problems
@@ -411,7 +412,7 @@ def check_django_version(
         Error(
             f"TASKS[{alias!r}] uses {BACKEND_PATH}, which needs Django 6.0 or later.",
             hint="Upgrade Django, or enqueue with django_ratequeue.enqueue() instead.",
-            id="django_ratequeue.E301",
+            id=ids.TASKS_BACKEND_NEEDS_DJANGO_6,
         )
         for alias, params in tasks.items()
         if params.get("BACKEND") == BACKEND_PATH

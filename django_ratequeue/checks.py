@@ -1,12 +1,8 @@
-"""The system check that validates ``settings.RATEQUEUE`` at start-up.
+"""Register the system checks of ``settings.RATEQUEUE`` and of the services around it.
 
-The rules are the ones the app applies when it reads the settings
-(:func:`~django_ratequeue.conf.parse_settings`); this check reports each problem as an
-error with its id: E0xx the dict as a whole, E1xx rate limits, E2xx queues and the loop,
-E3xx/W3xx the services around it (E302: django-q2's ORM broker on the queue's database;
-E304: sessions for anonymous users of the HTTP API; W305: a runner's turn longer than
-django-q2's ``retry``; E306: SQLite taking its write lock at BEGIN; E307: a broker named in
-``Q_CLUSTER``). It also imports the other checks so that they register.
+The settings' rules are the ones the app applies when it reads them
+(:func:`~django_ratequeue.conf.parse_settings`); every check's id is named in
+:mod:`~django_ratequeue.check_ids`. It also imports the other checks so that they register.
 """
 
 from __future__ import annotations
@@ -21,6 +17,7 @@ from django.core.checks import CheckMessage, Error, register
 from django.utils.module_loading import import_string
 
 from . import backends as tasks_backend_checks  # noqa: F401
+from . import check_ids as ids
 from .conf import parse_settings
 from .queue.models import queue_db
 from .ratelimit.storage import rate_limit_db
@@ -56,7 +53,7 @@ def check_broker_database(
             "(the database router's db_for_write for its models).",
             hint="Run django-q2's ORM broker on the database that holds ratequeue's tables, "
             "or route ratequeue's models to the broker's.",
-            id="django_ratequeue.E302",
+            id=ids.BROKER_DATABASE,
         )
     ]
 
@@ -83,7 +80,7 @@ def check_anonymous_api(
             "MIDDLEWARE: anonymous visitors own their jobs through their session.",
             hint='Add "django.contrib.sessions.middleware.SessionMiddleware" to MIDDLEWARE, '
             "or keep the API for logged-in users.",
-            id="django_ratequeue.E304",
+            id=ids.ANONYMOUS_WITHOUT_SESSIONS,
         )
     ]
 
@@ -115,7 +112,7 @@ def check_sqlite_locking(
                 "instead of waiting their turn.",
                 hint=f'Set DATABASES[{alias!r}]["OPTIONS"]["transaction_mode"] = "IMMEDIATE" '
                 '(with "timeout": 30 and WAL; see "SQLite" in docs/operations.md).',
-                id="django_ratequeue.E306",
+                id=ids.SQLITE_LOCKING,
             )
         )
     return problems
@@ -143,6 +140,6 @@ def check_cluster_broker(
             hint='Set Q_CLUSTER = {"name": "mysite", "orm": "default"} to keep the queue in '
             'your database (or name your Redis with "redis": {...}); see "The cluster" in '
             "docs/quickstart.md.",
-            id="django_ratequeue.E307",
+            id=ids.CLUSTER_BROKER,
         )
     ]

@@ -19,6 +19,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 
+from . import check_ids as ids
 from .queue.bounds import (
     MAX_DELAY,
     MAX_INT,
@@ -237,9 +238,9 @@ REMOVED = {
     "RUNNER_TURN": "each worker process runs a runner for its whole life (SLOTS at once).",
 }
 FLAGS = {
-    "RATE_LIMIT_ASYNC_COMMIT": "E104",
-    "ENQUEUE_ASYNC_COMMIT": "E208",
-    "API_ALLOW_ANONYMOUS": "E303",
+    "RATE_LIMIT_ASYNC_COMMIT": ids.RATE_LIMIT_ASYNC_COMMIT,
+    "ENQUEUE_ASYNC_COMMIT": ids.ENQUEUE_ASYNC_COMMIT,
+    "API_ALLOW_ANONYMOUS": ids.API_ALLOW_ANONYMOUS,
 }
 QUEUE_OPTIONS = {f.name for f in fields(QueueConfig)}
 RATE_LIMITS_EXAMPLE = '{"login": {"kind": "token bucket", "rate": 10, "period": 3600}}'
@@ -256,15 +257,15 @@ class _Parser:
     values: Mapping[str, Any]
     problems: list[Problem] = field(default_factory=list)
 
-    def problem(self, number: str, message: str, hint: str = "") -> None:
-        self.problems.append(Problem(f"django_ratequeue.{number}", message, hint))
+    def problem(self, check_id: str, message: str, hint: str = "") -> None:
+        self.problems.append(Problem(check_id, message, hint))
 
     def positive_integer(self, name: str) -> int:
         """Return the setting ``name`` if it is a positive integer, else 0 (never valid)."""
         try:
             return integer(f'RATEQUEUE["{name}"]', self.values[name], 1, MAX_INT)
         except ValueError as error:
-            self.problem("E201", str(error), "e.g. 10")
+            self.problem(ids.POSITIVE_INTEGER, str(error), "e.g. 10")
             return 0
 
     def slots(self) -> int:
@@ -273,13 +274,13 @@ class _Parser:
             return integer('RATEQUEUE["SLOTS"]', self.values["SLOTS"], 1, MAX_SLOTS)
         except ValueError as error:
             self.problem(
-                "E222",
+                ids.SLOTS,
                 str(error),
                 "8 suits IO-bound jobs (network calls); 1 suits CPU-bound ones.",
             )
             return 0
 
-    def duration(self, name: str, number: str, *, allow_zero: bool) -> float:
+    def duration(self, name: str, check_id: str, *, allow_zero: bool) -> float:
         """Return the setting ``name`` in finite seconds, or -1 (never valid).
 
         A timedelta is taken too."""
@@ -288,7 +289,7 @@ class _Parser:
                 f'RATEQUEUE["{name}"]', self.values[name], MAX_DELAY, allow_zero=allow_zero
             )
         except ValueError as error:
-            self.problem(number, str(error))
+            self.problem(check_id, str(error))
             return -1.0
 
     def flag(self, name: str) -> bool:
@@ -303,7 +304,7 @@ class _Parser:
         hint = f'For example RATEQUEUE["RATE_LIMITS"] = {RATE_LIMITS_EXAMPLE}.'
         if not isinstance(limits, Mapping):
             self.problem(
-                "E101",
+                ids.RATE_LIMITS_NOT_A_DICT,
                 f'RATEQUEUE["RATE_LIMITS"] must be a dict of name -> config, got {limits!r}.',
                 hint,
             )
@@ -314,7 +315,9 @@ class _Parser:
             try:
                 check_limit_name(name)
             except ValueError as error:
-                self.problem("E102", f'RATEQUEUE["RATE_LIMITS"] has an invalid name: {error}')
+                self.problem(
+                    ids.RATE_LIMIT_NAME, f'RATEQUEUE["RATE_LIMITS"] has an invalid name: {error}'
+                )
                 continue
             if isinstance(config, Mapping) and {"public", "key"} & set(config):
                 config = dict(config)
@@ -326,7 +329,9 @@ class _Parser:
                 parsed[name] = parse_config(config)
             except ValueError as error:
                 self.problem(
-                    "E103", f'RATEQUEUE["RATE_LIMITS"][{name!r}] is invalid: {error}', hint
+                    ids.RATE_LIMIT_CONFIG,
+                    f'RATEQUEUE["RATE_LIMITS"][{name!r}] is invalid: {error}',
+                    hint,
                 )
         return parsed, public
 
@@ -339,12 +344,14 @@ class _Parser:
         requesting user (``"key"``, "user" when not given)."""
         where = f'RATEQUEUE["RATE_LIMITS"][{name!r}]'
         if not isinstance(public, bool):
-            self.problem("E106", f"{where}['public'] must be True or False, got {public!r}.")
+            self.problem(
+                ids.RATE_LIMIT_PUBLIC, f"{where}['public'] must be True or False, got {public!r}."
+            )
             return None
         if not public:
             if "key" in config:
                 self.problem(
-                    "E106",
+                    ids.RATE_LIMIT_PUBLIC,
                     f"{where}['key'] is the key rule of a public limit, but the limit is "
                     "not public.",
                     'Add "public": True, or remove "key" (give key= where it is consumed).',
@@ -353,7 +360,7 @@ class _Parser:
         key = config.get("key", "user")
         if not (key is None or callable(key) or key in PUBLIC_KEYS):
             self.problem(
-                "E106",
+                ids.RATE_LIMIT_PUBLIC,
                 f"{where}['key'] must be None (one value for everybody), "
                 f"{', '.join(map(repr, PUBLIC_KEYS))} or a callable (request) -> str, "
                 f"got {key!r}.",
@@ -366,7 +373,9 @@ class _Parser:
         queues = self.values["QUEUES"]
         if not isinstance(queues, Mapping):
             self.problem(
-                "E210", 'RATEQUEUE["QUEUES"] must be a dict of name -> options.', QUEUES_EXAMPLE
+                ids.QUEUES_NOT_A_DICT,
+                'RATEQUEUE["QUEUES"] must be a dict of name -> options.',
+                QUEUES_EXAMPLE,
             )
             return {}
         parsed: dict[str, QueueConfig] = {}
@@ -374,15 +383,17 @@ class _Parser:
             try:
                 check_queue_name(name)
             except ValueError as error:
-                self.problem("E217", f'RATEQUEUE["QUEUES"] has an invalid name: {error}')
+                self.problem(ids.QUEUE_NAME, f'RATEQUEUE["QUEUES"] has an invalid name: {error}')
                 continue
             where = f'RATEQUEUE["QUEUES"][{name!r}]'
             if not isinstance(options, Mapping):
-                self.problem("E211", f"{where} must be a dict of options.", QUEUES_EXAMPLE)
+                self.problem(
+                    ids.QUEUE_NOT_A_DICT, f"{where} must be a dict of options.", QUEUES_EXAMPLE
+                )
                 continue
             if "key_concurrency" in options:
                 self.problem(
-                    "E214",
+                    ids.QUEUE_KEY_CONCURRENCY,
                     f"{where}['key_concurrency'] is no longer an option: each concurrency "
                     "key is now its own copy of the queue, with the queue's max_concurrency.",
                     "Set max_concurrency to the jobs one key may run at once, and "
@@ -392,7 +403,7 @@ class _Parser:
             if unknown:
                 known = ", ".join(sorted(QUEUE_OPTIONS))
                 self.problem(
-                    "E212",
+                    ids.QUEUE_UNKNOWN_OPTION,
                     f"{where} has unknown option(s) {', '.join(unknown)}.",
                     f"Known: {known}.",
                 )
@@ -401,7 +412,7 @@ class _Parser:
                 try:
                     check_queue_concurrency(name, config.max_concurrency, ceiling)
                 except ValueError as error:
-                    self.problem("E213", f"{where}: {error}", QUEUES_EXAMPLE)
+                    self.problem(ids.QUEUE_MAX_CONCURRENCY, f"{where}: {error}", QUEUES_EXAMPLE)
             if config.total_concurrency is not None:
                 try:
                     integer(
@@ -411,22 +422,24 @@ class _Parser:
                         ceiling or MAX_INT,
                     )
                 except ValueError as error:
-                    self.problem("E218", str(error), "None (no cap) or e.g. 10")
+                    self.problem(
+                        ids.QUEUE_TOTAL_CONCURRENCY, str(error), "None (no cap) or e.g. 10"
+                    )
             rate_limit = config.rate_limit
             if rate_limit is not None and (
                 not isinstance(rate_limit, str) or rate_limit not in limits
             ):
                 self.problem(
-                    "E215",
+                    ids.QUEUE_RATE_LIMIT,
                     f"{where}['rate_limit'] names {rate_limit!r}, which is not in "
                     'RATEQUEUE["RATE_LIMITS"].',
                     "Define the limit there, or remove the option.",
                 )
             if not isinstance(config.paused, bool):
-                self.problem("E216", f"{where}['paused'] must be True or False.")
+                self.problem(ids.QUEUE_PAUSED, f"{where}['paused'] must be True or False.")
             if not isinstance(config.remote, bool):
                 self.problem(
-                    "E219",
+                    ids.QUEUE_REMOTE,
                     f"{where}['remote'] must be True or False.",
                     "True: only remote workers (docs/remote-workers.md) run its jobs.",
                 )
@@ -437,7 +450,7 @@ class _Parser:
         try:
             return Retry.coerce(self.values["DEFAULT_RETRIES"])
         except (ValueError, TypeError) as error:
-            self.problem("E206", f'RATEQUEUE["DEFAULT_RETRIES"] is invalid: {error}')
+            self.problem(ids.DEFAULT_RETRIES, f'RATEQUEUE["DEFAULT_RETRIES"] is invalid: {error}')
             return Retry()
 
     def enqueue_rate_limit(self) -> RateLimitConfig | None:
@@ -446,7 +459,7 @@ class _Parser:
             return None
         if not isinstance(value, Mapping):
             self.problem(
-                "E207",
+                ids.ENQUEUE_RATE_LIMIT,
                 'RATEQUEUE["ENQUEUE_RATE_LIMIT"] must be None or a dict.',
                 ENQUEUE_RATE_LIMIT_EXAMPLE,
             )
@@ -455,7 +468,9 @@ class _Parser:
             return parse_config({"kind": "token bucket", **value})
         except ValueError as error:
             self.problem(
-                "E207", f'RATEQUEUE["ENQUEUE_RATE_LIMIT"]: {error}', ENQUEUE_RATE_LIMIT_EXAMPLE
+                ids.ENQUEUE_RATE_LIMIT,
+                f'RATEQUEUE["ENQUEUE_RATE_LIMIT"]: {error}',
+                ENQUEUE_RATE_LIMIT_EXAMPLE,
             )
             return None
 
@@ -464,7 +479,7 @@ class _Parser:
         value = self.values["API_THROTTLES"]
         if not isinstance(value, Mapping) or set(value) - set(API_THROTTLE_SCOPES):
             self.problem(
-                "E311",
+                ids.API_THROTTLES,
                 'RATEQUEUE["API_THROTTLES"] must be a dict of "enqueue" and "read", each a '
                 f"rate limit or None, got {value!r}.",
                 API_THROTTLES_EXAMPLE,
@@ -479,7 +494,7 @@ class _Parser:
                 )
             except (TypeError, ValueError) as error:
                 where = f'RATEQUEUE["API_THROTTLES"][{scope!r}]'
-                self.problem("E311", f"{where}: {error}", API_THROTTLES_EXAMPLE)
+                self.problem(ids.API_THROTTLES, f"{where}: {error}", API_THROTTLES_EXAMPLE)
         return parsed
 
     def job_modules(self) -> tuple[str, ...]:
@@ -489,7 +504,7 @@ class _Parser:
         ):
             return tuple(value)
         self.problem(
-            "E220",
+            ids.JOB_MODULES,
             'RATEQUEUE["JOB_MODULES"] must be a list of module names, imported at start-up '
             "so that the jobs they define are registered.",
             'e.g. ["myproject.jobs"]; installed apps\' jobs.py are found without it.',
@@ -501,7 +516,7 @@ class _Parser:
         if value is None or callable(value) or (isinstance(value, str) and value):
             return value
         self.problem(
-            "E105",
+            ids.RATE_LIMITED_VIEW,
             'RATEQUEUE["RATE_LIMITED_VIEW"] must be None, a view or its dotted path, '
             f"got {value!r}.",
             'e.g. "myproject.views.too_many_requests"',
@@ -512,7 +527,7 @@ class _Parser:
         value = self.values["CLOCK"]
         if value not in CLOCKS:
             self.problem(
-                "E230",
+                ids.CLOCK,
                 f'RATEQUEUE["CLOCK"] must be "database" or "local", got {value!r}.',
                 '"local" (this process\'s clock) is for tests that move time; keep the '
                 "default on hosts that share a database.",
@@ -523,18 +538,21 @@ class _Parser:
     def parse(self) -> RateQueueSettings:
         """Return the settings; they are meaningful only when no problem was found."""
         numbers = {name: self.positive_integer(name) for name in POSITIVE_INTEGERS}
-        durations = {name: self.duration(name, "E202", allow_zero=False) for name in DURATIONS}
+        durations = {
+            name: self.duration(name, ids.DURATION, allow_zero=False) for name in DURATIONS
+        }
         if min(durations.values()) > 0:
             if durations["WORKER_DEAD_AFTER"] <= durations["HEARTBEAT_INTERVAL"]:
                 self.problem(
-                    "E203",
+                    ids.WORKER_DEAD_AFTER,
                     'RATEQUEUE["WORKER_DEAD_AFTER"] must be longer than HEARTBEAT_INTERVAL, '
                     "or live workers would be declared dead.",
                     "Use several heartbeat intervals.",
                 )
             if durations["LOOP_LEASE"] <= durations["WATCHDOG_INTERVAL"]:
                 self.problem(
-                    "E204", 'RATEQUEUE["LOOP_LEASE"] must be longer than WATCHDOG_INTERVAL.'
+                    ids.LOOP_LEASE,
+                    'RATEQUEUE["LOOP_LEASE"] must be longer than WATCHDOG_INTERVAL.',
                 )
         rate_limits, public_rate_limits = self.rate_limits()
         limits_given = isinstance(self.values["RATE_LIMITS"], Mapping)
@@ -553,8 +571,10 @@ class _Parser:
             DEFAULT_RETRIES=self.default_retries(),
             ENQUEUE_RATE_LIMIT=self.enqueue_rate_limit(),
             ENQUEUE_ASYNC_COMMIT=self.flag("ENQUEUE_ASYNC_COMMIT"),
-            RETENTION=self.duration("RETENTION", "E205", allow_zero=True),
-            ROLLUP_RETENTION=self.duration("ROLLUP_RETENTION", "E221", allow_zero=True),
+            RETENTION=self.duration("RETENTION", ids.RETENTION, allow_zero=True),
+            ROLLUP_RETENTION=self.duration(
+                "ROLLUP_RETENTION", ids.ROLLUP_RETENTION, allow_zero=True
+            ),
             SEGMENT=durations["SEGMENT"],
             LOOP_LEASE=durations["LOOP_LEASE"],
             WATCHDOG_INTERVAL=durations["WATCHDOG_INTERVAL"],
@@ -591,14 +611,14 @@ def parse_settings(configured: Any) -> tuple[RateQueueSettings | None, list[Prob
     configured = configured or {}
     if not isinstance(configured, Mapping):
         message = f"settings.RATEQUEUE must be a dict, got {configured!r}."
-        return None, [Problem("django_ratequeue.E002", message)]
+        return None, [Problem(ids.SETTINGS_NOT_A_DICT, message)]
     parser = _Parser({**DEFAULTS, **configured})
     for name in sorted(set(configured) & set(REMOVED)):
-        parser.problem("E001", f'RATEQUEUE["{name}"] was removed: {REMOVED[name]}')
+        parser.problem(ids.UNKNOWN_SETTING, f'RATEQUEUE["{name}"] was removed: {REMOVED[name]}')
     unknown = sorted(map(str, set(configured) - set(DEFAULTS) - set(REMOVED)))
     if unknown:
         parser.problem(
-            "E001",
+            ids.UNKNOWN_SETTING,
             f"Unknown RATEQUEUE setting(s): {', '.join(unknown)}.",
             f"Known settings: {', '.join(sorted(DEFAULTS))}.",
         )

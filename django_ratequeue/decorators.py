@@ -27,7 +27,7 @@ from django.utils.module_loading import import_string
 
 from .conf import ratequeue_settings
 from .exceptions import RateLimited
-from .ratelimit.api import check_rate_limit, rate_limit, reset_rate_limit
+from .ratelimit.decisions import check_rate_limit, rate_limit, reset_rate_limit
 from .ratelimit.status import quota_headers
 
 KeyFunc = Callable[[HttpRequest], str | None]

@@ -1,8 +1,8 @@
-"""Every exception django-ratequeue raises on purpose, importable from ``django_ratequeue``.
+"""Define every exception django-ratequeue raises on purpose, all from :class:`RateQueueError`.
 
-They all derive from :class:`RateQueueError`, so ``except RateQueueError`` catches what
-the package raises and nothing else; some are also a built-in kind (``ValueError``) where
-that is what the caller did wrong.
+The public ones (importable from ``django_ratequeue``) come first, the internal ones
+last: the dotted paths of ``AttemptTimedOut`` and ``WorkerLost`` are stored on attempts
+and documented (docs/api.md#exceptions).
 """
 
 from __future__ import annotations
@@ -101,6 +101,9 @@ class NotInJob(RateQueueError, RuntimeError):
     in a thread the job started without copying its context)."""
 
 
+# Internal: not exported from ``django_ratequeue``.
+
+
 class AttemptTimedOut(RateQueueError):
     """Raised inside a job that ran past its ``timeout``; also the error class of an
     attempt the main loop found overrunning it."""
@@ -110,18 +113,18 @@ class WorkerLost(RateQueueError):
     """The error class recorded for an attempt whose worker process died."""
 
 
+class LeaseLost(RateQueueError):
+    """A remote worker reported on an attempt its key's workers do not hold (any more):
+    its lease lapsed, it was ended or released, or it was never theirs. Nothing changed."""
+
+
 def class_path(cls: type[BaseException]) -> str:
-    """The dotted path of an exception class, as stored on attempts and in
+    """Return the dotted path of an exception class, as stored on attempts and in
     ``TaskError.exception_class_path`` (``builtins.ValueError`` for a built-in)."""
     return f"{cls.__module__}.{cls.__qualname__}"
 
 
 def describe(error: BaseException) -> str:
-    """``Type: message`` of an exception, as errors are shown on jobs."""
+    """Return ``Type: message`` of an exception, as errors are shown on jobs."""
     message = str(error)
     return f"{type(error).__name__}: {message}" if message else type(error).__name__
-
-
-class LeaseLost(RateQueueError):
-    """A remote worker reported on an attempt its key's workers do not hold (any more):
-    its lease lapsed, it was ended or released, or it was never theirs. Nothing changed."""

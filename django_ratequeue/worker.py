@@ -60,6 +60,14 @@ try:
 except ImportError:  # this file copied alone, with slots.py beside it
     from slots import Call, Finished, Slots  # type: ignore[no-redef]
 
+try:  # the package's own class, so that handlers shared with local jobs raise one class
+    from django_ratequeue.exceptions import NonRetryableError
+except ImportError:  # a host without Django (or this file copied alone)
+
+    class NonRetryableError(Exception):  # type: ignore[no-redef]
+        """Raise in a handler to fail the job at once, with no further attempts."""
+
+
 logger = logging.getLogger("django_ratequeue.worker")
 
 REPORT_INTERVAL = 0.1
@@ -85,10 +93,6 @@ def handler(name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         return func
 
     return register
-
-
-class NonRetryableError(Exception):
-    """Raised by a handler: the job fails at once, without further attempts."""
 
 
 class ServerAway(Exception):

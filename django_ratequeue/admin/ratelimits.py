@@ -14,7 +14,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils.safestring import SafeString
 
-from ..ratelimit.api import project_row_value, reset_rate_limit
+from ..ratelimit.decisions import project_row_value, reset_rate_limit
 from ..ratelimit.models import RateLimitState
 from ..ratelimit.status import config_for, describe
 from .actions import PermittedActionsMixin

@@ -63,6 +63,15 @@ class Resume:
 
 
 _UNSEEN = object()
+# What a stream sends first: how long its client waits before it reconnects.
+OPENING = f"retry: {RECONNECT_MS}\n\n".encode()
+
+
+class Quiet:
+    """Stand for the look that did not come while a stream waited (:meth:`JobWatch.patience`)."""
+
+
+QUIET = Quiet()
 
 
 @dataclass
@@ -111,6 +120,12 @@ class JobWatch:
             self.last_sent = time.monotonic()
         return "".join(parts)
 
+    def frame(self, seen: Look | Quiet | None) -> bytes:
+        """Return what the stream sends after waiting for ``seen``: its events, else a
+        heartbeat when one is due, else nothing."""
+        text = "" if isinstance(seen, Quiet) else self.events(seen)
+        return (text or self.heartbeat()).encode()
+
     def event(self, name: str, data: Any, *, final: bool = False) -> str:
         ending = ":end" if final else ""
         payload = json.dumps(data, separators=(",", ":"))
@@ -134,27 +149,26 @@ class JobWatch:
 
 
 def stream(watch: JobWatch) -> Iterator[bytes]:
-    """The events of ``watch``'s job, for a WSGI server (one thread per client)."""
+    """Return the events of ``watch``'s job, for a WSGI server (one thread per client)."""
     release_connections()
     looks: queue.SimpleQueue[Look | None] = queue.SimpleQueue()
     subscription = watcher.subscribe(watch.job_id, watch.cursor, looks.put)
     try:
-        yield f"retry: {RECONNECT_MS}\n\n".encode()
+        yield OPENING
         while not watch.over:
             try:
-                text = watch.events(looks.get(timeout=watch.patience()))
+                seen: Look | Quiet | None = looks.get(timeout=watch.patience())
             except queue.Empty:
-                text = ""
-            text = text or watch.heartbeat()
-            if text:
-                yield text.encode()
+                seen = QUIET
+            if frame := watch.frame(seen):
+                yield frame
     finally:
         watcher.unsubscribe(subscription)
 
 
 async def astream(watch: JobWatch) -> AsyncIterator[bytes]:
-    """The events of ``watch``'s job, for an ASGI server: a waiting client holds neither
-    a connection nor a thread. A client that goes away cancels it."""
+    """Return the events of ``watch``'s job, for an ASGI server: a waiting client holds
+    neither a connection nor a thread. A client that goes away cancels it."""
     await sync_to_async(release_connections)()
     loop = asyncio.get_running_loop()
     looks: asyncio.Queue[Look | None] = asyncio.Queue()
@@ -165,15 +179,14 @@ async def astream(watch: JobWatch) -> AsyncIterator[bytes]:
 
     subscription = watcher.subscribe(watch.job_id, watch.cursor, deliver)
     try:
-        yield f"retry: {RECONNECT_MS}\n\n".encode()
+        yield OPENING
         while not watch.over:
             try:
-                text = watch.events(await asyncio.wait_for(looks.get(), watch.patience()))
+                seen: Look | Quiet | None = await asyncio.wait_for(looks.get(), watch.patience())
             except TimeoutError:
-                text = ""
-            text = text or watch.heartbeat()
-            if text:
-                yield text.encode()
+                seen = QUIET
+            if frame := watch.frame(seen):
+                yield frame
     finally:
         watcher.unsubscribe(subscription)
 

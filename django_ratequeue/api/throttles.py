@@ -17,8 +17,8 @@ from rest_framework.settings import api_settings
 from ..conf import ratequeue_settings
 from ..contrib.drf import RateLimitThrottle
 from ..decorators import add_quota_headers
-from ..ratelimit.api import rate_limit
 from ..ratelimit.config import RateLimitConfig
+from ..ratelimit.decisions import rate_limit
 
 
 class ApiThrottle(RateLimitThrottle):

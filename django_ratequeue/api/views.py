@@ -38,7 +38,7 @@ from ..queue.handles import Handle
 from ..queue.models import FINAL_STATUSES, Job
 from ..queue.seats import take_seat
 from ..queue.submit import submit, submit_many
-from ..ratelimit.api import check_rate_limit
+from ..ratelimit.decisions import check_rate_limit
 from .enqueueing import check_call, check_calls, client_options, refusals
 from .exposure import exposed
 from .ids import shown_id, stored_id

@@ -43,6 +43,7 @@ from django.db.models.functions import RowNumber
 from ..conf import ratequeue_settings
 from ..queue.models import Job, OutputChunk, Status
 from ..queue.wakeup import JOBS, Waiter
+from ..threads import IdleExitThread
 from .serializers import job_error
 
 logger = logging.getLogger("django_ratequeue.api")
@@ -154,7 +155,9 @@ class Watcher:
         # Jobs to read at the next turn: newly watched, signalled, or with more output.
         self.due: set[str] = set()
         self.waiter: Waiter | None = None
-        self.thread: threading.Thread | None = None
+        self.daemon = IdleExitThread(
+            self.run, name="ratequeue-events", lock=self.lock, idle_exit=IDLE_EXIT
+        )
         # Set by a new subscription: ends the wait of a watcher that has none.
         self.woken = threading.Event()
 
@@ -167,16 +170,19 @@ class Watcher:
         with self.lock:
             self.subscriptions.setdefault(job_id, []).append(subscription)
             self.due.add(job_id)
-            if self.thread is None:
+            if not self.daemon.running:
                 self.waiter = Waiter((JOBS,), interruptible=True)
-                self.thread = threading.Thread(target=self.run, name="ratequeue-events")
-                self.thread.daemon = True
-                self.thread.start()
+                self.daemon.start()
             else:
                 assert self.waiter is not None
                 self.waiter.interrupt()
             self.woken.set()
         return subscription
+
+    @property
+    def thread(self) -> threading.Thread | None:
+        """Return the watcher's thread, or ``None`` when it is not running."""
+        return self.daemon.thread
 
     def unsubscribe(self, subscription: Subscription) -> None:
         """The stream ended (or its client went away): hand it nothing more."""
@@ -196,17 +202,14 @@ class Watcher:
         waiter = self.waiter
         every = True  # read every watched job: nothing was read yet
         last_every = -math.inf
-        idle_since: float | None = None
         try:
             while True:
                 now = time.monotonic()
                 with self.lock:
                     if self.subscriptions:
-                        idle_since = None
-                    elif idle_since is None:
-                        idle_since = now
-                    elif now - idle_since >= IDLE_EXIT:
-                        self.thread = self.waiter = None
+                        self.daemon.keep_alive()
+                    elif self.daemon.end_if_idle():
+                        self.waiter = None
                         return
                     every_due = every and now - last_every >= self.every_interval
                     watched = set(self.subscriptions)

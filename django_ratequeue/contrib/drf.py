@@ -25,8 +25,8 @@ except ImportError as exc:  # an extra: pip install django-ratequeue[drf]
 
 from ..conf import ratequeue_settings
 from ..decorators import add_quota_headers, address_identity
-from ..ratelimit.api import RateLimitResult, rate_limit
 from ..ratelimit.config import TokenBucket
+from ..ratelimit.decisions import RateLimitResult, rate_limit
 
 if TYPE_CHECKING:  # rest_framework.views imports DEFAULT_THROTTLE_CLASSES, i.e. this module
     from rest_framework.request import Request

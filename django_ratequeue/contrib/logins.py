@@ -18,7 +18,7 @@ from django.dispatch import receiver
 from django.http import HttpRequest
 
 from ..decorators import LimitedView, ViewOrClass, address_identity, hashed_if_long, ratelimit
-from ..ratelimit.api import reset_rate_limit
+from ..ratelimit.decisions import reset_rate_limit
 
 # The (limit name, key) pairs a request was counted under, for the user_logged_in receiver.
 _COUNTED = "_ratequeue_login_attempts"

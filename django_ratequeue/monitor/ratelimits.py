@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from .. import clock
 from ..conf import ratequeue_settings
-from ..ratelimit.api import project_row_value
+from ..ratelimit.decisions import project_row_value
 from ..ratelimit.models import RateLimitState
 from ..ratelimit.status import KeysNow, describe, keys_now
 

@@ -5,11 +5,11 @@ Every remote claim waiting for work shares it."""
 from __future__ import annotations
 
 import threading
-import time
 from dataclasses import dataclass
 
 from django.db import connections
 
+from ..threads import IdleExitThread
 from .models import queue_db
 from .wakeup import WORK, Waiter
 
@@ -44,7 +44,14 @@ class WorkBell:
         self.lock = threading.Lock()
         self.rings = 0
         self.sleepers: list[_Sleeper] = []
-        self.thread: threading.Thread | None = None
+        self.daemon = IdleExitThread(
+            self._listen, name="ratequeue-bell", lock=self.lock, idle_exit=self.IDLE_EXIT
+        )
+
+    @property
+    def thread(self) -> threading.Thread | None:
+        """Return the listener's thread, or ``None`` when it is not running."""
+        return self.daemon.thread
 
     def ring_count(self) -> int:
         """Return how many signals came so far: read it before looking for work.
@@ -83,9 +90,7 @@ class WorkBell:
                 return
 
     def _ensure_thread(self) -> None:
-        if self.thread is None:
-            self.thread = threading.Thread(target=self._listen, name="ratequeue-bell", daemon=True)
-            self.thread.start()
+        self.daemon.start()
 
     def _ring(self) -> None:
         with self.lock:
@@ -95,23 +100,18 @@ class WorkBell:
     def _listen(self) -> None:
         self._ring()  # what was signalled before it listened went unheard: look
         waiter = Waiter((WORK,))
-        idle_since = time.monotonic()
         try:
             while True:
                 if waiter.wait(0.5):
                     self._ring()
                 with self.lock:
                     if self.sleepers:
-                        idle_since = time.monotonic()
-                    elif time.monotonic() - idle_since > self.IDLE_EXIT:
-                        self.thread = None
+                        self.daemon.keep_alive()
+                    elif self.daemon.end_if_idle():
                         return
         finally:
             waiter.close()
             connections[queue_db()].close()
-            with self.lock:  # also after an error: the next waiter starts another
-                if self.thread is threading.current_thread():
-                    self.thread = None
 
 
 bell = WorkBell()

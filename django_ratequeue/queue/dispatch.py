@@ -18,7 +18,7 @@ from typing import Literal
 
 from ..conf import RateQueueSettings
 from ..db import execute, server_statement
-from ..ratelimit.api import rate_limit
+from ..ratelimit.decisions import rate_limit
 from .bulk import insert_rows
 from .keys import keys_in_turn, next_jobs, ready_key
 from .limits import QueueLimits, Queues, environment_limit

@@ -20,7 +20,7 @@ from django.utils import timezone
 
 from ..conf import RateQueueSettings, ratequeue_settings
 from ..exceptions import EnqueueRateLimited
-from ..ratelimit.api import check_rate_limit, rate_limit
+from ..ratelimit.decisions import check_rate_limit, rate_limit
 from .bounds import (
     MAX_DELAY,
     MAX_INT,

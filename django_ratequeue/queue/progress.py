@@ -34,6 +34,7 @@ from django.db.models.functions import Length
 
 from ..conf import ratequeue_settings
 from ..exceptions import NotInJob
+from ..threads import IdleExitThread
 from .bounds import check_json, check_text
 from .models import Attempt, Job, OutputChunk, queue_db
 from .subtasks import current_attempt
@@ -192,7 +193,14 @@ class Writer:
     def __init__(self) -> None:
         self.condition = threading.Condition()
         self.waiting: set[PendingOutput] = set()
-        self.thread: threading.Thread | None = None
+        self.daemon = IdleExitThread(
+            self.run, name="ratequeue-progress", lock=self.condition, idle_exit=IDLE_EXIT
+        )
+
+    @property
+    def thread(self) -> threading.Thread | None:
+        """Return the writer's thread, or ``None`` when it is not running."""
+        return self.daemon.thread
 
     def schedule(self, pending: PendingOutput) -> None:
         """Have ``pending`` written when it is due. The thread is woken only for output
@@ -201,11 +209,7 @@ class Writer:
             if pending in self.waiting:
                 return
             self.waiting.add(pending)
-            if self.thread is None:
-                self.thread = threading.Thread(
-                    target=self.run, name="ratequeue-progress", daemon=True
-                )
-                self.thread.start()
+            self.daemon.start()
             self.condition.notify()
 
     def forget(self, pending: PendingOutput) -> None:
@@ -227,11 +231,11 @@ class Writer:
         with self.condition:
             while True:
                 if not self.waiting:
-                    self.condition.wait(IDLE_EXIT)
-                    if not self.waiting:
-                        self.thread = None
+                    if self.daemon.end_if_idle():
                         return None
+                    self.condition.wait(self.daemon.idle_left())
                     continue
+                self.daemon.keep_alive()
                 now = time.monotonic()
                 ready = [pending for pending in self.waiting if pending.due <= now]
                 if ready:

@@ -14,8 +14,8 @@ from django.db.models.functions import Cast
 from .. import clock
 from ..conf import ratequeue_settings
 from .algebra import State, project
-from .api import _phase
 from .config import RateLimitConfig
+from .decisions import _phase
 from .models import RateLimitState
 
 BATCH_SIZE = 1000

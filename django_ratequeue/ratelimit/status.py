@@ -16,8 +16,8 @@ from typing import Any
 from .. import clock
 from ..conf import ratequeue_settings
 from .algebra import State
-from .api import project_row_value, shard_states
 from .config import FixedWindow, RateLimitConfig, parse_config
+from .decisions import project_row_value, shard_states
 from .models import RateLimitState
 
 _PERIOD_NAMES = {1: "second", 60: "minute", 3600: "hour", 86400: "day", 604800: "week"}

@@ -26,7 +26,7 @@ from django_ratequeue import (
 from django_ratequeue.models import Attempt, Job, QueueSetting
 from django_ratequeue.monitor.overview import queue_overview
 from django_ratequeue.queue.limits import QueueLimits
-from django_ratequeue.ratelimit.api import rate_limit
+from django_ratequeue.ratelimit.decisions import rate_limit
 from tests.queue import jobs
 from tests.queue.steps import run_pass
 

@@ -20,7 +20,7 @@ from django_ratequeue import (
     rate_limit,
     reset_rate_limit,
 )
-from django_ratequeue.ratelimit.api import jittered_retry_at, project_row_value
+from django_ratequeue.ratelimit.decisions import jittered_retry_at, project_row_value
 from django_ratequeue.ratelimit.models import RateLimitState
 
 pytestmark = pytest.mark.django_db

@@ -17,7 +17,7 @@ def typed_exports() -> dict[str, str]:
             for statement in node.body:
                 assert isinstance(statement, ast.ImportFrom), ast.unparse(statement)
                 for alias in statement.names:
-                    assert alias.asname is None, "export each name under its own name"
+                    assert alias.asname == alias.name, "export each name as itself"
                     found[alias.name] = "." * statement.level + (statement.module or "")
     return found
 

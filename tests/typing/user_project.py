@@ -37,7 +37,7 @@ from django_ratequeue import (
 from django_ratequeue.conf import RateQueueSettings, ratequeue_settings
 from django_ratequeue.contrib.drf import RateLimitThrottle
 from django_ratequeue.decorators import ratelimit
-from django_ratequeue.ratelimit.api import RateLimits
+from django_ratequeue.ratelimit.defined import RateLimits
 
 
 @job

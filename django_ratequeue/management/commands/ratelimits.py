@@ -12,8 +12,8 @@ from django.db.models import Count
 
 from ... import clock
 from ...conf import ratequeue_settings
-from ...ratelimit.api import project_row_value, reset_rate_limit
 from ...ratelimit.config import RateLimitConfig
+from ...ratelimit.decisions import project_row_value, reset_rate_limit
 from ...ratelimit.models import RateLimitState
 from ...ratelimit.prune import BATCH_SIZE, prune_all_full_rows
 from ...ratelimit.status import config_for, describe

@@ -1,4 +1,4 @@
-"""The public rate-limit functions: consume, check, reset and read limits by name.
+"""Consume, check, reset and read rate limits by name: the public rate-limit functions.
 
 A limit's configuration comes from ``config=`` at the call or from
 ``settings.RATEQUEUE["RATE_LIMITS"][name]``. A consume runs in a transaction that locks the
@@ -391,68 +391,3 @@ def project_row_value(
     state = State(row.value, row.ts)
     when = clock.timestamp() if now is None else now
     return project(config.per_shard(row.shard), state, when, _phase(row.name, row.key)).value
-
-
-# --- a fixed set of limits -------------------------------------------------------------
-
-
-class RateLimits:
-    """The limits given to :func:`define_rate_limits`; its methods accept only those names."""
-
-    def __init__(self, limits: Mapping[str, ConfigLike]) -> None:
-        parsed: dict[str, RateLimitConfig] = {}
-        for name, value in limits.items():
-            check_limit_name(name)
-            try:
-                parsed[name] = parse_config(value)
-            except ValueError as error:
-                raise ValueError(f"Rate limit {name!r}: {error}") from None
-        self.configs: Mapping[str, RateLimitConfig] = parsed
-
-    def __contains__(self, name: object) -> bool:
-        return name in self.configs
-
-    def _config(self, name: str) -> RateLimitConfig:
-        try:
-            return self.configs[name]
-        except KeyError:
-            raise ValueError(
-                f"Rate limit {name!r} is not one of the defined limits: "
-                f"{', '.join(map(repr, self.configs)) or 'none'}."
-            ) from None
-
-    def rate_limit(
-        self,
-        name: str,
-        *,
-        key: str | None = None,
-        count: float = 1,
-        reserve: bool = False,
-        throws: bool = False,
-    ) -> RateLimitResult:
-        return _consume(name, self._config(name), key, count, reserve, throws)
-
-    def check_rate_limit(
-        self,
-        name: str,
-        *,
-        key: str | None = None,
-        count: float = 1,
-        reserve: bool = False,
-        throws: bool = False,
-    ) -> RateLimitResult:
-        return _check(name, self._config(name), key, count, reserve, throws)
-
-    def reset_rate_limit(
-        self, name: str, *, key: str | None = None, all_keys: bool = False
-    ) -> None:
-        self._config(name)
-        reset_rate_limit(name, key=key, all_keys=all_keys)
-
-    def get_rate_limit_value(self, name: str, *, key: str | None = None) -> float:
-        return _value(name, self._config(name), key)
-
-
-def define_rate_limits(limits: Mapping[str, ConfigLike]) -> RateLimits:
-    """Bind a set of named limits, so that a misspelt name fails at the call."""
-    return RateLimits(limits)

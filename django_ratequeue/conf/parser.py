@@ -1,208 +1,31 @@
-"""The ``RATEQUEUE`` settings, merged over their defaults, checked and typed.
-
-Read them through :func:`ratequeue_settings`: one typed attribute per setting, built again
-when ``override_settings`` changes ``RATEQUEUE``. Every rule is written once, in
-:func:`parse_settings`: the system checks report its problems at start-up, and reading
-settings that break one raises :class:`~django.core.exceptions.ImproperlyConfigured`.
-"""
+"""The rules of the ``RATEQUEUE`` settings, each written once, in one parser."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields
-from functools import cache
+from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, NamedTuple
+from typing import Any
 
-from django.conf import settings
-from django.core.exceptions import ImproperlyConfigured
-from django.core.signals import setting_changed
-from django.dispatch import receiver
-
-from . import check_ids as ids
-from .queue.bounds import (
+from .. import check_ids as ids
+from ..queue.bounds import (
     MAX_DELAY,
     MAX_INT,
-    check_queue_concurrency,
-    check_queue_name,
     integer,
     seconds,
 )
-from .queue.retry import Retry
-from .ratelimit.config import RateLimitConfig, check_limit_name, parse_config
-
-# What each setting means and what it becomes when read: RateQueueSettings below.
-DEFAULTS: dict[str, Any] = {
-    "MAX_CONCURRENCY": 10,
-    "SLOTS": 8,
-    "MAX_QUEUE_CONCURRENCY": 100,
-    "QUEUES": {},
-    "RATE_LIMITS": {},
-    "RATE_LIMIT_ASYNC_COMMIT": True,
-    "RATE_LIMITED_VIEW": None,
-    "JOB_MODULES": [],
-    "DEFAULT_RETRIES": 6,
-    "ENQUEUE_RATE_LIMIT": None,
-    "ENQUEUE_ASYNC_COMMIT": False,
-    "RETENTION": 7 * 24 * 3600,
-    "ROLLUP_RETENTION": 7 * 24 * 3600,
-    "SEGMENT": 0.1,
-    "LOOP_LEASE": 10.0,
-    "WATCHDOG_INTERVAL": 0.5,
-    "HEARTBEAT_INTERVAL": 2.0,
-    "WORKER_DEAD_AFTER": 10.0,
-    "POLL_INTERVAL": 0.05,
-    "STOP_GRACE": 3.0,
-    "REMOTE_LEASE": 30.0,
-    "MAX_ARGUMENTS_BYTES": 1024 * 1024,
-    "MAX_RESULT_BYTES": 1024 * 1024,
-    "MAX_ERROR_BYTES": 64 * 1024,
-    "PROGRESS_INTERVAL": 0.05,
-    "MAX_PROGRESS_BYTES": 64 * 1024,
-    "MAX_OUTPUT_CHUNK_LENGTH": 64 * 1024,
-    "MAX_OUTPUT_LENGTH": 1024 * 1024,
-    "API_ALLOW_ANONYMOUS": False,
-    "API_MAX_BODY_BYTES": 2 * 1024 * 1024,
-    "API_MAX_BULK_ITEMS": 1000,
-    "API_THROTTLES": {
-        "enqueue": {"rate": 100, "period": 60, "capacity": 1000},
-        "read": {"rate": 600, "period": 60, "capacity": 600},
-    },
-    "API_MAX_STREAMS_PER_USER": 4,
-    "API_MAX_WAITING_CLAIMS_PER_KEY": 8,
-    "CLOCK": "database",
-}
-# The clocks the app can read (CLOCK): the database server's, or this process's own.
-CLOCKS = ("database", "local")
-
-
-@dataclass(frozen=True)
-class QueueConfig:
-    """One entry of ``QUEUES``; runtime changes override it (see queue/control.py)."""
-
-    # Jobs of the queue running at once (0 pauses it), at most MAX_QUEUE_CONCURRENCY. Each
-    # concurrency_key is its own copy of the queue, with this limit.
-    max_concurrency: int = 1
-    # Jobs running at once across all the queue's concurrency keys; None: no cap.
-    total_concurrency: int | None = None
-    # A RATE_LIMITS name: each job reserves its cost and starts when the reservation says.
-    rate_limit: str | None = None
-    paused: bool = False
-    # Served only by remote workers, which claim its attempts over HTTP
-    # (docs/remote-workers.md); the cluster's runners never take them.
-    remote: bool = False
-
-
-# The key of a public rate limit for a request: None (one value for everybody), a
-# shorthand of decorators.py's, or a callable (request) -> str | None.
-KeyRule = str | Callable[[Any], str | None] | None
-PUBLIC_KEYS = ("user", "user_or_ip", "ip")
-
-
-@dataclass(frozen=True)
-class PublicRateLimit:
-    key: KeyRule
-
-
-@dataclass(frozen=True)
-class RateQueueSettings:
-    """The settings as the app reads them: each value checked and of its type."""
-
-    # Jobs running at once across the whole environment.
-    MAX_CONCURRENCY: int
-    # Attempts one worker process runs at once.
-    SLOTS: int
-    # Upper bound for any queue's max_concurrency.
-    MAX_QUEUE_CONCURRENCY: int
-    # Queue name -> its configuration (read-only).
-    QUEUES: Mapping[str, QueueConfig]
-    # Limit name -> its configuration, parsed from the dict form (read-only).
-    RATE_LIMITS: Mapping[str, RateLimitConfig]
-    # The limits whose entry says "public": True (the HTTP API shows their value to each
-    # user): name -> the rule that gives a request's key ("key" in the entry).
-    PUBLIC_RATE_LIMITS: Mapping[str, KeyRule]
-    # A consume that is its own transaction on PostgreSQL commits without waiting for the
-    # WAL flush (synchronous_commit off for it alone): about twice the decisions per
-    # second, but a PostgreSQL crash may forget the consumes of its last fraction of a
-    # second. Never applies inside a caller's transaction.
-    RATE_LIMIT_ASYNC_COMMIT: bool
-    # A view (request, RateLimited) -> HttpResponse, or its dotted path, for @ratelimit
-    # refusals; None answers with a plain-text 429.
-    RATE_LIMITED_VIEW: str | Callable[..., Any] | None
-    # Modules imported at start-up (in web processes and qcluster workers alike) for the
-    # jobs they register, besides each installed app's jobs.py: only registered jobs run.
-    JOB_MODULES: tuple[str, ...]
-    # Retries of a job that sets none (the setting: an int, or a dict of Retry fields).
-    DEFAULT_RETRIES: Retry
-    # A leaky bucket on enqueues (the setting: e.g. {"rate": 200, "period": 1,
-    # "capacity": 600}, a token bucket unless it names another kind); None is off.
-    ENQUEUE_RATE_LIMIT: RateLimitConfig | None
-    # Like RATE_LIMIT_ASYNC_COMMIT for an enqueue that is its own transaction: more
-    # enqueues per second, but a PostgreSQL crash may forget jobs whose caller already got
-    # a handle.
-    ENQUEUE_ASYNC_COMMIT: bool
-    # How long finished jobs are kept for result() and the admin, in seconds.
-    RETENTION: float
-    # How long the queues' per-minute figures (queue/rollups.py) are kept, in seconds.
-    ROLLUP_RETENTION: float
-    # Main loop timing, in seconds. SEGMENT: the loop's time slice (wake-ups are rounded
-    # up to it; runners report completions at most this often).
-    SEGMENT: float
-    LOOP_LEASE: float
-    WATCHDOG_INTERVAL: float
-    HEARTBEAT_INTERVAL: float
-    WORKER_DEAD_AFTER: float
-    # How often a waiter looks for work where the database sends no signals (SQLite).
-    POLL_INTERVAL: float
-    # A runner hands its django-q2 worker back after this long without work, and after
-    # its turn in any case (the loop asks for a new one when there is work).
-    # Seconds a stopping worker process gives the jobs in its slots before handing back.
-    STOP_GRACE: float
-    # A remote worker's claim holds its attempt this long; each heartbeat extends it by as
-    # much. An attempt whose lease lapses is lost, and retried by its policy.
-    REMOTE_LEASE: float
-    # Caps on what a job's row holds, in bytes: the JSON of its arguments and context
-    # together (bigger: ValueError at enqueue), of its result (bigger: the attempt fails),
-    # and the text of an error message or a traceback (each cut to this size).
-    MAX_ARGUMENTS_BYTES: int
-    MAX_RESULT_BYTES: int
-    MAX_ERROR_BYTES: int
-    # A running job's progress and output are written at most once per PROGRESS_INTERVAL
-    # seconds (queue/progress.py); the JSON of its progress is at most MAX_PROGRESS_BYTES,
-    # one stream_output() at most MAX_OUTPUT_CHUNK_LENGTH characters, and the output of
-    # all its attempts together at most MAX_OUTPUT_LENGTH.
-    PROGRESS_INTERVAL: float
-    MAX_PROGRESS_BYTES: int
-    MAX_OUTPUT_CHUNK_LENGTH: int
-    MAX_OUTPUT_LENGTH: int
-    # The HTTP API (django_ratequeue.urls): whether visitors who are not logged in may use
-    # it (their session owns their jobs), the largest request body, and the most jobs one
-    # bulk enqueue may hold.
-    API_ALLOW_ANONYMOUS: bool
-    API_MAX_BODY_BYTES: int
-    API_MAX_BULK_ITEMS: int
-    # Per-user throttles of the HTTP API (token buckets, per user or per client address):
-    # "enqueue" draws a token per job enqueued (a bulk one per item), "read" one per
-    # other request; None turns one off. A throttle scope ratequeue_enqueue or
-    # ratequeue_read in RATE_LIMITS or DRF's DEFAULT_THROTTLE_RATES replaces it.
-    API_THROTTLES: Mapping[str, RateLimitConfig | None]
-    # Event streams open at once per user, and claims waiting for work at once per worker
-    # key, across all processes: each holds a server thread under WSGI (429 beyond).
-    API_MAX_STREAMS_PER_USER: int
-    API_MAX_WAITING_CLAIMS_PER_KEY: int
-    # Whose clock every time the app writes or compares comes from (clock.py): "database",
-    # the database server's, shared by all hosts; or "local", this process's own, which
-    # tests move with time-machine or freezegun (one host only: docs/testing.md).
-    CLOCK: str
-
-
-class Problem(NamedTuple):
-    """What is wrong with a setting: a system check's id, message and hint."""
-
-    id: str
-    message: str
-    hint: str = ""
-
+from ..queue.retry import Retry
+from ..ratelimit.config import RateLimitConfig, check_limit_name, parse_config
+from .queues import parse_queues
+from .values import (
+    CLOCKS,
+    DEFAULTS,
+    PUBLIC_KEYS,
+    KeyRule,
+    Problem,
+    PublicRateLimit,
+    RateQueueSettings,
+)
 
 POSITIVE_INTEGERS = (
     "MAX_CONCURRENCY",
@@ -242,9 +65,7 @@ FLAGS = {
     "ENQUEUE_ASYNC_COMMIT": ids.ENQUEUE_ASYNC_COMMIT,
     "API_ALLOW_ANONYMOUS": ids.API_ALLOW_ANONYMOUS,
 }
-QUEUE_OPTIONS = {f.name for f in fields(QueueConfig)}
 RATE_LIMITS_EXAMPLE = '{"login": {"kind": "token bucket", "rate": 10, "period": 3600}}'
-QUEUES_EXAMPLE = '{"emails": {"max_concurrency": 2}}'
 ENQUEUE_RATE_LIMIT_EXAMPLE = '{"rate": 200, "period": 1, "capacity": 600}'
 API_THROTTLE_SCOPES = ("enqueue", "read")
 API_THROTTLES_EXAMPLE = '{"enqueue": {"rate": 100, "period": 60, "capacity": 1000}, "read": None}'
@@ -369,83 +190,6 @@ class _Parser:
             return None
         return PublicRateLimit(key)
 
-    def queues(self, ceiling: int | None, limits: Mapping[str, Any]) -> dict[str, QueueConfig]:
-        queues = self.values["QUEUES"]
-        if not isinstance(queues, Mapping):
-            self.problem(
-                ids.QUEUES_NOT_A_DICT,
-                'RATEQUEUE["QUEUES"] must be a dict of name -> options.',
-                QUEUES_EXAMPLE,
-            )
-            return {}
-        parsed: dict[str, QueueConfig] = {}
-        for name, options in queues.items():
-            try:
-                check_queue_name(name)
-            except ValueError as error:
-                self.problem(ids.QUEUE_NAME, f'RATEQUEUE["QUEUES"] has an invalid name: {error}')
-                continue
-            where = f'RATEQUEUE["QUEUES"][{name!r}]'
-            if not isinstance(options, Mapping):
-                self.problem(
-                    ids.QUEUE_NOT_A_DICT, f"{where} must be a dict of options.", QUEUES_EXAMPLE
-                )
-                continue
-            if "key_concurrency" in options:
-                self.problem(
-                    ids.QUEUE_KEY_CONCURRENCY,
-                    f"{where}['key_concurrency'] is no longer an option: each concurrency "
-                    "key is now its own copy of the queue, with the queue's max_concurrency.",
-                    "Set max_concurrency to the jobs one key may run at once, and "
-                    "total_concurrency to cap all keys together.",
-                )
-            unknown = sorted(map(str, set(options) - QUEUE_OPTIONS - {"key_concurrency"}))
-            if unknown:
-                known = ", ".join(sorted(QUEUE_OPTIONS))
-                self.problem(
-                    ids.QUEUE_UNKNOWN_OPTION,
-                    f"{where} has unknown option(s) {', '.join(unknown)}.",
-                    f"Known: {known}.",
-                )
-            config = QueueConfig(**{k: v for k, v in options.items() if k in QUEUE_OPTIONS})
-            if ceiling is not None:
-                try:
-                    check_queue_concurrency(name, config.max_concurrency, ceiling)
-                except ValueError as error:
-                    self.problem(ids.QUEUE_MAX_CONCURRENCY, f"{where}: {error}", QUEUES_EXAMPLE)
-            if config.total_concurrency is not None:
-                try:
-                    integer(
-                        f"{where}['total_concurrency']",
-                        config.total_concurrency,
-                        1,
-                        ceiling or MAX_INT,
-                    )
-                except ValueError as error:
-                    self.problem(
-                        ids.QUEUE_TOTAL_CONCURRENCY, str(error), "None (no cap) or e.g. 10"
-                    )
-            rate_limit = config.rate_limit
-            if rate_limit is not None and (
-                not isinstance(rate_limit, str) or rate_limit not in limits
-            ):
-                self.problem(
-                    ids.QUEUE_RATE_LIMIT,
-                    f"{where}['rate_limit'] names {rate_limit!r}, which is not in "
-                    'RATEQUEUE["RATE_LIMITS"].',
-                    "Define the limit there, or remove the option.",
-                )
-            if not isinstance(config.paused, bool):
-                self.problem(ids.QUEUE_PAUSED, f"{where}['paused'] must be True or False.")
-            if not isinstance(config.remote, bool):
-                self.problem(
-                    ids.QUEUE_REMOTE,
-                    f"{where}['remote'] must be True or False.",
-                    "True: only remote workers (docs/remote-workers.md) run its jobs.",
-                )
-            parsed[name] = config
-        return parsed
-
     def default_retries(self) -> Retry:
         try:
             return Retry.coerce(self.values["DEFAULT_RETRIES"])
@@ -558,7 +302,9 @@ class _Parser:
         limits_given = isinstance(self.values["RATE_LIMITS"], Mapping)
         return RateQueueSettings(
             QUEUES=MappingProxyType(
-                self.queues(
+                parse_queues(
+                    self.values["QUEUES"],
+                    self.problem,
                     numbers["MAX_QUEUE_CONCURRENCY"] or None,
                     self.values["RATE_LIMITS"] if limits_given else {},
                 )
@@ -624,23 +370,3 @@ def parse_settings(configured: Any) -> tuple[RateQueueSettings | None, list[Prob
         )
     parsed = parser.parse()
     return (None if parser.problems else parsed), parser.problems
-
-
-@cache
-def ratequeue_settings() -> RateQueueSettings:
-    """Return the project's ``RATEQUEUE`` settings merged over :data:`DEFAULTS`.
-
-    Raise ImproperlyConfigured naming every problem when they break a rule."""
-    values, problems = parse_settings(getattr(settings, "RATEQUEUE", None))
-    if values is None:
-        listed = "\n".join(f"  {p.id}: {p.message}" for p in problems)
-        raise ImproperlyConfigured(
-            f"settings.RATEQUEUE is invalid (`manage.py check` says the same):\n{listed}"
-        )
-    return values
-
-
-@receiver(setting_changed)
-def _forget_settings(*, setting: str, **kwargs: Any) -> None:
-    if setting == "RATEQUEUE":
-        ratequeue_settings.cache_clear()

@@ -8,9 +8,6 @@ so that its handle, its ``on_complete`` call and its attempts keep telling the t
 
 from __future__ import annotations
 
-import json
-import math
-from datetime import datetime
 from typing import Any, cast
 
 from django.contrib import admin, messages
@@ -32,11 +29,12 @@ from django.views.decorators.http import require_POST
 from ..monitor.counts import COLUMNS
 from ..monitor.overview import queue_overview
 from ..queue.enqueue import enqueue
-from ..queue.handles import AttemptInfo, Handle
+from ..queue.handles import Handle
 from ..queue.models import FINAL_STATUSES, Job, OutputChunk, Status
 from ..queue.retry import Retry
 from . import dashboard, related, timeline
 from .actions import PermittedActionsMixin
+from .jobfields import describe_retry, json_block, progress_bar, run_seconds, time_of_day
 from .joblist import (
     LIST_DISPLAY,
     CappedCountPaginator,
@@ -69,102 +67,6 @@ LIVE_FIELDS = (
 # (PROGRESS_INTERVAL), a waiting one less often.
 POLL_RUNNING = 1.0
 POLL_WAITING = 2.0
-# Progress fields read as "this many of that many", in the order tried.
-PROGRESS_PAIRS = (
-    ("done", "total"),
-    ("current", "total"),
-    ("completed", "total"),
-    ("processed", "total"),
-    ("count", "total"),
-    ("step", "steps"),
-)
-
-
-def _json_block(value: Any) -> SafeString:
-    return format_html("<pre>{}</pre>", json.dumps(value, indent=2, sort_keys=True))
-
-
-def _clock(moment: datetime | None) -> str:
-    """Local time of day to the millisecond: attempts are often less than a second apart."""
-    if moment is None:
-        return "-"
-    return timezone.localtime(moment).strftime("%H:%M:%S.%f")[:-3]
-
-
-def _seconds(attempt: AttemptInfo) -> str:
-    if attempt.started_at is None or attempt.ended_at is None:
-        return ""
-    return f"{(attempt.ended_at - attempt.started_at).total_seconds():.3f} s"
-
-
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        return None
-    return float(value)
-
-
-def progress_fraction(progress: Any) -> tuple[float, float] | None:
-    """``(done, total)`` when the reported progress says how far the job is: a pair of
-    numbers such as ``{"done": 3, "total": 10}`` (see PROGRESS_PAIRS), or a ``percent``.
-    ``done`` is kept between 0 and ``total``; anything else is not a fraction (None)."""
-    if not isinstance(progress, dict):
-        return None
-    for done_key, total_key in PROGRESS_PAIRS:
-        done, total = _number(progress.get(done_key)), _number(progress.get(total_key))
-        if done is not None and total is not None and total > 0:
-            return min(max(done, 0.0), total), total
-    percent = _number(progress.get("percent"))
-    if percent is not None:
-        return min(max(percent, 0.0), 100.0), 100.0
-    return None
-
-
-def progress_bar(progress: Any) -> SafeString:
-    """A ``<progress>`` bar with its figures in words, or nothing."""
-    fraction = progress_fraction(progress)
-    if fraction is None:
-        return SafeString("")
-    done, total = fraction
-    share = f"{done / total:.0%}"
-    words = f"{done:g} of {total:g} ({share})" if total != 100 else share
-    return format_html(
-        '<div class="rq-progress"><progress max="{}" value="{}" aria-label="Progress">{}'
-        '</progress><span class="rq-progress-text">{}</span></div>',
-        total,
-        done,
-        share,
-        words,
-    )
-
-
-def _duration(seconds: float) -> str:
-    for unit, size in (("h", 3600), ("min", 60)):
-        if seconds >= size:
-            return f"{seconds / size:g} {unit}"
-    return f"{seconds:g} s"
-
-
-def describe_retry(policy: Retry) -> str:
-    """The retry policy in words, e.g. "Up to 6 retries: the first 1 s after a failure,
-    then twice as long each time, at most 1 h; each wait varies by up to 20%."."""
-    if policy.retry_count == 0:
-        return "No retries: the first failure is final."
-    plural = "retry" if policy.retry_count == 1 else "retries"
-    text = f"Up to {policy.retry_count} {plural}: "
-    first = min(policy.initial_interval, policy.max_interval)
-    if policy.retry_count == 1:
-        text += f"{_duration(first)} after the failure"
-    elif policy.backoff_factor == 1 or first == policy.max_interval:
-        text += f"{_duration(first)} after each failure"
-    else:
-        factor = "twice" if policy.backoff_factor == 2 else f"{policy.backoff_factor:g} times"
-        text += (
-            f"the first {_duration(first)} after a failure, then {factor} as long each time, "
-            f"at most {_duration(policy.max_interval)}"
-        )
-    if policy.randomize_interval:
-        text += "; each wait varies by up to 20%"
-    return text + "."
 
 
 def enqueue_copy(job: Job) -> Handle:
@@ -232,29 +134,29 @@ class JobAdmin(JobListColumns, PermittedActionsMixin, admin.ModelAdmin):
 
     @admin.display(description="args")
     def call_args(self, job: Job) -> SafeString:
-        return _json_block(job.args)
+        return json_block(job.args)
 
     @admin.display(description="kwargs")
     def call_kwargs(self, job: Job) -> SafeString:
-        return _json_block(job.kwargs)
+        return json_block(job.kwargs)
 
     @admin.display(description="retry policy")
     def retry_policy(self, job: Job) -> SafeString | str:
         try:
             return describe_retry(Retry(**job.retry))
         except (TypeError, ValueError):  # a row written behind the app's back
-            return _json_block(job.retry)
+            return json_block(job.retry)
 
     @admin.display(description="result")
     def result_value(self, job: Job) -> SafeString | str:
-        return _json_block(job.result) if job.status == Status.COMPLETE else "-"
+        return json_block(job.result) if job.status == Status.COMPLETE else "-"
 
     @admin.display(description="progress")
     def progress_value(self, job: Job) -> SafeString | str:
         """A bar when the progress says how far the job is, and the progress as reported."""
         if job.progress is None:
             return "-"
-        return format_html("{}{}", progress_bar(job.progress), _json_block(job.progress))
+        return format_html("{}{}", progress_bar(job.progress), json_block(job.progress))
 
     @admin.display(description="output")
     def output_tail(self, job: Job) -> SafeString | str:
@@ -283,7 +185,7 @@ class JobAdmin(JobListColumns, PermittedActionsMixin, admin.ModelAdmin):
 
     @admin.display(description="context")
     def callback_context(self, job: Job) -> SafeString:
-        return _json_block(job.context)
+        return json_block(job.context)
 
     @admin.display(description="traceback")
     def formatted_traceback(self, job: Job) -> SafeString | str:
@@ -299,10 +201,10 @@ class JobAdmin(JobListColumns, PermittedActionsMixin, admin.ModelAdmin):
         rows = [
             {
                 "attempt": a,
-                "dispatched": _clock(a.dispatched_at),
-                "started": _clock(a.started_at),
-                "ended": _clock(a.ended_at),
-                "duration": _seconds(a),
+                "dispatched": time_of_day(a.dispatched_at),
+                "started": time_of_day(a.started_at),
+                "ended": time_of_day(a.ended_at),
+                "duration": run_seconds(a),
                 "outcome": timeline.outcome_label(a),
                 "worker": timeline.worker_shown(a.worker, a.remote),
             }

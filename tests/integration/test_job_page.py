@@ -16,7 +16,8 @@ from django.utils import timezone
 
 from django_ratequeue import Status, enqueue
 from django_ratequeue.admin import related
-from django_ratequeue.admin.jobs import LIVE_FIELDS, progress_fraction
+from django_ratequeue.admin.jobfields import progress_fraction
+from django_ratequeue.admin.jobs import LIVE_FIELDS
 from django_ratequeue.models import Attempt, Job, OutputChunk
 from django_ratequeue.queue.models import new_job_id
 from django_ratequeue.queue.transitions import create_callbacks

@@ -1,0 +1,115 @@
+"""How a job's admin page shows its values: JSON, times, progress and retry policies."""
+
+from __future__ import annotations
+
+import json
+import math
+from datetime import datetime
+from typing import Any
+
+from django.utils import timezone
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
+
+from ..queue.handles import AttemptInfo
+from ..queue.retry import Retry
+
+# Progress fields read as "this many of that many", in the order tried.
+PROGRESS_PAIRS = (
+    ("done", "total"),
+    ("current", "total"),
+    ("completed", "total"),
+    ("processed", "total"),
+    ("count", "total"),
+    ("step", "steps"),
+)
+
+
+def json_block(value: Any) -> SafeString:
+    """Return ``value`` as indented JSON in a ``<pre>`` block."""
+    return format_html("<pre>{}</pre>", json.dumps(value, indent=2, sort_keys=True))
+
+
+def time_of_day(moment: datetime | None) -> str:
+    """Return the local time of day to the millisecond (attempts are often less than a
+    second apart), or "-"."""
+    if moment is None:
+        return "-"
+    return timezone.localtime(moment).strftime("%H:%M:%S.%f")[:-3]
+
+
+def run_seconds(attempt: AttemptInfo) -> str:
+    """Return how long ``attempt`` ran, in seconds, or "" if it has not ended."""
+    if attempt.started_at is None or attempt.ended_at is None:
+        return ""
+    return f"{(attempt.ended_at - attempt.started_at).total_seconds():.3f} s"
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return None
+    return float(value)
+
+
+def progress_fraction(progress: Any) -> tuple[float, float] | None:
+    """``(done, total)`` when the reported progress says how far the job is: a pair of
+    numbers such as ``{"done": 3, "total": 10}`` (see PROGRESS_PAIRS), or a ``percent``.
+    ``done`` is kept between 0 and ``total``; anything else is not a fraction (None)."""
+    if not isinstance(progress, dict):
+        return None
+    for done_key, total_key in PROGRESS_PAIRS:
+        done, total = _number(progress.get(done_key)), _number(progress.get(total_key))
+        if done is not None and total is not None and total > 0:
+            return min(max(done, 0.0), total), total
+    percent = _number(progress.get("percent"))
+    if percent is not None:
+        return min(max(percent, 0.0), 100.0), 100.0
+    return None
+
+
+def progress_bar(progress: Any) -> SafeString:
+    """A ``<progress>`` bar with its figures in words, or nothing."""
+    fraction = progress_fraction(progress)
+    if fraction is None:
+        return SafeString("")
+    done, total = fraction
+    share = f"{done / total:.0%}"
+    words = f"{done:g} of {total:g} ({share})" if total != 100 else share
+    return format_html(
+        '<div class="rq-progress"><progress max="{}" value="{}" aria-label="Progress">{}'
+        '</progress><span class="rq-progress-text">{}</span></div>',
+        total,
+        done,
+        share,
+        words,
+    )
+
+
+def _duration(seconds: float) -> str:
+    for unit, size in (("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{seconds / size:g} {unit}"
+    return f"{seconds:g} s"
+
+
+def describe_retry(policy: Retry) -> str:
+    """The retry policy in words, e.g. "Up to 6 retries: the first 1 s after a failure,
+    then twice as long each time, at most 1 h; each wait varies by up to 20%."."""
+    if policy.retry_count == 0:
+        return "No retries: the first failure is final."
+    plural = "retry" if policy.retry_count == 1 else "retries"
+    text = f"Up to {policy.retry_count} {plural}: "
+    first = min(policy.initial_interval, policy.max_interval)
+    if policy.retry_count == 1:
+        text += f"{_duration(first)} after the failure"
+    elif policy.backoff_factor == 1 or first == policy.max_interval:
+        text += f"{_duration(first)} after each failure"
+    else:
+        factor = "twice" if policy.backoff_factor == 2 else f"{policy.backoff_factor:g} times"
+        text += (
+            f"the first {_duration(first)} after a failure, then {factor} as long each time, "
+            f"at most {_duration(policy.max_interval)}"
+        )
+    if policy.randomize_interval:
+        text += "; each wait varies by up to 20%"
+    return text + "."

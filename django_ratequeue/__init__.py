@@ -29,11 +29,11 @@ if TYPE_CHECKING:
     from .queue.control import resume_queue as resume_queue
     from .queue.control import set_max_concurrency as set_max_concurrency
     from .queue.control import set_queue_concurrency as set_queue_concurrency
-    from .queue.enqueue import AsyncJobFunction as AsyncJobFunction
-    from .queue.enqueue import JobFunction as JobFunction
     from .queue.enqueue import enqueue as enqueue
     from .queue.enqueue import enqueue_many as enqueue_many
-    from .queue.enqueue import job as job
+    from .queue.functions import AsyncJobFunction as AsyncJobFunction
+    from .queue.functions import JobFunction as JobFunction
+    from .queue.functions import job as job
     from .queue.handles import Handle as Handle
     from .queue.handles import cancel_all as cancel_all
     from .queue.handles import get_handle as get_handle

@@ -26,7 +26,8 @@ from django.utils import timezone
 
 from . import check_ids as ids
 from .exceptions import JobCanceled, UnknownJob, class_path
-from .queue.enqueue import JobFunction, enqueue_job, job
+from .queue.enqueue import enqueue_job
+from .queue.functions import JobFunction, job
 from .queue.models import Attempt, Job, Outcome, Status
 from .queue.options import JobOptions, QueueChoice
 from .queue.protocol import check_result_size

@@ -1,4 +1,4 @@
-"""Putting work on a queue: ``@job``, ``enqueue`` and ``enqueue_many``.
+"""Putting work on a queue: ``enqueue`` and ``enqueue_many`` (``@job``: :mod:`.functions`).
 
 Everything is validated before anything is written (:mod:`.options`), and one enqueue is
 one INSERT of the job row: the main loop finds WAITING jobs through an index, so enqueue
@@ -12,10 +12,8 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Coroutine, Iterable, Mapping
 from datetime import timedelta
-from functools import update_wrapper
-from typing import Any, Generic, ParamSpec, Protocol, Self, TypeVar, Unpack, cast, overload
+from typing import Any, Protocol, TypeVar, Unpack, cast, overload
 
-from asgiref.sync import sync_to_async
 from django.db import IntegrityError, transaction
 
 from .. import clock
@@ -35,177 +33,30 @@ from .options import (
     check_reservation_room,
 )
 from .registry import (
-    ExposedHooks,
     Registered,
     check_call,
-    exposed_hooks,
-    is_async,
-    register_job,
     registered_job,
 )
 from .wakeup import LOOP, signal
 
-P = ParamSpec("P")
 JOB_ID_MAX_LENGTH = Job._meta.get_field("id").max_length or 200
 R = TypeVar("R")
 # One call of a job: its positional and its keyword arguments.
 Call = tuple[list[Any], dict[str, Any]]
 
 
-class JobFunction(Registered, Generic[P, R]):
-    """A module-level function decorated with ``@job``: call it to run it here and now, or
-    ``.enqueue(...)`` it with the function's own arguments (checked by a type checker as
-    a call would be); ``.using(**options)`` returns a copy with other options. ``R`` is
-    what its job's handle gives back (:class:`AsyncJobFunction`: the awaited result)."""
+class HasOptions(Protocol):
+    """A job function's default options (what ``@job`` and ``.using()`` set)."""
 
-    func: Callable[P, Any]
-
-    def __init__(
-        self, func: Callable[P, Any], options: JobOptions, exposed: ExposedHooks | None = None
-    ) -> None:
-        super().__init__(func, exposed)
-        self.options = options
-        update_wrapper(self, func)
-
-    @staticmethod
-    def of(
-        func: Callable[..., Any], options: JobOptions, exposed: ExposedHooks | None = None
-    ) -> JobFunction[..., Any]:
-        """The job function of ``func``: an :class:`AsyncJobFunction` for ``async def``."""
-        cls = AsyncJobFunction if is_async(func) else JobFunction
-        return cls(func, options, exposed)
-
-    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
-        return cast("R", self.func(*args, **kwargs))
-
-    def __repr__(self) -> str:
-        return f"<job {self.func.__module__}.{self.func.__qualname__}>"
-
-    def using(self, **options: Unpack[EnqueueOptions]) -> Self:
-        return type(self)(self.func, self.options.merge(options))
-
-    def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> Handle[R]:
-        """Enqueue ``func(*args, **kwargs)``: every keyword is the function's own, never
-        an option (options go through :meth:`using`)."""
-        return _enqueue_one(registered_job(self.func), self.options, list(args), kwargs)
-
-    async def aenqueue(self, *args: P.args, **kwargs: P.kwargs) -> Handle[R]:
-        """:meth:`enqueue` for async code (an async view, an ``async def`` job): the
-        INSERT runs in Django's thread for sync code."""
-        enqueue = sync_to_async(self.enqueue, thread_sensitive=True)
-        return await enqueue(*args, **kwargs)
-
-    def enqueue_many(
-        self, params: Iterable[Any], **options: Unpack[EnqueueOptions]
-    ) -> list[Handle[R]]:
-        return enqueue_many(self, params, **options)
-
-
-class AsyncJobFunction(JobFunction[P, R]):
-    """An ``async def`` function decorated with ``@job``: its job runs on a worker's event
-    loop, and its handle gives back the awaited result ``R``. Called, it returns the
-    coroutine, as the function does."""
-
-    func: Callable[P, Coroutine[Any, Any, R]]
-
-    # A call gives the coroutine, whose awaited result the handles give back.
-    def __call__(  # type: ignore[override]
-        self, *args: P.args, **kwargs: P.kwargs
-    ) -> Coroutine[Any, Any, R]:
-        return self.func(*args, **kwargs)
-
-
-class JobDecorator(Protocol):
-    """What ``@job(...)`` with options returns: the decorator proper."""
-
-    @overload
-    def __call__(self, func: Callable[P, Coroutine[Any, Any, R]], /) -> AsyncJobFunction[P, R]: ...
-
-    @overload
-    def __call__(self, func: Callable[P, R], /) -> JobFunction[P, R]: ...
-
-
-@overload
-def job(
-    func: Callable[P, Coroutine[Any, Any, R]],
-    /,
-    *,
-    expose: bool = False,
-    permission: Callable[..., bool] | None = None,
-    http_options: Callable[..., Mapping[str, Any]] | None = None,
-    **options: Unpack[EnqueueOptions],
-) -> AsyncJobFunction[P, R]: ...
-
-
-@overload
-def job(
-    func: Callable[P, R],
-    /,
-    *,
-    expose: bool = False,
-    permission: Callable[..., bool] | None = None,
-    http_options: Callable[..., Mapping[str, Any]] | None = None,
-    **options: Unpack[EnqueueOptions],
-) -> JobFunction[P, R]: ...
-
-
-@overload
-def job(
-    func: None = None,
-    /,
-    *,
-    expose: bool = False,
-    permission: Callable[..., bool] | None = None,
-    http_options: Callable[..., Mapping[str, Any]] | None = None,
-    **options: Unpack[EnqueueOptions],
-) -> JobDecorator: ...
-
-
-def job(
-    func: Callable[..., Any] | None = None,
-    /,
-    *,
-    expose: bool = False,
-    permission: Callable[..., bool] | None = None,
-    http_options: Callable[..., Mapping[str, Any]] | None = None,
-    **options: Any,
-) -> JobFunction[..., Any] | JobDecorator:
-    """Register a module-level function as a job, so that it can be enqueued (itself or
-    its dotted path) with default options, and workers run it.
-
-    ``@job`` and ``@job(queue="emails", retries=3, timeout=30, ...)`` both work; so does
-    ``job(func)`` for a function whose module must not import ratequeue. Decorating a job
-    again gives a copy with more options; the registered job keeps its own.
-
-    ``expose=True`` lets the HTTP API enqueue it, for the users ``permission(request)``
-    admits, with the options ``http_options(request, args, kwargs)`` adds (see
-    docs/http-api.md).
-    """
-    defaults = {k: v for k, v in options.items() if v is not None}
-    job_options = JobOptions(defaults)
-    exposed = exposed_hooks(expose, permission, http_options)
-
-    def decorate(f: Callable[..., Any], /) -> JobFunction[..., Any]:
-        if isinstance(f, JobFunction):
-            if exposed is not None:
-                raise ValueError(
-                    f"{f.path} is a job already: give expose= where it is first decorated "
-                    "with @job, which is the job the HTTP API finds."
-                )
-            register_job(f)
-            return type(f)(f.func, f.options.merge(defaults))
-        return register_job(JobFunction.of(f, job_options, exposed))
-
-    return decorate(func) if func is not None else cast("JobDecorator", decorate)
+    options: JobOptions
 
 
 def _target(func: Callable[..., Any] | str) -> tuple[Registered, JobOptions]:
     """The registered job that ``func`` names and its default options (a ``@job`` copy's
     own options when given one)."""
-    registered = registered_job(func.func if isinstance(func, JobFunction) else func)
-    if not isinstance(func, JobFunction):
-        func = cast("JobFunction[..., Any]", registered)  # only @job registers jobs
-    return registered, func.options
+    registered = registered_job(func.func if isinstance(func, Registered) else func)
+    own = func if isinstance(func, Registered) else registered  # only @job registers jobs
+    return registered, cast(HasOptions, own).options
 
 
 @overload
@@ -265,7 +116,7 @@ def enqueue(
     elif not isinstance(kwargs, Mapping):
         raise ValueError(f"kwargs must be a dict, not {kwargs!r}.")
     target, defaults = _target(func)
-    return _enqueue_one(target, defaults.merge(options), list(args), dict(kwargs))
+    return enqueue_call(target, defaults.merge(options), list(args), dict(kwargs))
 
 
 def enqueue_job(
@@ -283,9 +134,10 @@ def enqueue_job(
     return job
 
 
-def _enqueue_one(
+def enqueue_call(
     target: Registered, options: JobOptions, args: list[Any], kwargs: dict[str, Any]
 ) -> Handle[Any]:
+    """Enqueue one call of ``target`` with ``options``; return its handle."""
     template, stamp, _written = _write_one(target, options, args, kwargs)
     return Handle(stamp.id, owner=template.owner)
 
@@ -473,12 +325,4 @@ def _write_calls(
     return template, stamped, kept
 
 
-__all__ = [
-    "AsyncJobFunction",
-    "EnqueueOptions",
-    "JobFunction",
-    "JobOptions",
-    "enqueue",
-    "enqueue_many",
-    "job",
-]
+__all__ = ["EnqueueOptions", "JobOptions", "enqueue", "enqueue_many"]

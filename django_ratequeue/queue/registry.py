@@ -144,7 +144,7 @@ def bare(signature: inspect.Signature) -> str:
 
 class Registered:
     """A function registered under its dotted path: the base of ``@job`` functions
-    (:class:`.enqueue.JobFunction`), which add their options and ``enqueue``. Only those
+    (:class:`.functions.JobFunction`), which add their options and ``enqueue``. Only those
     with :class:`ExposedHooks` can be enqueued over HTTP."""
 
     def __init__(self, func: Callable[..., Any], exposed: ExposedHooks | None = None) -> None:

@@ -19,7 +19,7 @@ from django.db import connections
 
 from django_ratequeue import JobFailed, Status, enqueue, job
 from django_ratequeue.models import Job
-from django_ratequeue.queue.enqueue import AsyncJobFunction, JobFunction
+from django_ratequeue.queue.functions import AsyncJobFunction, JobFunction
 from django_ratequeue.queue.registry import is_async
 from django_ratequeue.queue.subtasks import current_attempt
 from django_ratequeue.slots import Call, Slots

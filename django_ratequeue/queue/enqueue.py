@@ -1,10 +1,9 @@
-"""Putting work on a queue: ``@job``, ``enqueue`` and ``enqueue_many``.
+"""Put work on a queue: ``@job``, ``enqueue`` and ``enqueue_many``.
 
 Everything is validated before anything is written (:mod:`.options`), and one enqueue is
-one INSERT of the job row: the main loop finds WAITING jobs through an index, so enqueue
-never touches a row the loop owns. Inside a caller's transaction the job commits or rolls
-back with it, and so does the ``LOOP`` signal that wakes the loop (:mod:`.wakeup`),
-which the INSERT raises itself on PostgreSQL.
+one INSERT of the job row, which commits or rolls back with the caller's transaction,
+its ``LOOP`` signal too. docs/concepts.md ("Tables and who writes them", "One wake-up
+protocol") tells why.
 """
 
 from __future__ import annotations
@@ -53,10 +52,12 @@ Call = tuple[list[Any], dict[str, Any]]
 
 
 class JobFunction(Registered, Generic[P, R]):
-    """A module-level function decorated with ``@job``: call it to run it here and now, or
-    ``.enqueue(...)`` it with the function's own arguments (checked by a type checker as
-    a call would be); ``.using(**options)`` returns a copy with other options. ``R`` is
-    what its job's handle gives back (:class:`AsyncJobFunction`: the awaited result)."""
+    """Wrap a module-level function decorated with ``@job``: run it here and now, or enqueue it.
+
+    Call it to run it here and now, or ``.enqueue(...)`` it with the function's own
+    arguments (checked by a type checker as a call would be); ``.using(**options)``
+    returns a copy with other options. ``R`` is what its job's handle gives back
+    (:class:`AsyncJobFunction`: the awaited result)."""
 
     func: Callable[P, Any]
 
@@ -71,7 +72,7 @@ class JobFunction(Registered, Generic[P, R]):
     def of(
         func: Callable[..., Any], options: JobOptions, exposed: ExposedHooks | None = None
     ) -> JobFunction[..., Any]:
-        """The job function of ``func``: an :class:`AsyncJobFunction` for ``async def``."""
+        """Return the job function of ``func``: an :class:`AsyncJobFunction` for ``async def``."""
         cls = AsyncJobFunction if is_async(func) else JobFunction
         return cls(func, options, exposed)
 
@@ -85,13 +86,15 @@ class JobFunction(Registered, Generic[P, R]):
         return type(self)(self.func, self.options.merge(options))
 
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> Handle[R]:
-        """Enqueue ``func(*args, **kwargs)``: every keyword is the function's own, never
-        an option (options go through :meth:`using`)."""
+        """Enqueue ``func(*args, **kwargs)``, every keyword being the function's own.
+
+        A keyword is never an option (options go through :meth:`using`)."""
         return _enqueue_one(registered_job(self.func), self.options, list(args), kwargs)
 
     async def aenqueue(self, *args: P.args, **kwargs: P.kwargs) -> Handle[R]:
-        """:meth:`enqueue` for async code (an async view, an ``async def`` job): the
-        INSERT runs in Django's thread for sync code."""
+        """Enqueue as :meth:`enqueue` does, from async code (an async view, an ``async def`` job).
+
+        The INSERT runs in Django's thread for sync code."""
         enqueue = sync_to_async(self.enqueue, thread_sensitive=True)
         return await enqueue(*args, **kwargs)
 
@@ -102,9 +105,10 @@ class JobFunction(Registered, Generic[P, R]):
 
 
 class AsyncJobFunction(JobFunction[P, R]):
-    """An ``async def`` function decorated with ``@job``: its job runs on a worker's event
-    loop, and its handle gives back the awaited result ``R``. Called, it returns the
-    coroutine, as the function does."""
+    """Wrap an ``async def`` function decorated with ``@job``, whose job runs on an event loop.
+
+    Its job runs on a worker's event loop, and its handle gives back the awaited result
+    ``R``. Called, it returns the coroutine, as the function does."""
 
     func: Callable[P, Coroutine[Any, Any, R]]
 
@@ -170,12 +174,13 @@ def job(
     http_options: Callable[..., Mapping[str, Any]] | None = None,
     **options: Any,
 ) -> JobFunction[..., Any] | JobDecorator:
-    """Register a module-level function as a job, so that it can be enqueued (itself or
-    its dotted path) with default options, and workers run it.
+    """Register a module-level function as a job, to be enqueued and run by workers.
 
-    ``@job`` and ``@job(queue="emails", retries=3, timeout=30, ...)`` both work; so does
-    ``job(func)`` for a function whose module must not import ratequeue. Decorating a job
-    again gives a copy with more options; the registered job keeps its own.
+    It can then be enqueued (itself or its dotted path) with default options, and
+    workers run it. ``@job`` and ``@job(queue="emails", retries=3, timeout=30, ...)``
+    both work; so does ``job(func)`` for a function whose module must not import
+    ratequeue. Decorating a job again gives a copy with more options; the registered job
+    keeps its own.
 
     ``expose=True`` lets the HTTP API enqueue it, for the users ``permission(request)``
     admits, with the options ``http_options(request, args, kwargs)`` adds (see
@@ -200,8 +205,9 @@ def job(
 
 
 def _target(func: Callable[..., Any] | str) -> tuple[Registered, JobOptions]:
-    """The registered job that ``func`` names and its default options (a ``@job`` copy's
-    own options when given one)."""
+    """Return the registered job that ``func`` names and its default options.
+
+    The default options of a ``@job`` copy are its own."""
     registered = registered_job(func.func if isinstance(func, JobFunction) else func)
     if not isinstance(func, JobFunction):
         func = cast("JobFunction[..., Any]", registered)  # only @job registers jobs
@@ -249,9 +255,10 @@ def enqueue(
     kwargs: Mapping[str, Any] | None = None,
     **options: Any,
 ) -> Handle[Any]:
-    """Enqueue ``func(*args, **kwargs)`` with ``options``. The job's arguments come only
-    through ``args`` and ``kwargs``, so that no keyword is ever taken for an option (or an
-    option for an argument) by its name."""
+    """Enqueue ``func(*args, **kwargs)`` with ``options``.
+
+    The job's arguments come only through ``args`` and ``kwargs``, so that no keyword is
+    ever taken for an option (or an option for an argument) by its name."""
     if positional:
         raise TypeError(
             "enqueue() takes the job's arguments as args=[...] and kwargs={...}, e.g. "
@@ -271,9 +278,10 @@ def enqueue(
 def enqueue_job(
     func: Callable[..., Any] | str, *, args: list[Any], kwargs: dict[str, Any], **options: Any
 ) -> Job:
-    """:func:`enqueue`, giving back the job as it was written rather than a handle (the
-    HTTP API answers with it without reading it back); the existing job when
-    ``on_duplicate_id="ignore"`` gave that one."""
+    """Enqueue as :func:`enqueue` does, and return the job as written rather than a handle.
+
+    The HTTP API answers with it without reading it back. When
+    ``on_duplicate_id="ignore"`` gave the existing job, return that one."""
     target, defaults = _target(func)
     template, stamp, written = _write_one(target, defaults.merge(options), args, kwargs)
     if not written:
@@ -293,8 +301,10 @@ def _enqueue_one(
 def _write_one(
     target: Registered, options: JobOptions, args: list[Any], kwargs: dict[str, Any]
 ) -> tuple[JobTemplate, JobStamp, bool]:
-    """Write one job; its template, its stamp, and whether it was written (not when
-    ``on_duplicate_id="ignore"`` found the caller's own job with that id)."""
+    """Write one job; return its template, its stamp, and whether it was written.
+
+    It was not when ``on_duplicate_id="ignore"`` found the caller's own job with that
+    id."""
     template = options.template(target.path)
     check_call(target, args, kwargs)
     args_json = check_json("arguments", args)
@@ -323,9 +333,11 @@ def _write_one(
 
 
 def apply_queue_limit(template: JobTemplate) -> None:
-    """``queue={"name": ..., "max_concurrency": n}`` sets the queue's limit as a runtime
-    change does (the loop reads it at its next step, which the enqueue's wake-up starts),
-    in the enqueue's transaction: the job and the limit it asked for commit together."""
+    """Set the queue's limit that ``queue={"name": ..., "max_concurrency": n}`` asks for.
+
+    It is set as a runtime change does (the loop reads it at its next step, which the
+    enqueue's wake-up starts), in the enqueue's transaction: the job and the limit it
+    asked for commit together."""
     limit = template.max_concurrency
     if limit is None:
         return
@@ -379,8 +391,9 @@ def enqueue_many(
 
 
 def item_id(prefix: str, index: int) -> str:
-    """Return the id of item ``index`` of a bulk enqueue with ``id=prefix``; ValueError
-    when it is longer than the id column holds."""
+    """Return the id of item ``index`` of a bulk enqueue with ``id=prefix``.
+
+    Raise ValueError when it is longer than the id column holds."""
     job_id = f"{prefix}-{index}"
     if len(job_id) > JOB_ID_MAX_LENGTH:
         raise ValueError(
@@ -391,10 +404,11 @@ def item_id(prefix: str, index: int) -> str:
 
 
 def _insert_with_ids(template: JobTemplate, rows: list[Job]) -> set[str]:
-    """INSERT rows with the caller's ids, the INSERT deciding which ids are taken: any
-    taken id is a DuplicateJobId, but with ``on_duplicate_id="ignore"`` one of the
-    caller's own jobs, which is kept instead (never another owner's). Return the ids of
-    the jobs kept."""
+    """INSERT rows with the caller's ids, and return the ids of the jobs kept.
+
+    The INSERT decides which ids are taken: any taken id is a DuplicateJobId, but with
+    ``on_duplicate_id="ignore"`` one of the caller's own jobs, which is kept instead
+    (never another owner's)."""
     error: IntegrityError | None = None
     kept: set[str] = set()
     while True:
@@ -418,9 +432,10 @@ def _insert_with_ids(template: JobTemplate, rows: list[Job]) -> set[str]:
 
 
 def enqueue_rows(func: Callable[..., Any] | str, calls: list[Call], **options: Any) -> list[Job]:
-    """Enqueue one job per ``(args, kwargs)`` call as :func:`enqueue_many` does, and return
-    the jobs as written; the caller's existing job where ``on_duplicate_id="ignore"`` kept
-    one."""
+    """Enqueue one job per ``(args, kwargs)`` call, and return the jobs as written.
+
+    As :func:`enqueue_many` does; where ``on_duplicate_id="ignore"`` kept the caller's
+    existing job, return that one."""
     template, stamped, kept = _write_calls(func, calls, options)
     existing = Job.objects.in_bulk(list(kept)) if kept else {}
     rows = []
@@ -434,8 +449,10 @@ def enqueue_rows(func: Callable[..., Any] | str, calls: list[Call], **options: A
 def _write_calls(
     func: Callable[..., Any] | str, calls: Iterable[Call], options: Mapping[str, Any]
 ) -> tuple[JobTemplate, list[tuple[Any, ...]], set[str]]:
-    """Write one job per call, all or none; return their template, each job's arguments
-    as JSON text and stamp (``PER_JOB_COLUMNS``' order), and the ids kept as they were."""
+    """Write one job per call, all or none; return what was written.
+
+    That is their template, each job's arguments as JSON text and stamp
+    (``PER_JOB_COLUMNS``' order), and the ids kept as they were."""
     target, defaults = _target(func)
     template = defaults.merge(options).template(target.path)
     now = clock.now()

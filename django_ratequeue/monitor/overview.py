@@ -124,8 +124,7 @@ def loop_info() -> LoopInfo:
 
 
 def queue_overview() -> QueueOverview:
-    """Return every configured queue and every queue that has jobs, with the loop and its
-    workers."""
+    """Return every queue configured or with jobs, with the loop and its workers."""
     queues = queue_counts()
     loop = loop_info()
     return QueueOverview(

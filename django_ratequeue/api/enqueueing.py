@@ -1,5 +1,7 @@
-"""An enqueue over HTTP: the request's own options, its calls' problems as field errors,
-and the library's refusals as HTTP answers."""
+"""An enqueue over HTTP: the request's options, its field errors and its refusals.
+
+The request's own options, its calls' problems as field errors, and the library's
+refusals as HTTP answers."""
 
 from __future__ import annotations
 

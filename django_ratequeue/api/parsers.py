@@ -1,5 +1,7 @@
-"""JSON request bodies, read up to ``RATEQUEUE["API_MAX_BODY_BYTES"]`` and no further, and
-nested no deeper than their values may be."""
+"""JSON request bodies, read up to ``API_MAX_BODY_BYTES`` and nested no deeper than allowed.
+
+They are read up to ``RATEQUEUE["API_MAX_BODY_BYTES"]`` and no further, and nested no
+deeper than their values may be."""
 
 from __future__ import annotations
 

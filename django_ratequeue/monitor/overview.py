@@ -1,5 +1,7 @@
-"""Read the queues' counts, the main loop and its workers, for the admin, ``ratequeue_status``
-and the demo (docs/concepts.md, "What people see")."""
+"""Read the queues' counts, the main loop and its workers, for people to see.
+
+For the admin, ``ratequeue_status`` and the demo (docs/concepts.md, "What people
+see")."""
 
 from __future__ import annotations
 

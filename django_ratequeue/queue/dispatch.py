@@ -1,10 +1,9 @@
 """Dispatch: start the WAITING jobs the limits allow, in turns over queues and keys.
 
-Per step, :class:`Dispatch` gives resuming subtask waits their slots back, then picks
-jobs by priority, round over the keys and the queues' turn (:mod:`.keys` reads the
-candidates, :mod:`.turns` keeps where the turns begin), reserves their cost from a
-queue's rate limit, and creates their attempts for runners to claim. docs/concepts.md
-("The main loop", "Runners") tells why.
+Per step, :class:`Dispatch` gives resuming subtask waits their slots back, picks jobs by
+priority, round over the keys and the queues' turn (:mod:`.keys` reads the candidates,
+:mod:`.turns` keeps where the turns begin), reserves their cost from a queue's rate
+limit, and creates their attempts for runners to claim. docs/concepts.md tells why.
 """
 
 from __future__ import annotations

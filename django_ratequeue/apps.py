@@ -1,7 +1,11 @@
+"""The app's configuration: what every process does as Django starts."""
+
 from django.apps import AppConfig
 
 
 class RateQueueConfig(AppConfig):
+    """Start django-ratequeue in each process: its checks, its worker threads, its jobs."""
+
     name = "django_ratequeue"
     verbose_name = "Rate limits and queues"
     default_auto_field = "django.db.models.BigAutoField"

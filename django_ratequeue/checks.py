@@ -41,8 +41,10 @@ def check_settings(
 def check_broker_database(
     app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
 ) -> list[CheckMessage]:
-    """django-q2's ORM broker keeps its tasks on the database the router gives the queue's
-    tables, so that a task enqueued in a transaction exists exactly when its rows do."""
+    """Check that django-q2's ORM broker keeps its tasks on the queue's database.
+
+    That is the database the router gives the queue's tables, so that a task enqueued in
+    a transaction exists exactly when its rows do."""
     cluster = getattr(settings, "Q_CLUSTER", None)
     broker = cluster.get("orm") if isinstance(cluster, dict) else None
     if not broker or broker == queue_db():
@@ -62,8 +64,10 @@ def check_broker_database(
 def check_anonymous_api(
     app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
 ) -> list[CheckMessage]:
-    """A visitor who is not logged in owns the jobs they enqueue over the HTTP API through
-    their session: ``API_ALLOW_ANONYMOUS`` needs Django's sessions."""
+    """Check that ``API_ALLOW_ANONYMOUS`` has Django's sessions to rely on.
+
+    A visitor who is not logged in owns the jobs they enqueue over the HTTP API through
+    their session."""
     values, _problems = parse_settings(getattr(settings, "RATEQUEUE", None))
     if values is None or not values.API_ALLOW_ANONYMOUS:
         return []
@@ -89,8 +93,7 @@ def check_anonymous_api(
 def check_sqlite_locking(
     app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
 ) -> list[CheckMessage]:
-    """Refuse a SQLite database of ratequeue's tables whose transactions do not take the
-    write lock at BEGIN.
+    """Refuse a SQLite database of ratequeue's tables that does not lock for writing at BEGIN.
 
     SQLite has no row locks: a consume or a reserve is serialisable there only when its
     transaction takes the database's write lock first. Without it, processes racing on a

@@ -11,14 +11,16 @@ from django.apps import apps
 
 @cache
 def max_length(model: str, field: str) -> int:
-    """``max_length`` of ``field`` on the app's ``model`` (read once, lazily: the models
-    are not imported by the modules that call this)."""
+    """Return the ``max_length`` of ``field`` on the app's ``model``.
+
+    Read once, lazily: the modules that call this do not import the models."""
     return apps.get_model("django_ratequeue", model)._meta.get_field(field).max_length or 0
 
 
 def check_name(what: str, name: Any, model: str, field: str) -> str:
-    """``name`` if it is a non-empty string that ``model.field`` holds, else a ValueError
-    that says what ``what`` must be."""
+    """Return ``name`` if it is a non-empty string that ``model.field`` holds.
+
+    Otherwise raise a ValueError that says what ``what`` must be."""
     longest = max_length(model, field)
     if not isinstance(name, str) or not name or len(name) > longest:
         raise ValueError(

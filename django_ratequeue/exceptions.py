@@ -45,9 +45,11 @@ class JobDoesNotExist(JobError, ObjectDoesNotExist):
 
 
 class JobFailed(JobError):
-    """The job ended in failure; ``error``, ``traceback`` and ``exception_class_path``
-    (``builtins.ValueError``, ``myapp.errors.Refused``...; empty when the job raised
-    nothing itself) describe its last attempt."""
+    """The job ended in failure.
+
+    ``error``, ``traceback`` and ``exception_class_path`` (``builtins.ValueError``,
+    ``myapp.errors.Refused``...; empty when the job raised nothing itself) describe its
+    last attempt."""
 
     def __init__(
         self, job_id: str, error: str, traceback: str = "", exception_class_path: str = ""
@@ -92,21 +94,24 @@ class RecursiveWaitDeadlock(JobError):
 
 
 class UnknownJob(RateQueueError, ValueError):
-    """A function or dotted path that is not registered as a job (or a task) was named:
-    only functions decorated with ``@job`` whose module is imported at start-up run."""
+    """A function or dotted path that is not registered as a job (or a task) was named.
+
+    Only functions decorated with ``@job`` whose module is imported at start-up run."""
 
 
 class NotInJob(RateQueueError, RuntimeError):
-    """``report_progress()`` or ``stream_output()`` was called outside a running job (or
-    in a thread the job started without copying its context)."""
+    """``report_progress()`` or ``stream_output()`` was called outside a running job.
+
+    Or in a thread the job started without copying its context."""
 
 
 # Internal: not exported from ``django_ratequeue``.
 
 
 class AttemptTimedOut(RateQueueError):
-    """Raised inside a job that ran past its ``timeout``; also the error class of an
-    attempt the main loop found overrunning it."""
+    """Raised inside a job that ran past its ``timeout``.
+
+    Also the error class of an attempt the main loop found overrunning it."""
 
 
 class WorkerLost(RateQueueError):
@@ -114,13 +119,17 @@ class WorkerLost(RateQueueError):
 
 
 class LeaseLost(RateQueueError):
-    """A remote worker reported on an attempt its key's workers do not hold (any more):
-    its lease lapsed, it was ended or released, or it was never theirs. Nothing changed."""
+    """A remote worker reported on an attempt its key's workers do not hold (any more).
+
+    Its lease lapsed, it was ended or released, or it was never theirs. Nothing
+    changed."""
 
 
 def class_path(cls: type[BaseException]) -> str:
-    """Return the dotted path of an exception class, as stored on attempts and in
-    ``TaskError.exception_class_path`` (``builtins.ValueError`` for a built-in)."""
+    """Return the dotted path of an exception class, as stored on attempts.
+
+    Also as in ``TaskError.exception_class_path`` (``builtins.ValueError`` for a
+    built-in)."""
     return f"{cls.__module__}.{cls.__qualname__}"
 
 

@@ -55,8 +55,10 @@ class IdleExitThread:
         return max(0.0, self.last_busy + self.idle_exit - time.monotonic())
 
     def end_if_idle(self) -> bool:
-        """Return whether the thread has been idle ``idle_exit`` seconds; if so, the body
-        must return, and the next :meth:`start` starts another thread."""
+        """Return whether the thread has been idle ``idle_exit`` seconds.
+
+        If so, the body must return, and the next :meth:`start` starts another
+        thread."""
         if time.monotonic() - self.last_busy < self.idle_exit:
             return False
         self.thread = None

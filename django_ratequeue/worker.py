@@ -145,7 +145,7 @@ class Client:
         self.answered = False
 
     def connect(self) -> tuple[http.client.HTTPConnection, bool]:
-        """An idle connection (True: reused) or a new one."""
+        """Return an idle connection (True: reused) or a new one (False)."""
         with self.lock:
             if self.idle:
                 return self.idle.pop(), True
@@ -154,8 +154,10 @@ class Client:
         return http.client.HTTPConnection(self.netloc), False
 
     def post(self, path: str, body: dict[str, Any], timeout: float = 30.0) -> Any:
-        """One request; raises :class:`ServerAway`, :class:`ServerFailed` or
-        :class:`Refused`. A kept-alive connection the server closed meanwhile is replaced
+        """Send one request; raise :class:`ServerAway`, :class:`ServerFailed` or
+        :class:`Refused`.
+
+        A kept-alive connection the server closed meanwhile is replaced
         at once (every request here may be sent twice)."""
         data = json.dumps(body, allow_nan=False).encode()
         while True:
@@ -207,10 +209,11 @@ class Client:
     def send(
         self, path: str, body: dict[str, Any], timeout: float = 30.0, tries: int | None = None
     ) -> Any:
-        """:meth:`post` until the server answers (unless the worker is told to stop and
-        ``path`` is a claim), backing off with jitter; a 500 is sent again ``tries`` times
-        at most (None: as often as the server is away). Until the server first answers,
-        the worker waits for it quietly (it may be starting too)."""
+        """Send a request with :meth:`post` until the server answers, backing off with jitter.
+
+        It stops when the worker is told to stop and ``path`` is a claim; a 500 is sent
+        again ``tries`` times at most (None: as often as the server is away). Until the
+        server first answers, the worker waits for it quietly (it may be starting too)."""
         pause = BACKOFF_FIRST
         failures = 0
         waiting_said = False
@@ -302,8 +305,9 @@ class RemoteAttempt:
             self.canceled.set()
 
     def keep_reporting(self) -> None:
-        """The reporter thread: output and progress, and a heartbeat every third of the
-        lease, until the attempt is done."""
+        """Send the attempt's output and progress, until it is done.
+
+        The reporter thread's body; it also beats a heartbeat every third of the lease."""
         while not self.done.wait(REPORT_INTERVAL) and not self.lost.is_set():
             try:
                 self.flush()
@@ -474,8 +478,9 @@ class Worker:
         reports: list[tuple[RemoteAttempt, dict[str, Any]]],
         wait: float,
     ) -> list[dict[str, Any]]:
-        """One claim: report ``reports``, and take up to ``free`` attempts, waiting up
-        to ``wait`` seconds for one."""
+        """Claim once: report ``reports``, and take up to ``free`` attempts.
+
+        The claim waits up to ``wait`` seconds for one."""
         body: dict[str, Any] = {
             "worker": self.name,
             "host": socket.gethostname()[:255],
@@ -505,7 +510,7 @@ class Worker:
         return attempts
 
     def forget(self, attempt: RemoteAttempt) -> None:
-        """The attempt's outcome is answered: it is not ours any more."""
+        """Forget an attempt whose outcome is answered: it is not ours any more."""
         with self.slots:
             self.running.pop(attempt.id, None)
             self.finished.append(attempt.id)
@@ -597,7 +602,7 @@ class Worker:
             self.calls_ending.pop(finished.key).set()
 
     def outcome(self, attempt: RemoteAttempt, finished: Finished) -> tuple[str, dict[str, Any]]:
-        """The report that ends an attempt whose handler ended as ``finished`` did."""
+        """Return the report that ends an attempt whose handler ended as ``finished`` did."""
         if finished.stuck:
             attempt.overrun = True
         error = finished.error

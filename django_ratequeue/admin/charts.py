@@ -1,10 +1,9 @@
 """Line charts as server-rendered SVG: no script, no CDN, and every text escaped.
 
-:func:`line_chart` draws series of numbers over time buckets into an ``<svg role="img">``
-with a ``<title>`` and a ``<desc>`` that say in words what the chart shows, a legend, and
-the numbers as a table for screen readers. Colours are the admin's CSS variables
-(``static/ratequeue/dashboard.css``), so the charts follow its light and dark themes; each
-series also has its own dash pattern, so that colour is never the only difference.
+:func:`line_chart` draws series of numbers over time buckets, with a title and a
+description in words, a legend and the numbers as a table for screen readers, in the
+admin's colours (``static/ratequeue/dashboard.css``). docs/admin.md ("The dashboard")
+tells what the charts show and how they read without colour or sight.
 """
 
 from __future__ import annotations
@@ -42,7 +41,7 @@ def _finite(value: float | None) -> float | None:
 
 
 def number(value: float | None, kind: Kind = "count") -> str:
-    """A value for people, short: ``950``, ``12.5k``, ``3.1M``, ``2.5e+12``, ``0.25 s``."""
+    """Return a value for people, short: ``950``, ``12.5k``, ``3.1M``, ``2.5e+12``, ``0.25 s``."""
     if type(value) is int and kind != "seconds" and -1000 < value < 1000:
         return str(value)  # most cells of a page: a small count, shown as it is
     if value is None or not math.isfinite(value):
@@ -60,7 +59,7 @@ def number(value: float | None, kind: Kind = "count") -> str:
 
 
 def _clock(moment: datetime) -> str:
-    """The time of day in the current time zone, e.g. "14:05"."""
+    """Return the time of day in the current time zone, e.g. "14:05"."""
     return _clock_in(moment, timezone.get_current_timezone())
 
 
@@ -71,8 +70,9 @@ def _clock_in(moment: datetime, zone: tzinfo) -> str:
 
 
 def summary(title: str, series: Sequence[Series], kind: Kind) -> str:
-    """The chart in words, for its ``<desc>``: per series, its total or its latest value,
-    and its peak."""
+    """Return the chart in words, for its ``<desc>``.
+
+    Per series, its total or its latest value, and its peak."""
     parts = []
     for line in series:
         values = [v for v in map(_finite, line.values) if v is not None]
@@ -92,8 +92,10 @@ def summary(title: str, series: Sequence[Series], kind: Kind) -> str:
 
 
 def _scale(series: Sequence[Series]) -> float:
-    """The top of the y axis: the largest value rounded up to 1, 2 or 5 times a power of
-    ten (1 when every value is zero or missing)."""
+    """Return the top of the y axis: the largest value, rounded up.
+
+    It is rounded up to 1, 2 or 5 times a power of ten (1 when every value is zero or
+    missing)."""
     peak = max(
         (v for line in series for v in map(_finite, line.values) if v is not None), default=0.0
     )
@@ -108,13 +110,13 @@ def _scale(series: Sequence[Series]) -> float:
 
 @lru_cache(maxsize=64)
 def _xs(buckets: int) -> tuple[str, ...]:
-    """The x of each bucket's middle, formatted: the same in every chart of a window."""
+    """Return the x of each bucket's middle, formatted: the same in every chart of a window."""
     plot_w = WIDTH - LEFT - RIGHT
     return tuple(f"{LEFT + plot_w * (i + 0.5) / buckets:.1f}" for i in range(buckets))
 
 
 def _segments(values: Sequence[float | None], top: float, buckets: int) -> list[list[str]]:
-    """The polyline points of each unbroken run of values (a missing value breaks it)."""
+    """Return the polyline points of each unbroken run of values (a missing value breaks it)."""
     plot_h = HEIGHT - TOP - BOTTOM
     xs = _xs(buckets)
     runs: list[list[str]] = [[]]
@@ -183,9 +185,11 @@ def _axes(top: float, starts: Sequence[datetime], kind: Kind) -> SafeString:
 def _table(
     title: str, starts: Sequence[datetime], series: Sequence[Series], kind: Kind
 ) -> SafeString:
-    """The numbers as a table, for screen readers. Built by joining strings (a day's
-    chart has hundreds of cells): the labels and the title are escaped, the times and
-    numbers are made here of digits, letters and signs only."""
+    """Return the numbers as a table, for screen readers.
+
+    Built by joining strings (a day's chart has hundreds of cells): the labels and the
+    title are escaped, the times and numbers are made here of digits, letters and signs
+    only."""
     head = "".join(f'<th scope="col">{escape(line.label)}</th>' for line in series)
     zone = timezone.get_current_timezone()
     cells = [[f"<td>{number(value, kind)}</td>" for value in line.values] for line in series]
@@ -209,10 +213,11 @@ def line_chart(
     series: Sequence[Series],
     kind: Kind = "count",
 ) -> SafeString:
-    """A ``<figure>`` with the SVG chart of ``series`` (one value per bucket of
-    ``starts``), its legend and its data table. ``chart_id`` must be unique in the page
-    (it names the title and description); every other argument may hold anything, it is
-    escaped."""
+    """Return a ``<figure>`` with the SVG chart of ``series``, its legend and its data table.
+
+    ``series`` has one value per bucket of ``starts``. ``chart_id`` must be unique in
+    the page (it names the title and description); every other argument may hold
+    anything, it is escaped."""
     if len(series) > MAX_SERIES:
         raise ValueError(f"A chart draws at most {MAX_SERIES} series, not {len(series)}.")
     for line in series:

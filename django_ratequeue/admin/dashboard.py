@@ -1,11 +1,9 @@
 """The admin's queue dashboard: the queues now and over the last hour or day, live.
 
 Two views under the job admin's URLs, with its permission (view on jobs): the page, and
-its body alone, which ``static/ratequeue/dashboard.js`` fetches every few seconds and
-swaps in (the page works without the script: it is then as of its load). Everything shown
-comes from :func:`..monitor.snapshot.snapshot`; the charts are SVG drawn here
-(:mod:`.charts`). The admin's index lists it as "Queue dashboard" (a proxy model's row,
-:class:`QueueDashboardAdmin`).
+its body alone, which ``static/ratequeue/dashboard.js`` swaps in every few seconds.
+Everything shown comes from :func:`..monitor.snapshot.snapshot`; docs/admin.md ("The
+dashboard") tells what it shows, and why its row on the admin's index is a proxy model.
 """
 
 from __future__ import annotations
@@ -43,8 +41,10 @@ class QueueCharts:
 
 
 def charts_for(state: QueueState, number: int, window: str) -> QueueCharts:
-    """Throughput, depth, wait time and run time of ``state`` (``number`` makes the
-    charts' ids unique in the page: a queue's name may hold anything)."""
+    """Return the throughput, depth, wait time and run time charts of ``state``.
+
+    ``number`` makes the charts' ids unique in the page: a queue's name may hold
+    anything."""
     starts: list[datetime] = [f.start for f in state.series]
     figures, depth = state.series, state.depth
     span = "the last hour" if window == "hour" else "the last day"
@@ -117,7 +117,7 @@ def body_context(data: Snapshot) -> dict[str, object]:
 
 
 def _window(request: HttpRequest) -> Window | None:
-    """The window asked for (the default if none), or None when it is not one we know."""
+    """Return the window asked for (the default if none), or None when it is not one we know."""
     asked = request.GET.get("window", DEFAULT_WINDOW)
     return asked if asked in WINDOWS else None  # type: ignore[return-value]
 
@@ -147,7 +147,7 @@ def dashboard_view(model_admin: admin.ModelAdmin, request: HttpRequest) -> HttpR
 
 
 def live_view(model_admin: admin.ModelAdmin, request: HttpRequest) -> HttpResponse:
-    """The dashboard's body alone, as HTML, for the page's live refresh."""
+    """Return the dashboard's body alone, as HTML, for the page's live refresh."""
     if not model_admin.has_view_permission(request):
         raise PermissionDenied
     window = _window(request)
@@ -160,7 +160,7 @@ def live_view(model_admin: admin.ModelAdmin, request: HttpRequest) -> HttpRespon
 
 
 def urls(model_admin: admin.ModelAdmin) -> list[URLPattern]:
-    """The dashboard's URLs, for the job admin's ``get_urls``."""
+    """Return the dashboard's URLs, for the job admin's ``get_urls``."""
     site = model_admin.admin_site
     return [
         path(
@@ -178,8 +178,9 @@ def urls(model_admin: admin.ModelAdmin) -> list[URLPattern]:
 
 @admin.register(QueueDashboard)
 class QueueDashboardAdmin(admin.ModelAdmin):
-    """The dashboard's row on the admin's index, for whoever may view jobs: its one URL
-    opens the dashboard."""
+    """Show the dashboard's row on the admin's index, for whoever may view jobs.
+
+    Its one URL opens the dashboard."""
 
     def has_view_permission(self, request: HttpRequest, obj: object = None) -> bool:
         return self.admin_site.get_model_admin(Job).has_view_permission(request)
@@ -202,7 +203,7 @@ class QueueDashboardAdmin(admin.ModelAdmin):
         return [opens]
 
     def open_dashboard(self, request: HttpRequest) -> HttpResponse:
-        """Send to the dashboard (under the job admin's URLs, where it has always been)."""
+        """Redirect to the dashboard (under the job admin's URLs, where it has always been)."""
         if not self.has_view_permission(request):
             raise PermissionDenied
         return HttpResponseRedirect(reverse("admin:django_ratequeue_job_dashboard"))

@@ -1,5 +1,6 @@
-"""How the admin's lists show long values and times in little width: the rest of the
-value, or the full time, in the tooltip."""
+"""Show long values and times in little width in the admin's lists.
+
+The rest of the value, or the full time, goes in the tooltip."""
 
 from __future__ import annotations
 
@@ -19,8 +20,10 @@ def shortened(full: str, shown: str) -> SafeString | str:
 
 
 def moment(value: datetime | None, now: datetime | None = None) -> SafeString | str:
-    """Return a time in little width: the time of day if it is today, the day and the
-    minute if it is this year, else the date; the full time in its tooltip."""
+    """Return a time in little width, with the full time in its tooltip.
+
+    The time of day if it is today, the day and the minute if it is this year, else the
+    date."""
     if value is None:
         return "-"
     local = timezone.localtime(value)

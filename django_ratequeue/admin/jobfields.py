@@ -52,9 +52,11 @@ def _number(value: Any) -> float | None:
 
 
 def progress_fraction(progress: Any) -> tuple[float, float] | None:
-    """``(done, total)`` when the reported progress says how far the job is: a pair of
-    numbers such as ``{"done": 3, "total": 10}`` (see PROGRESS_PAIRS), or a ``percent``.
-    ``done`` is kept between 0 and ``total``; anything else is not a fraction (None)."""
+    """Return ``(done, total)`` when the reported progress says how far the job is, else None.
+
+    It says so as a pair of numbers such as ``{"done": 3, "total": 10}`` (see
+    PROGRESS_PAIRS), or a ``percent``. ``done`` is kept between 0 and ``total``;
+    anything else is not a fraction."""
     if not isinstance(progress, dict):
         return None
     for done_key, total_key in PROGRESS_PAIRS:
@@ -68,7 +70,7 @@ def progress_fraction(progress: Any) -> tuple[float, float] | None:
 
 
 def progress_bar(progress: Any) -> SafeString:
-    """A ``<progress>`` bar with its figures in words, or nothing."""
+    """Return a ``<progress>`` bar with its figures in words, or nothing."""
     fraction = progress_fraction(progress)
     if fraction is None:
         return SafeString("")
@@ -93,8 +95,10 @@ def _duration(seconds: float) -> str:
 
 
 def describe_retry(policy: Retry) -> str:
-    """The retry policy in words, e.g. "Up to 6 retries: the first 1 s after a failure,
-    then twice as long each time, at most 1 h; each wait varies by up to 20%."."""
+    """Return the retry policy in words.
+
+    For example "Up to 6 retries: the first 1 s after a failure, then twice as long each
+    time, at most 1 h; each wait varies by up to 20%."."""
     if policy.retry_count == 0:
         return "No retries: the first failure is final."
     plural = "retry" if policy.retry_count == 1 else "retries"

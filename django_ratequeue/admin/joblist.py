@@ -1,10 +1,9 @@
 """The job list: its columns, its filters and its count, each bounded.
 
-The list fits a laptop's screen beside the admin's sidebar and its filters: long ids,
-dotted paths and keys are cut short and times are short (whole in their tooltips, see
-:mod:`.display`), a function's name may wrap at its dots, and the time that goes with a
-job's status is shown under it (when it ended, or when it starts). The count and the queue
-filter read no more than the queue overview does.
+Long values are cut short and times are short (whole in their tooltips, see
+:mod:`.display`), so that the list fits a laptop's screen beside the admin's sidebar;
+the count and the queue filter read no more than the queue overview does. docs/admin.md
+("Jobs") tells what the list shows.
 """
 
 from __future__ import annotations
@@ -33,8 +32,9 @@ KEY_SHOWN = 16
 
 
 class CappedCountPaginator(Paginator):
-    """Counts at most COUNT_LIMIT + 1 jobs: a full ``COUNT(*)`` would read the whole
-    history on every load of the list. The list says so under its count."""
+    """Count at most COUNT_LIMIT + 1 jobs; the list says so under its count.
+
+    A full ``COUNT(*)`` would read the whole history on every load of the list."""
 
     @cached_property
     def count(self) -> int:
@@ -118,8 +118,9 @@ class JobListColumns:
 
     @admin.display(description="status", ordering="status")
     def state(self, job: Job) -> SafeString:
-        """Show the status and, under it, its time: when a final job ended, when a
-        scheduled or retrying one starts."""
+        """Show the status and, under it, its time.
+
+        That is when a final job ended, when a scheduled or retrying one starts."""
         status = job.get_status_display()
         if job.status in FINAL_STATUSES:
             when = format_html("at {}", moment(job.finished_at))

@@ -1,9 +1,8 @@
 """The admin for jobs: what is queued, running, retrying and failed, and why.
 
-Jobs are never edited by hand: only the main loop moves a job between statuses. The page
-offers what the public API offers: cancel (a cancel request the loop applies) and retry,
-which enqueues a copy of a failed or canceled job under a new id. A final job stays final
-so that its handle, its ``on_complete`` call and its attempts keep telling the truth.
+Jobs are never edited by hand: the page offers what the public API offers, cancel and
+retry (a copy under a new id). docs/concepts.md ("Jobs and their statuses") tells why;
+docs/admin.md ("The job page") what the page shows.
 """
 
 from __future__ import annotations
@@ -153,15 +152,16 @@ class JobAdmin(JobListColumns, PermittedActionsMixin, admin.ModelAdmin):
 
     @admin.display(description="progress")
     def progress_value(self, job: Job) -> SafeString | str:
-        """A bar when the progress says how far the job is, and the progress as reported."""
+        """Show a bar when the progress says how far the job is, and the progress as reported."""
         if job.progress is None:
             return "-"
         return format_html("{}{}", progress_bar(job.progress), json_block(job.progress))
 
     @admin.display(description="output")
     def output_tail(self, job: Job) -> SafeString | str:
-        """The end of the job's output (``stream_output``), OUTPUT_SHOWN characters at most:
-        read from the last chunk back, as far as needed."""
+        """Show the end of the job's output (``stream_output``), OUTPUT_SHOWN characters at most.
+
+        It is read from the last chunk back, as far as needed."""
         chunks = OutputChunk.objects.filter(job_id=job.id)
         total = chunks.aggregate(count=Count("index"), length=Sum(Length("text")))
         if not total["count"]:
@@ -193,8 +193,9 @@ class JobAdmin(JobListColumns, PermittedActionsMixin, admin.ModelAdmin):
 
     @admin.display(description="timeline")
     def attempt_timeline(self, job: Job) -> SafeString:
-        """The attempts drawn (admin/timeline.py), then listed in a table (the text
-        alternative, with every time and error)."""
+        """Show the attempts drawn (admin/timeline.py), then listed in a table.
+
+        The table is the text alternative, with every time and error."""
         attempts = Handle(job.id, owner=job.owner).attempts()
         next_start = job.start_at if job.status == Status.RETRYING else None
         drawing = timeline.render(attempts, timezone.now(), next_start)
@@ -217,7 +218,7 @@ class JobAdmin(JobListColumns, PermittedActionsMixin, admin.ModelAdmin):
 
     @admin.display(description="related")
     def related_jobs(self, job: Job) -> SafeString:
-        """Links to the job's parent, children and callback (admin/related.py)."""
+        """Show links to the job's parent, children and callback (admin/related.py)."""
         context = {"related": related.related(job), "original": job}
         return SafeString(render_to_string("admin/django_ratequeue/job/related.html", context))
 
@@ -331,9 +332,10 @@ class JobAdmin(JobListColumns, PermittedActionsMixin, admin.ModelAdmin):
         form_url: str = "",
         obj: Job | None = None,
     ) -> HttpResponse:
-        """Show the buttons that fit the job the page shows: the same read as its fields
-        (a second read could find the loop moved it on meanwhile, and show a Canceled job
-        with its Cancel button)."""
+        """Show the buttons that fit the job the page shows: the same read as its fields.
+
+        A second read could find the loop moved it on meanwhile, and show a Canceled job
+        with its Cancel button."""
         if obj is not None:
             context = {
                 **context,
@@ -343,16 +345,20 @@ class JobAdmin(JobListColumns, PermittedActionsMixin, admin.ModelAdmin):
         return super().render_change_form(request, context, add, change, form_url, obj)
 
     def _buttons(self, request: HttpRequest, job: Job) -> dict[str, bool]:
-        """Which of its buttons the job's page shows now (both are on the page for whoever
-        may use them; the live page shows the one that fits the job's status)."""
+        """Return which of its buttons the job's page shows now.
+
+        Both are on the page for whoever may use them; the live page shows the one that
+        fits the job's status."""
         return {
             "can_cancel": job.status not in FINAL_STATUSES and self.has_cancel_permission(request),
             "can_retry": job.status in RETRYABLE_STATUSES and self.has_retry_permission(request),
         }
 
     def live_view(self, request: HttpRequest, object_id: str) -> JsonResponse:
-        """The parts of a job's page that change while it runs, as JSON, for
-        static/ratequeue/jobpage.js: staff see every owner's job, as on the page itself."""
+        """Return the parts of a job's page that change while it runs, as JSON.
+
+        For static/ratequeue/jobpage.js: staff see every owner's job, as on the page
+        itself."""
         if not self.has_view_permission(request):
             raise PermissionDenied
         job = self.get_object(request, object_id)
@@ -372,8 +378,10 @@ class JobAdmin(JobListColumns, PermittedActionsMixin, admin.ModelAdmin):
         )
 
     def _field_html(self, job: Job, name: str) -> str:
-        """A read-only field's contents as the page shows them (as the admin's
-        ``AdminReadonlyField.contents`` renders a display method or a model field)."""
+        """Return a read-only field's contents as the page shows them.
+
+        As the admin's ``AdminReadonlyField.contents`` renders a display method or a
+        model field."""
         method = getattr(self, name, None)
         if callable(method):
             return str(conditional_escape(method(job)))

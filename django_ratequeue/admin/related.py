@@ -1,13 +1,8 @@
 """The jobs related to a job, for its admin page: its parent, its children, its callback.
 
-Each read is bounded, however many jobs the table holds:
-
-- the parent is ``parent_id``, a primary-key lookup;
-- a job's ``on_complete`` job is created by the loop in the step that finished it
-  (queue/transitions.py, ``create_callbacks``) with ``created_at`` equal to the job's
-  ``finished_at``, and names the job in its one argument: it is found through the
-  ``created_at`` index, among the jobs created in that second;
-- the children are read through the partial ``parent_id`` index, the first CHILDREN_SHOWN.
+Each read is bounded, however many jobs the table holds: the parent by primary key, the
+children through the partial ``parent_id`` index, the callback through the
+``created_at`` index (:func:`callback`).
 """
 
 from __future__ import annotations
@@ -42,7 +37,7 @@ class Related:
 
 
 def children(job: Job) -> tuple[list[Job], bool]:
-    """Up to CHILDREN_SHOWN children of ``job``, oldest first, and whether there are more."""
+    """Return up to CHILDREN_SHOWN children of ``job``, oldest first, and whether more exist."""
     found = list(
         Job.objects.filter(parent_id=job.pk)
         .exclude(parent_id="")  # the partial index's condition, so that it serves the read
@@ -53,7 +48,12 @@ def children(job: Job) -> tuple[list[Job], bool]:
 
 
 def callback(job: Job) -> Job | None:
-    """The ``on_complete`` job the loop created when ``job`` finished, if any."""
+    """Return the ``on_complete`` job the loop created when ``job`` finished, if any.
+
+    The loop creates it in the step that finished the job
+    (:func:`..queue.transitions.create_callbacks`), with ``created_at`` equal to the
+    job's ``finished_at``, and names the job in its one argument: it is found through
+    the ``created_at`` index, among the jobs created in that second."""
     if not job.on_complete or job.finished_at is None:
         return None
     return (
@@ -69,8 +69,10 @@ def callback(job: Job) -> Job | None:
 
 
 def reports_on(job: Job) -> Job | None:
-    """The job whose ``on_complete`` call ``job`` is: its one argument is that job's
-    outcome (``{"job_id": ..., "status": ...}``) and that job names ``job``'s function."""
+    """Return the job whose ``on_complete`` call ``job`` is, if any.
+
+    Its one argument is that job's outcome (``{"job_id": ..., "status": ...}``) and that
+    job names ``job``'s function."""
     args = job.args
     if not (isinstance(args, list) and len(args) == 1 and isinstance(args[0], dict)):
         return None

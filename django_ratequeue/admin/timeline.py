@@ -1,15 +1,8 @@
 """The attempts of a job drawn as an SVG timeline, for its admin page.
 
-Pure functions of the attempts and the time: no query, no template, no JavaScript, so that
-the page draws it server-side (no CDN, no chart library) and the live view redraws it the
-same way. One row per attempt: a bar from dispatch to start (waiting for a runner), a bar
-from start to end (running) coloured by outcome, and a dashed back-off line, labelled with
-its length, from the previous attempt's end to this one's dispatch. An attempt still
-running is drawn up to ``now``; a retry the job waits for is a last "next" row.
-
-Colours come from CSS classes (static/ratequeue/jobpage.css follows the admin's light and
-dark themes); the table of attempts beside it is the text alternative, and the SVG says in
-its ``<title>`` and ``<desc>`` what it shows. Every text from the database is escaped.
+Pure functions of the attempts and the time: no query, no template, no JavaScript, so
+that the page draws it server-side and the live view redraws it the same way. Every text
+from the database is escaped. docs/admin.md ("The job page") tells what it draws.
 """
 
 from __future__ import annotations
@@ -69,7 +62,7 @@ OUTCOME_CLASS = {
 
 @dataclass(frozen=True)
 class Scale:
-    """Maps times to x coordinates over the plot area."""
+    """Map times to x coordinates over the plot area."""
 
     start: datetime
     seconds: float
@@ -82,7 +75,7 @@ class Scale:
 
 
 def duration(seconds: float) -> str:
-    """A short, readable length of time: "0 s", "250 ms", "1.5 s", "2 min 30 s", "3 h"."""
+    """Return a short, readable length of time: "0 s", "250 ms", "1.5 s", "2 min 30 s", "3 h"."""
     if seconds <= 0:
         return "0 s"
     if seconds < 1:
@@ -99,7 +92,7 @@ def duration(seconds: float) -> str:
 
 
 def outcome_label(attempt: AttemptInfo) -> str:
-    """What became of the attempt, in words."""
+    """Return what became of the attempt, in words."""
     if attempt.outcome:
         return str(Outcome(attempt.outcome).label)
     if attempt.ended_at is not None:
@@ -115,7 +108,7 @@ def tick_step(seconds: float) -> float:
 
 
 def tick_label(offset: float, step: float) -> str:
-    """A tick's distance from the first dispatch, in the unit its spacing suggests."""
+    """Return a tick's distance from the first dispatch, in the unit its spacing suggests."""
     if offset == 0:
         return "0"
     if step < 1:
@@ -130,8 +123,10 @@ def tick_label(offset: float, step: float) -> str:
 
 
 def _ends(attempt: AttemptInfo, now: datetime) -> tuple[datetime, datetime | None, datetime]:
-    """The attempt's dispatch, start and end as drawn: an open span ends ``now``; a start
-    or end recorded before the dispatch (clocks of different hosts) is moved to it."""
+    """Return the attempt's dispatch, start and end as drawn.
+
+    An open span ends ``now``; a start or end recorded before the dispatch (clocks of
+    different hosts) is moved to it."""
     dispatched = attempt.dispatched_at
     started = None if attempt.started_at is None else max(attempt.started_at, dispatched)
     ended = attempt.ended_at or max(now, started or dispatched)
@@ -139,8 +134,9 @@ def _ends(attempt: AttemptInfo, now: datetime) -> tuple[datetime, datetime | Non
 
 
 def summary(attempts: Sequence[AttemptInfo], next_start: datetime | None) -> str:
-    """The timeline in one sentence, for screen readers: how many attempts, how they
-    ended, and what comes next."""
+    """Return the timeline in one sentence, for screen readers.
+
+    How many attempts, how they ended, and what comes next."""
     if not attempts:
         return "No attempt yet."
     counts = Counter(outcome_label(a).lower() for a in attempts)
@@ -184,7 +180,7 @@ def _bar(x0: float, x1: float, y: float, css: str, tooltip: str) -> SafeString:
 
 
 def _backoff(x0: float, x1: float, y: float, seconds: float, tooltip: str) -> list[SafeString]:
-    """A dashed line from the previous end to this dispatch, labelled with its length."""
+    """Draw a dashed line from the previous end to this dispatch, labelled with its length."""
     mid = y + BAR_HEIGHT / 2
     parts = [
         format_html(
@@ -210,7 +206,7 @@ def _clock(moment: datetime) -> str:
 
 
 def _row(attempt: AttemptInfo, y: float, scale: Scale, now: datetime) -> list[SafeString]:
-    """One attempt: its wait for a runner, its run, and its outcome written at the end."""
+    """Draw one attempt: its wait for a runner, its run, and its outcome written at the end."""
     dispatched, started, ended = _ends(attempt, now)
     parts = [_text(LABEL_WIDTH - 8, y + BAR_HEIGHT - 2, f"#{attempt.number}", "rq-label", "end")]
     waited_until = started or ended
@@ -239,7 +235,7 @@ def _row(attempt: AttemptInfo, y: float, scale: Scale, now: datetime) -> list[Sa
 
 
 def _axis(scale: Scale, bottom: float) -> list[SafeString]:
-    """Ticks at round distances from the first dispatch, with its clock time at 0."""
+    """Draw ticks at round distances from the first dispatch, with its clock time at 0."""
     step = tick_step(scale.seconds)
     parts = [
         format_html(
@@ -274,9 +270,11 @@ def render(
     next_start: datetime | None = None,
     max_drawn: int = MAX_DRAWN,
 ) -> SafeString:
-    """The SVG of ``attempts`` (in order) as of ``now``; ``next_start``: when the job's
-    next attempt is due, if it waits to retry. Only the latest ``max_drawn`` attempts
-    are drawn, and a line under the drawing says how many earlier ones are not."""
+    """Return the SVG of ``attempts`` (in order) as of ``now``.
+
+    ``next_start``: when the job's next attempt is due, if it waits to retry. Only the
+    latest ``max_drawn`` attempts are drawn, and a line under the drawing says how many
+    earlier ones are not."""
     if not attempts:
         return mark_safe("")
     drawn = list(attempts[-max_drawn:])
@@ -355,13 +353,15 @@ def render(
 
 
 def worker_shown(worker: str, remote: bool) -> str:
-    """Return who ran an attempt (its worker label), in short: a remote worker's key name
-    and instance, the start of a local worker's id, or "-" for nobody yet."""
+    """Return who ran an attempt (its worker label), in short.
+
+    A remote worker's key name and instance, the start of a local worker's id, or "-"
+    for nobody yet."""
     return Truncator(worker).chars(REMOTE_WORKER_SHOWN if remote else LOCAL_WORKER_SHOWN) or "-"
 
 
 def legend() -> SafeString:
-    """What the colours mean, as text beside the drawing."""
+    """Return what the colours mean, as text beside the drawing."""
     keys = [
         ("rq-wait", "waiting for a runner"),
         ("rq-run rq-running", "running"),

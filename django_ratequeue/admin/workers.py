@@ -1,6 +1,7 @@
-"""The admin for remote workers' API keys: create one (shown once, on the page that answers
-the form, never in a message: messages live in a cookie), see where and when each was
-last used and what its workers run now, revoke."""
+"""The admin for remote workers' API keys: create, see where and when each was used, revoke.
+
+The list shows what each key's workers run now. A new key is shown once, on the page
+that answers the form, never in a message: messages live in a cookie."""
 
 from __future__ import annotations
 

@@ -1,5 +1,7 @@
-"""An enqueue over HTTP: the request's own options, its calls' problems as field errors,
-and the library's refusals as HTTP answers."""
+"""An enqueue over HTTP: the request's options, its field errors and its refusals.
+
+The request's own options, its calls' problems as field errors, and the library's
+refusals as HTTP answers."""
 
 from __future__ import annotations
 
@@ -25,8 +27,10 @@ class Conflict(APIException):
 
 
 def call_problem(job: Registered, args: list[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
-    """Return the field error when ``args`` and ``kwargs`` do not fit the job's parameters
-    (a call that would fail on every attempt, which enqueue refuses); empty when they do."""
+    """Return the field error when ``args`` and ``kwargs`` do not fit the job's parameters.
+
+    Such a call would fail on every attempt, and enqueue refuses it; return an empty
+    dict when they fit."""
     problem = job.parameters.problem(args, kwargs)
     if problem is None:
         return {}
@@ -58,9 +62,10 @@ def client_options(data: Mapping[str, Any], owner: str | None) -> dict[str, Any]
 
 @contextmanager
 def refusals() -> Iterator[None]:
-    """Turn the library's refusals into HTTP answers: a rate limit (ENQUEUE_RATE_LIMIT, a
-    queue's ``max_reserved``) 429 with Retry-After, a duplicate id 409, anything else it
-    refused 400. Nothing was written in each case."""
+    """Turn the library's refusals into HTTP answers; nothing was written in each case.
+
+    A rate limit (ENQUEUE_RATE_LIMIT, a queue's ``max_reserved``) is a 429 with
+    Retry-After, a duplicate id a 409, anything else it refused a 400."""
     try:
         yield
     except RateLimited as refused:

@@ -22,9 +22,10 @@ HttpOptions = Callable[[Request, list[Any], dict[str, Any]], Mapping[str, Any]]
 
 @dataclass(frozen=True)
 class Exposure:
-    """Describe how a job may be enqueued over HTTP (``@job(expose=True, ...)``): for whom
-    (``permission``, everybody the API admits when ``None``) and with which options the
-    server adds (``options``, e.g. a per-user concurrency key or a cost)."""
+    """Describe how a job may be enqueued over HTTP (``@job(expose=True, ...)``).
+
+    For whom (``permission``, everybody the API admits when ``None``) and with which
+    options the server adds (``options``, e.g. a per-user concurrency key or a cost)."""
 
     job: Registered
     permission: Permission | None = None
@@ -36,8 +37,10 @@ class Exposure:
 
 
 def exposed(request: Request, name: str) -> Exposure:
-    """Return the exposed job ``name`` if this request may enqueue it: 404 for any other
-    name (nothing is imported), 403 when its ``permission`` refuses the request."""
+    """Return the exposed job ``name`` if this request may enqueue it.
+
+    Raise a 404 for any other name (nothing is imported), a 403 when its ``permission``
+    refuses the request."""
     try:
         job = exposed_job(name)
     except UnknownJob:

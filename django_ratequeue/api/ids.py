@@ -1,10 +1,8 @@
 """The ids HTTP clients choose, scoped per owner.
 
-A client's ``options.id`` is stored as ``~<owner tag>~<id>`` (:func:`stored_id`), the tag
-12 hex digits of the SHA-256 of the owner: two owners' ``"report"`` are two jobs, a 409
-says only that the client's own job exists, and no client can take an id that the
-server's own ``enqueue()`` calls will use (those never start with ``~``). The API shows
-each job's id as its client chose it (:func:`shown_id`).
+A client's ``options.id`` is stored as ``~<owner tag>~<id>`` (:func:`stored_id`) and
+shown as the client chose it (:func:`shown_id`). docs/http-api.md ("Ids are the client's
+own") tells why.
 """
 
 from __future__ import annotations

@@ -1,5 +1,7 @@
-"""JSON request bodies, read up to ``RATEQUEUE["API_MAX_BODY_BYTES"]`` and no further, and
-nested no deeper than their values may be."""
+"""JSON request bodies, read up to ``API_MAX_BODY_BYTES`` and nested no deeper than allowed.
+
+They are read up to ``RATEQUEUE["API_MAX_BODY_BYTES"]`` and no further, and nested no
+deeper than their values may be."""
 
 from __future__ import annotations
 
@@ -26,11 +28,13 @@ class RequestTooLarge(APIException):
 
 
 class CappedJSONParser(JSONParser):
-    """DRF's JSON parser (``nan`` and ``inf`` refused, as DRF's strict JSON does) that
-    reads at most ``API_MAX_BODY_BYTES``: a bigger body is a 413. (The views refuse a body
-    by its Content-Length first; this covers one sent without.) A body nested deeper than
-    ``MAX_BODY_DEPTH`` is a 400, whatever its depth: no reader of its values (serializers,
-    the database, answers that show them) ever meets Python's recursion limit."""
+    """Parse JSON bodies as DRF does, reading at most ``API_MAX_BODY_BYTES``.
+
+    ``nan`` and ``inf`` are refused, as DRF's strict JSON does. A bigger body is a 413.
+    (The views refuse a body by its Content-Length first; this covers one sent without.)
+    A body nested deeper than ``MAX_BODY_DEPTH`` is a 400, whatever its depth: no reader
+    of its values (serializers, the database, answers that show them) ever meets
+    Python's recursion limit."""
 
     def parse(
         self,

@@ -23,8 +23,10 @@ from ..queue.workerkeys import find_key
 
 
 class ApiAccess(BasePermission):
-    """Authenticated users; anonymous visitors too when ``API_ALLOW_ANONYMOUS`` is set,
-    with CSRF checked on their writes as DRF checks it for logged-in session users."""
+    """Admit authenticated users, and anonymous visitors when ``API_ALLOW_ANONYMOUS`` is set.
+
+    The writes of anonymous visitors have CSRF checked as DRF checks it for logged-in
+    session users."""
 
     message = "Log in to use this API."
 
@@ -39,15 +41,18 @@ class ApiAccess(BasePermission):
 
 
 class SchemaAccess(ApiAccess):
-    """Whoever may use the API (:class:`ApiAccess`), and remote workers with their key:
-    the schema, worker endpoints included, is not shown to anybody else."""
+    """Admit whoever may use the API (:class:`ApiAccess`), and remote workers with their key.
+
+    The schema, worker endpoints included, is not shown to anybody else."""
 
     def has_permission(self, request: Request, view: Any) -> bool:
         return isinstance(request.auth, WorkerKey) or super().has_permission(request, view)
 
 
 class WorkerKeyAuth(BaseAuthentication):
-    """``Authorization: Api-Key <key>``, a :class:`~..queue.models.WorkerKey` not revoked."""
+    """Authenticate ``Authorization: Api-Key <key>``: a worker key not revoked.
+
+    The key is a :class:`~..queue.models.WorkerKey`."""
 
     keyword = "Api-Key"
 
@@ -68,14 +73,18 @@ class WorkerKeyAuth(BaseAuthentication):
 
 
 class CsrfCheck(SessionAuthentication):
-    """DRF's CSRF check of session requests, for the writes of anonymous visitors (DRF
-    checks only logged-in users' requests, but an anonymous session owns jobs here too)."""
+    """Check CSRF on the writes of anonymous visitors, as DRF does on session requests.
+
+    DRF checks only logged-in users' requests, but an anonymous session owns jobs here
+    too."""
 
 
 def request_owner(request: Request, *, create: bool) -> str | None:
-    """The owner (as stored) of the jobs this request may see: its user, else its session
-    (``session:<key>``). ``None`` when it has no identity yet and ``create`` is false (it
-    can own nothing); with ``create`` an anonymous visitor's session is saved to get one."""
+    """Return the owner (as stored) of the request's jobs: its user, else its session.
+
+    A session owns as ``session:<key>``. Return ``None`` when the request has no
+    identity yet and ``create`` is false (it can own nothing); with ``create`` an
+    anonymous visitor's session is saved to get one."""
     user = request.user
     if user and user.is_authenticated:
         return owner_label(user)

@@ -1,11 +1,9 @@
-"""What the HTTP API reads and writes: requests checked field by field (an error names its
-field, and nothing is written), and the JSON shape of a job and of a public rate limit.
+"""What the HTTP API reads and writes: requests checked field by field, jobs, rate limits.
 
-The rules are the library's own (:mod:`..queue.options`, :mod:`..queue.bounds`), so a
-request is refused exactly when the same call of ``enqueue`` would be. A request may give
-only the options that are about its own job (``CLIENT_OPTIONS``); those that decide how
-the job runs and what it may use (queue, concurrency key, cost, priority, retries...) are
-the server's: the job's ``@job`` options and its ``http_options``.
+An error names its field, and nothing is written. The rules are the library's own
+(:mod:`..queue.options`, :mod:`..queue.bounds`), so a request is refused exactly when
+the same call of ``enqueue`` would be; docs/http-api.md tells which options a request
+may give (``CLIENT_OPTIONS``) and which are the server's.
 """
 
 from __future__ import annotations
@@ -43,11 +41,12 @@ def library_rule(check: Any, *args: Any) -> Any:
 
 
 def shared(serializer_class: type[S]) -> S:
-    """The process's one instance of ``serializer_class``, its fields built once: DRF
-    builds them anew for each instance (a deep copy of every declared field), which cost
-    an enqueue more than its query did. Checking data (``run_validation``) and shaping an
-    object (``to_representation``) keep nothing on the instance: threads share it. Only
-    for serializers that use no ``context``."""
+    """Return the process's one instance of ``serializer_class``, its fields built once.
+
+    DRF builds them anew for each instance (a deep copy of every declared field), which
+    cost an enqueue more than its query did. Checking data (``run_validation``) and
+    shaping an object (``to_representation``) keep nothing on the instance: threads
+    share it. Only for serializers that use no ``context``."""
     serializer = _shared.get(serializer_class)
     if serializer is None:
         serializer = serializer_class()
@@ -61,9 +60,10 @@ _shared: dict[type[Any], Any] = {}
 
 
 def validated(serializer_class: type[serializers.BaseSerializer[Any]], data: Any) -> Any:
-    """``data`` checked by the process's one instance of ``serializer_class``; data it
-    refuses is checked again by a serializer of its own, for DRF's errors exactly as
-    ``is_valid`` gives them (the rare path pays for the instance)."""
+    """Return ``data`` checked by the process's one instance of ``serializer_class``.
+
+    Data it refuses is checked again by a serializer of its own, for DRF's errors
+    exactly as ``is_valid`` gives them (the rare path pays for the instance)."""
     try:
         return shared(serializer_class).run_validation(data)
     except serializers.ValidationError:
@@ -73,13 +73,13 @@ def validated(serializer_class: type[serializers.BaseSerializer[Any]], data: Any
 
 
 def job_data(job: Job) -> dict[str, Any]:
-    """The job's answer (:class:`JobSerializer`), by the process's one instance of it."""
+    """Return the job's answer (:class:`JobSerializer`), by the process's one instance of it."""
     data: dict[str, Any] = shared(JobSerializer).to_representation(job)
     return data
 
 
 class StrictSerializer(serializers.Serializer[Any]):
-    """Refuses the keys it does not know, naming each (DRF would drop them silently)."""
+    """Refuse the keys it does not know, naming each (DRF would drop them silently)."""
 
     def to_internal_value(self, data: Any) -> Any:
         if isinstance(data, Mapping):
@@ -130,8 +130,9 @@ class OptionsSerializer(StrictSerializer):
 
 
 class CallSerializer(StrictSerializer):
-    """One call of the job's function: its positional and keyword arguments, JSON within
-    ``MAX_ARGUMENTS_BYTES`` together."""
+    """One call of the job's function: its positional and keyword arguments.
+
+    Together they are JSON within ``MAX_ARGUMENTS_BYTES``."""
 
     args = serializers.ListField(required=False, default=list)
     kwargs = serializers.DictField(required=False, default=dict)
@@ -175,7 +176,7 @@ class BulkEnqueueSerializer(StrictSerializer):
     options = OptionsSerializer(required=False)
 
     def to_internal_value(self, data: Any) -> Any:
-        """The count is checked first: a list over the cap is refused before its items."""
+        """Check the count first: a list over the cap is refused before its items."""
         items = data.get("items") if isinstance(data, Mapping) else None
         limit = ratequeue_settings().API_MAX_BULK_ITEMS
         if isinstance(items, list) and len(items) > limit:
@@ -190,7 +191,7 @@ class BulkEnqueueSerializer(StrictSerializer):
         return super().to_internal_value(data)
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
-        """The last item's id (``<id>-<n>``) must fit as a client's id."""
+        """Check that the last item's id (``<id>-<n>``) fits as a client's id."""
         prefix = attrs.get("options", {}).get("id")
         last = f"{prefix}-{len(attrs['items']) - 1}"
         if prefix is not None and len(last) > CLIENT_ID_MAX_LENGTH:
@@ -208,8 +209,10 @@ class BulkEnqueueSerializer(StrictSerializer):
 
 
 class JobSerializer(serializers.Serializer[Job]):
-    """A job as its owner sees it. ``result`` is set once it is complete, ``error`` once
-    it failed (the last attempt's message) or was canceled; each is ``null`` otherwise."""
+    """A job as its owner sees it.
+
+    ``result`` is set once it is complete, ``error`` once it failed (the last attempt's
+    message) or was canceled; each is ``null`` otherwise."""
 
     id = serializers.CharField(read_only=True)
     function = serializers.CharField(source="func", read_only=True)
@@ -238,16 +241,18 @@ class OutputChunkSerializer(serializers.Serializer[Any]):
 
 
 class JobDetailSerializer(JobSerializer):
-    """``GET jobs/<id>/?since=n``: the job, with the chunks of its output after chunk
-    ``n`` (at most ``OUTPUT_PER_RESPONSE`` of them, ``more_output`` when there are more):
-    what a client that cannot stream reads its output from."""
+    """``GET jobs/<id>/?since=n``: the job, with the chunks of its output after chunk ``n``.
+
+    At most ``OUTPUT_PER_RESPONSE`` of them, ``more_output`` when there are more: what a
+    client that cannot stream reads its output from."""
 
     output = OutputChunkSerializer(many=True, read_only=True)
     more_output = serializers.BooleanField(read_only=True)
 
     def to_representation(self, instance: Job) -> dict[str, Any]:
-        """The job (read first: once a final status is read, all its output is stored),
-        then its chunks after ``context["since"]``."""
+        """Return the job, then its chunks after ``context["since"]``.
+
+        The job is read first: once a final status is read, all its output is stored."""
         data = super().to_representation(instance)  # without output: the Job has none
         chunks = OutputChunk.objects.filter(job_id=instance.pk, index__gt=self.context["since"])
         rows = list(chunks.order_by("index").values("index", "text")[: OUTPUT_PER_RESPONSE + 1])
@@ -287,10 +292,12 @@ class RateLimitQuerySerializer(StrictSerializer):
 
 
 class RateLimitSerializer(serializers.Serializer[Any]):
-    """A public rate limit as it stands for the requesting user: ``value`` tokens at
-    ``ts`` (a token bucket refills ``rate`` per ``period`` seconds up to ``capacity``; a
-    fixed window adds ``rate`` each ``period``), and whether ``count`` tokens would be
-    admitted now (``ok``), else when (``retry_at``, ``retry_after`` seconds)."""
+    """A public rate limit as it stands for the requesting user.
+
+    ``value`` tokens at ``ts`` (a token bucket refills ``rate`` per ``period`` seconds
+    up to ``capacity``; a fixed window adds ``rate`` each ``period``), and whether
+    ``count`` tokens would be admitted now (``ok``), else when (``retry_at``,
+    ``retry_after`` seconds)."""
 
     name = serializers.CharField()
     kind = serializers.CharField()

@@ -1,17 +1,9 @@
 """A job's Server-Sent Events: its status, progress, output, and the final result or error.
 
-The stream follows its job through the process's watcher (:mod:`.watch`): it subscribes,
-and sends what each :class:`.watch.Look` the watcher hands it shows that it has not sent
-yet. Every event carries an ``id``: the number of the last output chunk sent so far, so
-that a client that reconnects with ``Last-Event-ID`` gets the output after it, and the
-current status and progress again (latest values; sending them twice is harmless). The
-final event's id ends in ``:end``; a client that comes back with that id gets 204 No
-Content, which tells ``EventSource`` to stop reconnecting.
-
-A waiting client holds no database connection: the stream gives back the one its
-request used, and only the watcher reads. The same code serves WSGI (a plain generator,
-waiting on a queue in its server thread) and ASGI (an async generator, so that a waiting
-stream holds no thread either). Between events, a comment every HEARTBEAT seconds.
+The stream follows its job through the process's watcher (:mod:`.watch`) and sends what
+each :class:`.watch.Look` shows that it has not sent yet, as a plain generator for WSGI
+or an async one for ASGI. docs/http-api.md (the events endpoint) tells the events, their
+ids, how a client resumes, and what a waiting stream costs.
 """
 
 from __future__ import annotations
@@ -52,9 +44,11 @@ class Resume:
 
     @classmethod
     def parse(cls, last_event_id: str | None, since: str | None) -> Resume:
-        """From ``Last-Event-ID`` (what EventSource sends), else the ``since`` parameter
-        (a chunk number, for a client that starts a new EventSource); anything else that
-        either holds is ignored: the stream starts at the beginning."""
+        """Read where the stream goes on from: ``Last-Event-ID``, else the ``since`` parameter.
+
+        ``Last-Event-ID`` is what EventSource sends; ``since`` a chunk number, for a
+        client that starts a new EventSource. Anything else that either holds is
+        ignored: the stream starts at the beginning."""
         for value in (last_event_id, since):
             match = EVENT_ID.fullmatch(value.strip()) if value else None
             if match:
@@ -87,8 +81,9 @@ class JobWatch:
     last_sent: float = field(default_factory=time.monotonic)
 
     def events(self, seen: Look | None) -> str:
-        """The events ``seen`` calls for, as the text of the stream (maybe empty); sets
-        ``done`` once the final event is in it, or the job is gone."""
+        """Return the events ``seen`` calls for, as the text of the stream (maybe empty).
+
+        Set ``done`` once the final event is in it, or the job is gone."""
         if seen is None:
             self.done = True
             return ""
@@ -121,8 +116,9 @@ class JobWatch:
         return "".join(parts)
 
     def frame(self, seen: Look | Quiet | None) -> bytes:
-        """Return what the stream sends after waiting for ``seen``: its events, else a
-        heartbeat when one is due, else nothing."""
+        """Return what the stream sends after waiting for ``seen``.
+
+        That is its events, else a heartbeat when one is due, else nothing."""
         text = "" if isinstance(seen, Quiet) else self.events(seen)
         return (text or self.heartbeat()).encode()
 
@@ -132,7 +128,7 @@ class JobWatch:
         return f"event: {name}\nid: {self.cursor}{ending}\ndata: {payload}\n\n"
 
     def heartbeat(self) -> str:
-        """A comment line when the stream was quiet for HEARTBEAT seconds."""
+        """Return a comment line when the stream was quiet for HEARTBEAT seconds."""
         if time.monotonic() - self.last_sent < HEARTBEAT:
             return ""
         self.last_sent = time.monotonic()
@@ -143,7 +139,7 @@ class JobWatch:
         return self.done or time.monotonic() - self.started >= LIFETIME
 
     def patience(self) -> float:
-        """How long to wait for the watcher before a heartbeat, or the stream's end."""
+        """Return how long to wait for the watcher before a heartbeat, or the stream's end."""
         now = time.monotonic()
         return max(0.0, min(self.last_sent + HEARTBEAT, self.started + LIFETIME) - now)
 
@@ -167,8 +163,10 @@ def stream(watch: JobWatch) -> Iterator[bytes]:
 
 
 async def astream(watch: JobWatch) -> AsyncIterator[bytes]:
-    """Return the events of ``watch``'s job, for an ASGI server: a waiting client holds
-    neither a connection nor a thread. A client that goes away cancels it."""
+    """Return the events of ``watch``'s job, for an ASGI server.
+
+    A waiting client holds neither a connection nor a thread. A client that goes away
+    cancels it."""
     await sync_to_async(release_connections)()
     loop = asyncio.get_running_loop()
     looks: asyncio.Queue[Look | None] = asyncio.Queue()
@@ -192,8 +190,9 @@ async def astream(watch: JobWatch) -> AsyncIterator[bytes]:
 
 
 class SeatHeld:
-    """A stream's events, holding its seat (:mod:`..queue.seats`) until the response is
-    closed, whether or not it was ever read."""
+    """Hold a stream's seat (:mod:`..queue.seats`) while it sends its events.
+
+    The seat is held until the response is closed, whether or not it was ever read."""
 
     def __init__(self, events: Iterator[bytes], seat: int) -> None:
         self.events = events
@@ -232,8 +231,10 @@ class AsyncSeatHeld(SeatHeld):
 
 
 def release_connections() -> None:
-    """Close this thread's database connections (those the request used to find the job)
-    unless a transaction holds them: only the watcher reads, on its own."""
+    """Close this thread's database connections unless a transaction holds them.
+
+    Those are the ones the request used to find the job: only the watcher reads, on its
+    own."""
     for connection in connections.all(initialized_only=True):
         if not connection.in_atomic_block:
             connection.close()

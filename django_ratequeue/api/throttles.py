@@ -22,8 +22,10 @@ from ..ratelimit.decisions import rate_limit
 
 
 class ApiThrottle(RateLimitThrottle):
-    """:class:`RateLimitThrottle` by the view's ``throttle_scope``: the scope's limit where
-    the project configures it, else ``API_THROTTLES``' (off when that is None)."""
+    """Throttle by the view's ``throttle_scope``, as :class:`RateLimitThrottle` does.
+
+    The scope's limit where the project configures it, else ``API_THROTTLES``' (off when
+    that is None)."""
 
     def get_limit(self, view: Any) -> tuple[str, str | None] | None:
         scope = self.get_scope(view)
@@ -33,7 +35,7 @@ class ApiThrottle(RateLimitThrottle):
         return None
 
     def default_config(self, view: Any) -> RateLimitConfig | None:
-        """``API_THROTTLES``' bucket for the view's scope (``ratequeue_<name>``)."""
+        """Return ``API_THROTTLES``' bucket for the view's scope (``ratequeue_<name>``)."""
         scope = (self.get_scope(view) or "").removeprefix("ratequeue_")
         return ratequeue_settings().API_THROTTLES.get(scope)
 

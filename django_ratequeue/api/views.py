@@ -61,8 +61,9 @@ from .throttles import ApiThrottle
 
 
 class EventStreamRenderer(BaseRenderer):
-    """Lets a request that accepts only ``text/event-stream`` (as EventSource's does)
-    through content negotiation; an error before the stream starts is sent as JSON."""
+    """Let a request that accepts only ``text/event-stream`` through content negotiation.
+
+    As EventSource's does; an error before the stream starts is sent as JSON."""
 
     media_type = "text/event-stream"
     format = "event-stream"
@@ -78,8 +79,9 @@ class EventStreamRenderer(BaseRenderer):
 
 
 class ApiSchema(AutoSchema):
-    """DRF's schema of one of these views: its operation id, and its request and response
-    bodies where they differ from the view's serializer."""
+    """Describe one of these views in DRF's schema: its operation id and its bodies.
+
+    Its request and response bodies where they differ from the view's serializer."""
 
     def __init__(
         self,
@@ -155,8 +157,9 @@ class ApiView(GenericAPIView[Any]):
     renderer_classes = [JSONRenderer]
 
     def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
-        """A body over ``API_MAX_BODY_BYTES`` is refused by its length, before anything
-        (authentication's CSRF check included) reads it."""
+        """Refuse a body over ``API_MAX_BODY_BYTES`` by its length, before anything reads it.
+
+        That is before authentication's CSRF check too."""
         length = request.META.get("CONTENT_LENGTH") or "0"
         limit = ratequeue_settings().API_MAX_BODY_BYTES
         if length.isdigit() and int(length) > limit:
@@ -169,7 +172,9 @@ class ApiView(GenericAPIView[Any]):
         return validated(self.get_serializer_class(), data)
 
     def owned_job(self, job_id: str) -> Job:
-        """The request's own job ``job_id`` (its client's id, else the server's), else 404."""
+        """Return the request's own job ``job_id``, else raise a 404.
+
+        ``job_id`` is its client's id, else the server's."""
         owner = request_owner(self.request, create=False)
         job = None
         if owner is not None:
@@ -213,7 +218,7 @@ class BulkEnqueueView(ApiView):
     schema = ApiSchema("enqueueJobs", response=JobSerializer, many=True)
 
     def throttle_count(self, request: Request) -> int:
-        """The jobs the request asks for: the enqueue throttle draws a token per job."""
+        """Return the jobs the request asks for: the enqueue throttle draws a token per job."""
         items = request.data.get("items") if isinstance(request.data, Mapping) else None
         limit = ratequeue_settings().API_MAX_BULK_ITEMS
         return len(items) if isinstance(items, list) and 0 < len(items) <= limit else 1
@@ -234,8 +239,9 @@ class BulkEnqueueView(ApiView):
 
 
 class JobView(ApiView):
-    """``GET jobs/<id>/?since=n``: the job as its owner sees it, with its output after
-    chunk ``n`` (the polling client's stream)."""
+    """``GET jobs/<id>/?since=n``: the job as its owner sees it, with its output.
+
+    The output after chunk ``n`` (the polling client's stream)."""
 
     serializer_class = JobDetailSerializer
     schema = ApiSchema(
@@ -250,8 +256,9 @@ class JobView(ApiView):
 
 
 class CancelView(ApiView):
-    """``POST jobs/<id>/cancel/``: ask for the job to be canceled (at once unless it runs,
-    else when its attempt ends); 202 with the job as it is now."""
+    """``POST jobs/<id>/cancel/``: ask for the job to be canceled; 202 with the job as it is now.
+
+    It is canceled at once unless it runs, else when its attempt ends."""
 
     serializer_class = JobSerializer
     schema = ApiSchema("cancelJob", status_code=status.HTTP_202_ACCEPTED)
@@ -328,8 +335,9 @@ class RateLimitView(ApiView):
 
 
 class SchemaView(APIView):
-    """``GET schema/``: the OpenAPI schema of these endpoints, by DRF's own generator, with
-    their paths under wherever the project mounted them; for whoever may use them
+    """``GET schema/``: the OpenAPI schema of these endpoints, by DRF's own generator.
+
+    Their paths are under wherever the project mounted them; for whoever may use them
     (:class:`.permissions.SchemaAccess`)."""
 
     permission_classes = [SchemaAccess]
@@ -337,7 +345,7 @@ class SchemaView(APIView):
     patterns: list[Any] = []
 
     def get_authenticators(self) -> list[Any]:
-        """The project's authentication, then a remote worker's key."""
+        """Return the project's authentication, then a remote worker's key."""
         return [*super().get_authenticators(), WorkerKeyAuth()]
 
     def get(self, request: Request) -> Response:
@@ -355,7 +363,7 @@ class SchemaView(APIView):
 
 
 def limit_key(request: Request, rule: Any) -> str | None:
-    """The key of the requesting user under a public limit's rule (never from the query)."""
+    """Return the key of the requesting user under a public limit's rule (never from the query)."""
     if rule is None:
         return None
     key_func = KEY_SHORTHANDS[rule] if isinstance(rule, str) else rule

@@ -1,27 +1,9 @@
 """The process's one watcher of the jobs its event streams follow (:mod:`.sse`).
 
-A stream subscribes to its job (:meth:`Watcher.subscribe`) and waits for what the watcher
-hands it: a :class:`Look` at the job whenever the job changed. The watcher is one thread
-per process, started by the first subscription and ended a second after the last one
-went. However many streams there are, it reads every job that changed in one query (and
-their new output in one more), on its own connection, and hands each stream its part.
-
-When it reads is the queue's wake-up protocol (:class:`..queue.wakeup.Waiter` on the
-``JOBS`` channel), one mechanism in three cases:
-
-- PostgreSQL: the progress writer raises ``JOBS`` with the job's id in the transaction of
-  each write of output or progress; a loop step that moved jobs on raises it empty (any
-  job's status may have changed). A signal with an id has the watcher read that job; an
-  empty one, every watched job (at most once per ``POLL_INTERVAL``).
-- SQLite, which has no signals: the wait polls ``PRAGMA data_version`` every
-  ``POLL_INTERVAL`` (one read per process, not per stream) and the watcher reads every
-  watched job when another connection committed.
-- Either way a wait ends after ``RECHECK`` seconds without a signal, and the watcher then
-  reads every watched job: a signal lost (the listening connection was cut and opened
-  again, a status changed by hand) is made up for within that time.
-
-The watcher holds at most two connections (one that reads, one that listens), whatever the
-number of streams; a waiting stream holds none, nor a thread under ASGI.
+A stream subscribes to its job (:meth:`Watcher.subscribe`) and waits for what the
+watcher's one thread hands it: a :class:`Look` at the job whenever the job changed. When
+it reads is the queue's wake-up protocol (:class:`..queue.wakeup.Waiter` on ``JOBS``);
+docs/http-api.md ("Cost on the server") tells the cases and what they cost.
 """
 
 from __future__ import annotations
@@ -62,7 +44,8 @@ CONNECTIONS = 2
 
 @dataclass(frozen=True)
 class Look:
-    """A job as one read found it, with the output chunks after the stream's cursor;
+    """A job as one read found it, with the output chunks after the stream's cursor.
+
     ``more``: there are more chunks than those (the next look reads them)."""
 
     status: str
@@ -75,8 +58,9 @@ class Look:
 
 
 def read(cursors: dict[str, int]) -> dict[str, Look | None]:
-    """The jobs ``cursors`` names (``None``: there is none any more), each with its chunks
-    after its cursor, in two queries for all of them. In that order: the output of an
+    """Read the jobs ``cursors`` names, each with its chunks after its cursor, in two queries.
+
+    ``None`` stands for a job there is none of any more. In that order: the output of an
     attempt is written before its outcome, so a final status read first means that every
     chunk is there to read."""
     last_chunk = OutputChunk.objects.filter(job_id=OuterRef("pk")).order_by("-index")
@@ -120,9 +104,11 @@ def read(cursors: dict[str, int]) -> dict[str, Look | None]:
 
 @dataclass(eq=False)
 class Subscription:
-    """One stream's hold on a job: where its output is (the last chunk handed to it),
-    what it was shown of the job, and how to hand it a :class:`Look` (from the watcher's
-    thread; ``None`` when the job is gone)."""
+    """One stream's hold on a job.
+
+    Where its output is (the last chunk handed to it), what it was shown of the job, and
+    how to hand it a :class:`Look` (from the watcher's thread; ``None`` when the job is
+    gone)."""
 
     job_id: str
     cursor: int
@@ -130,8 +116,7 @@ class Subscription:
     shown: tuple[str, int, Any] | None = None
 
     def hand(self, look: Look | None) -> None:
-        """Hand ``look`` on with the chunks this stream has not had, unless it shows
-        nothing new to it."""
+        """Hand ``look`` on with the chunks this stream has not had, unless nothing is new."""
         if look is None:
             self.deliver(None)
             return
@@ -146,8 +131,13 @@ class Subscription:
 
 
 class Watcher:
-    """The process's watcher thread: it reads the watched jobs when they change and hands
-    each of their streams what it has not seen (the module's docstring tells when)."""
+    """Read the watched jobs when they change, and hand each stream what it has not seen.
+
+    It is the process's watcher thread, started by the first subscription and ended a
+    second after the last one went. However many streams there are, it reads every job
+    that changed in one query (and their new output in one more), on its own connection.
+    A ``JOBS`` signal with an id has it read that job; an empty one, or a wait that ran
+    out (``RECHECK``), every watched job (at most once per ``POLL_INTERVAL``)."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
@@ -164,8 +154,9 @@ class Watcher:
     def subscribe(
         self, job_id: str, cursor: int, deliver: Callable[[Look | None], None]
     ) -> Subscription:
-        """Watch ``job_id`` for a stream that has its output up to chunk ``cursor``:
-        the first look comes at once, the next ones when the job changes."""
+        """Watch ``job_id`` for a stream that has its output up to chunk ``cursor``.
+
+        The first look comes at once, the next ones when the job changes."""
         subscription = Subscription(job_id, cursor, deliver)
         with self.lock:
             self.subscriptions.setdefault(job_id, []).append(subscription)
@@ -185,7 +176,7 @@ class Watcher:
         return self.daemon.thread
 
     def unsubscribe(self, subscription: Subscription) -> None:
-        """The stream ended (or its client went away): hand it nothing more."""
+        """Hand the stream nothing more: it ended (or its client went away)."""
         with self.lock:
             streams = self.subscriptions.get(subscription.job_id, [])
             if subscription in streams:
@@ -196,8 +187,9 @@ class Watcher:
                 self.waiter.interrupt()  # to end within IDLE_EXIT, not after its wait
 
     def run(self) -> None:
-        """The thread: read what is due, else wait for a signal (or the periodic look's
-        timeout); end IDLE_EXIT seconds after the last stream went."""
+        """Run the thread: read what is due, else wait for a signal or the periodic look.
+
+        End IDLE_EXIT seconds after the last stream went."""
         assert self.waiter is not None
         waiter = self.waiter
         every = True  # read every watched job: nothing was read yet
@@ -247,7 +239,7 @@ class Watcher:
             connections.close_all()
 
     def lost_database(self) -> None:
-        """Log it, and wait a little: the next read opens a new connection."""
+        """Log the lost database, and wait a little: the next read opens a new connection."""
         logger.warning("The event streams' watcher lost the database", exc_info=True)
         connections.close_all()
         time.sleep(RETRY_AFTER)

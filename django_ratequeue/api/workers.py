@@ -1,12 +1,8 @@
-"""The remote workers' endpoints (docs/remote-workers.md): claim, heartbeat, progress,
-output, complete, fail, release.
+"""The remote workers' endpoints: claim, heartbeat, progress, output, complete, fail, release.
 
-A request authenticates with ``Authorization: Api-Key <key>`` (:class:`WorkerKeyAuth`):
-a missing, unknown or revoked key is a 401, checked on every request, so a revoked key
-stops at once, for the attempts it holds too. Bodies are JSON objects of at most
-``API_MAX_BODY_BYTES``, checked field by field (400 naming the field, nothing written).
-A report on an attempt the key's workers do not hold (any more) is a 409 that changes
-nothing: its lease lapsed, it was ended or released, or it was never theirs.
+A request authenticates with its key (:class:`.permissions.WorkerKeyAuth`), checked on
+every request; bodies are checked field by field. docs/remote-workers.md tells each
+endpoint and its answers (401 for a revoked key, 409 for an attempt not held).
 """
 
 from __future__ import annotations
@@ -81,9 +77,11 @@ class WorkerView(ApiView):
 
 
 class KeptText(serializers.CharField):
-    """Text stored whatever it holds, such as an attempt's error: a NUL or a lone surrogate,
-    which DRF's CharField refuses, is escaped or replaced as it is stored
-    (:func:`..queue.bounds.clip`), so that the real error is never dropped."""
+    """Keep text whatever it holds, such as an attempt's error.
+
+    A NUL or a lone surrogate, which DRF's CharField refuses, is escaped or replaced as
+    it is stored (:func:`..queue.bounds.clip`), so that the real error is never
+    dropped."""
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(trim_whitespace=False, **kwargs)
@@ -97,9 +95,10 @@ class KeptText(serializers.CharField):
 
 
 class ReportSerializer(StrictSerializer):
-    """One attempt's outcome, sent with a claim: ``complete`` (with its ``result``) or
-    ``fail`` (with its ``error``, ``traceback``, ``retryable``), as their own endpoints
-    take them."""
+    """One attempt's outcome, sent with a claim: ``complete`` or ``fail``.
+
+    ``complete`` with its ``result``, ``fail`` with its ``error``, ``traceback``,
+    ``retryable``, as their own endpoints take them."""
 
     id = serializers.IntegerField(min_value=1, max_value=MAX_ID)
     action = serializers.ChoiceField(["complete", "fail"])
@@ -156,10 +155,11 @@ class ClaimedAttemptSerializer(serializers.Serializer[Any]):
 
 
 class ClaimView(WorkerView):
-    """``POST workers/claim/``: up to ``max`` attempts of the key's remote queues, waiting
-    up to ``wait`` seconds for one; first, the outcomes in ``reports`` (each answered as
-    its own endpoint would: 200 or 409), so that one request ends attempts and takes the
-    next ones."""
+    """``POST workers/claim/``: claim up to ``max`` attempts of the key's remote queues.
+
+    It waits up to ``wait`` seconds for one; first, it takes the outcomes in ``reports``
+    (each answered as its own endpoint would: 200 or 409), so that one request ends
+    attempts and takes the next ones."""
 
     serializer_class = ClaimSerializer
     schema = ApiSchema("claimAttempts")
@@ -189,7 +189,7 @@ class ClaimView(WorkerView):
         return Response(answer)
 
     def waiting_seat(self, wait: float) -> int:
-        """A seat of the key's waiting claims (:mod:`..queue.seats`), else 429."""
+        """Take a seat of the key's waiting claims (:mod:`..queue.seats`), else raise a 429."""
         limit = ratequeue_settings().API_MAX_WAITING_CLAIMS_PER_KEY
         seat = take_seat(f"claim:{self.key.prefix}", limit, wait)
         if seat is None:
@@ -222,8 +222,10 @@ class ClaimView(WorkerView):
             bell.wait(rings, left)
 
     def end(self, reports: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """End the reported attempts; each one's answer: ``{"id", "status", "detail"}``,
-        the detail of a 200 the error a completion was failed with instead ("" if none)."""
+        """End the reported attempts and return each one's answer: ``{"id", "status", "detail"}``.
+
+        The detail of a 200 is the error a completion was failed with instead ("" if
+        none)."""
         ended = [protocol.Ended(report["id"], outcome_of(report)) for report in reports]
         actions = {report["id"]: report["action"] for report in reports}
         answers = {}
@@ -304,7 +306,7 @@ class ReportView(WorkerView):
         return Response({"ok": True, "detail": detail or ""})
 
     def report(self, attempt_id: int, data: Any) -> str | None:
-        """Take the report in; what the answer's ``detail`` says (None: nothing)."""
+        """Take the report in; return what the answer's ``detail`` says (None: nothing)."""
         raise NotImplementedError
 
     def end_with(self, attempt_id: int, report: protocol.Report) -> str:
@@ -345,14 +347,17 @@ class CompleteView(ReportView):
     field = "result"
 
     def report(self, attempt_id: int, data: Any) -> str:
-        """Complete the attempt; return the error it was failed with instead, if its result
-        is not one a job may return (the answer's ``detail``)."""
+        """Complete the attempt; return the error it was failed with instead, if any.
+
+        That is when its result is not one a job may return (the answer's
+        ``detail``)."""
         return self.end_with(attempt_id, protocol.Report.returned(data["result"]))
 
 
 class FailView(ReportView):
-    """``POST workers/attempts/<id>/fail/`` ``{"error", "traceback", "retryable",
-    "timed_out"}``."""
+    """``POST workers/attempts/<id>/fail/``: fail the attempt.
+
+    The body is ``{"error", "traceback", "retryable", "timed_out"}``."""
 
     serializer_class = FailSerializer
     schema = ApiSchema("failAttempt")

@@ -113,9 +113,10 @@ def queue_counts() -> list[QueueCounts]:
 
 
 def _queues_by_status(then: str) -> str:
-    """Return SQL naming, as ``q(status, queue)``, each status with each queue that has
-    jobs in it (:func:`..queue.skipscan.distinct_values`), followed by ``then`` (a
-    SELECT from ``q``; ``{table}`` is the jobs table). Parameters: the statuses."""
+    """Return SQL naming, as ``q(status, queue)``, each status with each queue with jobs in it.
+
+    The pairs come from :func:`..queue.skipscan.distinct_values`, followed by ``then``
+    (a SELECT from ``q``; ``{table}`` is the jobs table). Parameters: the statuses."""
     table = queue_connection().ops.quote_name(Job._meta.db_table)
     statuses = " UNION ALL ".join(["SELECT %s AS status"] * len(Status.values))
     queues = distinct_values("q", table, "queue", per=("status", statuses))
@@ -123,8 +124,9 @@ def _queues_by_status(then: str) -> str:
 
 
 def _capped_counts() -> list[tuple[str, str, int]]:
-    """Return (status, queue, jobs) for each status and queue with jobs, counted up to
-    COUNT_LIMIT + 1, in one statement that reads only the dispatch index."""
+    """Return (status, queue, jobs) for each status and queue with jobs, up to COUNT_LIMIT + 1.
+
+    One statement that reads only the dispatch index."""
     sql = _queues_by_status(
         "SELECT q.status, q.queue, (SELECT COUNT(*) FROM ("
         " SELECT 1 FROM {table} j WHERE j.status = q.status AND j.queue = q.queue LIMIT %s"
@@ -137,8 +139,9 @@ def _capped_counts() -> list[tuple[str, str, int]]:
 
 
 def queue_names() -> list[str]:
-    """Return every configured queue, every queue changed at runtime and every queue with
-    jobs, without counting (for the admin's queue filter)."""
+    """Return every queue configured, changed at runtime or with jobs, without counting.
+
+    For the admin's queue filter."""
     connection = queue_connection()
     with connection.cursor() as cursor:
         cursor.execute(

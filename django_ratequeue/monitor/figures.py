@@ -64,8 +64,9 @@ def percentile(buckets: list[int], fraction: float) -> float | None:
 
 
 def percentiles(buckets: list[int], fractions: tuple[float, ...]) -> list[float | None]:
-    """Return each of ``fractions`` (ascending) as :func:`percentile` reads it, in one walk
-    of the histogram (a day's dashboard reads thousands)."""
+    """Return each of ``fractions`` (ascending) as :func:`percentile` reads it, in one walk.
+
+    One walk of the histogram for them all (a day's dashboard reads thousands)."""
     total = sum(buckets)
     if not total:
         return [None] * len(fractions)
@@ -130,9 +131,11 @@ def _points(since: datetime, until: datetime, step: timedelta) -> tuple[datetime
 
 
 class _Point(Func):
-    """Compute the index of the point a per-minute row falls in: whole steps of ``width`` seconds
-    from ``first`` (both in seconds since the epoch), so that a series is summed by point
-    in SQL. Epoch arithmetic is the one thing the two databases spell differently."""
+    """Compute the index of the point a per-minute row falls in, so that SQL sums by point.
+
+    The index is whole steps of ``width`` seconds from ``first`` (both in seconds since
+    the epoch), so that a series is summed by point in SQL. Epoch arithmetic is the one
+    thing the two databases spell differently."""
 
     output_field = IntegerField()
 
@@ -163,8 +166,9 @@ class _Point(Func):
 def _series(
     queues: Collection[str] | None, since: datetime, until: datetime, step: timedelta
 ) -> dict[str | None, list[Figures]]:
-    """Return the series of each of ``queues`` (of all queues summed, under None, if None):
-    one query, summing the minutes by point in SQL, one row per queue and point that has
+    """Return the series of each of ``queues`` (of all queues summed, under None, if None).
+
+    One query, summing the minutes by point in SQL, one row per queue and point that has
     figures. See :func:`series`."""
     start, points = _points(since, until, step)
     width = int(step.total_seconds())
@@ -201,8 +205,9 @@ def series_by_queue(
     until: datetime,
     step: timedelta = timedelta(minutes=1),
 ) -> dict[str, list[Figures]]:
-    """Return the series of each of ``queues``, as :func:`series` gives one, in one query: a
-    dashboard charting several queues reads their points at once."""
+    """Return the series of each of ``queues``, as :func:`series` gives one, in one query.
+
+    A dashboard charting several queues reads their points at once."""
     return {
         queue: points
         for queue, points in _series(queues, since, until, step).items()
@@ -231,9 +236,11 @@ def series(
 
 
 def by_queue(since: datetime, until: datetime) -> dict[str, Figures]:
-    """Return each queue's figures summed over the minutes from ``since`` to ``until`` (both
-    floored to the minute, both included), for the queues that have any: one query, one
-    row per queue. ``start`` is ``since``'s minute. ValueError as for :func:`series`."""
+    """Return each queue's figures summed over the minutes from ``since`` to ``until``.
+
+    Both are floored to the minute, both included, for the queues that have any: one
+    query, one row per queue. ``start`` is ``since``'s minute. ValueError as for
+    :func:`series`."""
     start, minutes = _points(since, until, timedelta(minutes=1))
     fields = (*COUNT_FIELDS, *BUCKET_FIELDS)
     rows = (

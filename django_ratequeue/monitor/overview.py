@@ -1,5 +1,7 @@
-"""Read the queues' counts, the main loop and its workers, for the admin, ``ratequeue_status``
-and the demo (docs/concepts.md, "What people see")."""
+"""Read the queues' counts, the main loop and its workers, for people to see.
+
+For the admin, ``ratequeue_status`` and the demo (docs/concepts.md, "What people
+see")."""
 
 from __future__ import annotations
 
@@ -124,8 +126,7 @@ def loop_info() -> LoopInfo:
 
 
 def queue_overview() -> QueueOverview:
-    """Return every configured queue and every queue that has jobs, with the loop and its
-    workers."""
+    """Return every queue configured or with jobs, with the loop and its workers."""
     queues = queue_counts()
     loop = loop_info()
     return QueueOverview(

@@ -16,9 +16,11 @@ KEYS_READ = 1_000
 
 @dataclass(frozen=True)
 class RateLimitUse:
-    """A configured rate limit now: its value without a key (the one rate-gated queues
-    draw from; below zero: tokens reserved ahead) against its capacity, meaningful when
-    ``without_key`` (something draws on it without a key), and its keys."""
+    """A configured rate limit now: its value without a key against its capacity, and its keys.
+
+    The value without a key is the one rate-gated queues draw from (below zero: tokens
+    reserved ahead), meaningful when ``without_key`` (something draws on it without a
+    key)."""
 
     name: str
     text: str

@@ -21,8 +21,10 @@ DEFAULT_WINDOW: Window = "hour"
 
 @dataclass(frozen=True)
 class Depth:
-    """How many jobs a queue held at the end of a bucket: ``unfinished`` (scheduled,
-    waiting, retrying or running) and, of them, ``running``."""
+    """How many jobs a queue held at the end of a bucket.
+
+    ``unfinished`` (scheduled, waiting, retrying or running) and, of them,
+    ``running``."""
 
     start: datetime
     unfinished: int
@@ -45,8 +47,9 @@ def window_bounds(window: Window, now: datetime) -> tuple[datetime, timedelta]:
 def with_arrivals(
     figures: list[Figures], arrivals: dict[datetime, int], step: timedelta
 ) -> list[Figures]:
-    """Return ``figures`` with ``arrivals`` (jobs by minute of creation, not counted in
-    the rollups yet) added to the ``enqueued`` of the points that hold them."""
+    """Return ``figures`` with ``arrivals`` added to the ``enqueued`` of their points.
+
+    ``arrivals`` are jobs by minute of creation, not counted in the rollups yet."""
     if not figures or not arrivals:
         return figures
     added: Counter[int] = Counter()

@@ -261,8 +261,9 @@ def _without_jobs(
     overview: QueueOverview,
     queues: Queues,
 ) -> list[QueueCounts]:
-    """Return the queues with figures in the window that the overview does not list (their
-    jobs are pruned already: figures are kept longer), with no job."""
+    """Return the queues with figures in the window that the overview does not list.
+
+    Their jobs are pruned already (figures are kept longer): they have no job."""
     names = sorted(with_figures - {q.name for q in overview.queues})
     return [
         QueueCounts(

@@ -31,8 +31,10 @@ class Worker:
 
 @dataclass(frozen=True)
 class RemoteWorker:
-    """The remote workers of one key not revoked: where and when it was last used, and
-    the worker instances that hold attempts now, with how many each."""
+    """The remote workers of one key not revoked, and what they hold now.
+
+    Where and when the key was last used, and the worker instances that hold attempts
+    now, with how many each."""
 
     key: str  # its name
     prefix: str

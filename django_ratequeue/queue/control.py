@@ -1,11 +1,8 @@
-"""Changing a queue's limits at runtime, without a deploy.
+"""Change a queue's limits, or ``MAX_CONCURRENCY``, at runtime, without a deploy.
 
-A :class:`~.models.QueueSetting` row overrides the queue's entry in ``RATEQUEUE["QUEUES"]``:
-``paused`` (True/False, or None for the setting), ``max_concurrency`` and
-``total_concurrency`` (None for the setting). The loop reads the table at every step, and a
-change kicks a resting loop after its commit, so it takes effect at once. The admin,
-``manage.py ratequeue_queue`` and the functions below all go through :func:`change_queue`.
-``MAX_CONCURRENCY`` is changed the same way, on the loop's row (:func:`set_max_concurrency`).
+The admin, ``manage.py ratequeue_queue`` and the functions below all go through
+:func:`change_queue` (:func:`set_max_concurrency` for the loop's row); docs/queues.md
+("Changing a queue at runtime") tells what each change does and when it takes effect.
 """
 
 from __future__ import annotations
@@ -23,20 +20,26 @@ from .wakeup import LOOP, signal
 
 
 def check_queue_concurrency(name: str, limit: Any) -> int:
-    """``limit`` if it can be queue ``name``'s max_concurrency under the settings' ceiling."""
+    """Return ``limit`` if it can be queue ``name``'s max_concurrency, else raise ValueError.
+
+    It can be from 0 to the settings' ceiling, MAX_QUEUE_CONCURRENCY."""
     return queue_concurrency(name, limit, ratequeue_settings().MAX_QUEUE_CONCURRENCY)
 
 
 def check_total_concurrency(name: str, limit: Any) -> int:
-    """``limit`` if it can be queue ``name``'s total_concurrency: 1 to MAX_QUEUE_CONCURRENCY."""
+    """Return ``limit`` if it can be queue ``name``'s total_concurrency, else raise ValueError.
+
+    It can be from 1 to MAX_QUEUE_CONCURRENCY."""
     ceiling = ratequeue_settings().MAX_QUEUE_CONCURRENCY
     return integer(f"total_concurrency of queue {name!r}", limit, 1, ceiling)
 
 
 def change_queue(name: str, **changes: Any) -> QueueSetting:
-    """Store ``changes`` (``paused``, ``max_concurrency``, ``total_concurrency``; None for
-    the setting) for queue ``name`` and kick the
-    loop once they are committed. A row left with nothing to override is deleted."""
+    """Store ``changes`` for queue ``name`` and kick the loop once they are committed.
+
+    ``changes`` are ``paused`` (True/False), ``max_concurrency`` and
+    ``total_concurrency``; None for any goes back to the setting. A row left with
+    nothing to override is deleted."""
     check_queue_name(name)
     unknown = sorted(set(changes) - {"paused", "max_concurrency", "total_concurrency"})
     if unknown:
@@ -62,15 +65,18 @@ def resume_queue(name: str) -> None:
 
 
 def set_queue_concurrency(name: str, max_concurrency: int | None) -> None:
-    """Run at most ``max_concurrency`` jobs of queue ``name`` at once (0 to
-    ``MAX_QUEUE_CONCURRENCY``); None goes back to the limit in settings."""
+    """Run at most ``max_concurrency`` jobs of queue ``name`` at once.
+
+    From 0 to ``MAX_QUEUE_CONCURRENCY``; None goes back to the limit in settings."""
     change_queue(name, max_concurrency=max_concurrency)
 
 
 def set_max_concurrency(limit: int | None) -> None:
-    """Run at most ``limit`` jobs at once in the whole environment, whatever
-    ``RATEQUEUE["MAX_CONCURRENCY"]`` says; None goes back to the setting. Running jobs
-    finish; the loop applies the limit at its next step, which this kicks."""
+    """Run at most ``limit`` jobs at once in the whole environment.
+
+    Whatever ``RATEQUEUE["MAX_CONCURRENCY"]`` says; None goes back to the setting.
+    Running jobs finish; the loop applies the limit at its next step, which this
+    kicks."""
     if limit is not None:
         integer("MAX_CONCURRENCY", limit, 1, MAX_INT)
     with transaction.atomic(using=queue_db()):

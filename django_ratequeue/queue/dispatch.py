@@ -1,10 +1,9 @@
 """Dispatch: start the WAITING jobs the limits allow, in turns over queues and keys.
 
-Per step, :class:`Dispatch` gives resuming subtask waits their slots back, then picks
-jobs by priority, round over the keys and the queues' turn (:mod:`.keys` reads the
-candidates, :mod:`.turns` keeps where the turns begin), reserves their cost from a
-queue's rate limit, and creates their attempts for runners to claim. docs/concepts.md
-("The main loop", "Runners") tells why.
+Per step, :class:`Dispatch` gives resuming subtask waits their slots back, picks jobs by
+priority, round over the keys and the queues' turn (:mod:`.keys` reads the candidates,
+:mod:`.turns` keeps where the turns begin), reserves their cost from a queue's rate
+limit, and creates their attempts for runners to claim. docs/concepts.md tells why.
 """
 
 from __future__ import annotations
@@ -44,8 +43,10 @@ READY_AT_KEPT = 100_000
 
 @dataclass
 class Slots:
-    """Count the slots that running attempts hold: in the environment, per queue, and
-    per copy of a queue, (queue, concurrency key) with the key "" for jobs without one."""
+    """Count the slots that running attempts hold: in the environment, per queue, per copy.
+
+    A copy of a queue is (queue, concurrency key), with the key "" for jobs without
+    one."""
 
     environment: int
     per_queue: Counter[str]
@@ -241,8 +242,9 @@ class Dispatch:
     def in_rounds(
         self, name: str, limits: QueueLimits, slots: Slots, room: int
     ) -> list[tuple[Job, int]]:
-        """Return the next jobs of queue ``name``'s keys in turn, each with its round,
-        by priority, then round, then the keys' turn."""
+        """Return the next jobs of queue ``name``'s keys in turn, each with its round.
+
+        They come by priority, then round, then the keys' turn."""
         keys = keys_in_turn(name, self.turns.key_of(name), room + KEY_LOOKAHEAD)
         per_key_limit = limits.max_concurrency or self.settings.MAX_QUEUE_CONCURRENCY
         takes = {key: min(room, per_key_limit - slots.per_copy[(name, key)]) for key in keys}
@@ -295,7 +297,7 @@ class Dispatch:
 
 
 def is_remote(queue: str, settings: RateQueueSettings) -> bool:
-    """Whether only remote workers serve ``queue`` (``"remote": True``)."""
+    """Return whether only remote workers serve ``queue`` (``"remote": True``)."""
     config = settings.QUEUES.get(queue)
     return config is not None and config.remote
 

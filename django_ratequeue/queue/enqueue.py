@@ -1,10 +1,9 @@
-"""Putting work on a queue: ``enqueue`` and ``enqueue_many`` (``@job``: :mod:`.functions`).
+"""Put work on a queue: ``enqueue`` and ``enqueue_many`` (``@job``: :mod:`.functions`).
 
 Everything is validated before anything is written (:mod:`.options`), and one enqueue is
-one INSERT of the job row: the main loop finds WAITING jobs through an index, so enqueue
-never touches a row the loop owns. Inside a caller's transaction the job commits or rolls
-back with it, and so does the ``LOOP`` signal that wakes the loop (:mod:`.wakeup`),
-which the INSERT raises itself on PostgreSQL.
+one INSERT of the job row, which commits or rolls back with the caller's transaction,
+its ``LOOP`` signal too. docs/concepts.md ("Tables and who writes them", "One wake-up
+protocol") tells why.
 """
 
 from __future__ import annotations
@@ -52,8 +51,9 @@ class HasOptions(Protocol):
 
 
 def _target(func: Callable[..., Any] | str) -> tuple[Registered, JobOptions]:
-    """The registered job that ``func`` names and its default options (a ``@job`` copy's
-    own options when given one)."""
+    """Return the registered job that ``func`` names, and its default options.
+
+    The options are a ``@job`` copy's own when ``func`` is one."""
     registered = registered_job(func.func if isinstance(func, Registered) else func)
     own = func if isinstance(func, Registered) else registered  # only @job registers jobs
     return registered, cast(HasOptions, own).options
@@ -100,9 +100,10 @@ def enqueue(
     kwargs: Mapping[str, Any] | None = None,
     **options: Any,
 ) -> Handle[Any]:
-    """Enqueue ``func(*args, **kwargs)`` with ``options``. The job's arguments come only
-    through ``args`` and ``kwargs``, so that no keyword is ever taken for an option (or an
-    option for an argument) by its name."""
+    """Enqueue ``func(*args, **kwargs)`` with ``options``.
+
+    The job's arguments come only through ``args`` and ``kwargs``, so that no keyword is
+    ever taken for an option (or an option for an argument) by its name."""
     if positional:
         raise TypeError(
             "enqueue() takes the job's arguments as args=[...] and kwargs={...}, e.g. "
@@ -122,9 +123,10 @@ def enqueue(
 def enqueue_job(
     func: Callable[..., Any] | str, *, args: list[Any], kwargs: dict[str, Any], **options: Any
 ) -> Job:
-    """:func:`enqueue`, giving back the job as it was written rather than a handle (the
-    HTTP API answers with it without reading it back); the existing job when
-    ``on_duplicate_id="ignore"`` gave that one."""
+    """Enqueue as :func:`enqueue` does, and return the job as written rather than a handle.
+
+    The HTTP API answers with it without reading it back. When
+    ``on_duplicate_id="ignore"`` gave the existing job, return that one."""
     target, defaults = _target(func)
     template, stamp, written = _write_one(target, defaults.merge(options), args, kwargs)
     if not written:
@@ -145,8 +147,10 @@ def enqueue_call(
 def _write_one(
     target: Registered, options: JobOptions, args: list[Any], kwargs: dict[str, Any]
 ) -> tuple[JobTemplate, JobStamp, bool]:
-    """Write one job; its template, its stamp, and whether it was written (not when
-    ``on_duplicate_id="ignore"`` found the caller's own job with that id)."""
+    """Write one job; return its template, its stamp, and whether it was written.
+
+    It was not when ``on_duplicate_id="ignore"`` found the caller's own job with that
+    id."""
     template = options.template(target.path)
     check_call(target, args, kwargs)
     args_json = check_json("arguments", args)
@@ -175,9 +179,11 @@ def _write_one(
 
 
 def apply_queue_limit(template: JobTemplate) -> None:
-    """``queue={"name": ..., "max_concurrency": n}`` sets the queue's limit as a runtime
-    change does (the loop reads it at its next step, which the enqueue's wake-up starts),
-    in the enqueue's transaction: the job and the limit it asked for commit together."""
+    """Set the queue's limit that ``queue={"name": ..., "max_concurrency": n}`` asks for.
+
+    It is set as a runtime change does (the loop reads it at its next step, which the
+    enqueue's wake-up starts), in the enqueue's transaction: the job and the limit it
+    asked for commit together."""
     limit = template.max_concurrency
     if limit is None:
         return
@@ -231,8 +237,9 @@ def enqueue_many(
 
 
 def item_id(prefix: str, index: int) -> str:
-    """Return the id of item ``index`` of a bulk enqueue with ``id=prefix``; ValueError
-    when it is longer than the id column holds."""
+    """Return the id of item ``index`` of a bulk enqueue with ``id=prefix``.
+
+    Raise ValueError when it is longer than the id column holds."""
     job_id = f"{prefix}-{index}"
     if len(job_id) > JOB_ID_MAX_LENGTH:
         raise ValueError(
@@ -243,10 +250,11 @@ def item_id(prefix: str, index: int) -> str:
 
 
 def _insert_with_ids(template: JobTemplate, rows: list[Job]) -> set[str]:
-    """INSERT rows with the caller's ids, the INSERT deciding which ids are taken: any
-    taken id is a DuplicateJobId, but with ``on_duplicate_id="ignore"`` one of the
-    caller's own jobs, which is kept instead (never another owner's). Return the ids of
-    the jobs kept."""
+    """INSERT rows with the caller's ids, and return the ids of the jobs kept.
+
+    The INSERT decides which ids are taken: any taken id is a DuplicateJobId, but with
+    ``on_duplicate_id="ignore"`` one of the caller's own jobs, which is kept instead
+    (never another owner's)."""
     error: IntegrityError | None = None
     kept: set[str] = set()
     while True:
@@ -270,9 +278,10 @@ def _insert_with_ids(template: JobTemplate, rows: list[Job]) -> set[str]:
 
 
 def enqueue_rows(func: Callable[..., Any] | str, calls: list[Call], **options: Any) -> list[Job]:
-    """Enqueue one job per ``(args, kwargs)`` call as :func:`enqueue_many` does, and return
-    the jobs as written; the caller's existing job where ``on_duplicate_id="ignore"`` kept
-    one."""
+    """Enqueue one job per ``(args, kwargs)`` call, and return the jobs as written.
+
+    As :func:`enqueue_many` does; where ``on_duplicate_id="ignore"`` kept the caller's
+    existing job, return that one."""
     template, stamped, kept = _write_calls(func, calls, options)
     existing = Job.objects.in_bulk(list(kept)) if kept else {}
     rows = []
@@ -286,8 +295,10 @@ def enqueue_rows(func: Callable[..., Any] | str, calls: list[Call], **options: A
 def _write_calls(
     func: Callable[..., Any] | str, calls: Iterable[Call], options: Mapping[str, Any]
 ) -> tuple[JobTemplate, list[tuple[Any, ...]], set[str]]:
-    """Write one job per call, all or none; return their template, each job's arguments
-    as JSON text and stamp (``PER_JOB_COLUMNS``' order), and the ids kept as they were."""
+    """Write one job per call, all or none; return what was written.
+
+    That is their template, each job's arguments as JSON text and stamp
+    (``PER_JOB_COLUMNS``' order), and the ids kept as they were."""
     target, defaults = _target(func)
     template = defaults.merge(options).template(target.path)
     now = clock.now()

@@ -25,10 +25,12 @@ R = TypeVar("R")
 
 
 class JobFunction(Registered, Generic[P, R]):
-    """A module-level function decorated with ``@job``: call it to run it here and now, or
-    ``.enqueue(...)`` it with the function's own arguments (checked by a type checker as
-    a call would be); ``.using(**options)`` returns a copy with other options. ``R`` is
-    what its job's handle gives back (:class:`AsyncJobFunction`: the awaited result)."""
+    """Wrap a module-level function decorated with ``@job``: run it here and now, or enqueue it.
+
+    Call it to run it here and now, or ``.enqueue(...)`` it with the function's own
+    arguments (checked by a type checker as a call would be); ``.using(**options)``
+    returns a copy with other options. ``R`` is what its job's handle gives back
+    (:class:`AsyncJobFunction`: the awaited result)."""
 
     func: Callable[P, Any]
 
@@ -43,7 +45,7 @@ class JobFunction(Registered, Generic[P, R]):
     def of(
         func: Callable[..., Any], options: JobOptions, exposed: ExposedHooks | None = None
     ) -> JobFunction[..., Any]:
-        """The job function of ``func``: an :class:`AsyncJobFunction` for ``async def``."""
+        """Return the job function of ``func``: an :class:`AsyncJobFunction` for ``async def``."""
         cls = AsyncJobFunction if is_async(func) else JobFunction
         return cls(func, options, exposed)
 
@@ -57,13 +59,15 @@ class JobFunction(Registered, Generic[P, R]):
         return type(self)(self.func, self.options.merge(options))
 
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> Handle[R]:
-        """Enqueue ``func(*args, **kwargs)``: every keyword is the function's own, never
-        an option (options go through :meth:`using`)."""
+        """Enqueue ``func(*args, **kwargs)``, every keyword being the function's own.
+
+        A keyword is never an option (options go through :meth:`using`)."""
         return enqueue_call(registered_job(self.func), self.options, list(args), kwargs)
 
     async def aenqueue(self, *args: P.args, **kwargs: P.kwargs) -> Handle[R]:
-        """:meth:`enqueue` for async code (an async view, an ``async def`` job): the
-        INSERT runs in Django's thread for sync code."""
+        """Enqueue as :meth:`enqueue` does, from async code (an async view, an ``async def`` job).
+
+        The INSERT runs in Django's thread for sync code."""
         enqueue = sync_to_async(self.enqueue, thread_sensitive=True)
         return await enqueue(*args, **kwargs)
 
@@ -74,9 +78,10 @@ class JobFunction(Registered, Generic[P, R]):
 
 
 class AsyncJobFunction(JobFunction[P, R]):
-    """An ``async def`` function decorated with ``@job``: its job runs on a worker's event
-    loop, and its handle gives back the awaited result ``R``. Called, it returns the
-    coroutine, as the function does."""
+    """Wrap an ``async def`` function decorated with ``@job``, whose job runs on an event loop.
+
+    Its job runs on a worker's event loop, and its handle gives back the awaited result
+    ``R``. Called, it returns the coroutine, as the function does."""
 
     func: Callable[P, Coroutine[Any, Any, R]]
 
@@ -142,12 +147,13 @@ def job(
     http_options: Callable[..., Mapping[str, Any]] | None = None,
     **options: Any,
 ) -> JobFunction[..., Any] | JobDecorator:
-    """Register a module-level function as a job, so that it can be enqueued (itself or
-    its dotted path) with default options, and workers run it.
+    """Register a module-level function as a job, to be enqueued and run by workers.
 
-    ``@job`` and ``@job(queue="emails", retries=3, timeout=30, ...)`` both work; so does
-    ``job(func)`` for a function whose module must not import ratequeue. Decorating a job
-    again gives a copy with more options; the registered job keeps its own.
+    It can then be enqueued (itself or its dotted path) with default options, and
+    workers run it. ``@job`` and ``@job(queue="emails", retries=3, timeout=30, ...)``
+    both work; so does ``job(func)`` for a function whose module must not import
+    ratequeue. Decorating a job again gives a copy with more options; the registered job
+    keeps its own.
 
     ``expose=True`` lets the HTTP API enqueue it, for the users ``permission(request)``
     admits, with the options ``http_options(request, args, kwargs)`` adds (see

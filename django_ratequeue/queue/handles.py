@@ -1,5 +1,7 @@
-"""Handles: what a caller holds on to after enqueue — status, result (also awaited),
-progress and output, cancel, attempts."""
+"""Handles: what a caller holds on to after enqueue.
+
+A :class:`Handle` gives a job's status, result (also awaited), progress and output, its
+attempts, and cancels it."""
 
 from __future__ import annotations
 
@@ -36,8 +38,10 @@ OUTCOME_FIELDS = ("status", "result", "error", "traceback", "exception_class_pat
 
 
 def owner_label(owner: Any) -> str:
-    """The stored form of an owner: a model instance becomes ``app_label.model:pk``, any
-    other value its ``str``. An identity that many people would share is refused."""
+    """Return the stored form of an owner.
+
+    A model instance becomes ``app_label.model:pk``, any other value its ``str``. An
+    identity that many people would share is refused."""
     if owner is None:
         return ""
     if getattr(owner, "is_anonymous", False):
@@ -73,9 +77,10 @@ class AttemptInfo:
 
 
 class Handle(Generic[R_co]):
-    """A reference to one job by id, as seen by ``owner``: only that owner's job is visible
-    through it (see :meth:`_job`). ``Handle[R]`` is the handle of a job whose function
-    returns ``R``: what :meth:`result` returns."""
+    """Refer to one job by id, as seen by ``owner``: only that owner's job is visible through it.
+
+    See :meth:`_job`. ``Handle[R]`` is the handle of a job whose function returns ``R``:
+    what :meth:`result` returns."""
 
     def __init__(self, id: str, owner: Any = None) -> None:
         self.id = id
@@ -91,9 +96,11 @@ class Handle(Generic[R_co]):
         return hash(self.id)
 
     def _job(self, *fields: str) -> Job:
-        """The job, as this handle may see it: a job enqueued with an ``owner`` only
-        through a handle built with that owner, one without through a handle without.
-        Any other job looks exactly like a job that does not exist."""
+        """Return the job, as this handle may see it.
+
+        A job enqueued with an ``owner`` is seen only through a handle built with that
+        owner, one without through a handle without. Any other job looks exactly like a
+        job that does not exist."""
         try:
             return Job.objects.only(*fields).get(pk=self.id, owner=self.owner)
         except JobDoesNotExist:
@@ -105,12 +112,12 @@ class Handle(Generic[R_co]):
     def result(self, timeout: float | None = None) -> R_co:
         """Wait for the job's final status and return its return value.
 
-        Raises :class:`JobFailed` (with the last error), :class:`JobCanceled`, or
-        ``TimeoutError`` when ``timeout`` seconds pass first. Called from inside a running
-        job, it gives that job's slots back while it waits (see :mod:`.subtasks`) and
-        raises :class:`RecursiveWaitDeadlock` if the wait could never end. It blocks: in
-        a thread that runs an event loop (an async view or job), it raises
-        ``RuntimeError``; await :meth:`aresult` there.
+        Raise :class:`JobFailed` (with the last error), :class:`JobCanceled`, or
+        ``TimeoutError`` when ``timeout`` seconds pass first. Called from inside a
+        running job, it gives that job's slots back while it waits (see
+        :mod:`.subtasks`) and raises :class:`RecursiveWaitDeadlock` if the wait could
+        never end. It blocks: in a thread that runs an event loop (an async view or
+        job), it raises ``RuntimeError``; await :meth:`aresult` there.
         """
         check_timeout(timeout)
         refuse_in_event_loop()
@@ -125,10 +132,11 @@ class Handle(Generic[R_co]):
             return self._wait(timeout, parent=parent)
 
     async def aresult(self, timeout: float | None = None) -> R_co:
-        """:meth:`result` for async code (an async view, an ``async def`` job): the event
-        loop goes on while it waits, and each look at the job is a short query in a
-        thread. From inside an ``async def`` job it is a subtask wait, as :meth:`result`
-        is from a sync one."""
+        """Wait as :meth:`result` does, from async code (an async view, an ``async def`` job).
+
+        The event loop goes on while it waits, and each look at the job is a short query
+        in a thread. From inside an ``async def`` job it is a subtask wait, as
+        :meth:`result` is from a sync one."""
         check_timeout(timeout)
         parent = current_attempt.get()
         if parent is None:
@@ -153,7 +161,7 @@ class Handle(Generic[R_co]):
         return self._outcome(found)
 
     def _outcome(self, job: Job) -> Any:
-        """The return value of a finished job, or the exception that says why there is none."""
+        """Return the value of a finished job, or the exception that says why there is none."""
         if job.status == Status.FAILED:
             raise JobFailed(self.id, job.error, job.traceback, job.exception_class_path)
         if job.status == Status.CANCELED:
@@ -161,13 +169,15 @@ class Handle(Generic[R_co]):
         return job.result
 
     def progress(self) -> dict[str, Any] | None:
-        """The latest progress the job reported (``report_progress``), or ``None``."""
+        """Return the latest progress the job reported (``report_progress``), or ``None``."""
         progress: dict[str, Any] | None = self._job("progress").progress
         return progress
 
     def output(self, since: int = 0) -> list[str]:
-        """The job's partial output (``stream_output``) as stored, in order: the chunks
-        numbered above ``since`` (chunks are numbered from 1; pass how many you have)."""
+        """Return the job's partial output (``stream_output``) as stored, in order.
+
+        That is the chunks numbered above ``since`` (chunks are numbered from 1; pass
+        how many you have)."""
         if isinstance(since, bool) or not isinstance(since, int) or since < 0:
             raise ValueError(f"since must be an integer, 0 or more, not {since!r}.")
         self._job("status")
@@ -175,8 +185,7 @@ class Handle(Generic[R_co]):
         return list(chunks.values_list("text", flat=True))
 
     def cancel(self) -> None:
-        """Ask the loop to cancel the job: at once unless running, else when its attempt
-        ends."""
+        """Ask the loop to cancel the job: at once unless running, else when its attempt ends."""
         self._job("status")
         CancelRequest.objects.create(job_id=self.id)
         signal(LOOP)
@@ -203,8 +212,10 @@ class Handle(Generic[R_co]):
 
 
 class Waiting:
-    """One wait for a job's final status, look by look: what :meth:`Handle.result` and
-    :meth:`Handle.aresult` share (they differ only in how they pause)."""
+    """Wait for a job's final status, look by look.
+
+    It is what :meth:`Handle.result` and :meth:`Handle.aresult` share (they differ only
+    in how they pause)."""
 
     def __init__(self, handle: Handle[Any], timeout: float | None, parent: Attempt | None):
         self.handle, self.timeout, self.parent = handle, timeout, parent
@@ -214,8 +225,9 @@ class Waiting:
         self.pause = 0.005
 
     def look(self) -> Job | float:
-        """Read the job: the job once it is final, else how long to pause before the next
-        look. ``TimeoutError`` past the deadline; :class:`RecursiveWaitDeadlock` when a
+        """Read the job: return it once it is final, else how long to pause before the next look.
+
+        Raise ``TimeoutError`` past the deadline; :class:`RecursiveWaitDeadlock` when a
         parent's subtask could no longer run."""
         job = self.handle._job(*OUTCOME_FIELDS, "queue")
         if job.status in FINAL_STATUSES:
@@ -239,8 +251,9 @@ class Waiting:
 
 
 def refuse_in_event_loop() -> None:
-    """Raise ``RuntimeError`` in a thread that runs an event loop, which a blocking wait
-    would stop."""
+    """Raise ``RuntimeError`` in a thread that runs an event loop.
+
+    A blocking wait would stop that loop."""
     try:
         asyncio.get_running_loop()
     except RuntimeError:
@@ -252,8 +265,9 @@ def refuse_in_event_loop() -> None:
 
 
 def not_finished(job: Job, timeout: float | None) -> str:
-    """Say that ``job`` did not finish within ``timeout`` seconds, and that nothing could
-    run it when no worker that serves its queue is alive."""
+    """Say that ``job`` did not finish within ``timeout`` seconds.
+
+    And that nothing could run it when no worker that serves its queue is alive."""
     message = f"Job {job.id} did not finish within {timeout} seconds (it is {job.status})"
     config = ratequeue_settings().QUEUES.get(job.queue)
     if config is not None and config.remote:
@@ -273,8 +287,10 @@ def not_finished(job: Job, timeout: float | None) -> str:
 
 
 def get_handle(id: str, owner: Any = None) -> Handle[Any]:
-    """Rebuild the handle of an existing job; raises :class:`JobDoesNotExist` if there is none
-    that a handle with this ``owner`` may see (see :meth:`Handle._job`)."""
+    """Rebuild the handle of an existing job.
+
+    Raise :class:`JobDoesNotExist` if there is none that a handle with this ``owner``
+    may see (see :meth:`Handle._job`)."""
     handle: Handle[Any] = Handle(id, owner=owner)
     if not Job.objects.filter(pk=id, owner=handle.owner).exists():
         raise JobDoesNotExist(missing_job(id))
@@ -295,7 +311,8 @@ def cancel_all(queue: str | None = None) -> None:
 
 
 def check_timeout(timeout: float | None) -> None:
-    """A wait's ``timeout`` is ``None`` (no limit) or a finite number of seconds, 0 or more:
+    """Refuse a wait's ``timeout`` unless it is ``None`` (no limit) or finite seconds, 0 or more.
+
     ``nan`` would never expire, and a negative one is a mistake worth naming."""
     if timeout is None:
         return

@@ -76,10 +76,10 @@ def renew_lease(
 ) -> tuple[int | None, bool, datetime | None] | None:
     """Renew the lease of ``generation`` and record the arrivals counted until then.
 
-    Returns None if another process took the lease. The same statement reads the step's
+    Return None if another process took the lease. The same statement reads the step's
     inputs that no row it reads anyway tells (each through an index): the runtime
-    ``MAX_CONCURRENCY``, whether cancel requests wait, the earliest deferred start; and on
-    PostgreSQL it applies :data:`STEP_SETTINGS` to the step's transaction."""
+    ``MAX_CONCURRENCY``, whether cancel requests wait, the earliest deferred start; and
+    on PostgreSQL it applies :data:`STEP_SETTINGS` to the step's transaction."""
     connection = queue_connection()
     table = connection.ops.quote_name(LoopState._meta.db_table)
     cancels = connection.ops.quote_name(CancelRequest._meta.db_table)

@@ -1,10 +1,9 @@
 """The queues' limits: one read of every source, and the one writer of runtime changes.
 
-A queue's limits come from ``RATEQUEUE["QUEUES"]`` with its runtime changes on top (a
-:class:`~.models.QueueSetting` row, written by :mod:`.control` and by an enqueue that
-names a limit); an unconfigured "default" queue runs under ``MAX_CONCURRENCY`` as in
-force (the setting, or its runtime change on ``LoopState``). :class:`Queues` reads them
-all; :func:`store_queue_changes` and :func:`store_environment_limit` write the changes.
+:class:`Queues` reads ``RATEQUEUE["QUEUES"]`` with its runtime changes on top (a
+:class:`~.models.QueueSetting` row) and ``MAX_CONCURRENCY`` as in force, which limits an
+unconfigured "default" queue; :func:`store_queue_changes` and
+:func:`store_environment_limit` write the changes.
 """
 
 from __future__ import annotations

@@ -1,10 +1,9 @@
 """The main loop: the only code that moves jobs between statuses, one step at a time.
 
-The loop is led by one process at a time, which owns a ``generation`` of ``LoopState``
-(:mod:`.agent` elects it). Each step is one transaction that renews the lease first
-(:mod:`.lease`), then runs the phases of :mod:`.phases` in order. docs/concepts.md
-("The queue engine") tells the design: who writes which table, the statuses, the loop
-states and the invariants.
+One process at a time leads it, owning a ``generation`` of ``LoopState`` (:mod:`.agent`
+elects it). Each step is one transaction that renews the lease first (:mod:`.lease`),
+then runs the phases of :mod:`.phases` in order. docs/concepts.md ("The queue engine")
+tells the design: who writes which table, the statuses, the loop states, the invariants.
 """
 
 from __future__ import annotations
@@ -81,7 +80,7 @@ class Loop:
     def step(self) -> bool | None:
         """Run one step in one transaction; return whether it did work.
 
-        None if this process lost its generation."""
+        Return None if this process lost its generation."""
         now = clock.now()
         with transaction.atomic(using=queue_db()):
             renewal = self.lease.renew(now)

@@ -1,10 +1,9 @@
 """What an enqueue asks for: its options, checked once per function into a template.
 
-``EnqueueOptions`` names the options; :class:`JobOptions` merges a call's options over a
-function's defaults and validates them, before anything is written, into a
-:class:`JobTemplate` that knows the job row's columns and its prepared INSERT
-(:class:`.bulk.RowInsert`). The enqueue rate limit and the rate-gated queues' room are
-checked here too. docs/api.md lists the options.
+:class:`JobOptions` merges a call's options over a function's defaults and validates
+them, before anything is written, into a :class:`JobTemplate` that knows the job row's
+columns and its prepared INSERT (:class:`.bulk.RowInsert`). The enqueue rate limit and
+the rate-gated queues' room are checked here too. docs/api.md lists the options.
 """
 
 from __future__ import annotations
@@ -60,8 +59,10 @@ class RetryOptions(TypedDict, total=False):
 
 
 class EnqueueOptions(TypedDict, total=False):
-    """The options of a job, as ``@job``, ``.using()``, ``enqueue()`` and ``enqueue_many()``
-    take them (see docs/api.md); a name that is not one of these is a ValueError."""
+    """The options of a job, as ``@job``, ``.using()`` and the enqueue functions take them.
+
+    Those are ``enqueue()`` and ``enqueue_many()`` (see docs/api.md); a name that is not
+    one of these is a ValueError."""
 
     queue: str | QueueSpec | None
     concurrency_key: str
@@ -86,7 +87,7 @@ OWNER_MAX_LENGTH = Job._meta.get_field("owner").max_length or 255
 
 
 def parse_start_at(value: Any) -> datetime:
-    """``start_at`` as an aware datetime no more than MAX_DELAY ahead, or a ValueError."""
+    """Return ``start_at`` as an aware datetime at most MAX_DELAY ahead, or raise ValueError."""
     if isinstance(value, str):
         try:
             value = datetime.fromisoformat(value)
@@ -152,9 +153,10 @@ PER_JOB_COLUMNS = ("args", "kwargs", *JobStamp._fields)
 
 @dataclass(frozen=True)
 class JobTemplate:
-    """What a job's options decide, checked once: a job is a template plus its arguments,
-    an id and the time it was enqueued. ``start_at`` is fixed, ``run_after`` counts from
-    the enqueue."""
+    """What a job's options decide, checked once.
+
+    A job is a template plus its arguments, an id and the time it was enqueued.
+    ``start_at`` is fixed, ``run_after`` counts from the enqueue."""
 
     func: str
     queue: str
@@ -175,8 +177,9 @@ class JobTemplate:
     context_size: int
 
     def check_size(self, args: str, kwargs: str, what: str = "") -> None:
-        """Refuse arguments (JSON text) that with the context exceed MAX_ARGUMENTS_BYTES:
-        rows that big would slow every read of the queue's tables."""
+        """Refuse arguments (JSON text) that with the context exceed MAX_ARGUMENTS_BYTES.
+
+        Rows that big would slow every read of the queue's tables."""
         limit = ratequeue_settings().MAX_ARGUMENTS_BYTES
         size = len(args) + len(kwargs) + self.context_size
         if size > limit:
@@ -193,8 +196,10 @@ class JobTemplate:
 
     @cached_property
     def columns(self) -> dict[str, Any]:
-        """The job's columns that every job of this template shares: what the options
-        decide, and the model's defaults for the rest (no attempts yet, no result...)."""
+        """The job's columns that every job of this template shares.
+
+        That is what the options decide, and the model's defaults for the rest (no
+        attempts yet, no result...)."""
         decided = {
             "func": self.func,
             "queue": self.queue,
@@ -224,13 +229,13 @@ class JobTemplate:
         return RowInsert(Job, self.columns, PER_JOB_COLUMNS, returning=notify_clause(LOOP))
 
     def stamp(self, now: datetime, job_id: str | None = None) -> JobStamp:
-        """Id, status and times of a job enqueued ``now``."""
+        """Return the id, status and times of a job enqueued ``now``."""
         start_at = self.start_at or (now + self.run_after if self.run_after else now)
         status = Status.SCHEDULED if start_at > now else Status.WAITING
         return JobStamp(job_id or self.id or new_job_id(), status, start_at, now, current_job_id())
 
     def job(self, args: list[Any], kwargs: dict[str, Any], stamp: JobStamp) -> Job:
-        """An unsaved Job."""
+        """Return an unsaved Job."""
         return Job(**self.columns, args=args, kwargs=kwargs, **stamp._asdict())
 
     def insert(self, args: str, kwargs: str, stamp: JobStamp, async_commit: bool) -> None:
@@ -252,8 +257,10 @@ class JobTemplate:
 
 @dataclass(frozen=True)
 class JobOptions:
-    """The enqueue options; ``merge`` applies a call's options over defaults, ``template``
-    validates them for one function."""
+    """Merge and validate the enqueue options.
+
+    ``merge`` applies a call's options over defaults, ``template`` validates them for
+    one function."""
 
     values: Mapping[str, Any] = field(default_factory=dict)
     # path -> (the settings it was checked under, its template)
@@ -289,9 +296,11 @@ class JobOptions:
         return merged
 
     def template(self, path: str) -> JobTemplate:
-        """The options checked for the function at ``path``; raises ValueError naming what
-        to fix. Kept while the settings stay the same: a function's own options (``@job``)
-        are checked once, not at every enqueue."""
+        """Return the options checked for the function at ``path``, or raise ValueError.
+
+        The error names what to fix. The template is kept while the settings stay the
+        same: a function's own options (``@job``) are checked once, not at every
+        enqueue."""
         settings = ratequeue_settings()
         known = self._templates.get(path)
         if known is not None and known[0] is settings:
@@ -366,10 +375,11 @@ ENQUEUE_LIMIT_NAME = "ratequeue:enqueue"
 
 
 def check_enqueue_rate(count: int) -> None:
-    """Draw ``count`` from ENQUEUE_RATE_LIMIT (a leaky bucket), or raise
-    :class:`EnqueueRateLimited` before anything is written. Off when the setting is None.
+    """Draw ``count`` from ENQUEUE_RATE_LIMIT, or raise :class:`EnqueueRateLimited`.
 
-    It is drawn in the caller's transaction, so a rolled-back enqueue gives its tokens back.
+    ENQUEUE_RATE_LIMIT is a leaky bucket, drawn before anything is written; off when the
+    setting is None. It is drawn in the caller's transaction, so a rolled-back enqueue
+    gives its tokens back.
     """
     config = ratequeue_settings().ENQUEUE_RATE_LIMIT
     if config is None:
@@ -380,9 +390,10 @@ def check_enqueue_rate(count: int) -> None:
 
 
 def check_reservation_room(queue: str, cost: int) -> None:
-    """Refuse work for a rate-gated queue whose limit has reserved ``max_reserved`` tokens
-    ahead already: :class:`RateLimited` says when it would be admitted. Only a read; the
-    loop reserves the tokens when the job could start."""
+    """Refuse work for a rate-gated queue whose limit has reserved ``max_reserved`` tokens.
+
+    Those are tokens reserved ahead already: :class:`RateLimited` says when it would be
+    admitted. Only a read; the loop reserves the tokens when the job could start."""
     config = ratequeue_settings().QUEUES.get(queue)
     limit = config.rate_limit if config else None
     if limit is None or cost == 0:

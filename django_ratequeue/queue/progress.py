@@ -1,19 +1,8 @@
 """Progress and partial output of a running job: ``report_progress`` and ``stream_output``.
 
-A job may call them at any rate (an LLM streaming every token); the database sees at most
-one write per ``PROGRESS_INTERVAL`` per job. A call only records its value in memory, on
-the attempt's :class:`PendingOutput`. The process's writer thread (:class:`Writer`) writes
-what is pending, in one transaction on its own connection: the job never waits on the
-database, and a job that reports from inside its own ``atomic()`` block is still seen
-live. The thread runs only while there is something to write.
-
-When the attempt ends, :func:`write_rest` (called by ``run_attempt``) writes what is left,
-before the attempt's outcome is reported: once a job's result can be seen, its output is
-complete.
-
-What is written: the job row's ``progress`` column (the latest value), and
-:class:`OutputChunk` rows numbered on from the job's earlier attempts, one per write (more
-when a write holds over ``MAX_OUTPUT_CHUNK_LENGTH`` characters).
+A call only records its value in memory (:class:`PendingOutput`); the process's writer
+thread (:class:`Writer`) writes it at most once per ``PROGRESS_INTERVAL`` per job, and
+:func:`write_rest` what is left as the attempt ends. docs/api.md ("Batched") tells why.
 """
 
 from __future__ import annotations
@@ -108,9 +97,11 @@ class PendingOutput:
             self.progress = value
 
     def write(self) -> None:
-        """Write what is pending (nothing if nothing is), in one transaction. On a database
-        error what was taken is put back in front, for the next write, and it is raised;
-        what the database refuses as such (:class:`IntegrityError`) is dropped."""
+        """Write what is pending (nothing if nothing is), in one transaction.
+
+        On a database error what was taken is put back in front, for the next write, and
+        it is raised; what the database refuses as such (:class:`IntegrityError`) is
+        dropped."""
         with self.writing:
             with self.lock:
                 texts, self.texts = self.texts, []
@@ -139,12 +130,14 @@ class PendingOutput:
 
 
 def store(job_id: str, progress: Any, first: int, texts: list[str]) -> None:
-    """One write: the job's ``progress`` (unless UNSET) and its chunks ``texts``, numbered
-    from ``first``, in one transaction, that raises the ``JOBS`` signal with the job's id
-    (its event streams' watchers read it at once). In plain SQL: a running job writes
-    several times a second, and building the ORM's statements would cost more than
-    running them; the signal is each statement's ``RETURNING``, not a statement of its own
-    (PostgreSQL delivers one signal per transaction however often it is raised)."""
+    """Write the job's ``progress`` (unless UNSET) and its chunks ``texts`` in one transaction.
+
+    The chunks are :class:`OutputChunk` rows numbered from ``first``, on from the job's
+    earlier attempts. The transaction raises the ``JOBS`` signal with the job's id (its
+    event streams' watchers read it at once). In plain SQL: a running job writes several
+    times a second, and building the ORM's statements would cost more than running them;
+    the signal is each statement's ``RETURNING``, not a statement of its own (PostgreSQL
+    delivers one signal per transaction however often it is raised)."""
     connection = connections[queue_db()]
     quote = connection.ops.quote_name
     signal = connection.vendor == "postgresql"
@@ -170,8 +163,9 @@ def store(job_id: str, progress: Any, first: int, texts: list[str]) -> None:
 
 
 def joined(texts: list[str], limit: int) -> list[str]:
-    """``texts`` in order, joined into as few strings of at most ``limit`` characters as
-    they fit in (each text is at most ``limit`` long)."""
+    """Join ``texts``, in order, into as few strings of at most ``limit`` characters as fit.
+
+    Each text is at most ``limit`` long."""
     rows: list[str] = []
     current: list[str] = []
     size = 0
@@ -187,8 +181,10 @@ def joined(texts: list[str], limit: int) -> list[str]:
 
 
 class Writer:
-    """The process's writer thread: it writes each pending output when its interval since
-    its last write has passed, and stops after IDLE_EXIT seconds without work."""
+    """Write each pending output on the process's writer thread, once its interval has passed.
+
+    The interval counts since the output's last write; the thread stops after IDLE_EXIT
+    seconds without work."""
 
     def __init__(self) -> None:
         self.condition = threading.Condition()
@@ -203,8 +199,10 @@ class Writer:
         return self.daemon.thread
 
     def schedule(self, pending: PendingOutput) -> None:
-        """Have ``pending`` written when it is due. The thread is woken only for output
-        that was not waiting already: a job streaming tokens wakes it once per write."""
+        """Have ``pending`` written when it is due.
+
+        The thread is woken only for output that was not waiting already: a job
+        streaming tokens wakes it once per write."""
         with self.condition:
             if pending in self.waiting:
                 return
@@ -226,8 +224,10 @@ class Writer:
             connections[queue_db()].close()
 
     def next_ready(self) -> list[PendingOutput] | None:
-        """Wait until some pending output is due and take it; ``None`` (and the thread
-        ends) when there was none for IDLE_EXIT seconds."""
+        """Wait until some pending output is due and take it.
+
+        Return ``None`` (and the thread ends) when there was none for IDLE_EXIT
+        seconds."""
         with self.condition:
             while True:
                 if not self.waiting:
@@ -281,9 +281,11 @@ def _pending_output(call: str) -> PendingOutput:
 
 
 def outside_event_loop(make: type[PendingOutput], job_id: str) -> PendingOutput:
-    """``make(job_id)``, which reads the database: in a thread of its own when this thread
-    runs an event loop (an ``async def`` job's), where the ORM refuses to run. The loop
-    waits for that one short query, once per attempt."""
+    """Return ``make(job_id)``, which reads the database, off any event loop.
+
+    It runs in a thread of its own when this thread runs an event loop (an ``async def``
+    job's), where the ORM refuses to run. The loop waits for that one short query, once
+    per attempt."""
     try:
         asyncio.get_running_loop()
     except RuntimeError:
@@ -300,8 +302,9 @@ def outside_event_loop(make: type[PendingOutput], job_id: str) -> PendingOutput:
 
 
 def report_progress(data: Mapping[str, Any]) -> None:
-    """Record how far the running job is, as a JSON object (``{"done": 3, "total": 10}``):
-    the latest value is kept on the job (``Handle.progress()``, the HTTP API)."""
+    """Record how far the running job is, as a JSON object (``{"done": 3, "total": 10}``).
+
+    The latest value is kept on the job (``Handle.progress()``, the HTTP API)."""
     value = checked_progress(data)
     pending = _pending_output("report_progress()")
     pending.set_progress(value)
@@ -309,9 +312,10 @@ def report_progress(data: Mapping[str, Any]) -> None:
 
 
 def checked_progress(data: Any) -> Any:
-    """``data`` as the progress to store, a copy decoded from its JSON (what the job
-    changes in ``data`` afterwards is not what it reported now); a ValueError or TypeError
-    saying what is wrong with it."""
+    """Return ``data`` as the progress to store, a copy decoded from its JSON.
+
+    What the job changes in ``data`` afterwards is not what it reported now. Raise a
+    ValueError or TypeError saying what is wrong with it."""
     if not isinstance(data, Mapping):
         raise TypeError(
             f"report_progress() takes a dict (a JSON object), not {type(data).__name__}."
@@ -327,8 +331,10 @@ def checked_progress(data: Any) -> Any:
 
 
 def stream_output(text: str) -> None:
-    """Append ``text`` to the running job's partial output (``Handle.output()``, the HTTP
-    API's ``output`` events): an LLM's tokens, a log, lines of a report."""
+    """Append ``text`` to the running job's partial output.
+
+    It is read by ``Handle.output()`` and the HTTP API's ``output`` events: an LLM's
+    tokens, a log, lines of a report."""
     text = checked_text(text)
     pending = _pending_output("stream_output()")
     if text:
@@ -337,15 +343,19 @@ def stream_output(text: str) -> None:
 
 
 def checked_text(text: Any) -> str:
-    """``text`` if it can be stored as output, else a ValueError or TypeError saying why."""
+    """Return ``text`` if it can be stored as output, else raise a ValueError or TypeError.
+
+    The error says why."""
     if not isinstance(text, str):
         raise TypeError(f"stream_output() takes a str, not {type(text).__name__}.")
     return check_text("The job's output", text)
 
 
 def write_rest(attempt: Attempt) -> None:
-    """Write what ``attempt`` reported and streamed and is not written yet (called as it
-    ends, in its own thread). A database error is logged: the attempt's outcome stands."""
+    """Write what ``attempt`` reported and streamed and is not written yet.
+
+    Called as it ends, in its own thread. A database error is logged: the attempt's
+    outcome stands."""
     with _pending_lock:
         pending = _pending.pop(id(attempt), None)
     if pending is None:

@@ -1,27 +1,9 @@
 """The functions that may run as jobs, registered at import time and found by name.
 
-A dotted path comes from outside the code that defined the job: a caller's string, an
-``on_complete`` option, a job row in the database, an HTTP request. Were it imported
-and called, ``enqueue("builtins.exec", ...)`` or a row changed to ``os.system`` would run,
-and merely naming a module would run its import side effects. So only what the project's
-own code registered runs, and a name is looked up here without importing anything:
-
-- ``@job`` registers its function under its dotted path as it decorates it;
-- a ``django.tasks`` task registers when it is defined for a ratequeue backend
-  (:meth:`.backends.RateQueueBackend.validate_task`) while the project starts; one defined
-  later is refused, since workers, which start the same way, would never know it;
-- :func:`autodiscover`, called by the app's ``ready()`` in every process (web and
-  qcluster workers alike), imports the modules that hold them, as the admin finds
-  ``admin.py``: each installed app's ``jobs`` module, its ``tasks`` module when a TASKS
-  backend is ours, and the modules ``RATEQUEUE["JOB_MODULES"]`` names.
-
-Over HTTP the bar is higher still: only jobs registered with ``@job(expose=True)`` can be
-enqueued there (:func:`exposed_job`); the registry keeps that decorator's callables as
-given (:class:`ExposedHooks`) and the HTTP API calls them.
-
-A call is checked against its function's parameters at enqueue (:func:`check_call`), in
-Python and over HTTP alike, so that arguments that could never fit fail there rather than
-on every attempt.
+A name is looked up here without importing anything; only what the project's own code
+registered runs, and over HTTP only what ``@job(expose=True)`` registered
+(:func:`exposed_job`). docs/concepts.md ("Registered jobs") tells why, and how jobs get
+registered.
 """
 
 from __future__ import annotations
@@ -50,8 +32,10 @@ HAS_DJANGO_TASKS = django.VERSION >= (6, 0)
 
 @dataclass(frozen=True)
 class ExposedHooks:
-    """Keep the callables ``@job(expose=True, ...)`` was given, uninterpreted: the HTTP API
-    (:mod:`..api.exposure`) decides what they are called with and what they mean."""
+    """Keep the callables ``@job(expose=True, ...)`` was given, uninterpreted.
+
+    The HTTP API (:mod:`..api.exposure`) decides what they are called with and what they
+    mean."""
 
     permission: Callable[..., bool] | None = None
     http_options: Callable[..., Mapping[str, Any]] | None = None
@@ -62,8 +46,9 @@ def exposed_hooks(
     permission: Callable[..., bool] | None,
     http_options: Callable[..., Mapping[str, Any]] | None,
 ) -> ExposedHooks | None:
-    """Return what ``@job``'s ``expose=`` arguments ask for, ``None`` when not exposed;
-    ValueError for arguments that make no sense together."""
+    """Return what ``@job``'s ``expose=`` arguments ask for, ``None`` when not exposed.
+
+    Raise ValueError for arguments that make no sense together."""
     if not isinstance(expose, bool):
         raise ValueError(f"expose must be True or False, not {expose!r}.")
     for name, hook in (("permission", permission), ("http_options", http_options)):
@@ -79,7 +64,7 @@ SHAPES_KEPT = 1000
 
 
 class Parameters:
-    """A job function's parameters, read once, and which calls fit them."""
+    """Read a job function's parameters once, and tell which calls fit them."""
 
     def __init__(self, func: Callable[..., Any]) -> None:
         try:
@@ -96,8 +81,9 @@ class Parameters:
         self._answers: dict[tuple[Any, ...], str | None] = {}
 
     def problem(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> str | None:
-        """Say why calling the function with ``args`` and ``kwargs`` would raise
-        ``TypeError``, in Python's words; ``None`` when they fit.
+        """Say why calling the function with ``args`` and ``kwargs`` would raise ``TypeError``.
+
+        Say it in Python's words; return ``None`` when they fit.
 
         Whether a call fits depends only on its number of positional arguments and the
         names of its keywords: the answer is kept per such shape, for shapes that name
@@ -119,9 +105,11 @@ class Parameters:
     def _check(
         self, signature: inspect.Signature, args: Sequence[Any], kwargs: Mapping[str, Any]
     ) -> str | None:
-        """:meth:`problem`, worked out. A keyword the function does not have is named
-        first, as Python names it first in a call (``bind`` would name a missing argument
-        first, which a misspelt keyword leaves missing)."""
+        """Work out :meth:`problem`'s answer.
+
+        A keyword the function does not have is named first, as Python names it first in
+        a call (``bind`` would name a missing argument first, which a misspelt keyword
+        leaves missing)."""
         unknown = [] if self.any_keyword else [k for k in kwargs if k not in self.names]
         if unknown:
             name = unknown[0]
@@ -137,15 +125,16 @@ class Parameters:
 
 
 def bare(signature: inspect.Signature) -> str:
-    """``signature`` as an error message shows it: names and defaults, no annotations."""
+    """Return ``signature`` as an error message shows it: names and defaults, no annotations."""
     plain = [p.replace(annotation=p.empty) for p in signature.parameters.values()]
     return str(signature.replace(parameters=plain, return_annotation=signature.empty))
 
 
 class Registered:
-    """A function registered under its dotted path: the base of ``@job`` functions
-    (:class:`.functions.JobFunction`), which add their options and ``enqueue``. Only those
-    with :class:`ExposedHooks` can be enqueued over HTTP."""
+    """A function registered under its dotted path: the base of ``@job`` functions.
+
+    :class:`.functions.JobFunction` adds its options and ``enqueue``. Only those with
+    :class:`ExposedHooks` can be enqueued over HTTP."""
 
     def __init__(self, func: Callable[..., Any], exposed: ExposedHooks | None = None) -> None:
         self.func = func
@@ -154,8 +143,10 @@ class Registered:
 
     @cached_property
     def parameters(self) -> Parameters:
-        """The function's parameters, read once (enqueue checks calls against the
-        registered job, which lives as long as the process)."""
+        """The function's parameters, read once.
+
+        Enqueue checks calls against the registered job, which lives as long as the
+        process."""
         return Parameters(self.func)
 
 
@@ -176,13 +167,14 @@ TASK_FIX = (
 
 
 def is_async(func: Callable[..., Any]) -> bool:
-    """Whether ``func`` is an ``async def`` function (also behind ``functools.partial`` or
-    ``functools.wraps``)."""
+    """Return whether ``func`` is an ``async def`` function.
+
+    Also behind ``functools.partial`` or ``functools.wraps``."""
     return inspect.iscoroutinefunction(func) or inspect.iscoroutinefunction(inspect.unwrap(func))
 
 
 def job_path(func: Callable[..., Any], what: str = "job function") -> str:
-    """The dotted path of a module-level function: the name a worker finds it by."""
+    """Return the dotted path of a module-level function: the name a worker finds it by."""
     module = getattr(func, "__module__", None)
     qualname = getattr(func, "__qualname__", None)
     if not callable(func) or not isinstance(module, str) or not isinstance(qualname, str):
@@ -196,9 +188,11 @@ def job_path(func: Callable[..., Any], what: str = "job function") -> str:
 
 
 def register_job(job: J) -> J:
-    """Register ``job`` under its path and return the registered job. A path names one
-    job: decorating the same function again keeps the first registration (and its
-    options); another function at that path (a reloaded module) replaces it."""
+    """Register ``job`` under its path and return the registered job.
+
+    A path names one job: decorating the same function again keeps the first
+    registration (and its options); another function at that path (a reloaded module)
+    replaces it."""
     known = _jobs.get(job.path)
     if known is not None and known.func is job.func:
         return cast("J", known)  # the same function, so the same type
@@ -207,9 +201,10 @@ def register_job(job: J) -> J:
 
 
 def registered_job(func: Callable[..., Any] | str, what: str = "job function") -> Registered:
-    """The registered job that ``func`` names: the ``@job`` function, the plain function it
-    decorates, or their dotted path. Raises :class:`UnknownJob` naming the fix; never
-    imports anything."""
+    """Return the registered job that ``func`` names; never import anything.
+
+    ``func`` is the ``@job`` function, the plain function it decorates, or their dotted
+    path. Raise :class:`UnknownJob` naming the fix for any other."""
     path = func if isinstance(func, str) else job_path(func, what)
     known = _jobs.get(path)
     if known is None or not (isinstance(func, str) or func is known.func or func is known):
@@ -218,8 +213,10 @@ def registered_job(func: Callable[..., Any] | str, what: str = "job function") -
 
 
 def exposed_job(path: str) -> Registered:
-    """The registered job at ``path`` that the HTTP API may enqueue; :class:`UnknownJob`
-    for any other name, registered or not, and nothing is imported."""
+    """Return the registered job at ``path`` that the HTTP API may enqueue.
+
+    Raise :class:`UnknownJob` for any other name, registered or not; nothing is
+    imported."""
     known = _jobs.get(path) if isinstance(path, str) else None
     if known is None or known.exposed is None:
         raise UnknownJob(f"No job {_shown(path)} can be enqueued over HTTP.")
@@ -227,8 +224,10 @@ def exposed_job(path: str) -> Registered:
 
 
 def function_path(func: Callable[..., Any] | str, what: str = "job function") -> str:
-    """The dotted path of the registered job that ``func`` (a function, a ``@job`` copy, or
-    its path) names; :class:`UnknownJob` otherwise. Nothing is imported."""
+    """Return the dotted path of the registered job that ``func`` names.
+
+    ``func`` is a function, a ``@job`` copy, or its path; raise :class:`UnknownJob`
+    otherwise. Nothing is imported."""
     if isinstance(func, Registered):
         func = func.func
     return registered_job(func, what).path
@@ -237,8 +236,9 @@ def function_path(func: Callable[..., Any] | str, what: str = "job function") ->
 def check_call(
     job: Registered, args: Sequence[Any], kwargs: Mapping[str, Any], where: str = ""
 ) -> None:
-    """Raise ``TypeError`` when ``args`` and ``kwargs`` do not fit the parameters of
-    ``job``'s function: a call that would fail on every attempt is refused at enqueue."""
+    """Raise ``TypeError`` when ``args`` and ``kwargs`` do not fit ``job``'s function.
+
+    A call that would fail on every attempt is refused at enqueue."""
     known = job.parameters
     problem = known.problem(args, kwargs)
     if problem is not None:
@@ -246,8 +246,9 @@ def check_call(
 
 
 def register_task(task: Any) -> None:
-    """Register a ``django.tasks`` Task defined for a ratequeue backend while the project
-    starts (see :func:`register_job` for a path that is registered already). Refuse, with
+    """Register a ``django.tasks`` Task defined for a ratequeue backend while the project starts.
+
+    See :func:`register_job` for a path that is registered already. Refuse, with
     :class:`UnknownJob`, a task first defined after start-up (its module imported by a
     view, say): workers import only what every process imports at start-up, so they
     would fail it."""
@@ -263,7 +264,7 @@ def register_task(task: Any) -> None:
 
 
 def registered_task(path: str) -> Any:
-    """The Task registered at ``path``, or :class:`UnknownJob`; never imports anything."""
+    """Return the Task registered at ``path``, or raise :class:`UnknownJob`; import nothing."""
     try:
         return _tasks[path]
     except (KeyError, TypeError):
@@ -272,13 +273,17 @@ def registered_task(path: str) -> Any:
 
 
 def _shown(name: Any) -> str:
-    """A name as an error message quotes it: a hostile 10 MB one is cut short."""
+    """Return a name as an error message quotes it: a hostile 10 MB one is cut short."""
     text = repr(name)
     return text if len(text) <= 300 else f"{text[:300]}..."
 
 
 def autodiscover() -> None:
-    """Import the modules that register jobs (see the module docstring)."""
+    """Import the modules that register jobs, in every process (the app's ``ready()``).
+
+    As the admin finds ``admin.py``: each installed app's ``jobs`` module, its ``tasks``
+    module when a TASKS backend is ours, and the modules ``RATEQUEUE["JOB_MODULES"]``
+    names."""
     autodiscover_modules("jobs")
     tasks: dict[str, dict[str, Any]] = getattr(settings, "TASKS", {})
     if HAS_DJANGO_TASKS and any(p.get("BACKEND") == BACKEND_PATH for p in tasks.values()):

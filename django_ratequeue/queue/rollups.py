@@ -1,20 +1,8 @@
 """Count each queue's per-minute figures (:class:`.models.QueueMinute`) as the loop moves jobs.
 
-The series are read in :mod:`django_ratequeue.monitor.figures`. What each figure counts
-(docs/concepts.md, "Rollups"):
-
-- ``enqueued``: jobs created (by producers, or by the loop for callbacks);
-- ``started``: attempts the loop dispatched (a worker claims them a moment later);
-- ``completed``, ``failed``, ``canceled``: jobs that reached that final status;
-- ``retried``: attempts that ended and whose job was scheduled for another try;
-- wait time: from the job being ready (enqueued, or its schedule or back-off due) to its
-  attempt's dispatch; run time: from the attempt's start to its end, as its runner wrote;
-- ``tokens_reserved``: cost drawn from a rate-gated queue's limit; ``tokens_spent``: the
-  reserved cost of the attempts that started with it.
-
-Each event counts in the minute of the loop step that saw it. Times are histograms over
-fixed log-scale buckets (:data:`.models.HISTOGRAM_BOUNDS`: 1 ms doubling up to about
-70 min), so minutes add up.
+The series are read in :mod:`django_ratequeue.monitor.figures`. docs/concepts.md
+("Rollups") tells what each figure counts, in which minute, and why times are histograms
+over fixed log-scale buckets (:data:`.models.HISTOGRAM_BOUNDS`).
 """
 
 from __future__ import annotations
@@ -46,8 +34,10 @@ ARRIVALS_WINDOW = timedelta(minutes=1)
 
 
 def settled_until(now: datetime) -> datetime:
-    """Until when the arrivals are settled at ``now``: ARRIVALS_SETTLE ago, to the whole
-    second before, so that the loop counts them once a second, not at every step."""
+    """Return until when the arrivals are settled at ``now``.
+
+    That is ARRIVALS_SETTLE ago, to the whole second before, so that the loop counts
+    them once a second, not at every step."""
     return (now - ARRIVALS_SETTLE).replace(microsecond=0)
 
 
@@ -65,15 +55,17 @@ def floor_minute(moment: datetime) -> datetime:
 
 
 def bucket_of(seconds: float) -> int:
-    """Return the histogram bucket a duration falls in (a negative one, from clocks that
-    disagree, in the first)."""
+    """Return the histogram bucket a duration falls in.
+
+    A negative duration, from clocks that disagree, falls in the first."""
     return bisect_right(HISTOGRAM_BOUNDS, seconds)
 
 
 def arrivals(since: datetime, until: datetime | None = None) -> list[tuple[str, datetime, int]]:
-    """Return (queue, minute, jobs) for the jobs created in [since, until) (until now
-    when None), by queue and minute of creation: one read of the jobs' creation index
-    over that range."""
+    """Return (queue, minute, jobs) for the jobs created in [since, until), by queue and minute.
+
+    ``until`` None means until now. One read of the jobs' creation index over that
+    range."""
     created = Job.objects.filter(created_at__gte=since)
     if until is not None:
         created = created.filter(created_at__lt=until)
@@ -96,10 +88,11 @@ def counted_arrivals() -> datetime | None:
 
 
 def uncounted_arrivals(since: datetime, now: datetime) -> dict[str, dict[datetime, int]]:
-    """Return the jobs created at ``since`` or later that ``enqueued`` does not hold yet,
-    by queue and minute of creation: the ones the loop counts ARRIVALS_SETTLE after their
-    creation (from when it last counted; before its first step, from what that step
-    would count from)."""
+    """Return the jobs created at ``since`` or later that ``enqueued`` does not hold yet.
+
+    They come by queue and minute of creation: the ones the loop counts ARRIVALS_SETTLE
+    after their creation (from when it last counted; before its first step, from what
+    that step would count from)."""
     counted = counted_arrivals() or now - ARRIVALS_SETTLE
     found: dict[str, dict[datetime, int]] = {}
     for queue, minute, jobs in arrivals(max(since, counted)):
@@ -108,10 +101,11 @@ def uncounted_arrivals(since: datetime, now: datetime) -> dict[str, dict[datetim
 
 
 class Tally:
-    """What one loop step did, per queue and minute, kept in memory and written once at
-    the step's end, in its transaction: a step rolled back counts nothing, and a step that
-    did nothing writes nothing. Events count in the minute of the step's ``now``; arrivals
-    in the minute their job was created."""
+    """Keep what one loop step did, per queue and minute, in memory until the step's end.
+
+    It is written once at the step's end, in its transaction: a step rolled back counts
+    nothing, and a step that did nothing writes nothing. Events count in the minute of
+    the step's ``now``; arrivals in the minute their job was created."""
 
     def __init__(self, now: datetime) -> None:
         self.now = now
@@ -123,21 +117,22 @@ class Tally:
             self.rows.setdefault((queue, self.minute), Counter())[figure] += number
 
     def final(self, queue: str, status: str) -> None:
-        """A job of ``queue`` reached the final ``status``."""
+        """Count a job of ``queue`` that reached the final ``status``."""
         self.count(queue, FINAL_FIGURES[str(status)])
 
     def wait(self, queue: str, ready_at: datetime) -> None:
-        """An attempt of ``queue`` dispatched now, whose job was ready at ``ready_at``."""
+        """Count an attempt of ``queue`` dispatched now, whose job was ready at ``ready_at``."""
         self.count(queue, bucket_field("wait", bucket_of((self.now - ready_at).total_seconds())))
 
     def run(self, queue: str, started_at: datetime, ended_at: datetime) -> None:
-        """An attempt of ``queue`` that ran from ``started_at`` to ``ended_at``."""
+        """Count an attempt of ``queue`` that ran from ``started_at`` to ``ended_at``."""
         self.count(queue, bucket_field("run", bucket_of((ended_at - started_at).total_seconds())))
 
     def record(self, moves: Moves) -> None:
-        """Count what a step's transitions did: the jobs started (with their wait and
-        spent tokens), the reservations, the attempts that ran, the retries and the
-        final statuses."""
+        """Count what a step's transitions did, as ``moves`` reports it.
+
+        That is the jobs started (with their wait and spent tokens), the reservations,
+        the attempts that ran, the retries and the final statuses."""
         for job, ready_at in moves.started:
             self.count(job.queue, "started")
             self.wait(job.queue, ready_at)
@@ -154,13 +149,14 @@ class Tally:
             self.final(job.queue, job.status)
 
     def count_arrivals(self, since: datetime, until: datetime) -> None:
-        """Count the jobs created in [since, until) in ``enqueued``, by queue and minute of
-        creation: one read of the jobs' creation index over that range.
+        """Count the jobs created in [since, until) in ``enqueued``, by queue and minute.
 
-        Producers pay nothing for it (no extra write, no shared row to lock). The loop
-        moves ``until`` to ``ARRIVALS_SETTLE`` before its step, so a job is counted once,
-        at the first step after it is that old; a job whose transaction commits later than
-        that after its creation is missed (or, after a change of leader, counted late)."""
+        Jobs count in the minute of their creation: one read of the jobs' creation index
+        over that range. Producers pay nothing for it (no extra write, no shared row to
+        lock). The loop moves ``until`` to ``ARRIVALS_SETTLE`` before its step, so a job
+        is counted once, at the first step after it is that old; a job whose transaction
+        commits later than that after its creation is missed (or, after a change of
+        leader, counted late)."""
         if until <= since:
             return
         for queue, minute, jobs in arrivals(since, until):

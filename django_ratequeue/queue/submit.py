@@ -78,9 +78,11 @@ def _enqueue_each(job: Registered, calls: list[Call], each: list[dict[str, Any]]
 
 @contextmanager
 def _all_or_nothing(call_options: CallOptions | None) -> Iterator[None]:
-    """Open one transaction on each database of the queue and the rate limits when
-    ``call_options`` runs; without it there is nothing to undo, and each enqueue stays its
-    own transaction."""
+    """Make the calls all or nothing: one transaction per database when ``call_options`` runs.
+
+    It opens one transaction on each database of the queue and the rate limits; without
+    ``call_options`` there is nothing to undo, and each enqueue stays its own
+    transaction."""
     with ExitStack() as stack:
         if call_options is not None:
             for alias in sorted({queue_db(), rate_limit_db()}):

@@ -252,7 +252,7 @@ def apply_cancels(now: datetime, moves: Moves) -> tuple[bool, bool]:
 
 
 def promote_due(now: datetime) -> int:
-    """Turn due SCHEDULED and RETRYING jobs WAITING, at most STEP_LIMIT; how many."""
+    """Turn due SCHEDULED and RETRYING jobs WAITING, at most STEP_LIMIT; return how many."""
     due = list(Job.objects.due(now).values_list("pk", flat=True)[:STEP_LIMIT])
     if due:
         Job.objects.filter(pk__in=due).promote()
@@ -291,8 +291,9 @@ def fail_job(job: Job, error: str, now: datetime, moves: Moves) -> None:
 
 
 def create_callbacks(finished: list[Job], now: datetime) -> None:
-    """Create the on_complete job of each finished job that asked for one, owned by the
-    same owner."""
+    """Create the on_complete job of each finished job that asked for one.
+
+    Each callback is owned by the same owner as its job."""
     callbacks = []
     retry = ratequeue_settings().DEFAULT_RETRIES.to_json()
     for job in finished:

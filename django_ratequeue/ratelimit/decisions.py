@@ -1,15 +1,9 @@
 """Consume, check, reset and read rate limits by name: the public rate-limit functions.
 
-A limit's configuration comes from ``config=`` at the call or from
-``settings.RATEQUEUE["RATE_LIMITS"][name]``. A consume runs in a transaction that locks the
-limit's row, so that concurrent consumers are serialised and never over-admit; when it is
-refused nothing is written, and inside an outer ``transaction.atomic()`` it commits or
-rolls back with everything else. On PostgreSQL a consume is one statement (:mod:`.sql`);
-elsewhere it decides in Python inside ``atomic()``. A sharded limit (``shards=N``) tries
-two random shards and takes the one with more room, so one hot key spreads over N rows.
-
-Times come from the database's clock (:mod:`django_ratequeue.clock`), so that a host whose
-own clock is off neither admits early nor moves a stored time ahead of the other hosts.
+A limit's configuration comes from ``config=`` or ``RATEQUEUE["RATE_LIMITS"][name]``. A
+consume locks the limit's row (on PostgreSQL in one statement, :mod:`.sql`), so it never
+over-admits, and joins an outer ``transaction.atomic()``. docs/concepts.md ("Rate
+limits") tells why, and how shards and the database's clock come in.
 """
 
 from __future__ import annotations
@@ -71,7 +65,7 @@ class RateLimitResult:
 
 
 def get_rate_limit_config(name: str, config: ConfigLike | None = None) -> RateLimitConfig:
-    """The configuration of ``name``: ``config`` if given, else the one in settings."""
+    """Return the configuration of ``name``: ``config`` if given, else the one in settings."""
     check_limit_name(name)
     if config is not None:
         return parse_config(config)
@@ -87,7 +81,7 @@ def get_rate_limit_config(name: str, config: ConfigLike | None = None) -> RateLi
 
 
 def _row_key(key: str | None) -> str:
-    """The stored key: ``""`` stands for no key (one limit shared by everyone)."""
+    """Return the stored key: ``""`` stands for no key (one limit shared by everyone)."""
     if key is None:
         return ""
     if not isinstance(key, str):
@@ -100,7 +94,7 @@ def _row_key(key: str | None) -> str:
 
 
 def _phase(name: str, key: str) -> float:
-    """The random-looking but stable window phase of a fixed window without ``start``.
+    """Return the random-looking but stable window phase of a fixed window without ``start``.
 
     Derived from the name and key so that every process (and every check) agrees on it,
     while different keys do not all refill at the same instant.
@@ -138,13 +132,14 @@ def check_rate_limit(
     throws: bool = False,
     config: ConfigLike | None = None,
 ) -> RateLimitResult:
-    """What :func:`rate_limit` would answer now, without consuming anything."""
+    """Return what :func:`rate_limit` would answer now, without consuming anything."""
     return _check(name, get_rate_limit_config(name, config), key, count, reserve, throws)
 
 
 def reset_rate_limit(name: str, *, key: str | None = None, all_keys: bool = False) -> None:
-    """Forget the state of ``name`` for ``key`` (every shard), or for every key with
-    ``all_keys=True``: the limit is full again."""
+    """Forget the state of ``name`` for ``key`` (every shard): the limit is full again.
+
+    With ``all_keys=True``, forget it for every key."""
     check_limit_name(name)
     connection = storage.connection_for_write()
     if not all_keys:
@@ -158,7 +153,7 @@ def reset_rate_limit(name: str, *, key: str | None = None, all_keys: bool = Fals
 def get_rate_limit_value(
     name: str, *, key: str | None = None, config: ConfigLike | None = None
 ) -> float:
-    """The tokens available now for ``name`` and ``key``, summed over shards."""
+    """Return the tokens available now for ``name`` and ``key``, summed over shards."""
     return _value(name, get_rate_limit_config(name, config), key)
 
 
@@ -212,11 +207,12 @@ def _consume(
 
 
 def _take_in_one_statement(connection: BaseDatabaseWrapper, request: _Request) -> Decision:
-    """PostgreSQL: one statement locks, decides and writes (see :mod:`.sql`).
+    """Lock, decide and write in one statement, on PostgreSQL (see :mod:`.sql`).
 
     A sharded limit offers two random shards and locks the better one no one else holds;
-    if the other one would admit while the locked one does not, or both are held, it waits
-    for one. Missing rows (every shard's) are created full and the statement runs again.
+    if the other one would admit while the locked one does not, or both are held, it
+    waits for one. Missing rows (every shard's) are created full and the statement runs
+    again.
     """
     shards = request.limit.shard_count
     candidates: tuple[int, ...] = (0,)
@@ -281,7 +277,9 @@ def _take(connection: BaseDatabaseWrapper, request: _Request, shard: int) -> Dec
 
 
 def _take_from_shards(connection: BaseDatabaseWrapper, request: _Request) -> Decision:
-    """Power of two choices: read two random shards, lock the one with more room."""
+    """Take from the better of two random shards: read both, lock the one with more room.
+
+    The power of two choices."""
     shards = request.limit.shard_count
     pair = two_choices(shards, random.randrange(shards), random.randrange(shards - 1))
     states = storage.read_rows(connection, request.name, request.key, pair)
@@ -348,7 +346,7 @@ LATEST_TIMESTAMP = datetime(9999, 1, 1, tzinfo=UTC).timestamp()
 
 
 def _aware(timestamp: float) -> datetime:
-    """An aware UTC datetime, rounded up to the microsecond so it is never too early."""
+    """Return an aware UTC datetime, rounded up to the microsecond so it is never too early."""
     timestamp = min(timestamp, LATEST_TIMESTAMP)
     return datetime.fromtimestamp(math.ceil(timestamp * 1_000_000) / 1_000_000, tz=UTC)
 
@@ -357,8 +355,9 @@ def _aware(timestamp: float) -> datetime:
 
 
 def jittered_retry_at(retry_at: datetime, period: float | timedelta) -> datetime:
-    """``retry_at`` plus a random part of ``period``, so refused clients do not return
-    all at once (pass the limit's ``period``)."""
+    """Return ``retry_at`` plus a random part of ``period`` (pass the limit's ``period``).
+
+    So refused clients do not return all at once."""
     seconds = period.total_seconds() if isinstance(period, timedelta) else float(period)
     return _aware(with_jitter(retry_at.timestamp(), seconds, random.random()))
 
@@ -366,8 +365,10 @@ def jittered_retry_at(retry_at: datetime, period: float | timedelta) -> datetime
 def shard_states(
     name: str, limit: RateLimitConfig, key: str | None, now: float
 ) -> dict[int, State]:
-    """Every shard's state projected to ``now`` (a missing row is a full share), read with
-    one plain ``SELECT``: what :func:`get_rate_limit_value` adds up."""
+    """Return every shard's state projected to ``now`` (a missing row is a full share).
+
+    They are read with one plain ``SELECT``: what :func:`get_rate_limit_value` adds
+    up."""
     row_key = _row_key(key)
     states = storage.read_rows(storage.connection_for_write(), name, row_key)
     phase = _phase(name, row_key)
@@ -380,8 +381,10 @@ def shard_states(
 def project_row_value(
     row: RateLimitState, config: RateLimitConfig | None = None, now: float | None = None
 ) -> float | None:
-    """The tokens ``row`` holds now (its share, for a shard); ``None`` if its name is no
-    longer configured (and no ``config`` is given) or has fewer shards now."""
+    """Return the tokens ``row`` holds now (its share, for a shard), if it can tell.
+
+    ``None`` if its name is no longer configured (and no ``config`` is given) or has
+    fewer shards now."""
     if config is None:
         config = ratequeue_settings().RATE_LIMITS.get(row.name)
         if config is None:

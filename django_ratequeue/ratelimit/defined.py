@@ -16,8 +16,9 @@ from .decisions import (
 
 
 class RateLimits:
-    """Hold the limits given to :func:`define_rate_limits`; its methods accept only those
-    names."""
+    """Hold the limits given to :func:`define_rate_limits`; accept only those names.
+
+    Its methods refuse any other name."""
 
     def __init__(self, limits: Mapping[str, ConfigLike]) -> None:
         parsed: dict[str, RateLimitConfig] = {}

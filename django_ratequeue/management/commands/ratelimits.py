@@ -1,5 +1,7 @@
-"""``manage.py ratelimits``: list the rate limits, show one's values now, reset them, prune
-the rows that are full again."""
+"""``manage.py ratelimits``: list, show, reset and prune the rate limits.
+
+List the rate limits, show one's values now, reset them, prune the rows that are full
+again."""
 
 from __future__ import annotations
 
@@ -120,7 +122,7 @@ class Command(BaseCommand):
         )
 
     def known_config(self, name: str) -> RateLimitConfig | None:
-        """The limit's configuration; ``None`` for a name only stored (an inline config)."""
+        """Return the limit's configuration; ``None`` for a name only stored (an inline config)."""
         config = config_for(name)
         if config is None and not RateLimitState.objects.filter(name=name).exists():
             known = ", ".join(sorted(ratequeue_settings().RATE_LIMITS)) or "none"

@@ -1,5 +1,7 @@
-"""``manage.py ratequeue_prune``: delete finished jobs older than RATEQUEUE["RETENTION"],
-and the queues' per-minute figures older than RATEQUEUE["ROLLUP_RETENTION"]."""
+"""``manage.py ratequeue_prune``: delete the finished jobs and figures kept past retention.
+
+That is finished jobs older than RATEQUEUE["RETENTION"], and the queues' per-minute
+figures older than RATEQUEUE["ROLLUP_RETENTION"]."""
 
 from __future__ import annotations
 

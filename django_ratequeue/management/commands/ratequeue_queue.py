@@ -1,6 +1,8 @@
-"""``manage.py ratequeue_queue pause|resume|set|total|reset NAME [N]``: change a queue's
-limits at runtime (they override RATEQUEUE["QUEUES"]; the loop applies them at once).
-``manage.py ratequeue_queue max-concurrency N|reset``: the same for MAX_CONCURRENCY."""
+"""``manage.py ratequeue_queue``: change a queue's limits, or MAX_CONCURRENCY, at runtime.
+
+``pause|resume|set|total|reset NAME [N]`` change a queue's limits (they override
+RATEQUEUE["QUEUES"]; the loop applies them at once); ``max-concurrency N|reset`` does
+the same for MAX_CONCURRENCY."""
 
 from __future__ import annotations
 

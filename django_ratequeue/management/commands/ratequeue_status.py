@@ -1,5 +1,7 @@
-"""``manage.py ratequeue_status``: jobs per queue and status, the main loop and its workers;
-with ``--watch``, redrawn every interval with each queue's last minute (monitor/figures.py)."""
+"""``manage.py ratequeue_status``: show jobs per queue and status, the main loop, its workers.
+
+With ``--watch``, redrawn every interval with each queue's last minute
+(monitor/figures.py)."""
 
 from __future__ import annotations
 
@@ -35,7 +37,7 @@ def _count(count: int, capped: bool) -> str:
 
 
 def _duration(seconds: float | None) -> str:
-    """A percentile for people: "-" when there was no sample."""
+    """Return a percentile for people: "-" when there was no sample."""
     if seconds is None:
         return "-"
     if seconds < 1:
@@ -44,7 +46,7 @@ def _duration(seconds: float | None) -> str:
 
 
 def _interval(text: str) -> float:
-    """--interval: finite seconds, more than 0 and at most MAX_INTERVAL."""
+    """Return --interval as finite seconds, more than 0 and at most MAX_INTERVAL."""
     try:
         interval = float(text)
     except ValueError:
@@ -64,8 +66,9 @@ LEFT = frozenset({"QUEUE", "LIMIT", "STATE"})
 
 
 def _minute_cells(figures: Figures | None) -> list[str]:
-    """A queue's cells under MINUTE_HEADER (the total row sums only the counts:
-    percentiles do not add up across queues)."""
+    """Return a queue's cells under MINUTE_HEADER.
+
+    The total row sums only the counts: percentiles do not add up across queues."""
     if figures is None:
         return ["0", "0", "0", "-", "-"]
     counts = [str(getattr(figures, name)) for name in COUNTED]
@@ -73,8 +76,9 @@ def _minute_cells(figures: Figures | None) -> list[str]:
 
 
 def state(queue: QueueCounts) -> str:
-    """Why a queue's waiting jobs wait, as far as its counts tell: paused, saturated (its
-    running jobs fill its limit), or gated by a rate limit."""
+    """Return why a queue's waiting jobs wait, as far as its counts tell.
+
+    Paused, saturated (its running jobs fill its limit), or gated by a rate limit."""
     if queue.limit_note.startswith("paused"):
         return "paused"
     if not queue.counts[Status.WAITING]:
@@ -123,8 +127,10 @@ class Command(BaseCommand):
         self.write_remote(overview)
 
     def watch(self, interval: float, frames: int) -> None:
-        """Draw a frame every ``interval`` seconds, over the last one on a terminal, one
-        after the other otherwise; until Ctrl-C (or ``frames`` frames, if given)."""
+        """Draw a frame every ``interval`` seconds, until Ctrl-C (or ``frames`` frames, if given).
+
+        On a terminal each frame is drawn over the last one, elsewhere one after the
+        other."""
         clear = self.stdout.isatty()
         drawn = 0
         try:
@@ -138,8 +144,9 @@ class Command(BaseCommand):
             self.stdout.write("")
 
     def draw_frame(self, clear: bool = False) -> None:
-        """One frame of --watch: the counts with each queue's last minute, the loop and
-        its workers. The last minute is the last whole one (the current one is partial)."""
+        """Draw one frame of --watch: the counts, each queue's last minute, the loop, its workers.
+
+        The last minute is the last whole one (the current one is partial)."""
         now = clock.now()
         overview = queue_overview()
         last_minute = by_queue(now - timedelta(minutes=1), now - timedelta(minutes=1))
@@ -212,7 +219,7 @@ class Command(BaseCommand):
             )
 
     def write_remote(self, overview: QueueOverview) -> None:
-        """The remote workers, by key: where and when last seen, what they run now."""
+        """Write the remote workers, by key: where and when last seen, what they run now."""
         if not overview.remote_workers:
             return
         self.stdout.write("")

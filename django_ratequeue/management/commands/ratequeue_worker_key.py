@@ -1,6 +1,7 @@
-"""``manage.py ratequeue_worker_key create NAME --queues Q [Q ...] | list | revoke PREFIX``:
-the API keys of remote workers (docs/remote-workers.md). A key is shown once, when it is
-created: only its SHA-256 and its prefix are stored."""
+"""``manage.py ratequeue_worker_key``: create, list and revoke the API keys of remote workers.
+
+``create NAME --queues Q [Q ...] | list | revoke PREFIX`` (docs/remote-workers.md). A
+key is shown once, when it is created: only its SHA-256 and its prefix are stored."""
 
 from __future__ import annotations
 

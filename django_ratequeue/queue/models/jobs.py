@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import secrets
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from django.db import models
 
@@ -14,8 +14,27 @@ from ..bounds import later
 from ..retry import Retry
 from .statuses import DEFERRED_STATUSES, FINAL_STATUSES, READY_ORDER, Outcome, Status
 
-if TYPE_CHECKING:
-    from .attempts import Attempt
+
+class AttemptEnd(Protocol):
+    """What :meth:`Job.settle` reads of the attempt that ended (an ``Attempt`` row)."""
+
+    @property
+    def started_at(self) -> datetime | None: ...
+
+    @property
+    def outcome(self) -> str: ...
+
+    @property
+    def result(self) -> Any: ...
+
+    @property
+    def error(self) -> str: ...
+
+    @property
+    def traceback(self) -> str: ...
+
+    @property
+    def exception_class_path(self) -> str: ...
 
 
 def new_job_id() -> str:
@@ -152,7 +171,7 @@ class Job(models.Model):
     def __str__(self) -> str:
         return f"{self.func} [{self.id}]"
 
-    def settle(self, attempt: Attempt, now: datetime) -> None:
+    def settle(self, attempt: AttemptEnd, now: datetime) -> None:
         """Set this RUNNING job's status from the end of ``attempt``, its current one.
 
         Nothing is saved. The job becomes complete, canceled, failed or retrying after its

@@ -289,8 +289,34 @@ def render(
     rows = len(drawn) + (next_start is not None)
     height = AXIS_HEIGHT + rows * ROW_HEIGHT + 4
     parts = _axis(scale, height - 4)
+    parts += _rows(drawn, previous_end, scale, now)
+    if next_start is not None:
+        since = drawn[-1].ended_at or now
+        parts += _next_row(len(drawn), since, next_start, scale)
+    if any(a.ended_at is None for a in drawn) or next_start is not None:
+        parts.append(_now_line(scale.x(now), height, now))
+    svg = _svg(parts, height, len(drawn), summary(attempts, next_start))
+    if hidden:
+        note = format_html(
+            '<p class="help rq-hidden-attempts">The {} earlier attempts are not drawn; the '
+            "table below lists them all.</p>",
+            hidden,
+        )
+        return SafeString(svg + note)
+    return svg
+
+
+def _row_top(row: int) -> float:
+    return AXIS_HEIGHT + row * ROW_HEIGHT + (ROW_HEIGHT - BAR_HEIGHT) / 2
+
+
+def _rows(
+    drawn: list[AttemptInfo], previous_end: datetime | None, scale: Scale, now: datetime
+) -> list[SafeString]:
+    """Return a row per attempt, each after the back-off that preceded it, if any."""
+    parts: list[SafeString] = []
     for n, attempt in enumerate(drawn):
-        y = AXIS_HEIGHT + n * ROW_HEIGHT + (ROW_HEIGHT - BAR_HEIGHT) / 2
+        y = _row_top(n)
         if previous_end is not None and attempt.dispatched_at > previous_end:
             seconds = (attempt.dispatched_at - previous_end).total_seconds()
             parts += _backoff(
@@ -302,54 +328,52 @@ def render(
             )
         parts += _row(attempt, y, scale, now)
         previous_end = attempt.ended_at
-    if next_start is not None:
-        y = AXIS_HEIGHT + len(drawn) * ROW_HEIGHT + (ROW_HEIGHT - BAR_HEIGHT) / 2
-        since = previous_end or now
-        seconds = (next_start - since).total_seconds()
-        parts.append(_text(LABEL_WIDTH - 8, y + BAR_HEIGHT - 2, "next", "rq-label", "end"))
-        parts += _backoff(
+    return parts
+
+
+def _next_row(row: int, since: datetime, next_start: datetime, scale: Scale) -> list[SafeString]:
+    """Return the row of the back-off from ``since`` to the next attempt, due at ``next_start``."""
+    y = _row_top(row)
+    seconds = (next_start - since).total_seconds()
+    return [
+        _text(LABEL_WIDTH - 8, y + BAR_HEIGHT - 2, "next", "rq-label", "end"),
+        *_backoff(
             scale.x(since),
             scale.x(next_start),
             y,
             seconds,
             f"Back-off of {duration(seconds)}: next attempt at {_clock(next_start)}",
-        )
-        parts.append(
-            _text(scale.right + 8, y + BAR_HEIGHT - 2, f"due {_clock(next_start)}", "rq-outcome")
-        )
-    if any(a.ended_at is None for a in drawn) or next_start is not None:
-        x = scale.x(now)
-        parts.append(
-            format_html(
-                '<line x1="{x}" y1="{top}" x2="{x}" y2="{bottom}" class="rq-now">'
-                "<title>now, {clock}</title></line>",
-                x=x,
-                top=AXIS_HEIGHT - 6,
-                bottom=height - 4,
-                clock=_clock(now),
-            )
-        )
-    described = summary(attempts, next_start)
-    svg = format_html(
+        ),
+        _text(scale.right + 8, y + BAR_HEIGHT - 2, f"due {_clock(next_start)}", "rq-outcome"),
+    ]
+
+
+def _now_line(x: float, height: int, now: datetime) -> SafeString:
+    """Return the vertical line that marks ``now``."""
+    return format_html(
+        '<line x1="{x}" y1="{top}" x2="{x}" y2="{bottom}" class="rq-now">'
+        "<title>now, {clock}</title></line>",
+        x=x,
+        top=AXIS_HEIGHT - 6,
+        bottom=height - 4,
+        clock=_clock(now),
+    )
+
+
+def _svg(parts: list[SafeString], height: int, rows: int, described: str) -> SafeString:
+    """Return the drawing's ``<svg>`` element around ``parts``, with its title and summary."""
+    return format_html(
         '<svg class="rq-timeline" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {w} {h}" '
         'width="{w}" height="{h}" role="img" '
         'aria-labelledby="rq-timeline-title rq-timeline-desc" '
         'data-rows="{}"><title id="rq-timeline-title">Timeline of the attempts</title>'
         '<desc id="rq-timeline-desc">{}</desc>{}</svg>',
-        len(drawn),
+        rows,
         described,
         mark_safe("".join(parts)),  # each part escaped what it holds
         w=WIDTH,
         h=height,
     )
-    if hidden:
-        note = format_html(
-            '<p class="help rq-hidden-attempts">The {} earlier attempts are not drawn; the '
-            "table below lists them all.</p>",
-            hidden,
-        )
-        return SafeString(svg + note)
-    return svg
 
 
 def worker_shown(worker: str, remote: bool) -> str:

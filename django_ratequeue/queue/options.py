@@ -310,20 +310,11 @@ class JobOptions:
         return template
 
     def _check(self, path: str) -> JobTemplate:
+        """Check every option, in a fixed order, and return the template they make."""
         options = self.values
         queue = QueueChoice.coerce(options.get("queue"))
-        key = options.get("concurrency_key") or ""
-        if not isinstance(key, str) or len(key) > 255:
-            raise ValueError(
-                f"concurrency_key must be a string of at most 255 characters, not {key!r}."
-            )
-        if options.get("start_at") is not None and options.get("run_after") is not None:
-            raise ValueError("Give start_at or run_after, not both.")
-        start_at = run_after = None
-        if options.get("start_at") is not None:
-            start_at = parse_start_at(options["start_at"])
-        elif options.get("run_after") is not None:
-            run_after = timedelta(seconds=seconds("run_after", options["run_after"], MAX_DELAY))
+        key = _concurrency_key(options.get("concurrency_key") or "")
+        start_at, run_after = _start(options.get("start_at"), options.get("run_after"))
         retries = options.get("retries")
         retry = ratequeue_settings().DEFAULT_RETRIES if retries is None else Retry.coerce(retries)
         priority = integer("priority", options.get("priority", 0), MIN_INT, MAX_INT)
@@ -337,20 +328,9 @@ class JobOptions:
         context = options.get("context")
         context_size = len(check_json("context", context))
         cost = integer("cost", options.get("cost", 1), 0, MAX_INT)
-        owner = owner_label(options.get("owner"))
-        if len(owner) > OWNER_MAX_LENGTH:
-            raise ValueError(
-                f"owner must be at most {OWNER_MAX_LENGTH} characters, got {len(owner)}; "
-                "pass a shorter identity, such as a user or its primary key."
-            )
-        job_id = options.get("id")
-        if job_id is not None and (not isinstance(job_id, str) or not job_id or len(job_id) > 200):
-            raise ValueError(
-                f"id must be a non-empty string of at most 200 characters, not {job_id!r}."
-            )
+        owner = _owner(options.get("owner"))
         on_duplicate_id = options.get("on_duplicate_id", "error")
-        if on_duplicate_id not in ("error", "ignore"):
-            raise ValueError("on_duplicate_id must be 'error' or 'ignore'.")
+        job_id, ignore_duplicates = _job_id(options.get("id"), on_duplicate_id)
         return JobTemplate(
             func=path,
             queue=queue.name,
@@ -366,9 +346,51 @@ class JobOptions:
             owner=owner,
             cost=cost,
             id=job_id,
-            ignore_duplicates=on_duplicate_id == "ignore",
+            ignore_duplicates=ignore_duplicates,
             context_size=context_size,
         )
+
+
+def _concurrency_key(key: Any) -> str:
+    """Return ``key`` if it can be a concurrency key, else raise a ValueError."""
+    if not isinstance(key, str) or len(key) > 255:
+        raise ValueError(
+            f"concurrency_key must be a string of at most 255 characters, not {key!r}."
+        )
+    return key
+
+
+def _start(start_at: Any, run_after: Any) -> tuple[datetime | None, timedelta | None]:
+    """Return (``start_at``, ``run_after``) checked: one of them at most."""
+    if start_at is not None and run_after is not None:
+        raise ValueError("Give start_at or run_after, not both.")
+    if start_at is not None:
+        return parse_start_at(start_at), None
+    if run_after is not None:
+        return None, timedelta(seconds=seconds("run_after", run_after, MAX_DELAY))
+    return None, None
+
+
+def _owner(owner: Any) -> str:
+    """Return the stored form of ``owner``, if it fits its column."""
+    label = owner_label(owner)
+    if len(label) > OWNER_MAX_LENGTH:
+        raise ValueError(
+            f"owner must be at most {OWNER_MAX_LENGTH} characters, got {len(label)}; "
+            "pass a shorter identity, such as a user or its primary key."
+        )
+    return label
+
+
+def _job_id(job_id: Any, on_duplicate_id: Any) -> tuple[str | None, bool]:
+    """Return the custom ``id`` (None: a new one) and whether a duplicate is ignored."""
+    if job_id is not None and (not isinstance(job_id, str) or not job_id or len(job_id) > 200):
+        raise ValueError(
+            f"id must be a non-empty string of at most 200 characters, not {job_id!r}."
+        )
+    if on_duplicate_id not in ("error", "ignore"):
+        raise ValueError("on_duplicate_id must be 'error' or 'ignore'.")
+    return job_id, on_duplicate_id == "ignore"
 
 
 ENQUEUE_LIMIT_NAME = "ratequeue:enqueue"

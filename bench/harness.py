@@ -8,7 +8,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import suppress
 from pathlib import Path
 from typing import Any
@@ -58,20 +58,30 @@ class Workers:
         self.log.unlink(missing_ok=True)
 
 
+def stat_fields(pid: int | str) -> list[str] | None:
+    """Return the fields of ``/proc/<pid>/stat`` after the command (state first), or None
+    if the process is gone: ppid is [1], the process group [2], utime [11], stime [12]."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+
+
+def process_stats() -> Iterator[tuple[int, list[str]]]:
+    """Yield every live process's pid and :func:`stat_fields`."""
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and (fields := stat_fields(entry)) is not None:
+            yield int(entry), fields
+
+
 def group_pids(leaders: Sequence[int]) -> list[int]:
     """Every live process in the process groups that ``leaders`` lead (from /proc)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as stat:
-                fields = stat.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[2]) in leaders and fields[0] != "Z":  # fields[2]: the process group
-            found.append(int(entry))
-    return found
+    return [
+        pid
+        for pid, fields in process_stats()
+        if int(fields[2]) in leaders and fields[0] != "Z"  # fields[2]: the process group
+    ]
 
 
 def terminate(signum: int, frame: Any) -> None:

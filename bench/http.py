@@ -56,6 +56,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import machine_lines, prepare_database, version
+from bench.harness import process_stats
 
 ROOT = Path(__file__).resolve().parents[1]
 ENQUEUE = "/ratequeue/jobs/"
@@ -176,20 +177,12 @@ def client(port: int, url: str, token: str, count: int, start: Any, results: Any
 def group_cpu_seconds(group: int) -> float:
     """CPU time (user and system) of the processes in process group ``group`` so far: the
     server's, its workers included."""
-    ticks = os.sysconf("SC_CLK_TCK")
-    total = 0
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as stat:
-                fields = stat.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue  # gone meanwhile
-        # After the command: state, ppid, pgrp (index 2), ... utime (11), stime (12).
-        if int(fields[2]) == group:
-            total += int(fields[11]) + int(fields[12])
-    return total / ticks
+    total = sum(
+        int(fields[11]) + int(fields[12])  # utime, stime
+        for _pid, fields in process_stats()
+        if int(fields[2]) == group  # the process group
+    )
+    return total / os.sysconf("SC_CLK_TCK")
 
 
 @dataclass(frozen=True)

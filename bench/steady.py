@@ -47,7 +47,15 @@ from typing import Any
 
 from bench import harness
 from bench.common import machine_lines, prepare_database, version
-from bench.harness import ROOT, Workers, empty_tables, group_pids, terminate, timeline
+from bench.harness import (
+    ROOT,
+    Workers,
+    empty_tables,
+    group_pids,
+    stat_fields,
+    terminate,
+    timeline,
+)
 
 OURS, PROCRASTINATE = "ours", "procrastinate"
 CLOCK_TICK = os.sysconf("SC_CLK_TCK")
@@ -61,9 +69,8 @@ def cpu_seconds(pids: Sequence[int]) -> float:
     """User and system CPU of ``pids``, with that of their children already reaped."""
     total = 0
     for pid in pids:
-        with suppress(OSError):
-            with open(f"/proc/{pid}/stat") as stat:
-                fields = stat.read().rsplit(")", 1)[1].split()
+        fields = stat_fields(pid)
+        if fields is not None:
             total += sum(int(value) for value in fields[11:15])  # utime stime cutime cstime
     return total / CLOCK_TICK
 

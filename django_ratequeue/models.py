@@ -9,6 +9,7 @@ from .queue.models import (
     QueueDashboard,
     QueueMinute,
     QueueSetting,
+    QueueTotal,
     WorkerHeartbeat,
     WorkerKey,
 )
@@ -24,6 +25,7 @@ __all__ = [
     "QueueDashboard",
     "QueueMinute",
     "QueueSetting",
+    "QueueTotal",
     "RateLimitState",
     "RequestSeat",
     "WorkerHeartbeat",

@@ -28,15 +28,19 @@ def test_drf_is_an_extra_and_psycopg_is_not_its_binary_build() -> None:
     assert isinstance(extras, dict)
     assert extras["drf"] == ["djangorestframework>=3.15", "uritemplate>=4.1"]
     assert extras["binary"] == ["psycopg[binary]>=3.2"]
-    # The tests and the example project need both, on a fresh machine.
-    assert "django-ratequeue[drf,binary]" in extras["dev"]
+    assert not [r for r in required if r.startswith("prometheus")]
+    assert extras["prometheus"] == ["prometheus-client>=0.20"]
+    # The tests and the example project need them all, on a fresh machine.
+    assert "django-ratequeue[drf,binary,prometheus]" in extras["dev"]
 
 
-def run_without_drf(code: str) -> subprocess.CompletedProcess[str]:
-    """Run ``code`` in a fresh interpreter where rest_framework cannot be imported, with a
-    minimal project (the app, no DRF) set up."""
+def run_without_drf(
+    code: str, missing: str = "rest_framework"
+) -> subprocess.CompletedProcess[str]:
+    """Run ``code`` in a fresh interpreter where ``missing`` (DRF) cannot be imported, with
+    a minimal project (the app, no DRF) set up."""
     prelude = (
-        "import sys; sys.modules['rest_framework'] = None\n"
+        f"import sys; sys.modules[{missing!r}] = None\n"
         "import django; from django.conf import settings\n"
         "settings.configure(\n"
         "    INSTALLED_APPS=['django.contrib.admin', 'django.contrib.auth',\n"
@@ -83,3 +87,10 @@ def test_the_drf_parts_without_drf_say_what_to_install(module: str) -> None:
     assert done.returncode == 1
     assert "ImproperlyConfigured" in done.stderr
     assert "pip install 'django-ratequeue[drf]'" in done.stderr
+
+
+def test_the_metrics_without_prometheus_client_say_what_to_install() -> None:
+    done = run_without_drf("import django_ratequeue.contrib.prometheus", "prometheus_client")
+    assert done.returncode == 1
+    assert "ImproperlyConfigured" in done.stderr
+    assert "pip install 'django-ratequeue[prometheus]'" in done.stderr

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from django.db.models import Count
@@ -77,11 +78,14 @@ def effective_limit(name: str, limits: QueueLimits, set_at_enqueue: int | None) 
     return limits.limit_for(set_at_enqueue), note
 
 
-def queue_counts() -> list[QueueCounts]:
-    """Return every configured queue and every queue that has jobs, by name, with its counts."""
+def queue_counts(statuses: Collection[str] = Status.values) -> list[QueueCounts]:
+    """Return every configured queue and every queue that has jobs, by name, with its counts.
+
+    Only the jobs in ``statuses`` are counted (the others' columns stay 0): a scrape
+    leaves the finished ones, which its counters hold, to save reading them."""
     counts = {name: _empty_counts() for name in [DEFAULT_QUEUE, *ratequeue_settings().QUEUES]}
     capped: dict[str, set[str]] = {}
-    for status, queue, jobs in _capped_counts():
+    for status, queue, jobs in _capped_counts(list(statuses)):
         counts.setdefault(queue, _empty_counts())[status] = min(jobs, COUNT_LIMIT)
         if jobs > COUNT_LIMIT:
             capped.setdefault(queue, set()).add(status)
@@ -112,29 +116,31 @@ def queue_counts() -> list[QueueCounts]:
     ]
 
 
-def _queues_by_status(then: str) -> str:
+def _queues_by_status(then: str, statuses: int = len(Status.values)) -> str:
     """Return SQL naming, as ``q(status, queue)``, each status with each queue with jobs in it.
 
     The pairs come from :func:`..queue.skipscan.distinct_values`, followed by ``then``
-    (a SELECT from ``q``; ``{table}`` is the jobs table). Parameters: the statuses."""
+    (a SELECT from ``q``; ``{table}`` is the jobs table). Parameters: the ``statuses``
+    statuses."""
     table = queue_connection().ops.quote_name(Job._meta.db_table)
-    statuses = " UNION ALL ".join(["SELECT %s AS status"] * len(Status.values))
-    queues = distinct_values("q", table, "queue", per=("status", statuses))
+    statuses_sql = " UNION ALL ".join(["SELECT %s AS status"] * statuses)
+    queues = distinct_values("q", table, "queue", per=("status", statuses_sql))
     return f"WITH RECURSIVE {queues} {then.format(table=table)}"
 
 
-def _capped_counts() -> list[tuple[str, str, int]]:
-    """Return (status, queue, jobs) for each status and queue with jobs, up to COUNT_LIMIT + 1.
+def _capped_counts(statuses: list[str]) -> list[tuple[str, str, int]]:
+    """Return (status, queue, jobs) for each of ``statuses`` and queue with jobs in it.
 
-    One statement that reads only the dispatch index."""
+    Counts stop at COUNT_LIMIT + 1. One statement that reads only the dispatch index."""
     sql = _queues_by_status(
         "SELECT q.status, q.queue, (SELECT COUNT(*) FROM ("
         " SELECT 1 FROM {table} j WHERE j.status = q.status AND j.queue = q.queue LIMIT %s"
-        ") bounded) FROM q WHERE q.queue IS NOT NULL"
+        ") bounded) FROM q WHERE q.queue IS NOT NULL",
+        len(statuses),
     )
     connection = queue_connection()
     with connection.cursor() as cursor:
-        cursor.execute(sql, [*Status.values, COUNT_LIMIT + 1])
+        cursor.execute(sql, [*statuses, COUNT_LIMIT + 1])
         return [(status, queue, jobs) for status, queue, jobs in cursor.fetchall()]
 
 

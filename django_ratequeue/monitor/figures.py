@@ -17,6 +17,7 @@ from ..queue.models import (
     HISTOGRAM_BOUNDS,
     HISTOGRAM_BUCKETS,
     QueueMinute,
+    QueueTotal,
     bucket_field,
     queue_connection,
 )
@@ -275,3 +276,13 @@ def queues_with_figures(since: datetime) -> list[str]:
     with connection.cursor() as cursor:
         cursor.execute(sql, [minute])
         return [name for (name,) in cursor.fetchall()]
+
+
+def totals() -> dict[str, dict[str, int]]:
+    """Return each queue's figures since it was first counted, by queue name.
+
+    One read of :class:`..queue.models.QueueTotal`, a row per queue; the figures only
+    grow, retention keeps them all."""
+    fields = (*COUNT_FIELDS, *BUCKET_FIELDS)
+    rows = QueueTotal.objects.order_by("queue").values_list("queue", *fields)
+    return {queue: dict(zip(fields, values, strict=True)) for queue, *values in rows}

@@ -5,12 +5,13 @@ see")."""
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from .. import clock
-from ..queue.models import LoopState
+from ..queue.models import LoopState, Status
 from . import counts
 from .counts import COLUMNS, COUNT_LIMIT, QueueCounts, queue_counts
 from .workers import RemoteWorker, Worker, live_workers, remote_workers
@@ -125,9 +126,11 @@ def loop_info() -> LoopInfo:
     )
 
 
-def queue_overview() -> QueueOverview:
-    """Return every queue configured or with jobs, with the loop and its workers."""
-    queues = queue_counts()
+def queue_overview(statuses: Collection[str] = Status.values) -> QueueOverview:
+    """Return every queue configured or with jobs, with the loop and its workers.
+
+    The queues' jobs in ``statuses`` are counted (see :func:`.counts.queue_counts`)."""
+    queues = queue_counts(statuses)
     loop = loop_info()
     return QueueOverview(
         queues=queues,

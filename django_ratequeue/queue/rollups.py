@@ -9,9 +9,11 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections import Counter
+from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
-from django.db.models import Count
+from django.db.models import Count, Model
 from django.db.models.functions import TruncMinute
 
 from .models import (
@@ -20,6 +22,7 @@ from .models import (
     Job,
     LoopState,
     QueueMinute,
+    QueueTotal,
     Status,
     bucket_field,
     queue_connection,
@@ -104,8 +107,10 @@ class Tally:
     """Keep what one loop step did, per queue and minute, in memory until the step's end.
 
     It is written once at the step's end, in its transaction: a step rolled back counts
-    nothing, and a step that did nothing writes nothing. Events count in the minute of
-    the step's ``now``; arrivals in the minute their job was created."""
+    nothing, and a step that did nothing writes nothing. The queues' totals
+    (:class:`.models.QueueTotal`) take the same figures in the same transaction. Events
+    count in the minute of the step's ``now``; arrivals in the minute their job was
+    created."""
 
     def __init__(self, now: datetime) -> None:
         self.now = now
@@ -122,11 +127,16 @@ class Tally:
 
     def wait(self, queue: str, ready_at: datetime) -> None:
         """Count an attempt of ``queue`` dispatched now, whose job was ready at ``ready_at``."""
-        self.count(queue, bucket_field("wait", bucket_of((self.now - ready_at).total_seconds())))
+        self.duration(queue, "wait", (self.now - ready_at).total_seconds())
 
     def run(self, queue: str, started_at: datetime, ended_at: datetime) -> None:
         """Count an attempt of ``queue`` that ran from ``started_at`` to ``ended_at``."""
-        self.count(queue, bucket_field("run", bucket_of((ended_at - started_at).total_seconds())))
+        self.duration(queue, "run", (ended_at - started_at).total_seconds())
+
+    def duration(self, queue: str, histogram: str, seconds: float) -> None:
+        """Count a sample of ``histogram`` in its bucket and its sum (a negative one as 0)."""
+        self.count(queue, bucket_field(histogram, bucket_of(seconds)))
+        self.count(queue, f"{histogram}_ms", round(max(seconds, 0.0) * 1000))
 
     def record(self, moves: Moves) -> None:
         """Count what a step's transitions did, as ``moves`` reports it.
@@ -163,27 +173,42 @@ class Tally:
             self.rows.setdefault((queue, minute), Counter())["enqueued"] += jobs
 
     def write(self) -> None:
-        """Add the tally to the rollups in one UPSERT (PostgreSQL and SQLite alike)."""
+        """Add the tally to the minutes, then to the queues' totals: an UPSERT each."""
         if not self.rows:
             return
-        touched = [f for f in SUMMED_FIELDS if any(f in row for row in self.rows.values())]
-        connection = queue_connection()
-        quote = connection.ops.quote_name
-        table = quote(QueueMinute._meta.db_table)
-        columns = ", ".join(quote(name) for name in ["queue", "minute", *touched])
-        # The figures are ints the loop counted: inline, so only the names take parameters.
-        values = ", ".join(
-            f"(%s, %s, {', '.join(str(int(row[f])) for f in touched)})"
-            for row in self.rows.values()
-        )
-        added = ", ".join(
-            f"{quote(f)} = {table}.{quote(f)} + excluded.{quote(f)}" for f in touched
-        )
-        sql = (
-            f"INSERT INTO {table} ({columns}) VALUES {values}"
-            f" ON CONFLICT ({quote('queue')}, {quote('minute')}) DO UPDATE SET {added}"
-        )
-        adapt = connection.ops.adapt_datetimefield_value
-        params = [value for queue, minute in self.rows for value in (queue, adapt(minute))]
-        with connection.cursor() as cursor:
-            cursor.execute(sql, params)
+        upsert(QueueMinute, ("queue", "minute"), self.rows)
+        totals: dict[tuple[str], Counter[str]] = {}
+        for (queue, _minute), row in self.rows.items():
+            totals.setdefault((queue,), Counter()).update(row)
+        upsert(QueueTotal, ("queue",), totals)
+
+
+def upsert(
+    model: type[Model], keys: tuple[str, ...], rows: Mapping[tuple[Any, ...], Counter[str]]
+) -> None:
+    """Add each row's figures to ``model``'s row of the same ``keys``, in one statement.
+
+    The same UPSERT on PostgreSQL and SQLite; a row not there yet starts from 0."""
+    touched = [f for f in SUMMED_FIELDS if any(f in row for row in rows.values())]
+    connection = queue_connection()
+    quote = connection.ops.quote_name
+    table = quote(model._meta.db_table)
+    columns = ", ".join(quote(name) for name in [*keys, *touched])
+    # The figures are ints the loop counted: inline, so only the keys take parameters.
+    placeholders = ", ".join(["%s"] * len(keys))
+    values = ", ".join(
+        f"({placeholders}, {', '.join(str(int(row[f])) for f in touched)})"
+        for row in rows.values()
+    )
+    added = ", ".join(f"{quote(f)} = {table}.{quote(f)} + excluded.{quote(f)}" for f in touched)
+    conflict = ", ".join(quote(key) for key in keys)
+    sql = (
+        f"INSERT INTO {table} ({columns}) VALUES {values}"
+        f" ON CONFLICT ({conflict}) DO UPDATE SET {added}"
+    )
+    adapt = connection.ops.adapt_datetimefield_value
+    params = [
+        adapt(value) if isinstance(value, datetime) else value for key in rows for value in key
+    ]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)

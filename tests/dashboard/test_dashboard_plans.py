@@ -9,8 +9,9 @@ import time
 import pytest
 from django.conf import settings
 from django.contrib.auth.models import User
-from django.test import Client
+from django.test import Client, RequestFactory
 
+from django_ratequeue.contrib.prometheus import metrics_view
 from django_ratequeue.models import Attempt, Job, QueueMinute
 from django_ratequeue.monitor.snapshot import CHARTED_QUEUES
 from tests.dashboard.plans import assert_no_seq_scan
@@ -55,3 +56,25 @@ def test_the_dashboard_reads_no_table_whole(operator: Client, page: str, window:
     )
     # Shown, not asserted: timings belong to bench/ (run with -s to see them).
     print(f"{page}?window={window}: {report.count} statements, {took[0] * 1000:.0f} ms")
+
+
+# The totals, the overview's counts, loop and workers (as for the dashboard, 10), and the
+# limit set at enqueue: a number that follows the queues, not the jobs.
+SCRAPE_STATEMENTS = 1 + 10 + 1
+
+
+def test_a_prometheus_scrape_reads_no_table_whole() -> None:
+    took: list[float] = []
+
+    def scrape() -> None:
+        start = time.perf_counter()
+        response = metrics_view(RequestFactory().get("/metrics"))
+        took.append(time.perf_counter() - start)
+        assert response.status_code == 200 and b"ratequeue_jobs_total" in response.content
+
+    scrape()
+    report = assert_no_seq_scan(
+        scrape, tables=(Job, Attempt, QueueMinute), max_queries=SCRAPE_STATEMENTS
+    )
+    # Shown, not asserted: timings belong to bench/ (run with -s to see them).
+    print(f"scrape: {report.count} statements, {took[-1] * 1000:.0f} ms")

@@ -22,6 +22,7 @@ from .minutes import (
     HISTOGRAMS,
     SUMMED_FIELDS,
     QueueMinute,
+    QueueTotal,
     bucket_field,
 )
 from .statuses import (
@@ -58,6 +59,7 @@ __all__ = [
     "QueueDashboard",
     "QueueMinute",
     "QueueSetting",
+    "QueueTotal",
     "Status",
     "Wait",
     "WorkerHeartbeat",

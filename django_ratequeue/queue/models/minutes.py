@@ -21,6 +21,9 @@ COUNT_FIELDS = (
     "canceled",
     "tokens_reserved",
     "tokens_spent",
+    # Each histogram's samples summed, in milliseconds (Prometheus' _sum).
+    "wait_ms",
+    "run_ms",
 )
 
 
@@ -53,6 +56,8 @@ class QueueMinute(models.Model):
     canceled = models.PositiveIntegerField(db_default=0)
     tokens_reserved = models.PositiveBigIntegerField(db_default=0)
     tokens_spent = models.PositiveBigIntegerField(db_default=0)
+    wait_ms = models.PositiveBigIntegerField(db_default=0)
+    run_ms = models.PositiveBigIntegerField(db_default=0)
 
     class Meta:
         verbose_name = "queue minute"
@@ -69,5 +74,32 @@ class QueueMinute(models.Model):
         return f"{self.queue} at {self.minute:%Y-%m-%d %H:%M}"
 
 
+class QueueTotal(models.Model):
+    """What one queue did since it was first counted: every figure of its minutes, summed.
+
+    The loop adds to it in the statement after the one that adds to the minutes, in the
+    same transaction, so a queue's totals only grow: retention prunes minutes, never
+    totals. The Prometheus counters and histograms read these rows (one per queue)."""
+
+    queue = models.CharField(max_length=200, unique=True)
+    enqueued = models.PositiveBigIntegerField(db_default=0)
+    started = models.PositiveBigIntegerField(db_default=0)
+    completed = models.PositiveBigIntegerField(db_default=0)
+    failed = models.PositiveBigIntegerField(db_default=0)
+    retried = models.PositiveBigIntegerField(db_default=0)
+    canceled = models.PositiveBigIntegerField(db_default=0)
+    tokens_reserved = models.PositiveBigIntegerField(db_default=0)
+    tokens_spent = models.PositiveBigIntegerField(db_default=0)
+    wait_ms = models.PositiveBigIntegerField(db_default=0)
+    run_ms = models.PositiveBigIntegerField(db_default=0)
+
+    class Meta:
+        verbose_name = "queue total"
+
+    def __str__(self) -> str:
+        return f"{self.queue} since first counted"
+
+
 for _field in BUCKET_FIELDS:
     QueueMinute.add_to_class(_field, models.PositiveIntegerField(db_default=0))
+    QueueTotal.add_to_class(_field, models.PositiveBigIntegerField(db_default=0))

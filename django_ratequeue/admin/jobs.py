@@ -1,8 +1,8 @@
 """The admin for jobs: what is queued, running, retrying and failed, and why.
 
 Jobs are never edited by hand: the page offers what the public API offers, cancel and
-retry (a copy under a new id). docs/concepts.md ("Jobs and their statuses") tells why;
-docs/admin.md ("The job page") what the page shows.
+retry (a copy, once: :mod:`..queue.failed`). docs/concepts.md ("Jobs and their
+statuses") tells why; docs/admin.md ("The job page") what the page shows.
 """
 
 from __future__ import annotations
@@ -27,11 +27,11 @@ from django.views.decorators.http import require_POST
 
 from ..monitor.counts import COLUMNS
 from ..monitor.overview import queue_overview
-from ..queue.enqueue import enqueue
+from ..queue.failed import RETRYABLE_STATUSES, retry
 from ..queue.handles import Handle
 from ..queue.models import FINAL_STATUSES, Job, OutputChunk, Status
 from ..queue.retry import Retry
-from . import dashboard, related, timeline
+from . import dashboard, failed, related, timeline
 from .actions import PermittedActionsMixin
 from .jobfields import describe_retry, json_block, progress_bar, run_seconds, time_of_day
 from .joblist import (
@@ -42,7 +42,6 @@ from .joblist import (
     QueueFilter,
 )
 
-RETRYABLE_STATUSES = (Status.FAILED, Status.CANCELED)
 # A job's page shows the end of its output, this many characters at most (the output may
 # be a megabyte: RATEQUEUE["MAX_OUTPUT_LENGTH"]).
 OUTPUT_SHOWN = 10_000
@@ -66,27 +65,6 @@ LIVE_FIELDS = (
 # (PROGRESS_INTERVAL), a waiting one less often.
 POLL_RUNNING = 1.0
 POLL_WAITING = 2.0
-
-
-def enqueue_copy(job: Job) -> Handle:
-    """Enqueue the call ``job`` made, with its options, as a new job (new id, starts now)."""
-    queue: Any = job.queue
-    if job.max_concurrency is not None:
-        queue = {"name": job.queue, "max_concurrency": job.max_concurrency}
-    return enqueue(
-        job.func,
-        args=job.args,
-        kwargs=job.kwargs,
-        queue=queue,
-        concurrency_key=job.concurrency_key,
-        priority=job.priority,
-        retries=Retry(**job.retry),
-        timeout=job.timeout,
-        on_complete=job.on_complete or None,
-        context=job.context,
-        owner=job.owner or None,
-        cost=job.cost,
-    )
 
 
 @admin.register(Job)
@@ -244,18 +222,26 @@ class JobAdmin(JobListColumns, PermittedActionsMixin, admin.ModelAdmin):
         permissions=["retry"],
     )
     def retry_selected(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
-        copies: list[str] = []
+        copies: dict[bool, list[str]] = {True: [], False: []}
         for job in queryset.filter(status__in=RETRYABLE_STATUSES).order_by("created_at"):
             try:
-                copies.append(f"{job.id} → {enqueue_copy(job).id}")
+                done = retry(job)
             except (TypeError, ValueError) as exc:  # e.g. its call no longer fits the function
                 self.message_user(request, f"Could not retry {job.id}: {exc}", messages.ERROR)
+                continue
+            copies[done.enqueued].append(f"{job.id} → {done.handle.id}")
         skipped = queryset.exclude(status__in=RETRYABLE_STATUSES).count()
-        if copies:
+        if copies[True]:
             self.message_user(
                 request,
-                f"Enqueued {len(copies)} new job(s): {', '.join(copies)}.",
+                f"Enqueued {len(copies[True])} new job(s): {', '.join(copies[True])}.",
                 messages.SUCCESS,
+            )
+        if copies[False]:
+            self.message_user(
+                request,
+                f"Retried before, nothing enqueued: {', '.join(copies[False])}.",
+                messages.WARNING,
             )
         if skipped:
             self.message_user(
@@ -304,7 +290,15 @@ class JobAdmin(JobListColumns, PermittedActionsMixin, admin.ModelAdmin):
             self.admin_site.admin_view(self.live_view),
             name="django_ratequeue_job_live",
         )
-        return [overview, *dashboard.urls(self), cancel, retry, live, *super().get_urls()]
+        return [
+            overview,
+            *dashboard.urls(self),
+            *failed.urls(self),
+            cancel,
+            retry,
+            live,
+            *super().get_urls(),
+        ]
 
     # -- a job's own page: its cancel and retry buttons ----------------------------------
 
@@ -422,12 +416,17 @@ class JobAdmin(JobListColumns, PermittedActionsMixin, admin.ModelAdmin):
             )
             return self._job_page(job.id)
         try:
-            copy = enqueue_copy(job)
+            done = retry(job)
         except (TypeError, ValueError) as exc:
             self.message_user(request, f"Could not retry {job.id}: {exc}", messages.ERROR)
             return self._job_page(job.id)
-        self.message_user(request, f"Enqueued {copy.id}, a copy of {job.id}.", messages.SUCCESS)
-        return self._job_page(copy.id)
+        if done.enqueued:
+            message = f"Enqueued {done.handle.id}, a copy of {job.id}."
+            self.message_user(request, message, messages.SUCCESS)
+        else:
+            message = f"{job.id} was retried before, as {done.handle.id}: nothing enqueued."
+            self.message_user(request, message, messages.WARNING)
+        return self._job_page(done.handle.id)
 
     def overview_view(self, request: HttpRequest) -> HttpResponse:
         if not self.has_view_permission(request):

@@ -18,6 +18,7 @@ from django.db import IntegrityError, transaction
 from .. import clock
 from ..conf import ratequeue_settings
 from ..exceptions import DuplicateJobId
+from ..signals import announce, listened
 from .bounds import check_json
 from .handles import Handle
 from .limits import store_queue_changes
@@ -131,6 +132,7 @@ def enqueue_job(
     template, stamp, written = _write_one(target, defaults.merge(options), args, kwargs)
     if not written:
         return Job.objects.get(pk=stamp.id)
+    announce_enqueued(template, [stamp.id])
     job = template.job(args, kwargs, stamp)
     job._state.adding = False
     return job
@@ -140,8 +142,17 @@ def enqueue_call(
     target: Registered, options: JobOptions, args: list[Any], kwargs: dict[str, Any]
 ) -> Handle[Any]:
     """Enqueue one call of ``target`` with ``options``; return its handle."""
-    template, stamp, _written = _write_one(target, options, args, kwargs)
+    template, stamp, written = _write_one(target, options, args, kwargs)
+    if written:
+        announce_enqueued(template, [stamp.id])
     return Handle(stamp.id, owner=template.owner)
+
+
+def announce_enqueued(template: JobTemplate, job_ids: list[str]) -> None:
+    """Announce ``job_enqueued`` for the jobs written, once their transaction commits."""
+    if listened("job_enqueued"):
+        records = [{"job_id": i, "func": template.func, "queue": template.queue} for i in job_ids]
+        announce("job_enqueued", queue_db(), records)
 
 
 def _write_one(
@@ -231,9 +242,11 @@ def enqueue_many(
     An item that is a dict gives keyword arguments, a list or tuple positional arguments,
     anything else the single argument. With ``id="x"`` the jobs get ids ``x-0``, ``x-1``, ...
     """
-    template, stamped, _kept = _write_calls(func, map(_item_call, params), options)
+    template, stamped, kept = _write_calls(func, map(_item_call, params), options)
     id_column = PER_JOB_COLUMNS.index("id")
-    return [Handle(call[id_column], owner=template.owner) for call in stamped]
+    ids = [call[id_column] for call in stamped]
+    announce_enqueued(template, [job_id for job_id in ids if job_id not in kept])
+    return [Handle(job_id, owner=template.owner) for job_id in ids]
 
 
 def item_id(prefix: str, index: int) -> str:
@@ -283,6 +296,10 @@ def enqueue_rows(func: Callable[..., Any] | str, calls: list[Call], **options: A
     As :func:`enqueue_many` does; where ``on_duplicate_id="ignore"`` kept the caller's
     existing job, return that one."""
     template, stamped, kept = _write_calls(func, calls, options)
+    id_column = PER_JOB_COLUMNS.index("id")
+    announce_enqueued(
+        template, [call[id_column] for call in stamped if call[id_column] not in kept]
+    )
     existing = Job.objects.in_bulk(list(kept)) if kept else {}
     rows = []
     for (args, kwargs), (_args, _kwargs, *stamp) in zip(calls, stamped, strict=True):

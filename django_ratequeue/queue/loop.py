@@ -25,6 +25,7 @@ from .phases import (
     Resume,
     Start,
     Step,
+    announce_moves,
     cancel,
     count,
     finish_ended,
@@ -55,6 +56,7 @@ class Loop:
             ring,
             self.rest,
             count,
+            announce_moves,
         )
         # What the last step found: it hit a per-step limit (more_work), or left the loop
         # resting, and when the resting loop wants waking.

@@ -10,12 +10,14 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any
 
 from ..conf import RateQueueSettings
+from ..signals import announce, listened
 from .deferred import next_deferred_start
 from .dispatch import Dispatch
 from .lease import Renewal
-from .models import Attempt, Job, LoopState, LoopStatus
+from .models import Attempt, Job, LoopState, LoopStatus, queue_db
 from .moves import Moves
 from .rollups import ARRIVALS_SETTLE, Tally
 from .transitions import STEP_LIMIT, apply_cancels, finish, promote_due, recover
@@ -210,6 +212,42 @@ def count(step: Step) -> None:
     tally.count_arrivals(step.renewal.arrivals_since, step.renewal.arrivals_until)
     tally.record(step.moves)
     tally.write()
+
+
+def announce_moves(step: Step) -> None:
+    """Announce the attempts that ended and the jobs that finished, once the step commits.
+
+    The lifecycle's signals and log records (:mod:`django_ratequeue.signals`); nothing
+    is built when nothing listens."""
+    db = queue_db()
+    if listened("attempt_finished"):
+        announce("attempt_finished", db, [attempt_record(job, a) for job, a in step.moves.ran])
+    if listened("job_finished"):
+        announce("job_finished", db, [job_record(job) for job in step.moves.finished])
+
+
+def attempt_record(job: Job, attempt: Attempt) -> dict[str, Any]:
+    """Return the ``attempt_finished`` arguments of an attempt that ran."""
+    assert attempt.started_at is not None and attempt.ended_at is not None
+    return {
+        "job_id": job.pk,
+        "func": job.func,
+        "queue": job.queue,
+        "attempt_id": attempt.pk,
+        "outcome": attempt.outcome,
+        "run_seconds": (attempt.ended_at - attempt.started_at).total_seconds(),
+    }
+
+
+def job_record(job: Job) -> dict[str, Any]:
+    """Return the ``job_finished`` arguments of a job that reached a final status."""
+    return {
+        "job_id": job.pk,
+        "func": job.func,
+        "queue": job.queue,
+        "status": str(job.status),
+        "attempts": job.attempts,
+    }
 
 
 def first_arrival_since(moment: datetime) -> datetime | None:

@@ -59,6 +59,7 @@ FINISH_FIELDS = [
     "context",
     "owner",
     "queue",
+    "func",
 ]
 T = TypeVar("T")
 
@@ -231,7 +232,9 @@ def apply_cancels(now: datetime, moves: Moves) -> tuple[bool, bool]:
         pending = list(
             Job.objects.filter(scope)
             .not_started()
-            .only("on_complete", "context", "result", "owner", "queue")[:budget]
+            .only("on_complete", "context", "result", "owner", "queue", "func", "attempts")[
+                :budget
+            ]
         )
         for job in pending:
             job.status, job.finished_at = Status.CANCELED, now

@@ -146,4 +146,5 @@ def test_the_loop_runs_its_phases_in_order() -> None:
         "ring",
         "Rest",
         "count",
+        "announce_moves",
     ]

@@ -18,7 +18,8 @@ from django.db.models import OuterRef, Q, QuerySet, Subquery
 from ... import clock
 from ...conf import ratequeue_settings
 from ...exceptions import LeaseLost
-from ..models import Attempt, Job, OutputChunk, WorkerKey, queue_connection
+from ...signals import announce
+from ..models import Attempt, Job, OutputChunk, WorkerKey, queue_connection, queue_db
 from ..wakeup import WORK, signal
 from .sql import Scope, claimed, run_claim
 
@@ -117,7 +118,25 @@ def claim_local(claimant: Claimant, limit: int) -> list[Attempt]:
             .order_by("-job__priority", "pk")
         )
 
-    return through_reconnects(take)
+    attempts = through_reconnects(take)
+    announce_started(attempts, claimant)
+    return attempts
+
+
+def announce_started(attempts: list[Attempt], claimant: Claimant) -> None:
+    """Announce ``attempt_started`` for each attempt a claim took (their jobs read)."""
+    records = [
+        {
+            "job_id": attempt.job_id,
+            "func": attempt.job.func,
+            "queue": attempt.queue,
+            "attempt_id": attempt.pk,
+            "worker": claimant.worker,
+            "remote": claimant.key is not None,
+        }
+        for attempt in attempts
+    ]
+    announce("attempt_started", queue_db(), records)
 
 
 @dataclass
@@ -146,6 +165,7 @@ def claim_remote(
     the other workers for ``RETRY_ELSEWHERE`` after it became claimable."""
     now = clock.now()
     retry_at = None
+    taken: list[tuple[Any, ...]] = []
     if limit > 0:
         candidates = Attempt.objects.filter(
             active=True, remote=True, worker="", ended_at=None, queue__in=list(queues)
@@ -165,7 +185,11 @@ def claim_remote(
         .annotate(last_output=Subquery(last_output.values("index")[:1]))
         .order_by("-job__priority", "pk")
     )
-    return Claimed(list(attempts), retry_at)
+    held: list[Attempt] = list(attempts)
+    if limit > 0 and taken:
+        new = {row[0] for row in taken}
+        announce_started([a for a in held if a.pk in new], claimant)
+    return Claimed(held, retry_at)
 
 
 def avoided_retries(candidates: QuerySet[Attempt], mine: Q, now: datetime) -> dict[int, datetime]:

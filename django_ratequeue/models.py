@@ -9,6 +9,7 @@ from .queue.models import (
     QueueDashboard,
     QueueMinute,
     QueueSetting,
+    UniqueClaim,
     WorkerHeartbeat,
     WorkerKey,
 )
@@ -26,6 +27,7 @@ __all__ = [
     "QueueSetting",
     "RateLimitState",
     "RequestSeat",
+    "UniqueClaim",
     "WorkerHeartbeat",
     "WorkerKey",
 ]

@@ -19,6 +19,7 @@ from .. import clock
 from ..conf import ratequeue_settings
 from ..exceptions import DuplicateJobId
 from .bounds import check_json
+from .claims import claim_burst, claim_window
 from .handles import Handle
 from .limits import store_queue_changes
 from .models import Job, QueueSetting, queue_connection, queue_db
@@ -159,13 +160,16 @@ def _write_one(
     check_reservation_room(template.queue, template.cost)
     settings = ratequeue_settings()
     stamp = template.stamp(clock.now())
-    plain = template.max_concurrency is None and template.id is None
+    plain = template.max_concurrency is None and template.id is None and template.unique is None
     written = True
     if plain and settings.ENQUEUE_RATE_LIMIT is None:
         template.insert(args_json, kwargs_json, stamp, settings.ENQUEUE_ASYNC_COMMIT)
     else:
         try:
             with transaction.atomic(using=queue_db()):
+                holder = claim(template, args, kwargs, stamp)
+                if holder is not None:
+                    return template, stamp._replace(id=holder), False
                 check_enqueue_rate(1)
                 apply_queue_limit(template)
                 template.job(args, kwargs, stamp).save(force_insert=True)
@@ -176,6 +180,23 @@ def _write_one(
                 raise DuplicateJobId(stamp.id) from None
             written = False
     return template, stamp, written
+
+
+def claim(
+    template: JobTemplate, args: list[Any], kwargs: dict[str, Any], stamp: JobStamp
+) -> str | None:
+    """Claim the call's unique key (``unique_for``, ``debounce``) for the job of ``stamp``.
+
+    Return the id of the job that answers the call instead, if another does (nothing is
+    written for it then, or its arguments and start were debounced); None to write the
+    job. Call it in the enqueue's transaction."""
+    unique = template.unique
+    if unique is None:
+        return None
+    key = unique.claim_key(template.func, template.owner, args, kwargs)
+    if unique.mode == "unique_for":
+        return claim_window(key, stamp.id, stamp.created_at, unique.window)
+    return claim_burst(key, stamp.id, stamp.start_at, args, kwargs)
 
 
 def apply_queue_limit(template: JobTemplate) -> None:
@@ -303,6 +324,7 @@ def _write_calls(
     template = defaults.merge(options).template(target.path)
     now = clock.now()
     stamped: list[tuple[Any, ...]] = []
+    calls = list(calls)
     for index, (args, kwargs) in enumerate(calls):
         check_call(target, args, kwargs, f" of item {index}")
         args_json = check_json(f"arguments (item {index})", args)
@@ -318,6 +340,8 @@ def _write_calls(
     # could start, so a batch is refused exactly when its first job would be.
     check_reservation_room(template.queue, template.cost)
     kept: set[str] = set()
+    if template.unique is not None:
+        return template, *_write_each_claimed(template, calls, stamped)
     with transaction.atomic(using=queue_db()):
         check_enqueue_rate(len(stamped))
         apply_queue_limit(template)
@@ -334,6 +358,31 @@ def _write_calls(
                 kept = _insert_with_ids(template, rows)
         signal(LOOP)
     return template, stamped, kept
+
+
+def _write_each_claimed(
+    template: JobTemplate, calls: list[Call], stamped: list[tuple[Any, ...]]
+) -> tuple[list[tuple[Any, ...]], set[str]]:
+    """Write the calls of a bulk enqueue with ``unique_for`` or ``debounce``, all or none.
+
+    Each call claims its own key, in order, as one enqueue would; a call answered by
+    another job (an earlier one of the same batch too) gets that job's id, which is
+    returned among the ids kept. Return the stamped calls and those ids."""
+    kept: set[str] = set()
+    answered: list[tuple[Any, ...]] = []
+    with transaction.atomic(using=queue_db()):
+        apply_queue_limit(template)
+        for (args, kwargs), (args_json, kwargs_json, *stamp) in zip(calls, stamped, strict=True):
+            holder = claim(template, args, kwargs, JobStamp(*stamp))
+            if holder is None:
+                check_enqueue_rate(1)
+                template.job(args, kwargs, JobStamp(*stamp)).save(force_insert=True)
+                answered.append((args_json, kwargs_json, *stamp))
+            else:
+                kept.add(holder)
+                answered.append((args_json, kwargs_json, holder, *stamp[1:]))
+        signal(LOOP)
+    return answered, kept
 
 
 __all__ = ["EnqueueOptions", "JobOptions", "enqueue", "enqueue_many"]

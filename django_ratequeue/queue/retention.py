@@ -16,6 +16,7 @@ from django.utils import timezone
 
 from ..conf import ratequeue_settings
 from ..ratelimit.prune import prune_full_rows
+from .claims import prune_claims
 from .models import Attempt, Job, OutputChunk, QueueMinute, WorkerHeartbeat, queue_db
 
 BACKGROUND_EVERY = 60.0
@@ -61,6 +62,8 @@ def prune(batch_size: int = 1000) -> int:
         total += count
     while prune_rollups(batch_size):
         pass
+    while prune_claims(batch_size):
+        pass
     prune_heartbeats()
     return total
 
@@ -76,5 +79,6 @@ def prune_in_background() -> None:
     _next_background_prune = time.monotonic() + BACKGROUND_EVERY
     prune_batch(BACKGROUND_BATCH)
     prune_rollups(BACKGROUND_BATCH)
+    prune_claims(BACKGROUND_BATCH)
     prune_heartbeats()
     prune_full_rows(BACKGROUND_BATCH)

@@ -12,6 +12,7 @@ from django.db import connections, router
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from .attempts import REPORT_FIELDS, Attempt, AttemptQuerySet
+from .claims import UniqueClaim
 from .cluster import LoopState, LoopStateQuerySet, QueueSetting, WorkerHeartbeat, WorkerKey
 from .jobs import CancelRequest, Job, JobQuerySet, OutputChunk, QueueDashboard, new_job_id
 from .minutes import (
@@ -59,6 +60,7 @@ __all__ = [
     "QueueMinute",
     "QueueSetting",
     "Status",
+    "UniqueClaim",
     "Wait",
     "WorkerHeartbeat",
     "WorkerKey",

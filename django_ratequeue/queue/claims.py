@@ -1,0 +1,91 @@
+"""Claim a unique key for an enqueue (``unique_for``, ``debounce``), or find who holds it.
+
+One INSERT ... ON CONFLICT on the claim's row, in the enqueue's transaction, lets the
+database arbitrate between concurrent enqueues: PostgreSQL makes the second wait on the
+first's row, SQLite serialises its writers. docs/deduplication.md tells why it holds.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from .. import clock
+from .models import Job, Status, UniqueClaim, queue_connection
+
+# How long a claim is kept after it expired (a debounced job whose start passed while
+# the loop was away still takes the burst's calls), before pruning deletes it.
+CLAIM_GRACE = timedelta(days=1)
+
+_TABLE = f'"{UniqueClaim._meta.db_table}"'
+
+
+def _upsert(update: str) -> str:
+    """Return the claim's INSERT ... ON CONFLICT ``update`` ... RETURNING job_id."""
+    return (
+        f'INSERT INTO {_TABLE} ("key", job_id, expires_at) VALUES (%s, %s, %s) '
+        f'ON CONFLICT ("key") DO UPDATE SET {update} RETURNING job_id'
+    )
+
+
+# unique_for: take the key over only when its window has passed.
+_CLAIM_WINDOW = _upsert(
+    f"job_id = excluded.job_id, expires_at = excluded.expires_at WHERE {_TABLE}.expires_at <= %s"
+)
+# debounce: lock the key's row (and push its expiry); its job_id says who holds it.
+_CLAIM_BURST = _upsert("expires_at = excluded.expires_at")
+
+
+def _execute(sql: str, params: list[Any]) -> str | None:
+    """Run one claim statement; return the job_id it returned, if any."""
+    connection = queue_connection()
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        row = cursor.fetchone()
+    return None if row is None else str(row[0])
+
+
+def claim_window(key: str, job_id: str, now: datetime, window: timedelta) -> str | None:
+    """Claim ``key`` for ``job_id`` until ``now + window``; return the live holder's job id.
+
+    None when ``job_id`` has the claim (a new one, or one whose window had passed). Call
+    it in the enqueue's transaction: the claim commits with the job."""
+    adapt = queue_connection().ops.adapt_datetimefield_value
+    taken = _execute(_CLAIM_WINDOW, [key, job_id, adapt(now + window), adapt(now)])
+    if taken == job_id:
+        return None
+    # The live claim, locked by the upsert on PostgreSQL, committed by its writer.
+    return UniqueClaim.objects.values_list("job_id", flat=True).get(pk=key)
+
+
+def claim_burst(
+    key: str, job_id: str, start_at: datetime, args: list[Any], kwargs: dict[str, Any]
+) -> str | None:
+    """Debounce into the key's job not started yet; return its id, or None to write ``job_id``.
+
+    The held job, while still SCHEDULED, takes ``args``, ``kwargs`` and ``start_at``; the
+    UPDATE's condition loses to the loop's promotion (which re-checks ``start_at``), never
+    races it. Otherwise the claim points at ``job_id``, which the caller writes in the
+    same transaction."""
+    adapt = queue_connection().ops.adapt_datetimefield_value
+    holder = _execute(_CLAIM_BURST, [key, job_id, adapt(start_at)])
+    if holder == job_id:
+        return None
+    assert holder is not None  # DO UPDATE always returns the row
+    pushed = Job.objects.filter(pk=holder, status=Status.SCHEDULED).update(
+        args=args, kwargs=kwargs, start_at=start_at
+    )
+    if pushed:
+        return holder
+    UniqueClaim.objects.filter(pk=key).update(job_id=job_id)
+    return None
+
+
+def prune_claims(limit: int | None = None) -> int:
+    """Delete claims expired more than CLAIM_GRACE ago; return how many.
+
+    At most ``limit`` of them, if given."""
+    old = UniqueClaim.objects.filter(expires_at__lt=clock.now() - CLAIM_GRACE)
+    if limit is not None:
+        old = UniqueClaim.objects.filter(pk__in=list(old.values_list("pk", flat=True)[:limit]))
+    return old.delete()[0]

@@ -10,6 +10,8 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.db.models import QuerySet
+
 from .. import clock
 from .models import Job, Status, UniqueClaim, queue_connection
 
@@ -79,6 +81,11 @@ def claim_burst(
         return holder
     UniqueClaim.objects.filter(pk=key).update(job_id=job_id)
     return None
+
+
+def live_claims() -> QuerySet[UniqueClaim]:
+    """Return the claims whose window has not passed: retention keeps their jobs."""
+    return UniqueClaim.objects.filter(expires_at__gt=clock.now())
 
 
 def prune_claims(limit: int | None = None) -> int:

@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from ..conf import ratequeue_settings
 from ..ratelimit.prune import prune_full_rows
-from .claims import prune_claims
+from .claims import live_claims, prune_claims
 from .models import Attempt, Job, OutputChunk, QueueMinute, WorkerHeartbeat, queue_db
 
 BACKGROUND_EVERY = 60.0
@@ -28,7 +28,10 @@ def prune_batch(limit: int) -> int:
     """Delete up to ``limit`` jobs finished more than RETENTION ago; return how many."""
     cutoff = timezone.now() - timedelta(seconds=ratequeue_settings().RETENTION)
     with transaction.atomic(using=queue_db()):
-        ids = list(Job.objects.filter(finished_at__lt=cutoff).values_list("pk", flat=True)[:limit])
+        due = Job.objects.filter(finished_at__lt=cutoff)
+        # A job that answers a live unique_for window is kept: its handle still reads.
+        due = due.exclude(pk__in=live_claims().values("job_id"))
+        ids = list(due.values_list("pk", flat=True)[:limit])
         if ids:
             Attempt.objects.filter(job_id__in=ids).delete()
             OutputChunk.objects.filter(job_id__in=ids).delete()

@@ -262,3 +262,20 @@ def test_bad_options_are_refused_before_anything_is_written(
     with pytest.raises(ValueError, match=message.replace("(", r"\(")):
         enqueue_many(jobs.add, [[1, 2]], **options)
     assert not Job.objects.exists() and not UniqueClaim.objects.exists()
+
+
+def test_retention_keeps_a_finished_job_while_its_window_lasts(
+    frozen: Clock, settings: Any
+) -> None:
+    settings.RATEQUEUE = {**settings.RATEQUEUE, "RETENTION": 0}
+    first = once_a_minute.enqueue(3)
+    other = jobs.add.enqueue(1, 2)
+    run_and_settle()
+    frozen.advance(30)
+    prune()
+    assert list(Job.objects.values_list("id", flat=True)) == [first.id]  # not the other
+    assert once_a_minute.enqueue(3).result(timeout=0) == 3
+    frozen.advance(31)
+    prune()
+    assert not Job.objects.exists()
+    assert other.id != first.id

@@ -13,7 +13,7 @@ from typing import Any
 from django.db.models import QuerySet
 
 from .. import clock
-from .models import Job, Status, UniqueClaim, queue_connection
+from .models import Job, Status, UniqueClaim, queue_connection, queue_db
 
 # How long a claim is kept after it expired (a debounced job whose start passed while
 # the loop was away still takes the burst's calls), before pruning deletes it.
@@ -57,7 +57,7 @@ def claim_window(key: str, job_id: str, now: datetime, window: timedelta) -> str
     if taken == job_id:
         return None
     # The live claim, locked by the upsert on PostgreSQL, committed by its writer.
-    return UniqueClaim.objects.values_list("job_id", flat=True).get(pk=key)
+    return UniqueClaim.objects.using(queue_db()).values_list("job_id", flat=True).get(pk=key)
 
 
 def claim_burst(
@@ -74,25 +74,28 @@ def claim_burst(
     if holder == job_id:
         return None
     assert holder is not None  # DO UPDATE always returns the row
-    pushed = Job.objects.filter(pk=holder, status=Status.SCHEDULED).update(
-        args=args, kwargs=kwargs, start_at=start_at
+    pushed = (
+        Job.objects.using(queue_db())
+        .filter(pk=holder, status=Status.SCHEDULED)
+        .update(args=args, kwargs=kwargs, start_at=start_at)
     )
     if pushed:
         return holder
-    UniqueClaim.objects.filter(pk=key).update(job_id=job_id)
+    UniqueClaim.objects.using(queue_db()).filter(pk=key).update(job_id=job_id)
     return None
 
 
 def live_claims() -> QuerySet[UniqueClaim]:
     """Return the claims whose window has not passed: retention keeps their jobs."""
-    return UniqueClaim.objects.filter(expires_at__gt=clock.now())
+    return UniqueClaim.objects.using(queue_db()).filter(expires_at__gt=clock.now())
 
 
 def prune_claims(limit: int | None = None) -> int:
     """Delete claims expired more than CLAIM_GRACE ago; return how many.
 
     At most ``limit`` of them, if given."""
-    old = UniqueClaim.objects.filter(expires_at__lt=clock.now() - CLAIM_GRACE)
+    claims = UniqueClaim.objects.using(queue_db())
+    old = claims.filter(expires_at__lt=clock.now() - CLAIM_GRACE)
     if limit is not None:
-        old = UniqueClaim.objects.filter(pk__in=list(old.values_list("pk", flat=True)[:limit]))
+        old = claims.filter(pk__in=list(old.values_list("pk", flat=True)[:limit]))
     return old.delete()[0]

@@ -376,13 +376,29 @@ def _write_each_claimed(
             holder = claim(template, args, kwargs, JobStamp(*stamp))
             if holder is None:
                 check_enqueue_rate(1)
-                template.job(args, kwargs, JobStamp(*stamp)).save(force_insert=True)
+                if not _insert_own(template.job(args, kwargs, JobStamp(*stamp)), template):
+                    kept.add(stamp[0])
                 answered.append((args_json, kwargs_json, *stamp))
             else:
                 kept.add(holder)
                 answered.append((args_json, kwargs_json, holder, *stamp[1:]))
         signal(LOOP)
     return answered, kept
+
+
+def _insert_own(row: Job, template: JobTemplate) -> bool:
+    """INSERT ``row``; return False when its id is one of the caller's jobs already.
+
+    That is kept with ``on_duplicate_id="ignore"``; any other taken id is a
+    DuplicateJobId."""
+    try:
+        with transaction.atomic(using=queue_db()):
+            row.save(force_insert=True)
+    except IntegrityError:
+        if not template.ignore_duplicates or not _owned_by(row.pk, template.owner):
+            raise DuplicateJobId(row.pk) from None
+        return False
+    return True
 
 
 __all__ = ["EnqueueOptions", "JobOptions", "enqueue", "enqueue_many"]

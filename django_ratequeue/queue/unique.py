@@ -62,23 +62,27 @@ def check_uniqueness(options: Mapping[str, Any]) -> Uniqueness | None:
             "Give unique_for or debounce, not both: unique_for keeps the first call of a "
             "window, debounce the last call of a burst."
         )
-    if options.get("id") is not None:
-        raise ValueError(
-            "Give id or unique_for/debounce, not both: a custom id de-duplicates already "
-            "(with on_duplicate_id='ignore')."
-        )
     mode: Mode = "unique_for" if unique_for is not None else "debounce"
-    if mode == "debounce" and (
-        options.get("start_at") is not None or options.get("run_after") is not None
-    ):
-        raise ValueError(
-            "debounce decides when the job starts (after the burst goes quiet): give "
-            "debounce or start_at/run_after, not both."
-        )
+    if mode == "debounce":
+        _check_debounce(options)
     window = seconds(
         mode, unique_for if mode == "unique_for" else debounce, MAX_UNIQUE_WINDOW, allow_zero=False
     )
     return Uniqueness(mode, timedelta(seconds=window), _unique_key(key))
+
+
+def _check_debounce(options: Mapping[str, Any]) -> None:
+    """Refuse the options a debounce cannot go with: it decides the start, and new ids."""
+    if options.get("id") is not None:
+        raise ValueError(
+            "Give id or debounce, not both: a debounce writes a new job once the last one "
+            "started, which could never have the same id."
+        )
+    if options.get("start_at") is not None or options.get("run_after") is not None:
+        raise ValueError(
+            "debounce decides when the job starts (after the burst goes quiet): give "
+            "debounce or start_at/run_after, not both."
+        )
 
 
 def _unique_key(key: Any) -> str | None:

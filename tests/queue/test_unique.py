@@ -9,7 +9,7 @@ import pytest
 from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
-from django_ratequeue import Status, enqueue, enqueue_many, job
+from django_ratequeue import DuplicateJobId, Status, enqueue, enqueue_many, job
 from django_ratequeue.models import Job, UniqueClaim
 from django_ratequeue.queue.claims import CLAIM_GRACE, prune_claims
 from django_ratequeue.queue.models import JobQuerySet
@@ -117,6 +117,28 @@ def test_enqueue_many_claims_each_item_in_order(frozen: Clock) -> None:
     assert handles[1].id == handles[2].id != earlier.id
     assert len({h.id for h in handles}) == 3
     assert Job.objects.count() == 3
+
+
+def test_a_custom_id_names_the_job_a_window_writes(frozen: Clock) -> None:
+    first = once_a_minute.using(id="digest").enqueue(1)
+    assert first.id == "digest"
+    assert once_a_minute.using(id="other").enqueue(1).id == "digest"  # within the window
+    frozen.advance(60)
+    with pytest.raises(DuplicateJobId):  # a new window, but the id is taken
+        once_a_minute.using(id="digest").enqueue(1)
+    assert UniqueClaim.objects.get().job_id == "digest"  # the refused claim rolled back
+    kept = once_a_minute.using(id="digest", on_duplicate_id="ignore").enqueue(1)
+    assert kept.id == "digest" and Job.objects.count() == 1
+
+
+def test_enqueue_many_with_an_id_and_a_window(frozen: Clock) -> None:
+    handles = once_a_minute.enqueue_many([1, 1, 2], id="batch")
+    assert [h.id for h in handles] == ["batch-0", "batch-0", "batch-2"]
+    with pytest.raises(DuplicateJobId):
+        once_a_minute.enqueue_many([3, 2], id="batch")  # batch-0 is taken
+    assert Job.objects.count() == 2
+    again = once_a_minute.enqueue_many([3, 2], id="batch", on_duplicate_id="ignore")
+    assert [h.id for h in again] == ["batch-0", "batch-2"]
 
 
 # debounce
@@ -250,7 +272,7 @@ def test_claims_expired_past_the_grace_are_pruned(frozen: Clock) -> None:
         ({"unique_for": 60, "unique_key": "\udce9"}, "unique_key must be valid Unicode"),
         ({"unique_key": "k"}, "unique_key needs unique_for or debounce"),
         ({"unique_for": 60, "debounce": 5}, "Give unique_for or debounce, not both"),
-        ({"unique_for": 60, "id": "x"}, "Give id or unique_for/debounce"),
+        ({"debounce": 5, "id": "x"}, "Give id or debounce"),
         ({"debounce": 5, "run_after": 5}, "give debounce or start_at/run_after"),
     ],
 )

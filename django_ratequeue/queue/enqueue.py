@@ -19,7 +19,7 @@ from .. import clock
 from ..conf import ratequeue_settings
 from ..exceptions import DuplicateJobId
 from .bounds import check_json
-from .claims import claim_burst, claim_window
+from .deduplicate import hold_key, write_each_holding_keys
 from .handles import Handle
 from .limits import store_queue_changes
 from .models import Job, QueueSetting, queue_connection, queue_db
@@ -167,7 +167,7 @@ def _write_one(
     else:
         try:
             with transaction.atomic(using=queue_db()):
-                holder = claim(template, args, kwargs, stamp)
+                holder = hold_key(template, args, kwargs, stamp)
                 if holder is not None:
                     return template, stamp._replace(id=holder), False
                 check_enqueue_rate(1)
@@ -180,23 +180,6 @@ def _write_one(
                 raise DuplicateJobId(stamp.id) from None
             written = False
     return template, stamp, written
-
-
-def claim(
-    template: JobTemplate, args: list[Any], kwargs: dict[str, Any], stamp: JobStamp
-) -> str | None:
-    """Claim the call's unique key (``unique_for``, ``debounce``) for the job of ``stamp``.
-
-    Return the id of the job that answers the call instead, if another does (nothing is
-    written for it then, or its arguments and start were debounced); None to write the
-    job. Call it in the enqueue's transaction."""
-    unique = template.unique
-    if unique is None:
-        return None
-    key = unique.claim_key(template.func, template.owner, args, kwargs)
-    if unique.mode == "unique_for":
-        return claim_window(key, stamp.id, stamp.created_at, unique.window)
-    return claim_burst(key, stamp.id, stamp.start_at, args, kwargs)
 
 
 def apply_queue_limit(template: JobTemplate) -> None:
@@ -324,7 +307,8 @@ def _write_calls(
     template = defaults.merge(options).template(target.path)
     now = clock.now()
     stamped: list[tuple[Any, ...]] = []
-    calls = list(calls)
+    if template.unique is not None:
+        calls = list(calls)  # read twice: checked here, then written one by one
     for index, (args, kwargs) in enumerate(calls):
         check_call(target, args, kwargs, f" of item {index}")
         args_json = check_json(f"arguments (item {index})", args)
@@ -341,7 +325,9 @@ def _write_calls(
     check_reservation_room(template.queue, template.cost)
     kept: set[str] = set()
     if template.unique is not None:
-        return template, *_write_each_claimed(template, calls, stamped)
+        with transaction.atomic(using=queue_db()):
+            apply_queue_limit(template)
+            return template, *write_each_holding_keys(template, calls, stamped)
     with transaction.atomic(using=queue_db()):
         check_enqueue_rate(len(stamped))
         apply_queue_limit(template)
@@ -358,47 +344,6 @@ def _write_calls(
                 kept = _insert_with_ids(template, rows)
         signal(LOOP)
     return template, stamped, kept
-
-
-def _write_each_claimed(
-    template: JobTemplate, calls: list[Call], stamped: list[tuple[Any, ...]]
-) -> tuple[list[tuple[Any, ...]], set[str]]:
-    """Write the calls of a bulk enqueue with ``unique_for`` or ``debounce``, all or none.
-
-    Each call claims its own key, in order, as one enqueue would; a call answered by
-    another job (an earlier one of the same batch too) gets that job's id, which is
-    returned among the ids kept. Return the stamped calls and those ids."""
-    kept: set[str] = set()
-    answered: list[tuple[Any, ...]] = []
-    with transaction.atomic(using=queue_db()):
-        apply_queue_limit(template)
-        for (args, kwargs), (args_json, kwargs_json, *stamp) in zip(calls, stamped, strict=True):
-            holder = claim(template, args, kwargs, JobStamp(*stamp))
-            if holder is None:
-                check_enqueue_rate(1)
-                if not _insert_own(template.job(args, kwargs, JobStamp(*stamp)), template):
-                    kept.add(stamp[0])
-                answered.append((args_json, kwargs_json, *stamp))
-            else:
-                kept.add(holder)
-                answered.append((args_json, kwargs_json, holder, *stamp[1:]))
-        signal(LOOP)
-    return answered, kept
-
-
-def _insert_own(row: Job, template: JobTemplate) -> bool:
-    """INSERT ``row``; return False when its id is one of the caller's jobs already.
-
-    That is kept with ``on_duplicate_id="ignore"``; any other taken id is a
-    DuplicateJobId."""
-    try:
-        with transaction.atomic(using=queue_db()):
-            row.save(force_insert=True)
-    except IntegrityError:
-        if not template.ignore_duplicates or not _owned_by(row.pk, template.owner):
-            raise DuplicateJobId(row.pk) from None
-        return False
-    return True
 
 
 __all__ = ["EnqueueOptions", "JobOptions", "enqueue", "enqueue_many"]

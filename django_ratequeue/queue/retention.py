@@ -16,8 +16,8 @@ from django.utils import timezone
 
 from ..conf import ratequeue_settings
 from ..ratelimit.prune import prune_full_rows
-from .claims import live_claims, prune_claims
 from .models import Attempt, Job, OutputChunk, QueueMinute, WorkerHeartbeat, queue_db
+from .uniqueclaims import live_claims, prune_claims
 
 BACKGROUND_EVERY = 60.0
 BACKGROUND_BATCH = 500

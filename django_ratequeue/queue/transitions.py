@@ -256,7 +256,7 @@ def promote_due(now: datetime) -> int:
     due = list(Job.objects.due(now).values_list("pk", flat=True)[:STEP_LIMIT])
     if not due:
         return 0
-    # start_at re-checked: a debounce may have pushed it back since the read (claims.py).
+    # start_at re-checked: a debounce may have pushed it back since the read (uniqueclaims.py).
     return Job.objects.filter(pk__in=due, start_at__lte=now).promote()
 
 

@@ -11,10 +11,10 @@ from django.test.utils import CaptureQueriesContext
 
 from django_ratequeue import DuplicateJobId, Status, enqueue, enqueue_many, job
 from django_ratequeue.models import Job, UniqueClaim
-from django_ratequeue.queue.claims import CLAIM_GRACE, prune_claims
 from django_ratequeue.queue.models import JobQuerySet
 from django_ratequeue.queue.retention import prune
 from django_ratequeue.queue.transitions import promote_due
+from django_ratequeue.queue.uniqueclaims import CLAIM_GRACE, prune_claims
 
 from . import jobs
 from .steps import Clock, freeze, run_pass

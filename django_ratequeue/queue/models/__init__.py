@@ -12,7 +12,6 @@ from django.db import connections, router
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from .attempts import REPORT_FIELDS, Attempt, AttemptQuerySet
-from .claims import UniqueClaim
 from .cluster import LoopState, LoopStateQuerySet, QueueSetting, WorkerHeartbeat, WorkerKey
 from .jobs import CancelRequest, Job, JobQuerySet, OutputChunk, QueueDashboard, new_job_id
 from .minutes import (
@@ -34,6 +33,7 @@ from .statuses import (
     Status,
     Wait,
 )
+from .uniqueclaims import UniqueClaim
 
 __all__ = [
     "BUCKET_FIELDS",

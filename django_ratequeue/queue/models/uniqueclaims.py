@@ -10,7 +10,7 @@ class UniqueClaim(models.Model):
 
     ``key`` is a digest of the mode, the function, the owner and the unique key
     (queue/unique.py). Written only by enqueues, with INSERT ... ON CONFLICT
-    (queue/claims.py); docs/deduplication.md tells how."""
+    (queue/uniqueclaims.py); docs/deduplication.md tells how."""
 
     key = models.CharField(primary_key=True, max_length=64)
     job_id = models.CharField(max_length=200)

@@ -22,11 +22,14 @@ CLAIM_GRACE = timedelta(days=1)
 _TABLE = f'"{UniqueClaim._meta.db_table}"'
 
 
+_RETURNING = " RETURNING job_id"
+
+
 def _upsert(update: str) -> str:
     """Return the claim's INSERT ... ON CONFLICT ``update`` ... RETURNING job_id."""
     return (
         f'INSERT INTO {_TABLE} ("key", job_id, expires_at) VALUES (%s, %s, %s) '
-        f'ON CONFLICT ("key") DO UPDATE SET {update} RETURNING job_id'
+        f'ON CONFLICT ("key") DO UPDATE SET {update}{_RETURNING}'
     )
 
 
@@ -38,13 +41,20 @@ _CLAIM_WINDOW = _upsert(
 _CLAIM_BURST = _upsert("expires_at = excluded.expires_at")
 
 
-def _execute(sql: str, params: list[Any]) -> str | None:
-    """Run one claim statement; return the job_id it returned, if any."""
+def _holder_after(upsert: str, params: list[Any], key: str) -> str:
+    """Run a claim's upsert; return the id of the job that holds ``key`` after it.
+
+    From the upsert's RETURNING where the database has it (SQLite from 3.35), else from
+    a read of the claim, as when the upsert changed nothing."""
     connection = queue_connection()
+    returning = connection.features.can_return_columns_from_insert
     with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        row = cursor.fetchone()
-    return None if row is None else str(row[0])
+        cursor.execute(upsert if returning else upsert.removesuffix(_RETURNING), params)
+        row = cursor.fetchone() if returning else None
+    if row is not None:
+        return str(row[0])
+    # Locked by the upsert on PostgreSQL, committed by its writer if not ours.
+    return UniqueClaim.objects.using(queue_db()).values_list("job_id", flat=True).get(pk=key)
 
 
 def claim_window(key: str, job_id: str, now: datetime, window: timedelta) -> str | None:
@@ -53,11 +63,9 @@ def claim_window(key: str, job_id: str, now: datetime, window: timedelta) -> str
     None when ``job_id`` has the claim (a new one, or one whose window had passed). Call
     it in the enqueue's transaction: the claim commits with the job."""
     adapt = queue_connection().ops.adapt_datetimefield_value
-    taken = _execute(_CLAIM_WINDOW, [key, job_id, adapt(now + window), adapt(now)])
-    if taken == job_id:
-        return None
-    # The live claim, locked by the upsert on PostgreSQL, committed by its writer.
-    return UniqueClaim.objects.using(queue_db()).values_list("job_id", flat=True).get(pk=key)
+    params = [key, job_id, adapt(now + window), adapt(now)]
+    holder = _holder_after(_CLAIM_WINDOW, params, key)
+    return None if holder == job_id else holder
 
 
 def claim_burst(
@@ -70,10 +78,9 @@ def claim_burst(
     races it. Otherwise the claim points at ``job_id``, which the caller writes in the
     same transaction."""
     adapt = queue_connection().ops.adapt_datetimefield_value
-    holder = _execute(_CLAIM_BURST, [key, job_id, adapt(start_at)])
+    holder = _holder_after(_CLAIM_BURST, [key, job_id, adapt(start_at)], key)
     if holder == job_id:
         return None
-    assert holder is not None  # DO UPDATE always returns the row
     pushed = (
         Job.objects.using(queue_db())
         .filter(pk=holder, status=Status.SCHEDULED)

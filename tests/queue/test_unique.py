@@ -301,3 +301,17 @@ def test_retention_keeps_a_finished_job_while_its_window_lasts(
     prune()
     assert not Job.objects.exists()
     assert other.id != first.id
+
+
+def test_without_returning_the_holder_is_read(
+    frozen: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SQLite before 3.35 has no RETURNING: the claim is read after the upsert."""
+    monkeypatch.setattr(connection.features, "can_return_columns_from_insert", False)
+    first = once_a_minute.enqueue(1)
+    assert once_a_minute.enqueue(1).id == first.id
+    frozen.advance(60)
+    assert once_a_minute.enqueue(1).id != first.id
+    burst = reindex.enqueue(1)
+    assert reindex.enqueue(2).id == burst.id
+    assert Job.objects.get(pk=burst.id).args == [2]

@@ -10,13 +10,16 @@ import json
 import os
 import subprocess
 import sys
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from django.utils import timezone
 
 from django_ratequeue import Status
 from django_ratequeue.models import Job, UniqueClaim
 from tests.cluster import database_url
+from tests.queue import jobs
 
 ROOT = Path(__file__).resolve().parents[2]
 PROCESSES = 6
@@ -68,6 +71,15 @@ def test_racing_processes_write_one_job_for_a_unique_key() -> None:
     assert {job_id for got in ids for job_id in got} == {row.id}
     assert UniqueClaim.objects.get().job_id == row.id
     assert row.kwargs["call"] == 0  # the first call of its winner: the others wrote nothing
+
+
+def test_racing_processes_take_an_expired_window_over_once() -> None:
+    old = jobs.echo.using(unique_for=600, unique_key="race").enqueue(index=-1, call=-1)
+    UniqueClaim.objects.update(expires_at=timezone.now() - timedelta(seconds=1))
+    ids = race("unique_for")
+    (new,) = Job.objects.exclude(pk=old.id)
+    assert {job_id for got in ids for job_id in got} == {new.id}
+    assert UniqueClaim.objects.get().job_id == new.id
 
 
 def test_racing_processes_debounce_into_one_job_with_a_last_call() -> None:

@@ -36,10 +36,7 @@ def hold_key(
     key = unique.claim_key(template.func, template.owner, args, kwargs)
     if unique.mode == "unique_for":
         return claim_window(key, stamp.id, stamp.created_at, unique.window)
-    holder = claim_burst(key, stamp.id, stamp.start_at, args, kwargs)
-    if holder is not None:
-        signal(LOOP)  # its start moved: earlier, should this call's debounce be shorter
-    return holder
+    return claim_burst(key, stamp.id, stamp.start_at, args, kwargs)
 
 
 def write_each_holding_keys(

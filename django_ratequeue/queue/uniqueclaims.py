@@ -10,7 +10,8 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db.models import QuerySet
+from django.db.models import DateTimeField, QuerySet, Value
+from django.db.models.functions import Greatest
 
 from .. import clock
 from .models import Job, Status, UniqueClaim, queue_connection, queue_db
@@ -37,8 +38,12 @@ def _upsert(update: str) -> str:
 _CLAIM_WINDOW = _upsert(
     f"job_id = excluded.job_id, expires_at = excluded.expires_at WHERE {_TABLE}.expires_at <= %s"
 )
-# debounce: lock the key's row (and push its expiry); its job_id says who holds it.
-_CLAIM_BURST = _upsert("expires_at = excluded.expires_at")
+# debounce: lock the key's row (and push its expiry, never earlier); its job_id says who
+# holds it.
+_CLAIM_BURST = _upsert(
+    f"expires_at = CASE WHEN {_TABLE}.expires_at > excluded.expires_at "
+    f"THEN {_TABLE}.expires_at ELSE excluded.expires_at END"
+)
 
 
 def _holder_after(upsert: str, params: list[Any], key: str) -> str:
@@ -73,7 +78,8 @@ def claim_burst(
 ) -> str | None:
     """Debounce into the key's job not started yet; return its id, or None to write ``job_id``.
 
-    The held job, while still SCHEDULED, takes ``args``, ``kwargs`` and ``start_at``; the
+    The held job, while still SCHEDULED, takes ``args`` and ``kwargs``, and starts at
+    ``start_at`` unless it starts later already (a start never moves earlier); the
     UPDATE's condition loses to the loop's promotion (which re-checks ``start_at``), never
     races it. Otherwise the claim points at ``job_id``, which the caller writes in the
     same transaction."""
@@ -84,7 +90,11 @@ def claim_burst(
     pushed = (
         Job.objects.using(queue_db())
         .filter(pk=holder, status=Status.SCHEDULED)
-        .update(args=args, kwargs=kwargs, start_at=start_at)
+        .update(
+            args=args,
+            kwargs=kwargs,
+            start_at=Greatest("start_at", Value(start_at, output_field=DateTimeField())),
+        )
     )
     if pushed:
         return holder

@@ -161,6 +161,16 @@ def test_a_burst_runs_once_with_the_last_arguments_after_it_goes_quiet(frozen: C
     assert Job.objects.count() == 1
 
 
+def test_a_shorter_debounce_never_moves_a_start_earlier(frozen: Clock) -> None:
+    first = reindex.enqueue(1)
+    start = Job.objects.get().start_at
+    frozen.advance(1)
+    assert reindex.using(debounce=2).enqueue(2).id == first.id
+    assert Job.objects.get().start_at == start and Job.objects.get().args == [2]
+    assert reindex.using(debounce=60).enqueue(3).id == first.id
+    assert Job.objects.get().start_at == frozen.now() + timedelta(seconds=60)
+
+
 def test_a_call_after_the_job_started_makes_a_new_job(frozen: Clock) -> None:
     first = reindex.enqueue(1)
     frozen.advance(10)

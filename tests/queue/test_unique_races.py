@@ -1,4 +1,5 @@
-"""Real processes race to enqueue one unique key, on PostgreSQL and on SQLite.
+"""Real processes race to enqueue one unique key, on PostgreSQL and on SQLite; a real
+cluster runs a debounced burst.
 
 unique_for writes exactly one job; debounce leaves exactly one job not started, holding
 some contender's last call.
@@ -12,6 +13,7 @@ import subprocess
 import sys
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.utils import timezone
@@ -90,3 +92,13 @@ def test_racing_processes_debounce_into_one_job_with_a_last_call() -> None:
     # Each contender's calls are in order, so the last write is one contender's last call.
     assert row.kwargs["call"] == CALLS - 1
     assert UniqueClaim.objects.get().job_id == row.id
+
+
+def test_a_cluster_runs_a_debounced_burst_once_with_its_last_call(cluster: Any) -> None:
+    cluster()
+    burst = jobs.echo.using(debounce=3, unique_key="burst")
+    handles = [burst.enqueue(call=call) for call in range(5)]
+    assert {handle.id for handle in handles} == {handles[0].id}
+    assert handles[0].result(timeout=60) == {"args": [], "kwargs": {"call": 4}}
+    assert burst.enqueue(call=5).id != handles[0].id  # it ran: a new burst
+    assert Job.objects.count() == 2

@@ -10,6 +10,7 @@ from .queue.models import (
     QueueMinute,
     QueueSetting,
     QueueTotal,
+    UniqueClaim,
     WorkerHeartbeat,
     WorkerKey,
 )
@@ -28,6 +29,7 @@ __all__ = [
     "QueueTotal",
     "RateLimitState",
     "RequestSeat",
+    "UniqueClaim",
     "WorkerHeartbeat",
     "WorkerKey",
 ]

@@ -31,7 +31,7 @@ def total_the_minutes(apps, schema_editor):
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('django_ratequeue', '0015_attempt_partial_indexes'),
+        ("django_ratequeue", "0018_unique_claims"),
     ]
 
     operations = [

@@ -20,6 +20,7 @@ from ..conf import ratequeue_settings
 from ..exceptions import DuplicateJobId
 from ..signals import announce, listened
 from .bounds import check_json
+from .deduplicate import hold_key, write_each_holding_keys
 from .handles import Handle
 from .limits import store_queue_changes
 from .models import Job, QueueSetting, queue_connection, queue_db
@@ -170,13 +171,16 @@ def _write_one(
     check_reservation_room(template.queue, template.cost)
     settings = ratequeue_settings()
     stamp = template.stamp(clock.now())
-    plain = template.max_concurrency is None and template.id is None
+    plain = template.max_concurrency is None and template.id is None and template.unique is None
     written = True
     if plain and settings.ENQUEUE_RATE_LIMIT is None:
         template.insert(args_json, kwargs_json, stamp, settings.ENQUEUE_ASYNC_COMMIT)
     else:
         try:
             with transaction.atomic(using=queue_db()):
+                holder = hold_key(template, args, kwargs, stamp)
+                if holder is not None:
+                    return template, stamp._replace(id=holder), False
                 check_enqueue_rate(1)
                 apply_queue_limit(template)
                 template.job(args, kwargs, stamp).save(force_insert=True)
@@ -320,6 +324,8 @@ def _write_calls(
     template = defaults.merge(options).template(target.path)
     now = clock.now()
     stamped: list[tuple[Any, ...]] = []
+    if template.unique is not None:
+        calls = list(calls)  # read twice: checked here, then written one by one
     for index, (args, kwargs) in enumerate(calls):
         check_call(target, args, kwargs, f" of item {index}")
         args_json = check_json(f"arguments (item {index})", args)
@@ -335,6 +341,10 @@ def _write_calls(
     # could start, so a batch is refused exactly when its first job would be.
     check_reservation_room(template.queue, template.cost)
     kept: set[str] = set()
+    if template.unique is not None:
+        with transaction.atomic(using=queue_db()):
+            apply_queue_limit(template)
+            return template, *write_each_holding_keys(template, calls, stamped)
     with transaction.atomic(using=queue_db()):
         check_enqueue_rate(len(stamped))
         apply_queue_limit(template)

@@ -38,6 +38,7 @@ from .models import Job, Status, new_job_id, queue_connection
 from .registry import function_path
 from .retry import Retry
 from .subtasks import current_job_id
+from .unique import Uniqueness, check_uniqueness
 from .wakeup import LOOP, notify_clause
 
 
@@ -77,6 +78,9 @@ class EnqueueOptions(TypedDict, total=False):
     context: Any
     owner: Any
     cost: int
+    unique_for: timedelta | float | None
+    debounce: timedelta | float | None
+    unique_key: str | None
 
 
 OPTION_NAMES = frozenset(EnqueueOptions.__optional_keys__)
@@ -175,6 +179,8 @@ class JobTemplate:
     ignore_duplicates: bool
     # The length of the context's JSON, which counts towards MAX_ARGUMENTS_BYTES.
     context_size: int
+    # unique_for or debounce, if asked for (docs/deduplication.md).
+    unique: Uniqueness | None = None
 
     def check_size(self, args: str, kwargs: str, what: str = "") -> None:
         """Refuse arguments (JSON text) that with the context exceed MAX_ARGUMENTS_BYTES.
@@ -331,6 +337,9 @@ class JobOptions:
         owner = _owner(options.get("owner"))
         on_duplicate_id = options.get("on_duplicate_id", "error")
         job_id, ignore_duplicates = _job_id(options.get("id"), on_duplicate_id)
+        unique = check_uniqueness(options)
+        if unique is not None and unique.mode == "debounce":
+            run_after = unique.window  # a debounced job starts once the burst is quiet
         return JobTemplate(
             func=path,
             queue=queue.name,
@@ -348,6 +357,7 @@ class JobOptions:
             id=job_id,
             ignore_duplicates=ignore_duplicates,
             context_size=context_size,
+            unique=unique,
         )
 
 

@@ -17,6 +17,7 @@ from django.utils import timezone
 from ..conf import ratequeue_settings
 from ..ratelimit.prune import prune_full_rows
 from .models import Attempt, Job, OutputChunk, QueueMinute, WorkerHeartbeat, queue_db
+from .uniqueclaims import live_claims, prune_claims
 
 BACKGROUND_EVERY = 60.0
 BACKGROUND_BATCH = 500
@@ -27,7 +28,10 @@ def prune_batch(limit: int) -> int:
     """Delete up to ``limit`` jobs finished more than RETENTION ago; return how many."""
     cutoff = timezone.now() - timedelta(seconds=ratequeue_settings().RETENTION)
     with transaction.atomic(using=queue_db()):
-        ids = list(Job.objects.filter(finished_at__lt=cutoff).values_list("pk", flat=True)[:limit])
+        due = Job.objects.filter(finished_at__lt=cutoff)
+        # A job that answers a live unique_for window is kept: its handle still reads.
+        due = due.exclude(pk__in=live_claims().values("job_id"))
+        ids = list(due.values_list("pk", flat=True)[:limit])
         if ids:
             Attempt.objects.filter(job_id__in=ids).delete()
             OutputChunk.objects.filter(job_id__in=ids).delete()
@@ -61,6 +65,8 @@ def prune(batch_size: int = 1000) -> int:
         total += count
     while prune_rollups(batch_size):
         pass
+    while prune_claims(batch_size):
+        pass
     prune_heartbeats()
     return total
 
@@ -76,5 +82,6 @@ def prune_in_background() -> None:
     _next_background_prune = time.monotonic() + BACKGROUND_EVERY
     prune_batch(BACKGROUND_BATCH)
     prune_rollups(BACKGROUND_BATCH)
+    prune_claims(BACKGROUND_BATCH)
     prune_heartbeats()
     prune_full_rows(BACKGROUND_BATCH)

@@ -257,9 +257,10 @@ def apply_cancels(now: datetime, moves: Moves) -> tuple[bool, bool]:
 def promote_due(now: datetime) -> int:
     """Turn due SCHEDULED and RETRYING jobs WAITING, at most STEP_LIMIT; return how many."""
     due = list(Job.objects.due(now).values_list("pk", flat=True)[:STEP_LIMIT])
-    if due:
-        Job.objects.filter(pk__in=due).promote()
-    return len(due)
+    if not due:
+        return 0
+    # start_at re-checked: a debounce may have pushed it back since the read (uniqueclaims.py).
+    return Job.objects.filter(pk__in=due, start_at__lte=now).promote()
 
 
 def isolated(job: Job, now: datetime, work: Callable[[], T], fallback: T, moves: Moves) -> T:

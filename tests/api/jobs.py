@@ -44,3 +44,9 @@ def metered(prompt: str) -> int:
 @job
 def not_exposed() -> None:
     """Registered, so it runs when the code enqueues it, but not over HTTP."""
+
+
+@job(expose=True, unique_for=600)
+def summarize(text: str) -> int:
+    """Summarised at most once per ten minutes per user and text (docs/deduplication.md)."""
+    return len(text)

@@ -95,6 +95,10 @@ def jobs() -> None:
     )
 
     assert_type(enqueue(add, args=[1, 2], retries=0), Handle[int])
+    assert_type(
+        add.using(unique_for=timedelta(minutes=5), unique_key="k").enqueue(1, 2), Handle[int]
+    )
+    assert_type(enqueue(add, args=[1, 2], debounce=2.5, unique_key="k"), Handle[int])
     assert_type(enqueue(add, kwargs={"a": 1, "b": 2}, queue="math"), Handle[int])
     assert_type(enqueue("myapp.jobs.add", args=(1, 2)), Handle[Any])
     assert_type(enqueue(add, args=[1, 2], on_complete=send_email, context={"n": 1}), Handle[int])

@@ -19,6 +19,7 @@ def wrong_arguments() -> None:
     add.enqueue(1, 2, queue="q")  # E: Unexpected keyword argument "queue" for "enqueue"
     add.using(queue=3)  # E: Argument "queue" to "using" of "JobFunction" has incompatible type
     add.using(retires=3)  # E: Unexpected keyword argument "retires" for "using"
+    add.using(unique_key=3)  # E: Argument "unique_key" to "using" of "JobFunction"
     enqueue(add, 1, 2)  # E: No overload variant of "enqueue" matches argument types
 
 

@@ -34,6 +34,7 @@ from .statuses import (
     Status,
     Wait,
 )
+from .uniqueclaims import UniqueClaim
 
 __all__ = [
     "BUCKET_FIELDS",
@@ -61,6 +62,7 @@ __all__ = [
     "QueueSetting",
     "QueueTotal",
     "Status",
+    "UniqueClaim",
     "Wait",
     "WorkerHeartbeat",
     "WorkerKey",

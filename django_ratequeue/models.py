@@ -9,6 +9,7 @@ from .queue.models import (
     QueueDashboard,
     QueueMinute,
     QueueSetting,
+    Schedule,
     WorkerHeartbeat,
     WorkerKey,
 )
@@ -26,6 +27,7 @@ __all__ = [
     "QueueSetting",
     "RateLimitState",
     "RequestSeat",
+    "Schedule",
     "WorkerHeartbeat",
     "WorkerKey",
 ]

@@ -24,6 +24,7 @@ from .minutes import (
     QueueMinute,
     bucket_field,
 )
+from .schedules import Schedule, ScheduleQuerySet
 from .statuses import (
     DEFERRED_STATUSES,
     FINAL_STATUSES,
@@ -58,6 +59,8 @@ __all__ = [
     "QueueDashboard",
     "QueueMinute",
     "QueueSetting",
+    "Schedule",
+    "ScheduleQuerySet",
     "Status",
     "Wait",
     "WorkerHeartbeat",

@@ -114,7 +114,7 @@ class Recurrence:
         if (cron in (None, "")) == (every is None):
             raise ValueError('give exactly one of "cron" (an expression) or "every" (seconds).')
         tz = "UTC" if timezone is None else timezone
-        zone(tz)  # type: ignore[arg-type]  # checked there
+        zone(tz)
         if every is not None:
             return cls(every=check_every(every), timezone=str(tz))
         return cls(cron=check_cron(cron), timezone=str(tz))

@@ -72,8 +72,8 @@ def run_due(row: Schedule, now: datetime) -> tuple[int, bool]:
     assert seen is not None
     try:
         recurrence = row.recurrence
-    except ValueError as error:  # a stored recurrence that no longer parses: stop it
-        Schedule.objects.advance(row.name, seen, next_run_at=None, last_error=str(error))
+    except ValueError as bad:  # a stored recurrence that no longer parses: stop it
+        Schedule.objects.advance(row.name, seen, next_run_at=None, last_error=str(bad))
         return 0, True
     plan = catch_up(recurrence, seen, now, row.misfire)
     changes: dict[str, Any] = {"next_run_at": plan.next_run_at}
@@ -81,9 +81,9 @@ def run_due(row: Schedule, now: datetime) -> tuple[int, bool]:
     try:
         with transaction.atomic(using=queue_db()):
             for at in plan.runs:
-                error = enqueue_run(row, run_id(row.name, at))
-                if error:
-                    errors.append(error)
+                failure = enqueue_run(row, run_id(row.name, at))
+                if failure:
+                    errors.append(failure)
                     skipped += 1
                     last_skipped = max(filter(None, [last_skipped, at]))
             enqueued = len(plan.runs) - len(errors)

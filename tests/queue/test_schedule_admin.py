@@ -1,14 +1,18 @@
 """The schedules' admin: the list, pause, resume, run now (once on a double click), and an
-edit of the expression refused with the reason when it is invalid."""
+edit of the expression refused with the reason when it is invalid; and the command that
+lists them."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from io import StringIO
 
 import pytest
 from django.conf import settings
 from django.contrib.auth.models import User
+from django.core.management import CommandError, call_command
 from django.test import Client, override_settings
 
 from django_ratequeue.models import Job, Schedule
@@ -86,3 +90,26 @@ def test_no_schedule_is_added_or_deleted_while_declared(
 ) -> None:
     assert admin_client.get(f"{CHANGELIST}add/").status_code == 403
     assert admin_client.get(f"{CHANGELIST}nightly/delete/").status_code == 403
+
+
+def test_the_command_lists_schedules_and_their_next_runs(nightly: Clock) -> None:
+    out = StringIO()
+    call_command("ratequeue_schedules", "--next", "3", stdout=out)
+    text = out.getvalue()
+    assert "nightly: tests.queue.jobs.add, cron 0 3 * * * (UTC), running, misfire skip" in text
+    assert "then 2026-11-30T03:00:00+00:00" in text
+    out = StringIO()
+    call_command("ratequeue_schedules", "--json", stdout=out)
+    (row,) = json.loads(out.getvalue())["schedules"]
+    assert row["next"] == ["2026-11-28T03:00:00+00:00"]
+
+
+def test_the_command_syncs_on_request(nightly: Clock) -> None:
+    Schedule.objects.all().delete()
+    out = StringIO()
+    call_command("ratequeue_schedules", stdout=out)
+    assert "nightly: declared, not synced yet" in out.getvalue()
+    call_command("ratequeue_schedules", "--sync", stdout=StringIO(), stderr=StringIO())
+    assert Schedule.objects.get().next_run_at == datetime(2026, 11, 28, 3, tzinfo=UTC)
+    with pytest.raises(CommandError):
+        call_command("ratequeue_schedules", "--next", "-1")

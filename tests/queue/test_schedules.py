@@ -26,6 +26,7 @@ from django_ratequeue.queue.scheduling import (
     run_now,
 )
 from django_ratequeue.queue.wakeup import segment_ceiling
+from tests.cluster import wait_for
 
 from .steps import Clock, freeze, leading_loop
 
@@ -267,3 +268,18 @@ def test_a_daily_0230_paris_run_across_both_changes_of_the_clocks(frozen: Clock)
     assert run_ids() == [f"nightly@{t}" for t in times]
     row = Schedule.objects.get()
     assert row.skipped > 200  # the days between, when no loop ran (misfire "skip")
+
+
+def test_an_interval_schedules_runs_execute_on_a_real_cluster(cluster: Any) -> None:
+    tick = {"function": ADD, "every": 1, "args": [2, 3], "misfire": "skip"}
+    cluster(SCHEDULES={"tick": tick})
+
+    def completed() -> list[Job]:
+        return list(Job.objects.filter(id__startswith="tick@", status=Status.COMPLETE))
+
+    done = wait_for(lambda: len(completed()) >= 3 and completed(), message="3 runs of tick")
+    assert all(job.result == 5 for job in done)
+    row = Schedule.objects.get()
+    assert row.runs >= 3 and row.source == "settings"
+    times = sorted(job.id for job in Job.objects.filter(id__startswith="tick@"))
+    assert len(times) == len(set(times))

@@ -138,6 +138,12 @@ class Recurrence:
             return LATEST
 
 
+@lru_cache(maxsize=4096)
+def parsed(cron: str | None, every: float | None, timezone: str) -> Recurrence:
+    """Return :meth:`Recurrence.parse` of a stored recurrence, parsed once per process."""
+    return Recurrence.parse(cron, every, timezone)
+
+
 def _next_interval(moment: datetime, every: float) -> datetime:
     """Return the first multiple of ``every`` seconds since the epoch after ``moment``."""
     step = round(every * 1_000_000)

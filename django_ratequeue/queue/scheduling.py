@@ -16,7 +16,7 @@ from django.db import transaction
 
 from ..exceptions import RateQueueError
 from .bounds import clip
-from .catchup import catch_up
+from .catchup import CatchUp, catch_up
 from .declarations import manual_run_id, run_id
 from .deferred import aware
 from .enqueue import enqueue
@@ -32,10 +32,6 @@ logger = logging.getLogger("django_ratequeue.queue")
 SCHEDULES_PER_STEP = 1000
 RUNS_PER_STEP = 1000
 ERROR_MAX_LENGTH = 2000
-
-
-class _Lost(Exception):
-    """Another process moved the schedule first: undo this one's enqueues."""
 
 
 def next_schedule_time() -> datetime | None:
@@ -76,29 +72,35 @@ def run_due(row: Schedule, now: datetime) -> tuple[int, bool]:
         Schedule.objects.advance(row.name, seen, next_run_at=None, last_error=str(bad))
         return 0, True
     plan = catch_up(recurrence, seen, now, row.misfire)
-    changes: dict[str, Any] = {"next_run_at": plan.next_run_at}
-    skipped, last_skipped, errors = plan.skipped, plan.last_skipped, []
-    try:
-        with transaction.atomic(using=queue_db()):
-            for at in plan.runs:
-                failure = enqueue_run(row, run_id(row.name, at))
-                if failure:
-                    errors.append(failure)
-                    skipped += 1
-                    last_skipped = max(filter(None, [last_skipped, at]))
-            enqueued = len(plan.runs) - len(errors)
-            if enqueued:
-                changes.update(last_run_at=plan.runs[-1], runs=row.runs + enqueued)
-                changes["last_job_id"] = run_id(row.name, plan.runs[-1])
-            if skipped:
-                changes.update(skipped=row.skipped + skipped, last_skipped_at=last_skipped)
-            if errors:
-                changes["last_error"] = errors[-1]
-            if not Schedule.objects.advance(row.name, seen, **changes):
-                raise _Lost
-    except _Lost:
+    # First the move: a contender that read the same next run waits for this step's end
+    # (the row is locked), then finds it moved and enqueues nothing.
+    if not Schedule.objects.advance(row.name, seen, **outcome(row, plan, plan.runs, [])):
         return 0, True
-    return enqueued, plan.done
+    failed = [(at, error) for at in plan.runs if (error := enqueue_run(row, run_id(row.name, at)))]
+    if failed:  # rare: count them as skipped, with the last error
+        enqueued = [at for at in plan.runs if at not in dict(failed)]
+        Schedule.objects.filter(pk=row.name).update(**outcome(row, plan, enqueued, failed))
+    return len(plan.runs) - len(failed), plan.done
+
+
+def outcome(
+    row: Schedule, plan: CatchUp, enqueued: list[datetime], failed: list[tuple[datetime, str]]
+) -> dict[str, Any]:
+    """Return the changes of ``row`` after ``plan``, ``enqueued`` and ``failed`` runs."""
+    changes: dict[str, Any] = {"next_run_at": plan.next_run_at}
+    if plan.runs:
+        changes["runs"] = row.runs + len(enqueued)
+    if enqueued:
+        last = enqueued[-1]
+        changes.update(last_run_at=last, last_job_id=run_id(row.name, last))
+    skipped = [plan.last_skipped] if plan.last_skipped else []
+    skipped += [at for at, _error in failed]
+    if skipped:
+        changes["skipped"] = row.skipped + plan.skipped + len(failed)
+        changes["last_skipped_at"] = max(skipped)
+    if failed:
+        changes["last_error"] = failed[-1][1]
+    return changes
 
 
 class EnqueueSchedules:

@@ -8,7 +8,7 @@ from typing import Any
 from django.db import models
 
 from ..declarations import MISFIRE_POLICIES, NAME_MAX_LENGTH
-from ..recurrence import Recurrence
+from ..recurrence import Recurrence, parsed
 
 MISFIRE_CHOICES = [
     ("skip", "skip: missed runs are skipped (and counted)"),
@@ -96,4 +96,4 @@ class Schedule(models.Model):
     @property
     def recurrence(self) -> Recurrence:
         """The recurrence in effect (raise ValueError if a bad edit got stored)."""
-        return Recurrence.parse(self.cron or None, self.every, self.timezone)
+        return parsed(self.cron or None, self.every, self.timezone)

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 from django.conf import settings
-from django.db import transaction
+from django.db import connections, transaction
 from django.test import override_settings
 
 from django_ratequeue.models import Job, LoopState, Schedule
@@ -94,6 +95,32 @@ def test_two_leaders_that_read_the_same_due_run_enqueue_it_once(
     first, second = Schedule.objects.get(), Schedule.objects.get()
     assert run_due(first, frozen.now()) == (1, True)
     assert run_due(second, frozen.now()) == (0, True)  # its conditional UPDATE lost
+    assert Job.objects.count() == 1
+    assert Schedule.objects.get().runs == 1
+
+
+def test_two_leaders_racing_in_two_threads_enqueue_once(frozen: Clock, every_minute: None) -> None:
+    """Both read the due run, then both enqueue it at once, each in its own transaction."""
+    leading_loop().step()
+    frozen.advance(50)
+    both_read = threading.Barrier(2, timeout=30)
+    results: list[tuple[int, bool]] = []
+
+    def contend() -> None:
+        try:
+            row = Schedule.objects.get()
+            both_read.wait()
+            with transaction.atomic(using=queue_db()):
+                results.append(run_due(row, frozen.now()))
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=contend) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert sorted(results) == [(0, True), (1, True)]
     assert Job.objects.count() == 1
     assert Schedule.objects.get().runs == 1
 

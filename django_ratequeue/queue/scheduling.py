@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 from django.db import transaction
 
@@ -103,6 +103,15 @@ def outcome(
     return changes
 
 
+class ScheduleStep(Protocol):
+    """What the phase reads and writes of the loop's step (:class:`.phases.Step`)."""
+
+    now: datetime
+    did_work: bool
+    more_work: bool
+    next_schedule: datetime | None
+
+
 class EnqueueSchedules:
     """Enqueue the schedules' due runs, and record when the next is due.
 
@@ -112,7 +121,7 @@ class EnqueueSchedules:
     def __init__(self) -> None:
         self.synced = False
 
-    def __call__(self, step: Any) -> None:
+    def __call__(self, step: ScheduleStep) -> None:
         if not self.synced:
             step.did_work |= bool(sync_schedules(step.now))
             step.next_schedule = next_schedule_time()

@@ -96,9 +96,16 @@ def sync_schedules(now: datetime) -> int:
     specs, _problems = declared_schedules()
     valid = {name: spec for name, spec in specs.items() if runnable(spec) is None}
     rows = Schedule.objects.in_bulk()
-    changed = 0
-    for name, spec in valid.items():
-        changed += _sync_one(rows.get(name), spec, now)
+    new = [
+        Schedule(name=name, next_run_at=spec.recurrence.next_after(now), **_fields(spec))
+        for name, spec in valid.items()
+        if name not in rows
+    ]
+    Schedule.objects.bulk_create(new, batch_size=1000)
+    changed = len(new)
+    for name, row in rows.items():
+        if name in valid:
+            changed += _sync_one(row, valid[name], now)
     for name, row in rows.items():
         if name not in valid and row.removed_at is None:
             Schedule.objects.filter(pk=name).update(removed_at=now, next_run_at=None)
@@ -123,12 +130,8 @@ def _fields(spec: ScheduleSpec) -> dict[str, Any]:
     }
 
 
-def _sync_one(row: Schedule | None, spec: ScheduleSpec, now: datetime) -> int:
-    """Create or update the row of ``spec``; return 1 if it changed, else 0."""
-    if row is None:
-        next_run = spec.recurrence.next_after(now)
-        Schedule.objects.create(name=spec.name, next_run_at=next_run, **_fields(spec))
-        return 1
+def _sync_one(row: Schedule, spec: ScheduleSpec, now: datetime) -> int:
+    """Update the row of ``spec``; return 1 if it changed, else 0."""
     if row.declaration == spec.declaration() and row.removed_at is None:
         return 0  # as declared before: the row's state and edits stand
     changes = _fields(spec)

@@ -11,8 +11,11 @@ import pytest
 from django.conf import settings
 from django.db import connections, transaction
 from django.test import override_settings
+from hypothesis import HealthCheck, given
+from hypothesis import settings as settings_for_hypothesis
+from hypothesis import strategies as st
 
-from django_ratequeue.models import Job, LoopState, Schedule
+from django_ratequeue.models import Attempt, Job, LoopState, Schedule
 from django_ratequeue.queue.catchup import ALL_LIMIT
 from django_ratequeue.queue.declarations import manual_run_id, run_id
 from django_ratequeue.queue.models import LoopStatus, Status, queue_db
@@ -30,6 +33,7 @@ from django_ratequeue.queue.wakeup import segment_ceiling
 from tests.cluster import wait_for
 
 from .steps import Clock, freeze, leading_loop
+from .test_recurrence import model_policy, runs_between
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -310,3 +314,51 @@ def test_an_interval_schedules_runs_execute_on_a_real_cluster(cluster: Any) -> N
     assert row.runs >= 3 and row.source == "settings"
     times = sorted(job.id for job in Job.objects.filter(id__startswith="tick@"))
     assert len(times) == len(set(times))
+
+
+@settings_for_hypothesis(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    recurrence=st.sampled_from(
+        [
+            {"every": 60},
+            {"every": 3600},
+            {"cron": "*/15 * * * *", "timezone": "Europe/Paris"},
+            {"cron": "30 2 * * *", "timezone": "Europe/Paris"},
+            {"cron": "0 9 * * 1-5", "timezone": "America/New_York"},
+        ]
+    ),
+    day=st.sampled_from([datetime(2026, 3, 28, tzinfo=UTC), datetime(2026, 10, 24, tzinfo=UTC)]),
+    gaps=st.lists(st.integers(1, 30 * 3600), min_size=1, max_size=5),
+    misfire=st.sampled_from(["skip", "once", "all"]),
+)
+def test_the_loop_enqueues_the_models_runs_after_any_downtimes(
+    frozen: Clock, recurrence: dict[str, Any], day: datetime, gaps: list[int], misfire: str
+) -> None:
+    """The loop, stepped at moments apart by ``gaps``, enqueues what the model says."""
+    Attempt.objects.all().delete()
+    Job.objects.all().delete()
+    Schedule.objects.all().delete()
+    declaration = {"function": ADD, "args": [1, 2], "misfire": misfire, **recurrence}
+    parsed = Recurrence.parse(
+        recurrence.get("cron"), recurrence.get("every"), recurrence.get("timezone")
+    )
+    frozen.moment = day
+    expected, skipped, last = [], 0, day
+    with declared(tick=declaration):
+        loop = leading_loop()
+        loop.step()
+        for gap in gaps:
+            frozen.advance(gap)
+            for _step in range(5):  # until the schedule is past now (one step, here)
+                loop.step()
+                if Schedule.objects.get().next_run_at > frozen.now():
+                    break
+            due = runs_between(parsed, last, frozen.now())
+            runs, skips = model_policy(due, frozen.now(), misfire)
+            expected += runs
+            skipped += skips
+            last = frozen.now()
+    assert run_ids() == sorted(run_id("tick", at) for at in expected)
+    assert Schedule.objects.get().skipped == skipped

@@ -15,6 +15,7 @@ from django.db import transaction
 from ... import clock
 from ...queue.models import Schedule, queue_db
 from ...queue.schedule_sync import declared_schedules, sync_schedules
+from ...queue.wakeup import LOOP, signal
 
 MAX_NEXT = 1000
 
@@ -77,6 +78,7 @@ class Command(BaseCommand):
         if options["sync"]:
             with transaction.atomic(using=queue_db()):
                 changed = sync_schedules(clock.now())
+                signal(LOOP)  # the resting loop reads the schedules' next run again
             self.stderr.write(f"Synced the declared schedules: {changed} changed.")
         rows = [describe(row, count) for row in Schedule.objects.order_by("name")]
         declared, problems = declared_schedules()

@@ -6,41 +6,71 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('django_ratequeue', '0015_attempt_partial_indexes'),
+        ("django_ratequeue", "0015_attempt_partial_indexes"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='Schedule',
+            name="Schedule",
             fields=[
-                ('name', models.CharField(max_length=150, primary_key=True, serialize=False)),
-                ('source', models.CharField(help_text='Declared in code (@job) or settings.', max_length=10)),
-                ('function', models.CharField(max_length=255)),
-                ('cron', models.CharField(blank=True, default='', max_length=200)),
-                ('every', models.FloatField(blank=True, help_text='Seconds between runs.', null=True)),
-                ('timezone', models.CharField(default='UTC', max_length=64)),
-                ('args', models.JSONField(blank=True, default=list)),
-                ('kwargs', models.JSONField(blank=True, default=dict)),
-                ('options', models.JSONField(blank=True, default=dict)),
-                ('misfire', models.CharField(choices=[('skip', 'skip: missed runs are skipped (and counted)'), ('once', 'once: the latest missed run runs once, the others are skipped'), ('all', 'all: missed runs run, the latest 100 at most, the others are skipped')], default='skip', max_length=4)),
-                ('declaration', models.JSONField(default=dict)),
-                ('edited_at', models.DateTimeField(blank=True, null=True)),
-                ('paused', models.BooleanField(default=False)),
-                ('removed_at', models.DateTimeField(blank=True, null=True)),
-                ('next_run_at', models.DateTimeField(blank=True, null=True)),
-                ('last_run_at', models.DateTimeField(blank=True, null=True)),
-                ('last_job_id', models.CharField(blank=True, default='', max_length=200)),
-                ('runs', models.PositiveBigIntegerField(default=0, help_text='Runs enqueued.')),
-                ('skipped', models.PositiveBigIntegerField(default=0)),
-                ('last_skipped_at', models.DateTimeField(blank=True, null=True)),
-                ('last_error', models.TextField(blank=True, default='')),
-                ('updated_at', models.DateTimeField(auto_now=True)),
+                ("name", models.CharField(max_length=150, primary_key=True, serialize=False)),
+                (
+                    "source",
+                    models.CharField(
+                        help_text="Declared in code (@job) or settings.", max_length=10
+                    ),
+                ),
+                ("function", models.CharField(max_length=255)),
+                ("cron", models.CharField(blank=True, default="", max_length=200)),
+                (
+                    "every",
+                    models.FloatField(blank=True, help_text="Seconds between runs.", null=True),
+                ),
+                ("timezone", models.CharField(default="UTC", max_length=64)),
+                ("args", models.JSONField(blank=True, default=list)),
+                ("kwargs", models.JSONField(blank=True, default=dict)),
+                ("options", models.JSONField(blank=True, default=dict)),
+                (
+                    "misfire",
+                    models.CharField(
+                        choices=[
+                            ("skip", "skip: missed runs are skipped (and counted)"),
+                            (
+                                "once",
+                                "once: the latest missed run runs once, the others are skipped",
+                            ),
+                            (
+                                "all",
+                                "all: missed runs run, the latest 100 at most, the others are skipped",
+                            ),
+                        ],
+                        default="skip",
+                        max_length=4,
+                    ),
+                ),
+                ("declaration", models.JSONField(default=dict)),
+                ("edited_at", models.DateTimeField(blank=True, null=True)),
+                ("paused", models.BooleanField(default=False)),
+                ("removed_at", models.DateTimeField(blank=True, null=True)),
+                ("next_run_at", models.DateTimeField(blank=True, null=True)),
+                ("last_run_at", models.DateTimeField(blank=True, null=True)),
+                ("last_job_id", models.CharField(blank=True, default="", max_length=200)),
+                ("runs", models.PositiveBigIntegerField(default=0, help_text="Runs enqueued.")),
+                ("skipped", models.PositiveBigIntegerField(default=0)),
+                ("last_skipped_at", models.DateTimeField(blank=True, null=True)),
+                ("last_error", models.TextField(blank=True, default="")),
+                ("updated_at", models.DateTimeField(auto_now=True)),
             ],
             options={
-                'verbose_name': 'schedule',
-                'indexes': [models.Index(condition=models.Q(('next_run_at__isnull', False)), fields=['next_run_at'], name='ratequeue_schedule_due')],
+                "verbose_name": "schedule",
+                "indexes": [
+                    models.Index(
+                        condition=models.Q(("next_run_at__isnull", False)),
+                        fields=["next_run_at"],
+                        name="ratequeue_schedule_due",
+                    )
+                ],
             },
         ),
     ]

@@ -118,6 +118,8 @@ class ScheduleAdmin(PermittedActionsMixin, admin.ModelAdmin):
 
     def save_model(self, request: HttpRequest, obj: Schedule, form: Any, change: bool) -> None:
         """Store the new recurrence as the schedule's own, from its next run after now."""
+        if not form.has_changed():
+            return  # saved as it was: no edit to record
         change_recurrence(obj.pk, form.cleaned_data["recurrence"], clock.now())
 
     @admin.action(description="Pause the selected schedules", permissions=["change"])

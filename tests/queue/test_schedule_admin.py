@@ -85,6 +85,12 @@ def test_an_edit_of_the_expression_is_checked_and_stands(
     assert "(edited)" in admin_client.get(CHANGELIST).content.decode()
 
 
+def test_saving_the_form_unchanged_records_no_edit(nightly: Clock, admin_client: Client) -> None:
+    saved = admin_client.post(CHANGE, {"cron": "0 3 * * *", "timezone": "UTC", "every": ""})
+    assert saved.status_code == 302
+    assert Schedule.objects.get().edited_at is None
+
+
 def test_no_schedule_is_added_or_deleted_while_declared(
     nightly: Clock, admin_client: Client
 ) -> None:

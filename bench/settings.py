@@ -58,6 +58,8 @@ RATEQUEUE = {
     ),
     # bench.jobs is left free of our app for django-q2 alone; this module registers them.
     "JOB_MODULES": ["bench.ratequeue_jobs"],
+    # The demo's schedule would enqueue runs while the benchmarks measure.
+    "SCHEDULES": {},
     # The HTTP benchmark measures the enqueue itself: no per-user throttle in the way.
     "API_THROTTLES": {"enqueue": None, "read": None},
     # More settings as JSON, e.g. the queues and rate limits of the flow-control benchmark.

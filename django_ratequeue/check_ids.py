@@ -41,6 +41,12 @@ JOB_MODULES = "django_ratequeue.E220"
 ROLLUP_RETENTION = "django_ratequeue.E221"
 SLOTS = "django_ratequeue.E222"
 CLOCK = "django_ratequeue.E230"
+# E24x: recurring schedules (RATEQUEUE["SCHEDULES"] and @job(schedule=...))
+SCHEDULES_NOT_A_DICT = "django_ratequeue.E240"
+SCHEDULE_INVALID = "django_ratequeue.E241"  # its expression, zone, interval, misfire...
+SCHEDULE_FUNCTION = "django_ratequeue.E242"  # not a registered job
+SCHEDULE_OPTIONS = "django_ratequeue.E243"  # enqueue options or arguments that fail
+SCHEDULE_NAME_TAKEN = "django_ratequeue.E244"  # declared twice (settings and @job)
 
 # E3xx: the services around them
 TASKS_BACKEND_NEEDS_DJANGO_6 = "django_ratequeue.E301"

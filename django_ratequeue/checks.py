@@ -20,6 +20,7 @@ from . import backends as tasks_backend_checks  # noqa: F401
 from . import check_ids as ids
 from .conf import parse_settings
 from .queue.models import queue_db
+from .queue.schedule_sync import schedule_problems
 from .ratelimit.storage import rate_limit_db
 
 # The Q_CLUSTER keys that choose django-q2's broker; without any, it connects to Redis on
@@ -146,3 +147,17 @@ def check_cluster_broker(
             id=ids.CLUSTER_BROKER,
         )
     ]
+
+
+@register()
+def check_schedules(
+    app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
+) -> list[CheckMessage]:
+    """Refuse recurring schedules that could not run: a job not registered, bad options.
+
+    Those of ``@job(schedule=...)`` are parsed here too (the settings' own are in
+    :func:`check_settings`)."""
+    values, _problems = parse_settings(getattr(settings, "RATEQUEUE", None))
+    if values is None:
+        return []  # check_settings reports them; the schedules are read from valid settings
+    return [Error(p.message, hint=p.hint or None, id=p.id) for p in schedule_problems()]

@@ -161,6 +161,16 @@ RATEQUEUE = {
         # Served by remote workers only (docs/remote-workers.md): scripts/demo.sh starts one.
         "remote": {"max_concurrency": 2, "remote": True},
     },
+    # A recurring schedule (docs/schedules.md): one run a minute, so that a visitor sees
+    # its runs in the admin's jobs and its next run under "Schedules".
+    "SCHEDULES": {
+        "demo-every-minute": {
+            "function": "example_project.demo.jobs.fast",
+            "cron": "* * * * *",
+            "args": [7],
+            "misfire": "once",
+        },
+    },
 }
 
 REST_FRAMEWORK: dict[str, object] = {

@@ -34,6 +34,8 @@ if suffix := os.environ.get("RATEQUEUE_TEST_DB_SUFFIX"):
 # in the qcluster workers the tests start. The fault drill's test runs the drill's jobs.
 RATEQUEUE = {
     **RATEQUEUE,
+    # The demo's schedule would enqueue runs in every test that leads the loop.
+    "SCHEDULES": {},
     "JOB_MODULES": ["tests.queue.jobs", "tests.api.jobs", "bench.ratequeue_jobs"]
     + (["tests.tasks_backend.tasks"] if django.VERSION >= (6, 0) else []),
 }

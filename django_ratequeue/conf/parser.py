@@ -14,6 +14,7 @@ from ..queue.bounds import (
     integer,
     seconds,
 )
+from ..queue.declarations import ScheduleSpec, parse_spec
 from ..queue.retry import Retry
 from ..ratelimit.config import RateLimitConfig, check_limit_name, parse_config
 from .queues import parse_queues
@@ -255,6 +256,28 @@ class _Parser:
         )
         return ()
 
+    def schedules(self) -> dict[str, ScheduleSpec]:
+        """Return the schedules of ``SCHEDULES`` that are valid; each invalid one is a problem."""
+        value = self.values["SCHEDULES"]
+        example = '{"nightly": {"function": "myapp.jobs.report", "cron": "0 3 * * *"}}'
+        if not isinstance(value, Mapping):
+            self.problem(
+                ids.SCHEDULES_NOT_A_DICT,
+                f'RATEQUEUE["SCHEDULES"] must be a dict of name -> schedule, got {value!r}.',
+                f"e.g. {example}",
+            )
+            return {}
+        parsed: dict[str, ScheduleSpec] = {}
+        for name, raw in value.items():
+            try:
+                parsed[name] = parse_spec(name, raw)
+            except ValueError as error:
+                where = f'RATEQUEUE["SCHEDULES"][{str(name)[:100]!r}]'
+                self.problem(
+                    ids.SCHEDULE_INVALID, f"{where} is invalid: {error}", f"e.g. {example}"
+                )
+        return parsed
+
     def limited_view(self) -> str | Callable[..., Any] | None:
         value = self.values["RATE_LIMITED_VIEW"]
         if value is None or callable(value) or (isinstance(value, str) and value):
@@ -314,6 +337,7 @@ class _Parser:
             RATE_LIMIT_ASYNC_COMMIT=self.flag("RATE_LIMIT_ASYNC_COMMIT"),
             RATE_LIMITED_VIEW=self.limited_view(),
             JOB_MODULES=self.job_modules(),
+            SCHEDULES=MappingProxyType(self.schedules()),
             DEFAULT_RETRIES=self.default_retries(),
             ENQUEUE_RATE_LIMIT=self.enqueue_rate_limit(),
             ENQUEUE_ASYNC_COMMIT=self.flag("ENQUEUE_ASYNC_COMMIT"),

@@ -6,6 +6,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from ..queue.declarations import ScheduleSpec
 from ..queue.retry import Retry
 from ..ratelimit.config import RateLimitConfig
 
@@ -19,6 +20,7 @@ DEFAULTS: dict[str, Any] = {
     "RATE_LIMIT_ASYNC_COMMIT": True,
     "RATE_LIMITED_VIEW": None,
     "JOB_MODULES": [],
+    "SCHEDULES": {},
     "DEFAULT_RETRIES": 6,
     "ENQUEUE_RATE_LIMIT": None,
     "ENQUEUE_ASYNC_COMMIT": False,
@@ -110,6 +112,9 @@ class RateQueueSettings:
     # Modules imported at start-up (in web processes and qcluster workers alike) for the
     # jobs they register, besides each installed app's jobs.py: only registered jobs run.
     JOB_MODULES: tuple[str, ...]
+    # Recurring schedules declared in settings: name -> the parsed declaration
+    # (docs/schedules.md); those of @job(schedule=...) are found in queue/declarations.py.
+    SCHEDULES: Mapping[str, ScheduleSpec]
     # Retries of a job that sets none (the setting: an int, or a dict of Retry fields).
     DEFAULT_RETRIES: Retry
     # A leaky bucket on enqueues (the setting: e.g. {"rate": 200, "period": 1,

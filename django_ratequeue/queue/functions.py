@@ -3,11 +3,24 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Coroutine, Iterable, Mapping
+from datetime import timedelta
 from functools import update_wrapper
-from typing import Any, Generic, ParamSpec, Protocol, Self, TypeVar, Unpack, cast, overload
+from typing import (
+    Any,
+    Generic,
+    Literal,
+    ParamSpec,
+    Protocol,
+    Self,
+    TypeVar,
+    Unpack,
+    cast,
+    overload,
+)
 
 from asgiref.sync import sync_to_async
 
+from .declarations import declare_in_code
 from .enqueue import enqueue_call, enqueue_many
 from .handles import Handle
 from .options import EnqueueOptions, JobOptions
@@ -16,6 +29,7 @@ from .registry import (
     Registered,
     exposed_hooks,
     is_async,
+    job_path,
     register_job,
     registered_job,
 )
@@ -110,6 +124,9 @@ def job(
     expose: bool = False,
     permission: Callable[..., bool] | None = None,
     http_options: Callable[..., Mapping[str, Any]] | None = None,
+    schedule: str | float | timedelta | None = None,
+    timezone: str | None = None,
+    misfire: Literal["skip", "once", "all"] | None = None,
     **options: Unpack[EnqueueOptions],
 ) -> AsyncJobFunction[P, R]: ...
 
@@ -122,6 +139,9 @@ def job(
     expose: bool = False,
     permission: Callable[..., bool] | None = None,
     http_options: Callable[..., Mapping[str, Any]] | None = None,
+    schedule: str | float | timedelta | None = None,
+    timezone: str | None = None,
+    misfire: Literal["skip", "once", "all"] | None = None,
     **options: Unpack[EnqueueOptions],
 ) -> JobFunction[P, R]: ...
 
@@ -134,6 +154,9 @@ def job(
     expose: bool = False,
     permission: Callable[..., bool] | None = None,
     http_options: Callable[..., Mapping[str, Any]] | None = None,
+    schedule: str | float | timedelta | None = None,
+    timezone: str | None = None,
+    misfire: Literal["skip", "once", "all"] | None = None,
     **options: Unpack[EnqueueOptions],
 ) -> JobDecorator: ...
 
@@ -145,6 +168,9 @@ def job(
     expose: bool = False,
     permission: Callable[..., bool] | None = None,
     http_options: Callable[..., Mapping[str, Any]] | None = None,
+    schedule: str | float | timedelta | None = None,
+    timezone: str | None = None,
+    misfire: Literal["skip", "once", "all"] | None = None,
     **options: Any,
 ) -> JobFunction[..., Any] | JobDecorator:
     """Register a module-level function as a job, to be enqueued and run by workers.
@@ -158,12 +184,19 @@ def job(
     ``expose=True`` lets the HTTP API enqueue it, for the users ``permission(request)``
     admits, with the options ``http_options(request, args, kwargs)`` adds (see
     docs/http-api.md).
+
+    ``schedule`` (a cron expression, or seconds between runs) makes it recurring, in
+    ``timezone`` (UTC by default), with a ``misfire`` policy (see docs/schedules.md).
     """
     defaults = {k: v for k, v in options.items() if v is not None}
     job_options = JobOptions(defaults)
     exposed = exposed_hooks(expose, permission, http_options)
+    if schedule is None and (timezone is not None or misfire is not None):
+        raise ValueError("timezone= and misfire= are for a recurring job: add schedule=.")
 
     def decorate(f: Callable[..., Any], /) -> JobFunction[..., Any]:
+        if schedule is not None:
+            declare_in_code(job_path(getattr(f, "func", f)), schedule, timezone, misfire)
         if isinstance(f, JobFunction):
             if exposed is not None:
                 raise ValueError(

@@ -7,7 +7,7 @@ from datetime import datetime
 
 from ..db import execute, server_statement
 from .deferred import aware, deferred_heads
-from .models import DEFERRED_STATUSES, CancelRequest, LoopState, queue_connection
+from .models import DEFERRED_STATUSES, CancelRequest, LoopState, Schedule, queue_connection
 from .rollups import ARRIVALS_WINDOW, counted_arrivals, settled_until
 from .wakeup import lease_end
 
@@ -37,6 +37,8 @@ class Renewal:
     arrivals_since: datetime
     arrivals_until: datetime
     arrivals_behind: bool
+    # The earliest next run of a recurring schedule (None: none will run).
+    next_schedule: datetime | None = None
 
 
 class Lease:
@@ -61,9 +63,15 @@ class Lease:
         read = renew_lease(self.generation, now, until)
         if read is None:
             return None
-        max_concurrency, cancels_waiting, next_deferred = read
+        max_concurrency, cancels_waiting, next_deferred, next_schedule = read
         return Renewal(
-            max_concurrency, cancels_waiting, next_deferred, since, until, until < settled
+            max_concurrency,
+            cancels_waiting,
+            next_deferred,
+            since,
+            until,
+            until < settled,
+            next_schedule,
         )
 
     def committed(self, renewal: Renewal) -> None:
@@ -73,12 +81,13 @@ class Lease:
 
 def renew_lease(
     generation: int, now: datetime, arrivals_until: datetime
-) -> tuple[int | None, bool, datetime | None] | None:
+) -> tuple[int | None, bool, datetime | None, datetime | None] | None:
     """Renew the lease of ``generation`` and record the arrivals counted until then.
 
     Return None if another process took the lease. The same statement reads the step's
     inputs that no row it reads anyway tells (each through an index): the runtime
-    ``MAX_CONCURRENCY``, whether cancel requests wait, the earliest deferred start; and
+    ``MAX_CONCURRENCY``, whether cancel requests wait, the earliest deferred start, the
+    earliest next run of a schedule; and
     on PostgreSQL it applies :data:`STEP_SETTINGS` to the step's transaction."""
     connection = queue_connection()
     table = connection.ops.quote_name(LoopState._meta.db_table)
@@ -87,6 +96,7 @@ def renew_lease(
         "max_concurrency",
         f"EXISTS (SELECT 1 FROM {cancels})",
         *(f"({deferred})" for deferred in deferred_heads()),
+        f"({Schedule.objects.head_sql(connection.ops.quote_name(Schedule._meta.db_table))})",
     ]
     if connection.vendor == "postgresql":
         returning += [f"set_config('{name}', '{value}', true)" for name, value in STEP_SETTINGS]
@@ -102,4 +112,6 @@ def renew_lease(
         return None
     max_concurrency, cancels_waiting, *starts = rows[0][: 2 + len(DEFERRED_STATUSES)]
     deferred = min((aware(start) for start in starts if start is not None), default=None)
-    return max_concurrency, bool(cancels_waiting), deferred
+    schedule = rows[0][2 + len(DEFERRED_STATUSES)]
+    next_schedule = None if schedule is None else aware(schedule)
+    return max_concurrency, bool(cancels_waiting), deferred, next_schedule

@@ -34,6 +34,7 @@ from .phases import (
     ring,
 )
 from .retention import prune_in_background
+from .scheduling import EnqueueSchedules
 
 
 class Loop:
@@ -52,6 +53,7 @@ class Loop:
             finish_ended,
             Resume(self.dispatch),  # before start: waits resume before anything new starts
             promote,
+            EnqueueSchedules(),  # before start: a run due now starts in this step
             Start(self.dispatch),
             ring,
             self.rest,

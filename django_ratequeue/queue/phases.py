@@ -58,10 +58,13 @@ class Step:
     # Set by the rest phase: nothing is left to do now; when to wake (None: on a signal).
     rested: bool = False
     wake: datetime | None = None
+    # The earliest next run of a recurring schedule (None: none will run).
+    next_schedule: datetime | None = None
 
     def __post_init__(self) -> None:
         self.more_work = self.renewal.arrivals_behind
         self.deferred = self.renewal.next_deferred
+        self.next_schedule = self.renewal.next_schedule
 
 
 class Recovery:
@@ -176,9 +179,11 @@ class Rest:
     def resting_state(self, step: Step) -> tuple[str, datetime | None]:
         """Return the state of the resting loop and when it wants waking.
 
-        It wakes for the next deferred start, rate-limit time, count of arrivals, or
-        look for lost attempts."""
+        It wakes for the next deferred start, schedule's run, rate-limit time, count of
+        arrivals, or look for lost attempts."""
         wakes = [step.deferred] if step.deferred is not None else []
+        if step.next_schedule is not None:
+            wakes.append(step.next_schedule)
         wakes.extend(self.dispatch.wakes())
         # Count the jobs not counted yet, once they are settled.
         uncounted = self.first_uncounted_arrival(step.renewal.arrivals_until)

@@ -142,6 +142,7 @@ def test_the_loop_runs_its_phases_in_order() -> None:
         "finish_ended",
         "Resume",
         "promote",
+        "EnqueueSchedules",
         "Start",
         "ring",
         "Rest",

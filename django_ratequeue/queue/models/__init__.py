@@ -25,6 +25,7 @@ from .minutes import (
     QueueTotal,
     bucket_field,
 )
+from .schedules import Schedule, ScheduleQuerySet
 from .statuses import (
     DEFERRED_STATUSES,
     FINAL_STATUSES,
@@ -61,6 +62,8 @@ __all__ = [
     "QueueMinute",
     "QueueSetting",
     "QueueTotal",
+    "Schedule",
+    "ScheduleQuerySet",
     "Status",
     "UniqueClaim",
     "Wait",

@@ -2,6 +2,7 @@
 
 from .queue.models import (
     Attempt,
+    Batch,
     CancelRequest,
     Job,
     LoopState,
@@ -17,6 +18,7 @@ from .ratelimit.models import RateLimitState
 
 __all__ = [
     "Attempt",
+    "Batch",
     "CancelRequest",
     "Job",
     "LoopState",

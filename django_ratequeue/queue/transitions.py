@@ -59,6 +59,7 @@ FINISH_FIELDS = [
     "context",
     "owner",
     "queue",
+    "batch_id",
 ]
 T = TypeVar("T")
 
@@ -226,12 +227,14 @@ def apply_cancels(now: datetime, moves: Moves) -> tuple[bool, bool]:
         scope = Q(created_at__lte=request.created_at)
         if request.job_id:
             scope = Q(pk=request.job_id)
+        elif request.batch_id:
+            scope = Q(batch_id=request.batch_id)
         elif request.queue:
             scope &= Q(queue=request.queue)
         pending = list(
             Job.objects.filter(scope)
             .not_started()
-            .only("on_complete", "context", "result", "owner", "queue")[:budget]
+            .only("on_complete", "context", "result", "owner", "queue", "batch_id")[:budget]
         )
         for job in pending:
             job.status, job.finished_at = Status.CANCELED, now

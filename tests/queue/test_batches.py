@@ -1,0 +1,259 @@
+"""Batches step by step: one completion, exactly once, whatever ends when."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.db import transaction
+
+from django_ratequeue import (
+    BatchDoesNotExist,
+    Status,
+    batch,
+    enqueue,
+    enqueue_many,
+    get_batch,
+)
+from django_ratequeue.models import Batch, Job
+from django_ratequeue.queue import batchends
+from django_ratequeue.queue.heartbeat import beat
+from django_ratequeue.queue.models import batch_callback_id
+from django_ratequeue.queue.runner import Runner
+
+from . import batch_jobs, jobs
+from .steps import Clock, freeze, leading_loop, run_pass
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def frozen(monkeypatch: pytest.MonkeyPatch) -> Clock:
+    return freeze(monkeypatch)
+
+
+@pytest.fixture
+def calls(tmp_path: Path) -> Path:
+    return tmp_path / "callbacks.jsonl"
+
+
+def outcomes(path: Path) -> list[dict[str, Any]]:
+    """The outcomes the callback received, one per run of it."""
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def run_callbacks() -> None:
+    """Step and run until nothing is left (the callback included)."""
+    run_pass()
+    run_pass()
+
+
+def callback_rows(batch_id: str) -> int:
+    return Job.objects.filter(pk=batch_callback_id(batch_id)).count()
+
+
+def test_the_callback_runs_once_with_what_succeeded_and_failed(frozen: Clock, calls: Path):
+    with batch(on_complete=batch_jobs.record_outcome, context={"path": str(calls)}) as group:
+        added = [jobs.add.enqueue(1, 2), jobs.add.enqueue(3, 4)]
+        failed = enqueue(jobs.fail_hard)
+    run_callbacks()
+    run_callbacks()
+    [outcome] = outcomes(calls)
+    outcome["succeeded"].sort()
+    assert outcome == {
+        "batch_id": group.id,
+        "total": 3,
+        "succeeded": sorted(h.id for h in added),
+        "failed": [failed.id],
+        "canceled": [],
+        "context": {"path": str(calls)},
+    }
+    assert {**group.result(timeout=0), "succeeded": outcome["succeeded"]} == outcome
+    assert group.status()[Status.COMPLETE] == 2 and group.status()[Status.FAILED] == 1
+    assert group.progress() == {"done": 3, "total": 3}
+    assert {h.id for h in group.jobs()} == {*(h.id for h in added), failed.id}
+
+
+def test_the_last_two_jobs_ending_in_one_step_finish_the_batch_once(frozen: Clock, calls: Path):
+    with batch(on_complete=batch_jobs.record_outcome, context={"path": str(calls)}) as group:
+        jobs.add.enqueue(1, 1)
+        jobs.add.enqueue(2, 2)
+    loop = leading_loop()
+    loop.step()  # both dispatched
+    assert Runner(beat(force=True)).drain() == 2  # both attempts end before the next step
+    assert not group.finished()
+    loop.step()  # one step takes in both ends
+    assert group.finished() and callback_rows(group.id) == 1
+    loop.step()
+    run_callbacks()
+    assert len(outcomes(calls)) == 1 and outcomes(calls)[0]["total"] == 2
+
+
+def test_a_job_added_while_the_last_one_ends_holds_the_batch_open(frozen: Clock, calls: Path):
+    with batch(on_complete=batch_jobs.record_outcome, context={"path": str(calls)}) as group:
+        parent = batch_jobs.fan_out.enqueue(2)
+    loop = leading_loop()
+    loop.step()
+    Runner(beat(force=True)).drain()  # the parent ran: it added two jobs, then ended
+    loop.step()  # the parent's end is taken in: its children have not ended
+    assert Job.objects.get(pk=parent.id).status == Status.COMPLETE
+    assert not group.finished() and group.progress() == {"done": 1, "total": 3}
+    run_callbacks()
+    [outcome] = outcomes(calls)
+    assert outcome["total"] == 3 and len(outcome["succeeded"]) == 3
+    assert parent.id in outcome["succeeded"]
+
+
+def test_a_cancel_during_the_end_finishes_the_batch_once(frozen: Clock, calls: Path):
+    with batch(on_complete=batch_jobs.record_outcome, context={"path": str(calls)}) as group:
+        running = jobs.add.enqueue(1, 1)
+        waiting = jobs.add.using(queue="later", run_after=3600).enqueue(2, 2)
+    loop = leading_loop()
+    loop.step()
+    Runner(beat(force=True)).drain()  # `running` ended, its end not taken in yet
+    group.cancel()
+    loop.step()  # the cancel and the end in one step
+    assert group.finished() and callback_rows(group.id) == 1
+    assert Job.objects.get(pk=waiting.id).status == Status.CANCELED
+    run_callbacks()
+    [outcome] = outcomes(calls)
+    # A cancel applied before the end was taken in wins: docs/concepts.md.
+    assert sorted(outcome["canceled"]) == sorted([running.id, waiting.id])
+
+
+def test_a_step_killed_before_the_callback_is_done_again(
+    frozen: Clock, calls: Path, monkeypatch: pytest.MonkeyPatch
+):
+    with batch(on_complete=batch_jobs.record_outcome, context={"path": str(calls)}) as group:
+        only = jobs.add.enqueue(1, 1)
+    loop = leading_loop()
+    loop.step()
+    Runner(beat(force=True)).drain()
+
+    def killed(batch: Batch, now: Any) -> bool:
+        raise KeyboardInterrupt("the loop's process was killed here")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(batchends, "finish", killed)
+        with pytest.raises(KeyboardInterrupt):
+            loop.step()
+    # The step's transaction rolled back: the job's end as well as the batch's.
+    assert Job.objects.get(pk=only.id).status == Status.RUNNING
+    assert not group.finished() and callback_rows(group.id) == 0
+    leading_loop().step()
+    assert group.finished() and callback_rows(group.id) == 1
+    run_callbacks()
+    assert len(outcomes(calls)) == 1
+
+
+def test_a_batch_left_behind_is_found_by_the_sweep(
+    frozen: Clock, calls: Path, monkeypatch: pytest.MonkeyPatch
+):
+    with batch(on_complete=batch_jobs.record_outcome, context={"path": str(calls)}) as group:
+        jobs.add.enqueue(1, 1)
+    with monkeypatch.context() as patch:
+        # A step that ended the last job but never looked at its batch.
+        patch.setattr(batchends, "finished_batch_ids", lambda moves, start: set())
+        patch.setattr(batchends, "sealed_unfinished", lambda: [])
+        run_pass()
+        run_pass()
+    assert not group.finished()
+    leading_loop().step()  # a new leader sweeps at its first step
+    assert group.finished() and callback_rows(group.id) == 1
+    run_callbacks()
+    assert len(outcomes(calls)) == 1
+
+
+def test_finishing_twice_finishes_once(frozen: Clock) -> None:
+    with batch(on_complete=batch_jobs.record_outcome, context={"path": "unused"}) as group:
+        pass
+    with transaction.atomic():
+        assert batchends.finish_batches([group.id], frozen.now()) == []
+        row = Batch.objects.get(pk=group.id)
+        assert not batchends.finish(row, frozen.now())
+    assert callback_rows(group.id) == 1
+
+
+def test_an_empty_batch_finishes_when_sealed(frozen: Clock, calls: Path) -> None:
+    with batch(on_complete=batch_jobs.record_outcome, context={"path": str(calls)}) as group:
+        assert not group.finished()
+    assert group.finished()
+    run_callbacks()
+    [outcome] = outcomes(calls)
+    assert outcome["total"] == 0 and outcome["succeeded"] == []
+
+
+def test_jobs_that_end_before_the_block_exits_finish_it_at_the_exit(frozen: Clock, calls: Path):
+    with batch(on_complete=batch_jobs.record_outcome, context={"path": str(calls)}) as group:
+        jobs.add.enqueue(1, 1)
+        run_pass()
+        run_pass()
+        assert group.progress() == {"done": 1, "total": 1}
+        assert not group.finished()  # open: more jobs may come
+    assert group.finished() and callback_rows(group.id) == 1
+    run_callbacks()
+    assert len(outcomes(calls)) == 1
+
+
+def test_enqueue_many_makes_a_batch(frozen: Clock, calls: Path) -> None:
+    handles = enqueue_many(
+        jobs.add,
+        [[1, 1], [2, 2]],
+        batch={"on_complete": batch_jobs.record_outcome, "context": {"path": str(calls)}},
+        owner="alice",
+    )
+    assert handles.batch is not None
+    assert Job.objects.filter(batch_id=handles.batch.id).count() == 2
+    run_callbacks()
+    run_callbacks()
+    group = get_batch(handles.batch.id, owner="alice")
+    assert sorted(group.result(timeout=0)["succeeded"]) == sorted(h.id for h in handles)
+    assert Job.objects.get(pk=batch_callback_id(group.id)).owner == "alice"
+
+
+def test_a_bad_item_writes_no_batch(frozen: Clock) -> None:
+    with pytest.raises(ValueError):
+        enqueue_many(jobs.add, [[1, 1], [float("nan"), 2]], batch=True)
+    assert not Batch.objects.exists() and not Job.objects.exists()
+    with pytest.raises(ValueError):
+        batch(context={"bad": float("inf")})
+    with pytest.raises(ValueError):
+        enqueue_many(jobs.add, [[1, 1]], batch={"on_done": "x"})
+    assert not Batch.objects.exists()
+
+
+def test_another_owner_sees_no_batch(frozen: Clock) -> None:
+    with batch(owner="alice") as group:
+        pass
+    assert get_batch(group.id, owner="alice") == group
+    for owner in ("mallory", None):
+        with pytest.raises(BatchDoesNotExist):
+            get_batch(group.id, owner=owner)
+
+
+def test_jobs_join_a_batch_only_from_inside_it(frozen: Clock) -> None:
+    with batch() as group:
+        pass
+    with pytest.raises(ValueError, match="only inside"), group.adding():
+        pass
+
+
+def test_result_waits_for_the_end(frozen: Clock) -> None:
+    with batch() as group:
+        jobs.add.enqueue(1, 1)
+    with pytest.raises(TimeoutError, match="0 of its 1 jobs"):
+        group.result(timeout=0)
+    run_pass()
+    run_pass()
+    assert group.result(timeout=5)["total"] == 1
+
+
+def test_a_batch_without_a_callback_finishes(frozen: Clock) -> None:
+    with batch() as group:
+        jobs.add.enqueue(1, 1)
+    run_pass()
+    run_pass()
+    assert group.finished() and callback_rows(group.id) == 0
+    assert Batch.objects.get(pk=group.id).total == 1

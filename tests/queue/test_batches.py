@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from django_ratequeue.models import Batch, Job
 from django_ratequeue.queue import batchends
 from django_ratequeue.queue.heartbeat import beat
 from django_ratequeue.queue.models import batch_callback_id
+from django_ratequeue.queue.retention import prune
 from django_ratequeue.queue.runner import Runner
 
 from . import batch_jobs, jobs
@@ -257,3 +259,15 @@ def test_a_batch_without_a_callback_finishes(frozen: Clock) -> None:
     run_pass()
     assert group.finished() and callback_rows(group.id) == 0
     assert Batch.objects.get(pk=group.id).total == 1
+
+
+def test_finished_batches_are_pruned_after_retention(frozen: Clock) -> None:
+    with batch() as finished:
+        pass
+    with batch() as running:
+        jobs.add.enqueue(1, 1)
+    Batch.objects.filter(pk=finished.id).update(
+        finished_at=frozen.now() - timedelta(days=400), created_at=frozen.now()
+    )
+    prune()
+    assert list(Batch.objects.values_list("pk", flat=True)) == [running.id]

@@ -52,6 +52,12 @@ class Batch(models.Model):
                 name="ratequeue_batch_ending",
                 condition=models.Q(finished_at__isnull=True, sealed_at__isnull=False),
             ),
+            # Retention.
+            models.Index(
+                fields=["finished_at"],
+                name="ratequeue_batch_finished",
+                condition=models.Q(finished_at__isnull=False),
+            ),
         ]
 
     def __str__(self) -> str:

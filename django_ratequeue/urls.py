@@ -19,6 +19,7 @@ api = [
     path("ratelimits/<str:name>/", views.RateLimitView.as_view(), name="ratelimit"),
     path("batches/<str:batch_id>/", batches.BatchView.as_view(), name="batch"),
     path("batches/<str:batch_id>/cancel/", batches.BatchCancelView.as_view(), name="batch-cancel"),
+    path("batches/<str:batch_id>/events/", batches.BatchEventsView.as_view(), name="batch-events"),
     # Remote workers (docs/remote-workers.md), with an Api-Key.
     path("workers/claim/", workers.ClaimView.as_view(), name="worker-claim"),
     *(

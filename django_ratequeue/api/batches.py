@@ -8,15 +8,23 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.core.handlers.asgi import ASGIRequest
+from django.http import HttpResponse, StreamingHttpResponse
+from django.http.response import HttpResponseBase
 from rest_framework import serializers, status
-from rest_framework.exceptions import NotFound
+from rest_framework.exceptions import NotFound, Throttled
+from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from ..conf import ratequeue_settings
 from ..queue.batches import BatchHandle, status_counts
 from ..queue.models import FINAL_STATUSES, Batch
+from ..queue.seats import take_seat
+from .batchevents import FINAL_ID, BatchWatch, abatch_stream, batch_stream
 from .permissions import request_owner
-from .views import ApiSchema, ApiView
+from .sse import LIFETIME, RECONNECT_MS, AsyncSeatHeld, SeatHeld
+from .views import ApiSchema, ApiView, EventStreamRenderer, EventStreamSchema
 
 
 class BatchSerializer(serializers.Serializer[Any]):
@@ -86,3 +94,36 @@ class BatchCancelView(OwnedBatch):
         BatchHandle(batch.pk, owner=batch.owner or None).cancel()
         batch.refresh_from_db()
         return Response(BatchSerializer(batch_view(batch)).data, status=status.HTTP_202_ACCEPTED)
+
+
+class BatchEventsView(OwnedBatch):
+    """``GET batches/<id>/events/``: the batch's progress as Server-Sent Events.
+
+    ``progress`` events (``{"done", "total", "counts"}``) as its jobs end, then one
+    ``finished`` event with its outcome (id ``end``: sent back, it gets a 204)."""
+
+    renderer_classes = [JSONRenderer, EventStreamRenderer]
+    schema = EventStreamSchema("getBatchEvents")
+
+    def get(self, request: Request, batch_id: str) -> HttpResponseBase:
+        batch = self.owned_batch(batch_id)
+        if request.headers.get("Last-Event-ID") == FINAL_ID and batch.finished_at is not None:
+            return HttpResponse(status=status.HTTP_204_NO_CONTENT)
+        limit = ratequeue_settings().API_MAX_STREAMS_PER_USER
+        seat = take_seat(f"stream:{batch.owner}", limit, LIFETIME)
+        if seat is None:
+            raise Throttled(
+                wait=RECONNECT_MS // 1000 or 1,
+                detail=f"You have {limit} event streams open already "
+                '(RATEQUEUE["API_MAX_STREAMS_PER_USER"]): close one first.',
+            )
+        watch = BatchWatch(batch.pk)
+        events: Any
+        if isinstance(request._request, ASGIRequest):
+            events = AsyncSeatHeld(abatch_stream(watch), seat)
+        else:
+            events = SeatHeld(batch_stream(watch), seat)
+        response = StreamingHttpResponse(events, content_type="text/event-stream")
+        response["Cache-Control"] = "no-cache"
+        response["X-Accel-Buffering"] = "no"
+        return response

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 import pytest
 from rest_framework.test import APIClient
 
 from django_ratequeue import Status
+from django_ratequeue.api import batchevents
 from django_ratequeue.models import Batch, Job
 from tests.api.conftest import API
 from tests.queue.steps import run_pass
@@ -15,7 +19,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 GREET = "tests.api.jobs.greet"
 
 
-def bulk(client: APIClient, **body: object) -> object:
+def bulk(client: APIClient, **body: object) -> Any:
     items = [{"args": ["Ada"]}, {"args": ["Bob"]}]
     return client.post(
         f"{API}jobs/bulk/", {"function": GREET, "items": items, **body}, format="json"
@@ -68,3 +72,38 @@ def test_cancel_cancels_the_batchs_jobs(api: APIClient) -> None:
     run_pass()
     detail = api.get(location).json()
     assert detail["state"] == "finished" and len(detail["outcome"]["canceled"]) == 2
+
+
+def blocks(chunk: bytes) -> list[tuple[str, Any]]:
+    """(event, data) of each event in ``chunk``."""
+    found = []
+    for block in chunk.decode().split("\n\n"):
+        fields = dict(line.partition(": ")[::2] for line in block.split("\n") if line)
+        if "event" in fields:
+            found.append((fields["event"], json.loads(fields["data"])))
+    return found
+
+
+def test_the_events_follow_the_progress_to_the_end(
+    api: APIClient, other: APIClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(batchevents, "BATCH_LOOK", 0)
+    location = bulk(api, batch=True)["Location"]
+    assert other.get(f"{location}events/").status_code == 404
+    response = api.get(f"{location}events/", HTTP_ACCEPT="text/event-stream")
+    assert response.status_code == 200 and response["Content-Type"] == "text/event-stream"
+    chunks = iter(response.streaming_content)
+    assert next(chunks).startswith(b"retry:")
+    [(name, first)] = blocks(next(chunks))
+    assert name == "progress" and (first["done"], first["total"]) == (0, 2)
+    run_pass()
+    run_pass()
+    received = [event for chunk in chunks for event in blocks(chunk)]
+    response.close()
+    assert received[-1][0] == "finished" and len(received[-1][1]["succeeded"]) == 2
+    assert (
+        "progress",
+        {**first, "done": 2, "counts": {**first["counts"], "waiting": 0, "complete": 2}},
+    ) in received
+    again = api.get(f"{location}events/", HTTP_LAST_EVENT_ID="end")
+    assert again.status_code == 204

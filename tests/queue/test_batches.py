@@ -21,7 +21,7 @@ from django_ratequeue import (
 from django_ratequeue.models import Batch, Job
 from django_ratequeue.queue import batchends
 from django_ratequeue.queue.heartbeat import beat
-from django_ratequeue.queue.models import batch_callback_id
+from django_ratequeue.queue.models import UNFINISHED_STATUSES, batch_callback_id
 from django_ratequeue.queue.retention import prune
 from django_ratequeue.queue.runner import Runner
 
@@ -271,3 +271,7 @@ def test_finished_batches_are_pruned_after_retention(frozen: Clock) -> None:
     )
     prune()
     assert list(Batch.objects.values_list("pk", flat=True)) == [running.id]
+
+
+def test_the_check_for_unfinished_jobs_probes_every_unfinished_status() -> None:
+    assert set(batchends.PROBE_ORDER) == set(UNFINISHED_STATUSES)

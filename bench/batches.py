@@ -9,7 +9,8 @@ one ``manage.py qcluster`` (two workers) and times it. Plain: until the last job
 complete. Batch: until its callback is complete, which is created when the last job
 ends. Both from the workers' start, and from the first job's end to the last job's (the
 callback's), by the jobs' ``finished_at``: the workers' start-up left out. The two
-alternate, so that the machine's load falls on both alike; the report gives each run, the medians side by side and their ratio (the target: at most 1.1).
+alternate, so that the machine's load falls on both alike; the report gives each run,
+the medians side by side and their ratio (the target: at most 1.1).
 """
 
 from __future__ import annotations

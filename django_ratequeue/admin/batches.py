@@ -10,7 +10,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
 from ..queue.batches import BatchHandle, status_counts
-from ..queue.models import FINAL_STATUSES, Batch, Job
+from ..queue.models import FINAL_STATUSES, Batch, Job, batch_jobs
 from .actions import PermittedActionsMixin
 from .display import moment
 from .jobfields import json_block, progress_bar
@@ -87,7 +87,7 @@ class BatchAdmin(PermittedActionsMixin, admin.ModelAdmin):
     @admin.display(description="jobs")
     def batch_jobs(self, batch: Batch) -> SafeString:
         rows = list(
-            Job.objects.filter(batch_id=batch.pk)
+            batch_jobs(batch.pk)
             .order_by("created_at", "pk")
             .only("id", "func", "status")[: JOBS_SHOWN + 1]
         )

@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from ..conf import RateQueueSettings, ratequeue_settings
-from .models import Batch, Job, Status, batch_callback_id, new_job_id
+from .models import Batch, Job, Status, batch_callback_id, batch_jobs, new_job_id
 from .moves import Moves
 
 # The unfinished statuses, the likeliest first: a probe that finds a job ends the check.
@@ -51,14 +51,14 @@ def has_unfinished_jobs(batch_id: str) -> bool:
     One probe per status (``batch_id = … AND status = …``), not one ``status IN (…)``:
     PostgreSQL may read the IN as a filter over every entry of the batch in the index,
     the ended ones first, which grows with the jobs that ended."""
-    jobs = Job.objects.filter(batch_id=batch_id)
+    jobs = batch_jobs(batch_id)
     return any(jobs.filter(status=status).exists() for status in PROBE_ORDER)
 
 
 def batch_outcome(batch: Batch) -> dict[str, Any]:
     """Return what the callback of ``batch`` receives: its jobs' ids by how they ended."""
     ended: dict[str, list[str]] = {Status.COMPLETE: [], Status.FAILED: [], Status.CANCELED: []}
-    rows = Job.objects.filter(batch_id=batch.pk).order_by("created_at", "pk")
+    rows = batch_jobs(batch.pk).order_by("created_at", "pk")
     for job_id, status in rows.values_list("pk", "status"):
         ended.setdefault(status, []).append(job_id)
     return {

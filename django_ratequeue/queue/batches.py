@@ -24,7 +24,7 @@ from .batchends import finish_batches, new_batch_id
 from .batchscope import current_batch_id, enter_batch, joining, leave_batch
 from .bounds import check_json
 from .handles import Handle, check_timeout, owner_label, refuse_in_event_loop
-from .models import FINAL_STATUSES, Batch, CancelRequest, Job, Status, queue_db
+from .models import FINAL_STATUSES, Batch, CancelRequest, Job, Status, batch_jobs, queue_db
 from .registry import function_path
 from .subtasks import current_job_id
 from .wakeup import LOOP, signal
@@ -76,7 +76,7 @@ class BatchHandle:
     def jobs(self) -> list[Handle[Any]]:
         """Return the handles of the batch's jobs, in the order they were enqueued."""
         self._batch("pk")
-        rows = Job.objects.filter(batch_id=self.id).order_by("created_at", "pk")
+        rows = batch_jobs(self.id).order_by("created_at", "pk")
         return [Handle(job_id, owner=owner) for job_id, owner in rows.values_list("pk", "owner")]
 
     def result(self, timeout: float | None = None) -> dict[str, Any]:
@@ -250,7 +250,7 @@ def seal(batch_id: str) -> None:
     now = clock.now()
     with transaction.atomic(using=queue_db()):
         list(Batch.objects.select_for_update().filter(pk=batch_id).values_list("pk"))
-        total = Job.objects.filter(batch_id=batch_id).count()
+        total = batch_jobs(batch_id).count()
         Batch.objects.filter(pk=batch_id, sealed_at=None).update(sealed_at=now, total=total)
         finish_batches([batch_id], now)
         signal(LOOP)
@@ -259,7 +259,7 @@ def seal(batch_id: str) -> None:
 def status_counts(batch_id: str) -> dict[Status, int]:
     """Return how many jobs of the batch are in each status, in one query."""
     counts = {status: 0 for status in Status}
-    rows = Job.objects.filter(batch_id=batch_id).values_list("status").annotate(n=Count("pk"))
+    rows = batch_jobs(batch_id).values_list("status").annotate(n=Count("pk"))
     for status, number in rows.order_by():
         counts[Status(status)] = number
     return counts

@@ -228,7 +228,7 @@ def apply_cancels(now: datetime, moves: Moves) -> tuple[bool, bool]:
         if request.job_id:
             scope = Q(pk=request.job_id)
         elif request.batch_id:
-            scope = Q(batch_id=request.batch_id)
+            scope = Q(batch_id=request.batch_id) & ~Q(batch_id="")
         elif request.queue:
             scope &= Q(queue=request.queue)
         pending = list(

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from django.db import transaction
+from django.db import connection, transaction
 
 from django_ratequeue import (
     BatchDoesNotExist,
@@ -20,6 +20,7 @@ from django_ratequeue import (
 )
 from django_ratequeue.models import Batch, Job
 from django_ratequeue.queue import batchends
+from django_ratequeue.queue import models as queue_models
 from django_ratequeue.queue.heartbeat import beat
 from django_ratequeue.queue.models import UNFINISHED_STATUSES, batch_callback_id
 from django_ratequeue.queue.retention import prune
@@ -275,3 +276,16 @@ def test_finished_batches_are_pruned_after_retention(frozen: Clock) -> None:
 
 def test_the_check_for_unfinished_jobs_probes_every_unfinished_status() -> None:
     assert set(batchends.PROBE_ORDER) == set(UNFINISHED_STATUSES)
+
+
+def test_a_batchs_jobs_are_read_through_the_partial_index() -> None:
+    probe = queue_models.batch_jobs("some-batch").filter(status=Status.RUNNING).values("pk")
+    sql, params = probe.query.sql_with_params()
+    with transaction.atomic(), connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute("SET LOCAL enable_seqscan = off")
+            cursor.execute(f"EXPLAIN {sql}", params)
+        else:
+            cursor.execute(f"EXPLAIN QUERY PLAN {sql}", params)
+        plan = " ".join(str(row) for row in cursor.fetchall())
+    assert "ratequeue_job_batch" in plan

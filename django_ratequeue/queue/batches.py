@@ -22,7 +22,7 @@ from .. import clock
 from ..exceptions import BatchDoesNotExist
 from .batchends import finish_batches, new_batch_id
 from .batchscope import current_batch_id, enter_batch, joining, leave_batch
-from .bounds import check_json
+from .bounds import check_json, check_text
 from .handles import Handle, check_timeout, owner_label, refuse_in_event_loop
 from .models import FINAL_STATUSES, Batch, CancelRequest, Job, Status, batch_jobs, queue_db
 from .registry import function_path
@@ -168,7 +168,7 @@ class BatchBlock:
         self.on_complete = "" if on_complete is None else function_path(on_complete, "on_complete")
         check_json("context", context)
         self.context = context
-        self.owner = owner_label(owner)
+        self.owner = check_text("owner", owner_label(owner))
         if len(self.owner) > OWNER_MAX_LENGTH:
             raise ValueError(f"owner must be at most {OWNER_MAX_LENGTH} characters.")
         self.handle: BatchHandle | None = None

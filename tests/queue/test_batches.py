@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
+from asgiref.sync import sync_to_async
 from django.db import connection, transaction
 
 from django_ratequeue import (
@@ -224,6 +226,9 @@ def test_a_bad_item_writes_no_batch(frozen: Clock) -> None:
         batch(context={"bad": float("inf")})
     with pytest.raises(ValueError):
         enqueue_many(jobs.add, [[1, 1]], batch={"on_done": "x"})
+    for owner in ("nul\x00", "lone \ud800", "x" * 256):
+        with pytest.raises(ValueError, match="owner"):
+            batch(owner=owner)
     assert not Batch.objects.exists()
 
 
@@ -289,3 +294,17 @@ def test_a_batchs_jobs_are_read_through_the_partial_index() -> None:
             cursor.execute(f"EXPLAIN QUERY PLAN {sql}", params)
         plan = " ".join(str(row) for row in cursor.fetchall())
     assert "ratequeue_job_batch" in plan
+
+
+def test_a_batch_can_be_opened_and_awaited_in_async_code(frozen: Clock) -> None:
+    async def enqueue_in_a_batch() -> str:
+        async with batch(owner="alice") as group:
+            await sync_to_async(jobs.add.enqueue)(1, 1)
+        with pytest.raises(TimeoutError):
+            await group.aresult(timeout=0)
+        return group.id
+
+    batch_id = asyncio.run(enqueue_in_a_batch())
+    run_callbacks()
+    outcome = asyncio.run(get_batch(batch_id, owner="alice").aresult(timeout=5))
+    assert outcome["total"] == 1 and len(outcome["succeeded"]) == 1

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,8 @@ from typing import Any
 import pytest
 from asgiref.sync import sync_to_async
 from django.db import connection, transaction
+from django.db import connection as db_connection
+from django.db.models import Max
 
 from django_ratequeue import (
     BatchDoesNotExist,
@@ -23,8 +26,10 @@ from django_ratequeue import (
 from django_ratequeue.models import Batch, Job
 from django_ratequeue.queue import batchends
 from django_ratequeue.queue import models as queue_models
+from django_ratequeue.queue.batches import seal
+from django_ratequeue.queue.batchscope import joining
 from django_ratequeue.queue.heartbeat import beat
-from django_ratequeue.queue.models import UNFINISHED_STATUSES, batch_callback_id
+from django_ratequeue.queue.models import FINAL_STATUSES, UNFINISHED_STATUSES, batch_callback_id
 from django_ratequeue.queue.retention import prune
 from django_ratequeue.queue.runner import Runner
 
@@ -279,13 +284,14 @@ def test_finished_batches_are_pruned_after_retention(frozen: Clock) -> None:
     assert list(Batch.objects.values_list("pk", flat=True)) == [running.id]
 
 
-def test_the_check_for_unfinished_jobs_probes_every_unfinished_status() -> None:
-    assert set(batchends.PROBE_ORDER) == set(UNFINISHED_STATUSES)
+def test_every_unfinished_status_sorts_after_every_final_one() -> None:
+    # has_unfinished_jobs reads the highest status of a batch's jobs.
+    assert min(UNFINISHED_STATUSES) > max(FINAL_STATUSES)
 
 
 def test_a_batchs_jobs_are_read_through_the_partial_index() -> None:
-    probe = queue_models.batch_jobs("some-batch").filter(status=Status.RUNNING).values("pk")
-    sql, params = probe.query.sql_with_params()
+    highest = queue_models.batch_jobs("some-batch").values("batch_id").annotate(h=Max("status"))
+    sql, params = highest.values("h").query.sql_with_params()
     with transaction.atomic(), connection.cursor() as cursor:
         if connection.vendor == "postgresql":
             cursor.execute("SET LOCAL enable_seqscan = off")
@@ -308,3 +314,41 @@ def test_a_batch_can_be_opened_and_awaited_in_async_code(frozen: Clock) -> None:
     run_callbacks()
     outcome = asyncio.run(get_batch(batch_id, owner="alice").aresult(timeout=5))
     assert outcome["total"] == 1 and len(outcome["succeeded"]) == 1
+
+
+@pytest.mark.postgres_only
+def test_a_job_added_and_sealed_between_the_look_and_the_lock_keeps_the_batch_open(
+    frozen: Clock, calls: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    block = batch(on_complete=batch_jobs.record_outcome, context={"path": str(calls)})
+    group = block.open()
+    with joining(group.id):
+        jobs.add.enqueue(1, 1)
+    loop = leading_loop()
+    loop.step()
+    Runner(beat(force=True)).drain()
+    look = batchends.has_unfinished_jobs
+    added: list[str] = []
+
+    def add_and_seal_elsewhere() -> None:
+        with joining(group.id):
+            added.append(jobs.add.enqueue(2, 2).id)
+        seal(group.id)
+        db_connection.close()
+
+    def look_then_race(batch_id: str) -> bool:
+        unfinished = look(batch_id)
+        if not added and threading.current_thread() is threading.main_thread():
+            # Another process adds the batch's last job and seals it, before the lock.
+            racer = threading.Thread(target=add_and_seal_elsewhere)
+            racer.start()
+            racer.join()
+        return unfinished
+
+    monkeypatch.setattr(batchends, "has_unfinished_jobs", look_then_race)
+    loop.step()  # ends the first job: all ended as it first looks, not once it holds the lock
+    assert not group.finished() and callback_rows(group.id) == 0
+    monkeypatch.undo()
+    run_callbacks()
+    [outcome] = outcomes(calls)
+    assert outcome["total"] == 2 and added[0] in outcome["succeeded"]

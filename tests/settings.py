@@ -34,7 +34,12 @@ if suffix := os.environ.get("RATEQUEUE_TEST_DB_SUFFIX"):
 # in the qcluster workers the tests start. The fault drill's test runs the drill's jobs.
 RATEQUEUE = {
     **RATEQUEUE,
-    "JOB_MODULES": ["tests.queue.jobs", "tests.api.jobs", "bench.ratequeue_jobs"]
+    "JOB_MODULES": [
+        "tests.queue.jobs",
+        "tests.queue.batch_jobs",
+        "tests.api.jobs",
+        "bench.ratequeue_jobs",
+    ]
     + (["tests.tasks_backend.tasks"] if django.VERSION >= (6, 0) else []),
 }
 

@@ -32,6 +32,7 @@ from django_ratequeue.queue.heartbeat import beat
 from django_ratequeue.queue.models import FINAL_STATUSES, UNFINISHED_STATUSES, batch_callback_id
 from django_ratequeue.queue.retention import prune
 from django_ratequeue.queue.runner import Runner
+from tests.cluster import wait_for
 
 from . import batch_jobs, jobs
 from .steps import Clock, freeze, leading_loop, run_pass
@@ -352,3 +353,22 @@ def test_a_job_added_and_sealed_between_the_look_and_the_lock_keeps_the_batch_op
     run_callbacks()
     [outcome] = outcomes(calls)
     assert outcome["total"] == 2 and added[0] in outcome["succeeded"]
+
+
+def test_batches_on_a_real_cluster_call_back_once_each(cluster: Any, calls: Path) -> None:
+    cluster()
+    groups = []
+    for number in range(3):
+        with batch(on_complete=batch_jobs.record_outcome, context={"path": str(calls)}) as group:
+            batch_jobs.fan_out.enqueue(5)  # adds 5 more jobs to its batch while it runs
+            jobs.add.enqueue_many([[number, n] for n in range(10)])
+            enqueue(jobs.fail_hard)
+        groups.append(group)
+    finished = [group.result(timeout=60) for group in groups]
+    wait_for(lambda: len(outcomes(calls)) >= 3, 30, "the three callbacks")
+    by_batch = {outcome["batch_id"]: outcome for outcome in outcomes(calls)}
+    assert len(outcomes(calls)) == 3 and set(by_batch) == {group.id for group in groups}
+    for group, outcome in zip(groups, finished, strict=True):
+        assert by_batch[group.id] == outcome
+        assert outcome["total"] == 17 and len(outcome["succeeded"]) == 16
+        assert len(outcome["failed"]) == 1 and outcome["canceled"] == []

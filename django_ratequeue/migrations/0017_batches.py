@@ -32,12 +32,12 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name="cancelrequest",
             name="batch_id",
-            field=models.CharField(blank=True, default="", max_length=200),
+            field=models.CharField(blank=True, db_default="", default="", max_length=200),
         ),
         migrations.AddField(
             model_name="job",
             name="batch_id",
-            field=models.CharField(blank=True, default="", max_length=200),
+            field=models.CharField(blank=True, db_default="", default="", max_length=200),
         ),
         migrations.AddIndex(
             model_name="job",

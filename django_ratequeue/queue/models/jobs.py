@@ -123,8 +123,9 @@ class Job(models.Model):
     cancel_requested = models.BooleanField(default=False)
     # The job that enqueued this one from inside its own run, if any.
     parent_id = models.CharField(max_length=200, blank=True, default="")
-    # The batch the job belongs to, if any (a Batch's id; docs/batches.md).
-    batch_id = models.CharField(max_length=200, blank=True, default="")
+    # The batch the job belongs to, if any (a Batch's id; docs/batches.md). Empty by default
+    # in the database too, for INSERTs that name the columns they set.
+    batch_id = models.CharField(max_length=200, blank=True, default="", db_default="")
     result = models.JSONField(null=True, blank=True)
     error = models.TextField(blank=True, default="")
     traceback = models.TextField(blank=True, default="")
@@ -262,7 +263,7 @@ class CancelRequest(models.Model):
     job_id = models.CharField(max_length=200, blank=True, default="")
     queue = models.CharField(max_length=200, blank=True, default="")
     # A batch's jobs (all of them, whenever they were enqueued).
-    batch_id = models.CharField(max_length=200, blank=True, default="")
+    batch_id = models.CharField(max_length=200, blank=True, default="", db_default="")
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

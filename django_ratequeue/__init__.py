@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from .exceptions import RecursiveWaitDeadlock as RecursiveWaitDeadlock
     from .exceptions import UnknownJob as UnknownJob
     from .queue.batches import BatchHandle as BatchHandle
+    from .queue.batches import HandleList as HandleList
     from .queue.batches import batch as batch
     from .queue.batches import current_batch as current_batch
     from .queue.batches import get_batch as get_batch

@@ -209,6 +209,8 @@ def test_jobs_that_end_before_the_block_exits_finish_it_at_the_exit(frozen: Cloc
 
 
 def test_enqueue_many_makes_a_batch(frozen: Clock, calls: Path) -> None:
+    assert jobs.add.enqueue_many([[3, 3]]).batch is None
+    assert jobs.add.enqueue_many([[3, 3]], batch=True).batch is not None
     handles = enqueue_many(
         jobs.add,
         [[1, 1], [2, 2]],

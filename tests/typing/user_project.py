@@ -105,6 +105,7 @@ def jobs() -> None:
     assert_type(enqueue_many(add, [[1, 2], {"a": 3, "b": 4}], queue="math"), HandleList[int])
     assert_type(add.enqueue_many([(1, 2)], id="batch"), HandleList[int])
     many: list[Handle[int]] = add.enqueue_many([(1, 2)], batch={"on_complete": send_email})
+    assert_type(many, list[Handle[int]])  # a HandleList is a list of handles
     assert_type(enqueue_many(add, [(1, 2)], batch=True).batch, BatchHandle | None)
     with batch(on_complete=send_email, context={"n": 1}) as group:
         assert_type(group, BatchHandle)

@@ -12,7 +12,7 @@ from django.utils.safestring import SafeString
 from ..queue.batches import BatchHandle, status_counts
 from ..queue.models import FINAL_STATUSES, Batch, Job, batch_jobs
 from .actions import PermittedActionsMixin
-from .display import moment
+from .display import moment, shortened
 from .jobfields import json_block, progress_bar
 
 # The most jobs a batch's page lists.
@@ -33,7 +33,7 @@ def batch_link(batch_id: str) -> SafeString:
 
 @admin.register(Batch)
 class BatchAdmin(PermittedActionsMixin, admin.ModelAdmin):
-    list_display = ["id", "owner", "on_complete", "shown_created", "state", "total"]
+    list_display = ["id", "owner", "callback_name", "shown_created", "short_state", "total"]
     search_fields = ["id", "owner"]
     ordering = ["-created_at"]
     show_full_result_count = False
@@ -52,6 +52,18 @@ class BatchAdmin(PermittedActionsMixin, admin.ModelAdmin):
         "callback",
         "shown_context",
     ]
+
+    class Media:
+        css = {"all": ["ratequeue/jobpage.css", "ratequeue/lists.css"]}
+
+    @admin.display(description="on complete")
+    def callback_name(self, batch: Batch) -> SafeString | str:
+        return shortened(batch.on_complete, batch.on_complete.rpartition(".")[2]) or "-"
+
+    @admin.display(description="state")
+    def short_state(self, batch: Batch) -> str:
+        word = "finished" if batch.finished_at else "sealed" if batch.sealed_at else "open"
+        return word + (" (canceled)" if batch.canceled_at is not None else "")
 
     @admin.display(description="created", ordering="created_at")
     def shown_created(self, batch: Batch) -> SafeString | str:

@@ -14,9 +14,12 @@ from asgiref.sync import sync_to_async
 from django.db import connection, transaction
 from django.db import connection as db_connection
 from django.db.models import Max
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from django_ratequeue import (
     BatchDoesNotExist,
+    Handle,
     Status,
     batch,
     enqueue,
@@ -374,3 +377,38 @@ def test_batches_on_a_real_cluster_call_back_once_each(cluster: Any, calls: Path
         assert by_batch[group.id] == outcome
         assert outcome["total"] == 17 and len(outcome["succeeded"]) == 16
         assert len(outcome["failed"]) == 1 and outcome["canceled"] == []
+
+
+OPERATIONS = st.lists(st.sampled_from(["add", "fail", "cancel", "run", "step", "seal"]))
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(operations=OPERATIONS.map(lambda ops: [*ops[:14], "seal", "run", "run", "run"]))
+def test_a_batch_finishes_exactly_when_sealed_with_every_job_ended(
+    frozen: Clock, operations: list[str]
+) -> None:
+    """Against the rule itself: after every operation, the batch is finished (with one
+    callback) if and only if it is sealed and each of its jobs has ended."""
+    group = batch(on_complete=batch_jobs.record_outcome, context={"path": "unused"}).open()
+    handles: list[Handle[Any]] = []
+    sealed = False
+    for operation in operations:
+        if operation in ("add", "fail") and not sealed:
+            with joining(group.id):
+                call = jobs.add.using(retries=0) if operation == "add" else jobs.fail_hard
+                handles.append(call.enqueue(1, 1) if operation == "add" else call.enqueue())
+        elif operation == "cancel" and handles:
+            handles[len(handles) // 2].cancel()
+        elif operation == "run":
+            run_pass()
+        elif operation == "step":
+            leading_loop().step()
+        elif operation == "seal" and not sealed:
+            seal(group.id)
+            sealed = True
+        ended = all(handle.status() in FINAL_STATUSES for handle in handles)
+        assert group.finished() == (sealed and ended), operation
+        assert callback_rows(group.id) == int(sealed and ended)
+    assert group.finished()

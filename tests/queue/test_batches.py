@@ -180,8 +180,8 @@ def test_a_batch_left_behind_is_found_by_the_sweep(
     assert len(outcomes(calls)) == 1
 
 
-def test_finishing_twice_finishes_once(frozen: Clock) -> None:
-    with batch(on_complete=batch_jobs.record_outcome, context={"path": "unused"}) as group:
+def test_finishing_twice_finishes_once(frozen: Clock, calls: Path) -> None:
+    with batch(on_complete=batch_jobs.record_outcome, context={"path": str(calls)}) as group:
         pass
     with transaction.atomic():
         assert batchends.finish_batches([group.id], frozen.now()) == []
@@ -387,11 +387,11 @@ OPERATIONS = st.lists(st.sampled_from(["add", "fail", "cancel", "run", "step", "
 )
 @given(operations=OPERATIONS.map(lambda ops: [*ops[:14], "seal", "run", "run", "run"]))
 def test_a_batch_finishes_exactly_when_sealed_with_every_job_ended(
-    frozen: Clock, operations: list[str]
+    frozen: Clock, calls: Path, operations: list[str]
 ) -> None:
     """Against the rule itself: after every operation, the batch is finished (with one
     callback) if and only if it is sealed and each of its jobs has ended."""
-    group = batch(on_complete=batch_jobs.record_outcome, context={"path": "unused"}).open()
+    group = batch(on_complete=batch_jobs.record_outcome, context={"path": str(calls)}).open()
     handles: list[Handle[Any]] = []
     sealed = False
     for operation in operations:

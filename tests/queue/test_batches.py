@@ -5,13 +5,14 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+from collections.abc import Coroutine
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 from asgiref.sync import sync_to_async
-from django.db import connection, transaction
+from django.db import connection, connections, transaction
 from django.db import connection as db_connection
 from django.db.models import Max
 from hypothesis import HealthCheck, given, settings
@@ -41,6 +42,7 @@ from . import batch_jobs, jobs
 from .steps import Clock, freeze, leading_loop, run_pass
 
 pytestmark = pytest.mark.django_db(transaction=True)
+R = TypeVar("R")
 
 
 @pytest.fixture
@@ -309,6 +311,13 @@ def test_a_batchs_jobs_are_read_through_the_partial_index() -> None:
 
 
 def test_a_batch_can_be_opened_and_awaited_in_async_code(frozen: Clock) -> None:
+    async def closing(work: Coroutine[Any, Any, R]) -> R:
+        """Run ``work``, then close the connections sync_to_async's thread opened."""
+        try:
+            return await work
+        finally:
+            await sync_to_async(connections.close_all)()
+
     async def enqueue_in_a_batch() -> str:
         async with batch(owner="alice") as group:
             await sync_to_async(jobs.add.enqueue)(1, 1)
@@ -316,9 +325,9 @@ def test_a_batch_can_be_opened_and_awaited_in_async_code(frozen: Clock) -> None:
             await group.aresult(timeout=0)
         return group.id
 
-    batch_id = asyncio.run(enqueue_in_a_batch())
+    batch_id = asyncio.run(closing(enqueue_in_a_batch()))
     run_callbacks()
-    outcome = asyncio.run(get_batch(batch_id, owner="alice").aresult(timeout=5))
+    outcome = asyncio.run(closing(get_batch(batch_id, owner="alice").aresult(timeout=5)))
     assert outcome["total"] == 1 and len(outcome["succeeded"]) == 1
 
 

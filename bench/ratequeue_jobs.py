@@ -50,3 +50,8 @@ def generate(chunks: int, pause: float, stream: bool) -> int:
         if stream:
             stream_output(f"token{number} ")
     return chunks
+
+
+@job(retries=0)
+def batch_done(outcome: dict[str, object]) -> None:
+    """bench.batches: the batch's on_complete, which does nothing with its outcome."""

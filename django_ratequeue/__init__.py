@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from .exceptions import BatchDoesNotExist as BatchDoesNotExist
     from .exceptions import DuplicateJobId as DuplicateJobId
     from .exceptions import EnqueueRateLimited as EnqueueRateLimited
     from .exceptions import JobCanceled as JobCanceled
@@ -25,6 +26,11 @@ if TYPE_CHECKING:
     from .exceptions import RateQueueError as RateQueueError
     from .exceptions import RecursiveWaitDeadlock as RecursiveWaitDeadlock
     from .exceptions import UnknownJob as UnknownJob
+    from .queue.batches import BatchHandle as BatchHandle
+    from .queue.batches import HandleList as HandleList
+    from .queue.batches import batch as batch
+    from .queue.batches import current_batch as current_batch
+    from .queue.batches import get_batch as get_batch
     from .queue.control import pause_queue as pause_queue
     from .queue.control import resume_queue as resume_queue
     from .queue.control import set_max_concurrency as set_max_concurrency

@@ -44,6 +44,10 @@ class JobDoesNotExist(JobError, ObjectDoesNotExist):
     failed ``Job.objects.get()`` raises it."""
 
 
+class BatchDoesNotExist(RateQueueError, ObjectDoesNotExist):
+    """There is no such batch, or none the handle's owner may see (the two look the same)."""
+
+
 class JobFailed(JobError):
     """The job ended in failure.
 

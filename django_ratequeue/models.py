@@ -2,6 +2,7 @@
 
 from .queue.models import (
     Attempt,
+    Batch,
     CancelRequest,
     Job,
     LoopState,
@@ -20,6 +21,7 @@ from .ratelimit.models import RateLimitState
 
 __all__ = [
     "Attempt",
+    "Batch",
     "CancelRequest",
     "Job",
     "LoopState",

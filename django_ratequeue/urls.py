@@ -6,7 +6,7 @@ extra): without it, including these URLs raises ImproperlyConfigured saying so.
 
 from django.urls import path
 
-from .api import views, workers
+from .api import batches, views, workers
 
 app_name = "ratequeue"
 
@@ -17,6 +17,9 @@ api = [
     path("jobs/<str:job_id>/cancel/", views.CancelView.as_view(), name="job-cancel"),
     path("jobs/<str:job_id>/events/", views.EventsView.as_view(), name="job-events"),
     path("ratelimits/<str:name>/", views.RateLimitView.as_view(), name="ratelimit"),
+    path("batches/<str:batch_id>/", batches.BatchView.as_view(), name="batch"),
+    path("batches/<str:batch_id>/cancel/", batches.BatchCancelView.as_view(), name="batch-cancel"),
+    path("batches/<str:batch_id>/events/", batches.BatchEventsView.as_view(), name="batch-events"),
     # Remote workers (docs/remote-workers.md), with an Api-Key.
     path("workers/claim/", workers.ClaimView.as_view(), name="worker-claim"),
     *(

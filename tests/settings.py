@@ -36,7 +36,12 @@ RATEQUEUE = {
     **RATEQUEUE,
     # The demo's schedule would enqueue runs in every test that leads the loop.
     "SCHEDULES": {},
-    "JOB_MODULES": ["tests.queue.jobs", "tests.api.jobs", "bench.ratequeue_jobs"]
+    "JOB_MODULES": [
+        "tests.queue.jobs",
+        "tests.queue.batch_jobs",
+        "tests.api.jobs",
+        "bench.ratequeue_jobs",
+    ]
     + (["tests.tasks_backend.tasks"] if django.VERSION >= (6, 0) else []),
 }
 

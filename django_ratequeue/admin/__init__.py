@@ -1,3 +1,3 @@
 """Admin pages of django-ratequeue, one module per area."""
 
-from . import jobs, queues, ratelimits, schedules, uniqueclaims, workers  # noqa: F401
+from . import batches, jobs, queues, ratelimits, schedules, uniqueclaims, workers  # noqa: F401

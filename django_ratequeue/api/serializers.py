@@ -174,6 +174,8 @@ class BulkEnqueueSerializer(StrictSerializer):
     function = serializers.CharField(max_length=300, trim_whitespace=False)
     items = CallSerializer(many=True, allow_empty=False)
     options = OptionsSerializer(required=False)
+    # The jobs make a new batch (docs/batches.md), whose id each job's answer gives.
+    batch = serializers.BooleanField(required=False, default=False)
 
     def to_internal_value(self, data: Any) -> Any:
         """Check the count first: a list over the cap is refused before its items."""
@@ -224,10 +226,12 @@ class JobSerializer(serializers.Serializer[Job]):
     created_at = serializers.DateTimeField(read_only=True)
     start_at = serializers.DateTimeField(read_only=True)
     finished_at = serializers.DateTimeField(read_only=True, allow_null=True)
+    batch = serializers.CharField(source="batch_id", read_only=True, allow_null=True)
 
     def to_representation(self, instance: Job) -> dict[str, Any]:
         data: dict[str, Any] = super().to_representation(instance)
         data["id"] = shown_id(instance.id)
+        data["batch"] = instance.batch_id or None
         data["result"] = instance.result if instance.status == Status.COMPLETE else None
         data["error"] = job_error(instance)
         return data

@@ -37,7 +37,7 @@ from ..decorators import KEY_SHORTHANDS
 from ..queue.handles import Handle
 from ..queue.models import FINAL_STATUSES, Job
 from ..queue.seats import take_seat
-from ..queue.submit import submit, submit_many
+from ..queue.submit import submit, submit_batch, submit_many
 from ..ratelimit.decisions import check_rate_limit
 from .enqueueing import check_call, check_calls, client_options, refusals
 from .exposure import exposed
@@ -231,11 +231,20 @@ class BulkEnqueueView(ApiView):
         server_options = exposure.call_options(request)
         owner = request_owner(request, create=True)
         options = client_options(data, owner)
+        headers = {}
         with refusals():
-            created = submit_many(
-                exposure.job, calls, options, owner=owner, call_options=server_options
-            )
-        return Response([job_data(job) for job in created], status=status.HTTP_201_CREATED)
+            if data["batch"]:
+                created, batch = submit_batch(
+                    exposure.job, calls, options, owner=owner, call_options=server_options
+                )
+                root = request.path.removesuffix("jobs/bulk/")
+                headers["Location"] = f"{root}batches/{quote(batch.id, safe='')}/"
+            else:
+                created = submit_many(
+                    exposure.job, calls, options, owner=owner, call_options=server_options
+                )
+        body = [job_data(job) for job in created]
+        return Response(body, status=status.HTTP_201_CREATED, headers=headers)
 
 
 class JobView(ApiView):

@@ -6,7 +6,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("django_ratequeue", "0016_schedules"),
+        ("django_ratequeue", "0017_batches"),
     ]
 
     operations = [

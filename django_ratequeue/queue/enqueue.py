@@ -19,6 +19,7 @@ from .. import clock
 from ..conf import ratequeue_settings
 from ..exceptions import DuplicateJobId
 from ..signals import announce, listened
+from .batches import HandleList, batch_block
 from .bounds import check_json
 from .deduplicate import hold_key, write_each_holding_keys
 from .handles import Handle
@@ -222,35 +223,62 @@ def _item_call(item: Any) -> Call:
 def enqueue_many(
     func: Callable[..., Coroutine[Any, Any, R]],
     params: Iterable[Any],
+    *,
+    batch: bool | Mapping[str, Any] = False,
     **options: Unpack[EnqueueOptions],
-) -> list[Handle[R]]: ...
+) -> HandleList[R]: ...
 
 
 @overload
 def enqueue_many(
-    func: Callable[..., R], params: Iterable[Any], **options: Unpack[EnqueueOptions]
-) -> list[Handle[R]]: ...
+    func: Callable[..., R],
+    params: Iterable[Any],
+    *,
+    batch: bool | Mapping[str, Any] = False,
+    **options: Unpack[EnqueueOptions],
+) -> HandleList[R]: ...
 
 
 @overload
 def enqueue_many(
-    func: str, params: Iterable[Any], **options: Unpack[EnqueueOptions]
-) -> list[Handle[Any]]: ...
+    func: str,
+    params: Iterable[Any],
+    *,
+    batch: bool | Mapping[str, Any] = False,
+    **options: Unpack[EnqueueOptions],
+) -> HandleList[Any]: ...
 
 
 def enqueue_many(
-    func: Callable[..., Any] | str, params: Iterable[Any], **options: Any
-) -> list[Handle[Any]]:
+    func: Callable[..., Any] | str,
+    params: Iterable[Any],
+    *,
+    batch: bool | Mapping[str, Any] = False,
+    **options: Any,
+) -> HandleList[Any]:
     """Enqueue one job per item of ``params`` in one transaction, all or nothing.
 
     An item that is a dict gives keyword arguments, a list or tuple positional arguments,
     anything else the single argument. With ``id="x"`` the jobs get ids ``x-0``, ``x-1``, ...
-    """
+    With ``batch=True`` (or a dict of :func:`.batches.batch` arguments) they make a new
+    batch, whose handle is the returned list's ``batch``."""
+    if batch is False:
+        return _enqueue_items(func, params, options)
+    block = batch_block(batch, options.get("owner"))
+    with transaction.atomic(using=queue_db()), block as batch_handle:
+        handles = _enqueue_items(func, params, options)
+    handles.batch = batch_handle
+    return handles
+
+
+def _enqueue_items(
+    func: Callable[..., Any] | str, params: Iterable[Any], options: Mapping[str, Any]
+) -> HandleList[Any]:
     template, stamped, kept = _write_calls(func, map(_item_call, params), options)
     id_column = PER_JOB_COLUMNS.index("id")
     ids = [call[id_column] for call in stamped]
     announce_enqueued(template, [job_id for job_id in ids if job_id not in kept])
-    return [Handle(job_id, owner=template.owner) for job_id in ids]
+    return HandleList(Handle(job_id, owner=template.owner) for job_id in ids)
 
 
 def item_id(prefix: str, index: int) -> str:

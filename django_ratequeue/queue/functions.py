@@ -20,6 +20,7 @@ from typing import (
 
 from asgiref.sync import sync_to_async
 
+from .batches import HandleList
 from .declarations import declare_in_code
 from .enqueue import enqueue_call, enqueue_many
 from .handles import Handle
@@ -86,9 +87,13 @@ class JobFunction(Registered, Generic[P, R]):
         return await enqueue(*args, **kwargs)
 
     def enqueue_many(
-        self, params: Iterable[Any], **options: Unpack[EnqueueOptions]
-    ) -> list[Handle[R]]:
-        return enqueue_many(self, params, **options)
+        self,
+        params: Iterable[Any],
+        *,
+        batch: bool | Mapping[str, Any] = False,
+        **options: Unpack[EnqueueOptions],
+    ) -> HandleList[R]:
+        return enqueue_many(self, params, batch=batch, **options)
 
 
 class AsyncJobFunction(JobFunction[P, R]):

@@ -16,10 +16,12 @@ from django.db import transaction
 
 from .. import clock
 from ..conf import ratequeue_settings
+from .batchends import BatchEnds
 from .dispatch import Dispatch
 from .lease import Lease
 from .models import queue_db
 from .phases import (
+    EndBatches,
     Recovery,
     Rest,
     Resume,
@@ -46,6 +48,7 @@ class Loop:
         self.dispatch = Dispatch(settings)
         self.recovery = Recovery(settings)
         self.rest = Rest(self.dispatch, settings)
+        batch_ends = BatchEnds(settings)
         self.phases: tuple[Callable[[Step], None], ...] = (
             self.recovery,
             cancel,  # before finish_ended: a cancel wins over an end not taken in yet
@@ -54,7 +57,9 @@ class Loop:
             Resume(self.dispatch),  # before start: waits resume before anything new starts
             promote,
             EnqueueSchedules(),  # before start: a run due now starts in this step
+            EndBatches(batch_ends),  # before start: the batches' callbacks start at once
             Start(self.dispatch),
+            EndBatches(batch_ends, after_start=True),
             ring,
             self.rest,
             count,

@@ -20,6 +20,7 @@ from django.utils import timezone
 from ..conf import RateQueueSettings, ratequeue_settings
 from ..exceptions import EnqueueRateLimited
 from ..ratelimit.decisions import check_rate_limit, rate_limit
+from .batchscope import current_batch_id
 from .bounds import (
     MAX_DELAY,
     MAX_INT,
@@ -149,6 +150,7 @@ class JobStamp(NamedTuple):
     start_at: datetime
     created_at: datetime
     parent_id: str
+    batch_id: str = ""
 
 
 # What differs from job to job of one template, in the order JobTemplate.insert sends it.
@@ -238,7 +240,14 @@ class JobTemplate:
         """Return the id, status and times of a job enqueued ``now``."""
         start_at = self.start_at or (now + self.run_after if self.run_after else now)
         status = Status.SCHEDULED if start_at > now else Status.WAITING
-        return JobStamp(job_id or self.id or new_job_id(), status, start_at, now, current_job_id())
+        return JobStamp(
+            job_id or self.id or new_job_id(),
+            status,
+            start_at,
+            now,
+            current_job_id(),
+            current_batch_id(),
+        )
 
     def job(self, args: list[Any], kwargs: dict[str, Any], stamp: JobStamp) -> Job:
         """Return an unsaved Job."""
@@ -256,6 +265,7 @@ class JobTemplate:
                 adapt(stamp.start_at),
                 adapt(stamp.created_at),
                 stamp.parent_id,
+                stamp.batch_id,
             ),
             async_commit,
         )

@@ -14,6 +14,7 @@ from typing import Any
 
 from ..conf import RateQueueSettings
 from ..signals import announce, listened
+from .batchends import BatchEnds
 from .deferred import next_deferred_start
 from .dispatch import Dispatch
 from .lease import Renewal
@@ -143,6 +144,23 @@ class Start:
         )
         step.running.extend(step.started)
         step.did_work |= bool(step.started)
+
+
+class EndBatches:
+    """Finish the batches whose last job ended in the step (docs/batches.md).
+
+    Run before the starts, so that their callbacks start in the same step, and again
+    after them (``after_start``), for the jobs the dispatch failed: then the loop steps
+    again at once to start those callbacks."""
+
+    def __init__(self, ends: BatchEnds, after_start: bool = False) -> None:
+        self.ends = ends
+        self.after_start = after_start
+
+    def __call__(self, step: Step) -> None:
+        if self.ends(step.now, step.moves):
+            step.did_work = True
+            step.more_work |= self.after_start
 
 
 def ring(step: Step) -> None:

@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from ..conf import ratequeue_settings
 from ..ratelimit.prune import prune_full_rows
-from .models import Attempt, Job, OutputChunk, QueueMinute, WorkerHeartbeat, queue_db
+from .models import Attempt, Batch, Job, OutputChunk, QueueMinute, WorkerHeartbeat, queue_db
 from .uniqueclaims import live_claims, prune_claims
 
 BACKGROUND_EVERY = 60.0
@@ -36,6 +36,15 @@ def prune_batch(limit: int) -> int:
             Attempt.objects.filter(job_id__in=ids).delete()
             OutputChunk.objects.filter(job_id__in=ids).delete()
             Job.objects.filter(pk__in=ids).delete()
+    return len(ids)
+
+
+def prune_batches(limit: int) -> int:
+    """Delete up to ``limit`` batches finished more than RETENTION ago; return how many."""
+    cutoff = timezone.now() - timedelta(seconds=ratequeue_settings().RETENTION)
+    ids = list(Batch.objects.filter(finished_at__lt=cutoff).values_list("pk", flat=True)[:limit])
+    if ids:
+        Batch.objects.filter(pk__in=ids).delete()
     return len(ids)
 
 
@@ -67,6 +76,8 @@ def prune(batch_size: int = 1000) -> int:
         pass
     while prune_claims(batch_size):
         pass
+    while prune_batches(batch_size):
+        pass
     prune_heartbeats()
     return total
 
@@ -83,5 +94,6 @@ def prune_in_background() -> None:
     prune_batch(BACKGROUND_BATCH)
     prune_rollups(BACKGROUND_BATCH)
     prune_claims(BACKGROUND_BATCH)
+    prune_batches(BACKGROUND_BATCH)
     prune_heartbeats()
     prune_full_rows(BACKGROUND_BATCH)

@@ -9,6 +9,7 @@ from typing import Any
 from django.db import transaction
 
 from ..ratelimit.storage import rate_limit_db
+from .batches import BatchBlock, BatchHandle
 from .enqueue import Call, enqueue_job, enqueue_rows, item_id
 from .models import Job, queue_db
 from .registry import Registered
@@ -55,6 +56,22 @@ def submit_many(
         if all(chosen == each[0] for chosen in each):
             return enqueue_rows(job.path, calls, **each[0])
         return _enqueue_each(job, calls, each)
+
+
+def submit_batch(
+    job: Registered,
+    calls: list[Call],
+    options: Mapping[str, Any],
+    *,
+    owner: str | None,
+    call_options: CallOptions | None = None,
+) -> tuple[list[Job], BatchHandle]:
+    """Submit ``calls`` as :func:`submit_many` does, as a new batch of ``owner``'s.
+
+    The batch and its jobs are written in one transaction: all or none."""
+    with transaction.atomic(using=queue_db()), BatchBlock(None, None, owner) as batch:
+        rows = submit_many(job, calls, options, owner=owner, call_options=call_options)
+    return rows, batch
 
 
 def _options_of(

@@ -60,7 +60,19 @@ FINISH_FIELDS = [
     "owner",
     "queue",
     "func",
+    "batch_id",
 ]
+# What canceling a job not started reads of it.
+CANCEL_FIELDS = (
+    "on_complete",
+    "context",
+    "result",
+    "owner",
+    "queue",
+    "func",
+    "attempts",
+    "batch_id",
+)
 T = TypeVar("T")
 
 
@@ -227,14 +239,23 @@ def apply_cancels(now: datetime, moves: Moves) -> tuple[bool, bool]:
         scope = Q(created_at__lte=request.created_at)
         if request.job_id:
             scope = Q(pk=request.job_id)
+        elif request.batch_id:
+            scope = Q(batch_id=request.batch_id) & ~Q(batch_id="")
         elif request.queue:
             scope &= Q(queue=request.queue)
         pending = list(
             Job.objects.filter(scope)
             .not_started()
-            .only("on_complete", "context", "result", "owner", "queue", "func", "attempts")[
-                :budget
-            ]
+            .only(
+                "on_complete",
+                "context",
+                "result",
+                "owner",
+                "queue",
+                "func",
+                "attempts",
+                "batch_id",
+            )[:budget]
         )
         for job in pending:
             job.status, job.finished_at = Status.CANCELED, now

@@ -27,6 +27,12 @@ def fast(number: int) -> int:
 
 
 @job
+def batch_finished(outcome: dict[str, Any]) -> str:
+    """The demo batch's on_complete: runs once, when every job of the batch has ended."""
+    return f"{len(outcome['succeeded'])} of {outcome['total']} jobs of the batch succeeded"
+
+
+@job
 def slow(seconds: float) -> str:
     time.sleep(seconds)
     return f"slept {seconds:g} s"

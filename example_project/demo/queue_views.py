@@ -16,8 +16,8 @@ from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
-from django_ratequeue import Handle, JobDoesNotExist, get_handle
-from django_ratequeue.models import Job
+from django_ratequeue import Handle, JobDoesNotExist, batch, get_batch, get_handle
+from django_ratequeue.models import Batch, Job
 from django_ratequeue.monitor.overview import queue_overview
 
 from . import jobs
@@ -44,6 +44,12 @@ def _llm_burst() -> list[Handle]:
     return heavy + light
 
 
+def _batch_burst() -> list[Handle]:
+    """8 fast jobs as one batch: its callback runs once, when all of them have ended."""
+    with batch(on_complete=jobs.batch_finished):
+        return jobs.fast.enqueue_many(range(1, 9))
+
+
 @dataclass(frozen=True)
 class Burst:
     label: str
@@ -68,6 +74,7 @@ BURSTS = {
         '4 jobs for the remote worker (queue "remote", over HTTP)',
         lambda: jobs.on_remote_worker.enqueue_many([1, 2, 3, 4]),
     ),
+    "batch": Burst("A batch of 8 fast jobs, with one callback when all have ended", _batch_burst),
 }
 
 
@@ -112,8 +119,18 @@ def queue_state(request: HttpRequest) -> JsonResponse:
             **queue_overview().as_json(),
             "jobs": [_job_json(j) for j in recent[:RECENT_JOBS]],
             "more_jobs": len(recent) > RECENT_JOBS,
+            "batch": _latest_batch(),
         }
     )
+
+
+def _latest_batch() -> dict[str, Any] | None:
+    """The latest batch's progress (``{"done", "total"}``) and whether it finished, if any."""
+    latest = Batch.objects.order_by("-created_at", "-pk").values_list("pk", flat=True).first()
+    if latest is None:
+        return None
+    handle = get_batch(latest)
+    return {"id": latest, **handle.progress(), "finished": handle.finished()}
 
 
 @require_POST

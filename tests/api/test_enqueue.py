@@ -50,6 +50,7 @@ def test_enqueue_answers_201_with_the_job(api: APIClient, ada: User) -> None:
         "created_at",
         "start_at",
         "finished_at",
+        "batch",
     }
     assert body["function"] == GREET
     assert body["status"] == "waiting"

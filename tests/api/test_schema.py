@@ -26,6 +26,9 @@ def test_the_schema_describes_every_endpoint(api: APIClient) -> None:
         f"{API}jobs/{{job_id}}/cancel/",
         f"{API}jobs/{{job_id}}/events/",
         f"{API}ratelimits/{{name}}/",
+        f"{API}batches/{{batch_id}}/",
+        f"{API}batches/{{batch_id}}/cancel/",
+        f"{API}batches/{{batch_id}}/events/",
         f"{API}workers/claim/",
         *(
             f"{API}workers/attempts/{{attempt_id}}/{report}/"

@@ -197,3 +197,29 @@ def test_a_client_whose_stream_is_refused_polls_with_its_token(
 
     assert outcome["result"] == made_up_answer("By token?")
     assert {"progress", "output"} <= set(outcome["types"])
+
+
+@pytest.mark.parametrize("transport", ["auto", "poll"])
+def test_a_batch_is_followed_to_its_outcome(
+    page: Callable[[str], Any], cluster: Any, transport: str
+) -> None:
+    cluster()
+    outcome = page(
+        f"""const jobs = await rq.enqueueMany(
+            "{ASK}", [{{args: ["one?"]}}, {{args: ["two?"]}}], {{batch: true}});
+        const batch = rq.batch(jobs[0].batch);
+        const progress = [];
+        const finished = await new Promise((resolve, reject) => batch.subscribe({{
+            onProgress: (seen) => progress.push(seen), onFinished: resolve,
+            onError: reject, transport: "{transport}"}}));
+        const info = await batch.get();
+        return {{ids: jobs.map((job) => job.id), progress, finished,
+                 result: await batch.result(), info}};"""
+    )
+    ids = sorted(outcome["ids"])
+    assert sorted(outcome["finished"]["succeeded"]) == ids
+    assert outcome["result"] == outcome["finished"]
+    assert outcome["info"]["state"] == "finished"
+    assert outcome["progress"][-1]["done"] == outcome["progress"][-1]["total"] == 2
+    missing = page('return await rq.batch("no-such-batch").get();')
+    assert missing["error"]["status"] == 404

@@ -10,6 +10,7 @@ from django.test import Client
 from django_ratequeue import Status
 from django_ratequeue.models import CancelRequest, Job
 from tests.cluster import wait_for
+from tests.queue.steps import run_pass
 
 FINAL = {Status.COMPLETE, Status.FAILED, Status.CANCELED}
 
@@ -49,7 +50,8 @@ def test_unknown_burst_is_refused_and_writes_nothing(client: Client) -> None:
     response = client.post("/queue/enqueue/", {"kind": "everything"}, follow=True)
 
     assert (
-        "Pick one of: fast, slow, flaky, broken, emails, llm, remote." in response.content.decode()
+        "Pick one of: fast, slow, flaky, broken, emails, llm, remote, batch."
+        in response.content.decode()
     )
     assert not Job.objects.exists()
 
@@ -117,3 +119,17 @@ def test_the_page_tells_dispatched_from_running_and_asks_for_no_favicon(client: 
     assert client.get("/favicon.ico").status_code == 204  # the admin's pages ask for it
     counts = state(client)["queues"][0]["counts"]
     assert list(counts)[:4] == ["scheduled", "waiting", "dispatched", "running"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_batch_burst_shows_its_progress_to_the_end(client: Client) -> None:
+    assert state(client)["batch"] is None
+    response = client.post("/queue/enqueue/", {"kind": "batch"}, follow=True)
+    assert "Enqueued A batch of 8 fast jobs" in response.content.decode()
+    shown = state(client)["batch"]
+    assert (shown["done"], shown["total"], shown["finished"]) == (0, 8, False)
+    run_pass()
+    run_pass()
+    shown = state(client)["batch"]
+    assert (shown["done"], shown["total"], shown["finished"]) == (8, 8, True)
+    assert 'id="batch"' in client.get("/queue/").content.decode()

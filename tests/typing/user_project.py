@@ -15,17 +15,21 @@ from rest_framework.views import APIView
 
 from django_ratequeue import (
     AsyncJobFunction,
+    BatchHandle,
     FixedWindow,
     Handle,
+    HandleList,
     JobFunction,
     RateLimitResult,
     Retry,
     Status,
     TokenBucket,
+    batch,
     check_rate_limit,
     define_rate_limits,
     enqueue,
     enqueue_many,
+    get_batch,
     get_handle,
     get_rate_limit_value,
     job,
@@ -102,8 +106,17 @@ def jobs() -> None:
     assert_type(enqueue(add, kwargs={"a": 1, "b": 2}, queue="math"), Handle[int])
     assert_type(enqueue("myapp.jobs.add", args=(1, 2)), Handle[Any])
     assert_type(enqueue(add, args=[1, 2], on_complete=send_email, context={"n": 1}), Handle[int])
-    assert_type(enqueue_many(add, [[1, 2], {"a": 3, "b": 4}], queue="math"), list[Handle[int]])
-    assert_type(add.enqueue_many([(1, 2)], id="batch"), list[Handle[int]])
+    assert_type(enqueue_many(add, [[1, 2], {"a": 3, "b": 4}], queue="math"), HandleList[int])
+    assert_type(add.enqueue_many([(1, 2)], id="batch"), HandleList[int])
+    many: list[Handle[int]] = add.enqueue_many([(1, 2)], batch={"on_complete": send_email})
+    assert_type(many, list[Handle[int]])  # a HandleList is a list of handles
+    assert_type(enqueue_many(add, [(1, 2)], batch=True).batch, BatchHandle | None)
+    with batch(on_complete=send_email, context={"n": 1}) as group:
+        assert_type(group, BatchHandle)
+        add.enqueue(1, 2)
+    assert_type(group.result(timeout=5), dict[str, Any])
+    assert_type(group.status(), dict[Status, int])
+    assert_type(get_batch(group.id, owner="alice").progress(), dict[str, int])
 
     handle = get_handle("sum-1")
     assert_type(handle, Handle[Any])
@@ -142,9 +155,9 @@ async def async_jobs(view_handle: Handle[int]) -> None:
     assert_type(await ask_model.enqueue("hi").aresult(timeout=5), dict[str, str])
     assert_type(await ask_model.aenqueue("hi"), Handle[dict[str, str]])
     assert_type(ask_model.using(queue="llm").enqueue("x"), Handle[dict[str, str]])
-    assert_type(count_words.enqueue_many(["a b", "c"]), list[Handle[int]])
+    assert_type(count_words.enqueue_many(["a b", "c"]), HandleList[int])
     assert_type(enqueue(count_words, args=["a b"]), Handle[int])
-    assert_type(enqueue_many(count_words, ["a b"]), list[Handle[int]])
+    assert_type(enqueue_many(count_words, ["a b"]), HandleList[int])
     # A sync job is enqueued from async code too.
     assert_type(await add.aenqueue(1, 2), Handle[int])
     assert_type(await view_handle.aresult(), int)

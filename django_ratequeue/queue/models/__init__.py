@@ -12,6 +12,7 @@ from django.db import connections, router
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from .attempts import REPORT_FIELDS, Attempt, AttemptQuerySet
+from .batches import UNFINISHED_STATUSES, Batch, batch_callback_id, batch_jobs
 from .cluster import LoopState, LoopStateQuerySet, QueueSetting, WorkerHeartbeat, WorkerKey
 from .jobs import CancelRequest, Job, JobQuerySet, OutputChunk, QueueDashboard, new_job_id
 from .minutes import (
@@ -48,8 +49,10 @@ __all__ = [
     "READY_ORDER",
     "REPORT_FIELDS",
     "SUMMED_FIELDS",
+    "UNFINISHED_STATUSES",
     "Attempt",
     "AttemptQuerySet",
+    "Batch",
     "CancelRequest",
     "Job",
     "JobQuerySet",
@@ -69,6 +72,8 @@ __all__ = [
     "Wait",
     "WorkerHeartbeat",
     "WorkerKey",
+    "batch_callback_id",
+    "batch_jobs",
     "bucket_field",
     "new_job_id",
     "queue_connection",

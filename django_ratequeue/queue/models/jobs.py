@@ -123,6 +123,9 @@ class Job(models.Model):
     cancel_requested = models.BooleanField(default=False)
     # The job that enqueued this one from inside its own run, if any.
     parent_id = models.CharField(max_length=200, blank=True, default="")
+    # The batch the job belongs to, if any (a Batch's id; docs/batches.md). Empty by default
+    # in the database too, for INSERTs that name the columns they set.
+    batch_id = models.CharField(max_length=200, blank=True, default="", db_default="")
     result = models.JSONField(null=True, blank=True)
     error = models.TextField(blank=True, default="")
     traceback = models.TextField(blank=True, default="")
@@ -165,6 +168,13 @@ class Job(models.Model):
                 fields=["parent_id", "created_at"],
                 name="ratequeue_job_children",
                 condition=~models.Q(parent_id=""),
+            ),
+            # A batch's jobs by status: its counts, and "has any job not ended?" as a few
+            # index probes. Partial: only batched jobs write it.
+            models.Index(
+                fields=["batch_id", "status"],
+                name="ratequeue_job_batch",
+                condition=~models.Q(batch_id=""),
             ),
         ]
 
@@ -252,6 +262,8 @@ class CancelRequest(models.Model):
 
     job_id = models.CharField(max_length=200, blank=True, default="")
     queue = models.CharField(max_length=200, blank=True, default="")
+    # A batch's jobs (all of them, whenever they were enqueued).
+    batch_id = models.CharField(max_length=200, blank=True, default="", db_default="")
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

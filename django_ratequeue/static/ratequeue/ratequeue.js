@@ -158,15 +158,23 @@ export class Client {
   }
 
   /**
-   * Enqueue one job per item, all or none: each item is `{args, kwargs}`.
+   * Enqueue one job per item, all or none: each item is `{args, kwargs}`. With
+   * `batch: true` the jobs make a new batch: each job's `batch` is its id (`batch(id)`).
    * @param {string} func
    * @param {{args?: unknown[], kwargs?: Record<string, unknown>}[]} items
-   * @param {{options?: Record<string, unknown>}} [common] options for every job
+   * @param {{options?: Record<string, unknown>, batch?: boolean}} [common] options for every job
    * @returns {Promise<JobInfo[]>}
    */
-  enqueueMany(func, items, { options = {} } = {}) {
+  enqueueMany(func, items, { options = {}, batch = false } = {}) {
     const calls = items.map(({ args = [], kwargs = {} }) => ({ args, kwargs }));
-    return this.request("POST", "jobs/bulk/", { function: func, items: calls, options });
+    const body = { function: func, items: calls, options };
+    return this.request("POST", "jobs/bulk/", batch ? { ...body, batch: true } : body);
+  }
+
+  /** A batch by id (one of yours: another user's batch is 404).
+   * @param {string} id */
+  batch(id) {
+    return new BatchRef(this, id);
   }
 
   /** A job by id (one of yours: another user's job is 404).
@@ -539,6 +547,141 @@ function readCookie(name) {
 }
 
 /** The client behind the module-level functions. */
+/**
+ * A batch as `GET batches/<id>/` describes it.
+ * @typedef {object} BatchInfo
+ * @property {string} id
+ * @property {"open" | "sealed" | "finished"} state
+ * @property {Record<JobStatus, number>} counts its jobs by status
+ * @property {{done: number, total: number}} progress jobs ended, of all its jobs
+ * @property {BatchOutcome | null} outcome once finished
+ */
+
+/**
+ * What a finished batch's callback receives: its jobs' ids by how they ended.
+ * @typedef {object} BatchOutcome
+ * @property {string} batch_id
+ * @property {number} total
+ * @property {string[]} succeeded
+ * @property {string[]} failed
+ * @property {string[]} canceled
+ * @property {unknown} context
+ */
+
+/** One batch, by id. */
+export class BatchRef {
+  /**
+   * @param {Client} client
+   * @param {string} id
+   */
+  constructor(client, id) {
+    this.client = client;
+    this.id = id;
+  }
+
+  get path() {
+    return `batches/${encodeURIComponent(this.id)}/`;
+  }
+
+  /** @returns {Promise<BatchInfo>} */
+  get() {
+    return this.client.request("GET", this.path);
+  }
+
+  /** Ask for every job of the batch to be canceled.
+   * @returns {Promise<BatchInfo>} */
+  cancel() {
+    return this.client.request("POST", `${this.path}cancel/`);
+  }
+
+  /**
+   * Follow the batch: `onProgress({done, total, counts})` as its jobs end, then
+   * `onFinished(outcome)`, after which the subscription ends. Streams with EventSource
+   * (`GET batches/<id>/events/`); polls `GET batches/<id>/` without it or when it fails.
+   * @param {{onProgress?: (progress: {done: number, total: number, counts?: Record<string, number>}) => void,
+   *   onFinished?: (outcome: BatchOutcome) => void, onError?: (error: RateQueueError) => void,
+   *   transport?: "auto" | "poll"}} handlers
+   * @returns {() => void} unsubscribe
+   */
+  subscribe({ onProgress = () => {}, onFinished = () => {}, onError = () => {}, transport = "auto" }) {
+    let stopped = false;
+    /** @type {EventSource | null} */
+    let source = null;
+    /** @type {ReturnType<typeof setTimeout> | undefined} */
+    let timer;
+    let last = "";
+    const stop = () => {
+      stopped = true;
+      source?.close();
+      clearTimeout(timer);
+    };
+    /** @param {{done: number, total: number}} progress */
+    const progressed = (progress) => {
+      const seen = JSON.stringify(progress);
+      if (!stopped && seen !== last) onProgress(progress);
+      last = seen;
+    };
+    /** @param {BatchOutcome} outcome */
+    const finished = (outcome) => {
+      if (stopped) return;
+      stop();
+      onFinished(outcome);
+    };
+    const poll = async () => {
+      while (!stopped) {
+        try {
+          const info = await this.get();
+          progressed({ ...info.progress, counts: info.counts });
+          if (info.outcome) finished(info.outcome);
+        } catch (error) {
+          if (!(error instanceof RateQueueError)) throw error;
+          if (error.status >= 400 && error.status < 500 && error.status !== 429) {
+            stop();
+            onError(error);
+            return;
+          }
+        }
+        await new Promise((resolve) => {
+          timer = setTimeout(resolve, this.client.config.pollInterval);
+        });
+      }
+    };
+    if (transport === "auto" && typeof EventSource === "function") {
+      const { config } = this.client;
+      source = new EventSource(this.client.url(`${this.path}events/`), {
+        withCredentials: config.credentials === "include",
+      });
+      source.addEventListener("progress", (event) => progressed(JSON.parse(event.data)));
+      source.addEventListener("finished", (event) => finished(JSON.parse(event.data)));
+      source.addEventListener("error", () => {
+        if (stopped || source?.readyState !== EventSource.CLOSED) return;
+        source = null;
+        poll(); // which reports a refusal that polling gets too (onError)
+      });
+    } else {
+      poll();
+    }
+    return stop;
+  }
+
+  /**
+   * The batch's outcome once every job has ended; rejects with a RateQueueError when it
+   * cannot be followed, with `signal.reason` when `signal` aborts.
+   * @param {{signal?: AbortSignal}} [options]
+   * @returns {Promise<BatchOutcome>}
+   */
+  result({ signal } = {}) {
+    return new Promise((resolve, reject) => {
+      signal?.throwIfAborted();
+      const stop = this.subscribe({ onFinished: resolve, onError: reject });
+      signal?.addEventListener("abort", () => {
+        stop();
+        reject(signal.reason);
+      });
+    });
+  }
+}
+
 export const client = new Client();
 
 /** @param {ClientConfig} config */
@@ -551,3 +694,5 @@ export const enqueueMany = (func, items, common) => client.enqueueMany(func, ite
 export const job = (id) => client.job(id);
 /** @type {Client["rateLimit"]} */
 export const rateLimit = (name) => client.rateLimit(name);
+/** @param {string} id */
+export const batch = (id) => client.batch(id);

@@ -60,6 +60,19 @@ try:
 except ImportError:  # this file copied alone, with slots.py beside it
     from slots import Call, Finished, Slots  # type: ignore[no-redef]
 
+try:  # spans that continue the enqueuing request's trace, when OpenTelemetry is installed
+    from django_ratequeue.tracing import end_attempt, start_attempt
+except ImportError:  # this file copied alone
+
+    def start_attempt(
+        traceparent: str, attributes: dict[str, Any], run_in: contextvars.Context
+    ) -> Any:
+        return None
+
+    def end_attempt(span: Any, outcome: str, error: str = "") -> None:
+        return None
+
+
 try:  # the package's own class, so that handlers shared with local jobs raise one class
     from django_ratequeue.exceptions import NonRetryableError
 except ImportError:  # a host without Django (or this file copied alone)
@@ -315,6 +328,17 @@ class RemoteAttempt:
                     self.beat()
             except Answered:
                 logger.exception("The server did not take a heartbeat of attempt %s", self.id)
+
+
+def _span_attributes(data: dict[str, Any]) -> dict[str, Any]:
+    """Return the attributes of a claimed attempt's span, from the claim's answer."""
+    return {
+        "ratequeue.function": data.get("function", ""),
+        "ratequeue.queue": data.get("queue", ""),
+        "ratequeue.job_id": data.get("job_id", ""),
+        "ratequeue.attempt_id": data.get("id", 0),
+        "ratequeue.remote": True,
+    }
 
 
 _current: contextvars.ContextVar[RemoteAttempt | None] = contextvars.ContextVar(
@@ -579,6 +603,7 @@ class Worker:
             return "fail", {"error": error, "retryable": False}
         context = contextvars.copy_context()
         context.run(_current.set, attempt)
+        span = start_attempt(data.get("traceparent") or "", _span_attributes(data), context)
         call = Call(
             key=attempt.id,
             function=functools.partial(func, *data["args"], **data["kwargs"]),
@@ -593,7 +618,10 @@ class Worker:
         ended.wait()
         with self.slots:
             finished = self.calls_ended.pop(attempt.id)
-        return self.outcome(attempt, finished)
+        kind, report = self.outcome(attempt, finished)
+        succeeded = kind == "complete"
+        end_attempt(span, "succeeded" if succeeded else "failed", report.get("error", ""))
+        return kind, report
 
     def call_ended(self, finished: Finished) -> None:
         """Hand a call's end to the thread that waits for it (from the slot that ran it)."""

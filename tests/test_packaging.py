@@ -31,7 +31,9 @@ def test_drf_is_an_extra_and_psycopg_is_not_its_binary_build() -> None:
     assert not [r for r in required if r.startswith("prometheus")]
     assert extras["prometheus"] == ["prometheus-client>=0.20"]
     # The tests and the example project need them all, on a fresh machine.
-    assert "django-ratequeue[drf,binary,prometheus]" in extras["dev"]
+    assert extras["otel"] == ["opentelemetry-api>=1.25"]
+    assert not [r for r in required if r.startswith("opentelemetry")]
+    assert "django-ratequeue[drf,binary,prometheus,otel]" in extras["dev"]
 
 
 def run_without_drf(
@@ -94,3 +96,19 @@ def test_the_metrics_without_prometheus_client_say_what_to_install() -> None:
     assert done.returncode == 1
     assert "ImproperlyConfigured" in done.stderr
     assert "pip install 'django-ratequeue[prometheus]'" in done.stderr
+
+
+def test_the_package_works_without_opentelemetry() -> None:
+    """Enqueues and attempts make no span and store no trace context without the extra."""
+    done = run_without_drf(
+        "from django_ratequeue import tracing\n"
+        "assert not tracing.enabled() and tracing.current_traceparent() == ''\n"
+        "with tracing.enqueue_span('f', 'q'):\n"
+        "    pass\n"
+        "import contextvars\n"
+        "span = tracing.start_attempt('', {}, contextvars.copy_context())\n"
+        "tracing.end_attempt(span, 'failed', 'boom')\n"
+        "assert span is None\n",
+        "opentelemetry",
+    )
+    assert done.returncode == 0, done.stderr

@@ -144,6 +144,8 @@ class ClaimedAttemptSerializer(serializers.Serializer[Any]):
     function = serializers.CharField(source="job.func")
     args = serializers.JSONField(source="job.args")
     kwargs = serializers.JSONField(source="job.kwargs")
+    # The W3C trace context the job was enqueued in ("" without one): docs/tracing.md.
+    traceparent = serializers.CharField(source="job.traceparent")
     queue = serializers.CharField()
     number = serializers.IntegerField()
     timeout = serializers.FloatField(allow_null=True)

@@ -19,6 +19,7 @@ from .. import clock
 from ..conf import ratequeue_settings
 from ..exceptions import DuplicateJobId
 from ..signals import announce, listened
+from ..tracing import enqueue_span
 from .batches import HandleList, batch_block
 from .bounds import check_json
 from .deduplicate import hold_key, write_each_holding_keys
@@ -163,8 +164,17 @@ def _write_one(
     """Write one job; return its template, its stamp, and whether it was written.
 
     It was not when ``on_duplicate_id="ignore"`` found the caller's own job with that
-    id."""
+    id. The write runs in an enqueue span (:mod:`django_ratequeue.tracing`), whose trace
+    context the job keeps."""
     template = options.template(target.path)
+    with enqueue_span(template.func, template.queue):
+        return _write_checked(target, template, args, kwargs)
+
+
+def _write_checked(
+    target: Registered, template: JobTemplate, args: list[Any], kwargs: dict[str, Any]
+) -> tuple[JobTemplate, JobStamp, bool]:
+    """Check one call of ``template``'s function, then write it as :func:`_write_one` says."""
     check_call(target, args, kwargs)
     args_json = check_json("arguments", args)
     kwargs_json = check_json("keyword arguments", kwargs)
@@ -347,9 +357,18 @@ def _write_calls(
     """Write one job per call, all or none; return what was written.
 
     That is their template, each job's arguments as JSON text and stamp
-    (``PER_JOB_COLUMNS``' order), and the ids kept as they were."""
+    (``PER_JOB_COLUMNS``' order), and the ids kept as they were. The write runs in an
+    enqueue span, as :func:`_write_one`'s."""
     target, defaults = _target(func)
     template = defaults.merge(options).template(target.path)
+    with enqueue_span(template.func, template.queue):
+        return _write_stamped(target, template, calls)
+
+
+def _write_stamped(
+    target: Registered, template: JobTemplate, calls: Iterable[Call]
+) -> tuple[JobTemplate, list[tuple[Any, ...]], set[str]]:
+    """Check and stamp each call of ``template``'s function, then write them all or none."""
     now = clock.now()
     stamped: list[tuple[Any, ...]] = []
     if template.unique is not None:

@@ -12,16 +12,21 @@ from __future__ import annotations
 import contextvars
 from datetime import datetime
 from functools import partial
+from typing import Any
 
 from .. import clock
 from ..exceptions import AttemptTimedOut, NonRetryableError
 from ..slots import Call, Finished, Slots
+from ..tracing import end_attempt, start_attempt
 from .bounds import MAX_TIMEOUT
 from .models import Attempt, Job
 from .progress import write_rest
 from .protocol import Ended, Report
 from .registry import is_async, registered_job
 from .subtasks import current_attempt
+
+# The span of each attempt prepared in this process and not finished yet (OpenTelemetry).
+_spans: dict[int, Any] = {}
 
 
 def prepare(attempt: Attempt) -> Call:
@@ -42,6 +47,9 @@ def prepare(attempt: Attempt) -> Call:
         )
     context = contextvars.copy_context()
     context.run(current_attempt.set, attempt)
+    span = start_attempt(job.traceparent, span_attributes(attempt), context)
+    if span is not None:
+        _spans[attempt.pk] = span
     timeout = attempt.timeout
     # A timeout beyond MAX_TIMEOUT (a row changed behind the app's back) counts as that.
     if timeout is not None and timeout > 0:
@@ -57,6 +65,21 @@ def prepare(attempt: Attempt) -> Call:
     )
 
 
+def span_attributes(attempt: Attempt) -> dict[str, Any]:
+    """Return the attributes of an attempt's span (docs/tracing.md)."""
+    job: Job = attempt.job
+    attributes: dict[str, Any] = {
+        "ratequeue.function": job.func,
+        "ratequeue.queue": attempt.queue,
+        "ratequeue.job_id": job.pk,
+        "ratequeue.attempt_id": attempt.pk,
+    }
+    if attempt.started_at is not None and job.start_at is not None:
+        waited = (attempt.started_at - job.start_at).total_seconds()
+        attributes["ratequeue.wait_seconds"] = max(waited, 0.0)
+    return attributes
+
+
 def finish(attempt: Attempt, finished: Finished, ended_at: datetime | None = None) -> Ended:
     """Return how ``attempt``'s call ended, for the runner to report.
 
@@ -68,6 +91,7 @@ def finish(attempt: Attempt, finished: Finished, ended_at: datetime | None = Non
         report = Report.raised(finished.error, finished.timed_out)
     # Its progress and output are complete before its outcome can be seen.
     write_rest(attempt)
+    end_attempt(_spans.pop(attempt.pk, None), report.outcome, report.error)
     for name, value in report.fields().items():
         setattr(attempt, name, value)
     attempt.ended_at = ended_at or clock.now()

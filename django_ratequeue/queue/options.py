@@ -20,6 +20,7 @@ from django.utils import timezone
 from ..conf import RateQueueSettings, ratequeue_settings
 from ..exceptions import EnqueueRateLimited
 from ..ratelimit.decisions import check_rate_limit, rate_limit
+from ..tracing import current_traceparent
 from .batchscope import current_batch_id
 from .bounds import (
     MAX_DELAY,
@@ -151,6 +152,8 @@ class JobStamp(NamedTuple):
     created_at: datetime
     parent_id: str
     batch_id: str = ""
+    # The W3C trace context the job was enqueued in (docs/tracing.md), "" without one.
+    traceparent: str = ""
 
 
 # What differs from job to job of one template, in the order JobTemplate.insert sends it.
@@ -247,6 +250,7 @@ class JobTemplate:
             now,
             current_job_id(),
             current_batch_id(),
+            current_traceparent(),
         )
 
     def job(self, args: list[Any], kwargs: dict[str, Any], stamp: JobStamp) -> Job:
@@ -266,6 +270,7 @@ class JobTemplate:
                 adapt(stamp.created_at),
                 stamp.parent_id,
                 stamp.batch_id,
+                stamp.traceparent,
             ),
             async_commit,
         )

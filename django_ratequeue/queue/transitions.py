@@ -61,6 +61,7 @@ FINISH_FIELDS = [
     "queue",
     "func",
     "batch_id",
+    "traceparent",
 ]
 # What canceling a job not started reads of it.
 CANCEL_FIELDS = (
@@ -72,6 +73,7 @@ CANCEL_FIELDS = (
     "func",
     "attempts",
     "batch_id",
+    "traceparent",
 )
 T = TypeVar("T")
 
@@ -343,6 +345,7 @@ def create_callbacks(finished: list[Job], now: datetime) -> None:
                 created_at=now,
                 retry=retry,
                 owner=job.owner,  # what it reports is its owner's to read
+                traceparent=job.traceparent,  # its span continues the job's trace
             )
         )
     if callbacks:

@@ -151,6 +151,12 @@ def spawn_and_wait(x: int, child_queue: Any = None) -> int:
 
 
 @job
+def spawn(x: int) -> str:
+    """Enqueue add(x, x) as a subtask, without waiting for it; return its id."""
+    return add.enqueue(x, x).id
+
+
+@job
 def spawn_nested(name: str) -> int:
     """Wait on a subtask in queue ``name`` that itself waits on a subtask in ``name``."""
     return spawn_and_wait.using(queue=name).enqueue(1, name).result(timeout=60)

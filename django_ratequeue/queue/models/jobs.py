@@ -126,6 +126,9 @@ class Job(models.Model):
     # The batch the job belongs to, if any (a Batch's id; docs/batches.md). Empty by default
     # in the database too, for INSERTs that name the columns they set.
     batch_id = models.CharField(max_length=200, blank=True, default="", db_default="")
+    # The W3C traceparent of the enqueue's span, which its attempts' spans continue
+    # (docs/tracing.md); empty without OpenTelemetry.
+    traceparent = models.CharField(max_length=55, blank=True, default="", db_default="")
     result = models.JSONField(null=True, blank=True)
     error = models.TextField(blank=True, default="")
     traceback = models.TextField(blank=True, default="")

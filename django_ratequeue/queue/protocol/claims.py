@@ -31,7 +31,16 @@ INSTANCE = re.compile(r"\A[A-Za-z0-9_-]{1,32}\Z")
 # ran on (and failed or lost) may take it.
 RETRY_ELSEWHERE = timedelta(seconds=1)
 # What a local claim reads of its attempts where the database returns only their ids.
-LOCAL_READ = ("timeout", "queue", "started_at", "job__func", "job__args", "job__kwargs")
+LOCAL_READ = (
+    "timeout",
+    "queue",
+    "started_at",
+    "job__func",
+    "job__args",
+    "job__kwargs",
+    "job__start_at",
+    "job__traceparent",
+)
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from ..wakeup import LOOP, notifies, notify_clause
 
 # The columns a PostgreSQL claim returns, after the attempt's id.
 CLAIMED_ATTEMPT = ("job_id", "timeout", "queue", "started_at")
-CLAIMED_JOB = ("func", "args", "kwargs", "priority")
+CLAIMED_JOB = ("func", "args", "kwargs", "priority", "start_at", "traceparent")
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,7 @@ QUEUE_REMOTE = "django_ratequeue.E219"
 JOB_MODULES = "django_ratequeue.E220"
 ROLLUP_RETENTION = "django_ratequeue.E221"
 SLOTS = "django_ratequeue.E222"
+FAILED_RETENTION = "django_ratequeue.E223"
 CLOCK = "django_ratequeue.E230"
 # E24x: recurring schedules (RATEQUEUE["SCHEDULES"] and @job(schedule=...))
 SCHEDULES_NOT_A_DICT = "django_ratequeue.E240"

@@ -100,6 +100,7 @@ def test_durations_are_finite_and_bounded(value: Any) -> None:
         assert [n for n, _ in problems(**{name: value})] == ["django_ratequeue.E202"], name
     assert [n for n, _ in problems(RETENTION=value)] == ["django_ratequeue.E205"]
     assert [n for n, _ in problems(ROLLUP_RETENTION=value)] == ["django_ratequeue.E221"]
+    assert [n for n, _ in problems(FAILED_RETENTION=value)] == ["django_ratequeue.E223"]
 
 
 @pytest.mark.parametrize("value", [1e308, 2**64, 1.5, "10"])

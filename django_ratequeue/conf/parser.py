@@ -114,6 +114,12 @@ class _Parser:
             self.problem(check_id, str(error))
             return -1.0
 
+    def failed_retention(self, retention: float) -> float:
+        """Return FAILED_RETENTION in seconds: ``retention`` (RETENTION's) when it is None."""
+        if self.values["FAILED_RETENTION"] is None:
+            return retention
+        return self.duration("FAILED_RETENTION", ids.FAILED_RETENTION, allow_zero=True)
+
     def flag(self, name: str) -> bool:
         value = self.values[name]
         if not isinstance(value, bool):
@@ -322,6 +328,7 @@ class _Parser:
                     'RATEQUEUE["LOOP_LEASE"] must be longer than WATCHDOG_INTERVAL.',
                 )
         rate_limits, public_rate_limits = self.rate_limits()
+        retention = self.duration("RETENTION", ids.RETENTION, allow_zero=True)
         limits_given = isinstance(self.values["RATE_LIMITS"], Mapping)
         return RateQueueSettings(
             QUEUES=MappingProxyType(
@@ -341,7 +348,8 @@ class _Parser:
             DEFAULT_RETRIES=self.default_retries(),
             ENQUEUE_RATE_LIMIT=self.enqueue_rate_limit(),
             ENQUEUE_ASYNC_COMMIT=self.flag("ENQUEUE_ASYNC_COMMIT"),
-            RETENTION=self.duration("RETENTION", ids.RETENTION, allow_zero=True),
+            RETENTION=retention,
+            FAILED_RETENTION=self.failed_retention(retention),
             ROLLUP_RETENTION=self.duration(
                 "ROLLUP_RETENTION", ids.ROLLUP_RETENTION, allow_zero=True
             ),

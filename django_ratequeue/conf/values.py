@@ -25,6 +25,7 @@ DEFAULTS: dict[str, Any] = {
     "ENQUEUE_RATE_LIMIT": None,
     "ENQUEUE_ASYNC_COMMIT": False,
     "RETENTION": 7 * 24 * 3600,
+    "FAILED_RETENTION": None,
     "ROLLUP_RETENTION": 7 * 24 * 3600,
     "SEGMENT": 0.1,
     "LOOP_LEASE": 10.0,
@@ -126,6 +127,8 @@ class RateQueueSettings:
     ENQUEUE_ASYNC_COMMIT: bool
     # How long finished jobs are kept for result() and the admin, in seconds.
     RETENTION: float
+    # How long failed jobs are kept, in seconds (the setting None: as long as RETENTION).
+    FAILED_RETENTION: float
     # How long the queues' per-minute figures (queue/rollups.py) are kept, in seconds.
     ROLLUP_RETENTION: float
     # Main loop timing, in seconds. SEGMENT: the loop's time slice (wake-ups are rounded

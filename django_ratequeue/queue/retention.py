@@ -12,11 +12,21 @@ import time
 from datetime import timedelta
 
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from ..conf import ratequeue_settings
 from ..ratelimit.prune import prune_full_rows
-from .models import Attempt, Batch, Job, OutputChunk, QueueMinute, WorkerHeartbeat, queue_db
+from .models import (
+    Attempt,
+    Batch,
+    Job,
+    OutputChunk,
+    QueueMinute,
+    Status,
+    WorkerHeartbeat,
+    queue_db,
+)
 from .uniqueclaims import live_claims, prune_claims
 
 BACKGROUND_EVERY = 60.0
@@ -25,10 +35,20 @@ _next_background_prune = 0.0
 
 
 def prune_batch(limit: int) -> int:
-    """Delete up to ``limit`` jobs finished more than RETENTION ago; return how many."""
-    cutoff = timezone.now() - timedelta(seconds=ratequeue_settings().RETENTION)
+    """Delete up to ``limit`` jobs past their retention; return how many.
+
+    That is complete and canceled jobs finished more than RETENTION ago, failed ones more
+    than FAILED_RETENTION ago."""
+    settings = ratequeue_settings()
+    now = timezone.now()
+    cutoff = now - timedelta(seconds=settings.RETENTION)
+    failed_cutoff = now - timedelta(seconds=settings.FAILED_RETENTION)
     with transaction.atomic(using=queue_db()):
-        due = Job.objects.filter(finished_at__lt=cutoff)
+        due = Job.objects.filter(finished_at__lt=max(cutoff, failed_cutoff))
+        if cutoff != failed_cutoff:
+            due = due.exclude(status=Status.FAILED, finished_at__gte=failed_cutoff).exclude(
+                ~Q(status=Status.FAILED), finished_at__gte=cutoff
+            )
         # A job that answers a live unique_for window is kept: its handle still reads.
         due = due.exclude(pk__in=live_claims().values("job_id"))
         ids = list(due.values_list("pk", flat=True)[:limit])

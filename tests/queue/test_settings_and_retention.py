@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 from io import StringIO
+from typing import Any
 
 import pytest
 from django.core import checks
@@ -52,6 +53,30 @@ def test_enqueue_rate_limit_refuses_and_writes_nothing() -> None:
             enqueue(jobs.add, args=[1, 2])
         assert refused.value.retry_at is not None
     assert Job.objects.count() == 2
+
+
+@pytest.mark.django_db
+def test_failed_jobs_are_kept_for_their_own_retention(settings: Any) -> None:
+    settings.RATEQUEUE = {
+        **settings.RATEQUEUE,
+        "RETENTION": timedelta(days=1),
+        "FAILED_RETENTION": timedelta(days=30),
+    }
+    ages = {"complete": [2], "canceled": [2], "failed": [2, 29, 31]}
+    kept = set()
+    for status, days in ages.items():
+        for age in days:
+            handle = enqueue(jobs.add, args=[1, 2])
+            finished = timezone.now() - timedelta(days=age)
+            Job.objects.filter(pk=handle.id).update(status=status, finished_at=finished)
+            if status == "failed" and age < 30:
+                kept.add(handle.id)
+    call_command("ratequeue_prune", stdout=StringIO())
+    assert set(Job.objects.values_list("pk", flat=True)) == kept
+    # Shorter than RETENTION works too.
+    settings.RATEQUEUE = {**settings.RATEQUEUE, "FAILED_RETENTION": timedelta(days=10)}
+    call_command("ratequeue_prune", stdout=StringIO())
+    assert Job.objects.count() == 1
 
 
 @pytest.mark.django_db

@@ -96,17 +96,9 @@ def finish(batch: Batch, now: datetime) -> bool:
     if not marked:
         return False
     if callback_id:
-        callback = Job(
-            id=callback_id,
-            func=batch.on_complete,
-            args=[outcome],
-            kwargs={},
-            queue="default",
-            status=Status.WAITING,
-            start_at=now,
-            created_at=now,
-            retry=ratequeue_settings().DEFAULT_RETRIES.to_json(),
-            owner=batch.owner,  # what it reports is the batch's owner's to read
+        retry = ratequeue_settings().DEFAULT_RETRIES.to_json()
+        callback = Job.callback(
+            batch.on_complete, outcome, now, retry, owner=batch.owner, job_id=callback_id
         )
         Job.objects.bulk_create([callback], ignore_conflicts=True)
     return True

@@ -31,7 +31,6 @@ from .models import (
     Outcome,
     Status,
     WorkerHeartbeat,
-    new_job_id,
 )
 from .moves import Moves
 
@@ -245,20 +244,7 @@ def apply_cancels(now: datetime, moves: Moves) -> tuple[bool, bool]:
             scope = Q(batch_id=request.batch_id) & ~Q(batch_id="")
         elif request.queue:
             scope &= Q(queue=request.queue)
-        pending = list(
-            Job.objects.filter(scope)
-            .not_started()
-            .only(
-                "on_complete",
-                "context",
-                "result",
-                "owner",
-                "queue",
-                "func",
-                "attempts",
-                "batch_id",
-            )[:budget]
-        )
+        pending = list(Job.objects.filter(scope).not_started().only(*CANCEL_FIELDS)[:budget])
         for job in pending:
             job.status, job.finished_at = Status.CANCELED, now
             moves.finished.append(job)
@@ -333,19 +319,10 @@ def create_callbacks(finished: list[Job], now: datetime) -> None:
             "error": job.error if job.status == Status.FAILED else None,
             "context": job.context,
         }
+        # Its owner's to read, as the job; its span continues the job's trace.
         callbacks.append(
-            Job(
-                id=new_job_id(),
-                func=job.on_complete,
-                args=[outcome],
-                kwargs={},
-                queue="default",
-                status=Status.WAITING,
-                start_at=now,
-                created_at=now,
-                retry=retry,
-                owner=job.owner,  # what it reports is its owner's to read
-                traceparent=job.traceparent,  # its span continues the job's trace
+            Job.callback(
+                job.on_complete, outcome, now, retry, owner=job.owner, traceparent=job.traceparent
             )
         )
     if callbacks:

@@ -49,6 +49,8 @@ def test_a_claimed_attempt_completes_its_job(worker: APIClient) -> None:
     [attempt] = claim(worker)
     assert attempt["function"] == "tests.queue.jobs.add"
     assert (attempt["args"], attempt["kwargs"], attempt["output_index"]) == ([1, 2], {}, 1)
+    # The trace context the job was enqueued in, for the worker's span (docs/tracing.md).
+    assert attempt["traceparent"] == Job.objects.get(pk=handle.id).traceparent
     assert report(worker, attempt["id"], "complete", {"result": 3}).status_code == 200
     # The same report again (its response lost): a success that changes nothing.
     assert report(worker, attempt["id"], "complete", {"result": 3}).status_code == 200

@@ -12,6 +12,7 @@ throttle, django-ratelimit and ``limits`` share; ``BENCH_WORKERS`` the qcluster'
 (default 2).
 """
 
+import copy
 import json
 import os
 from importlib.util import find_spec
@@ -86,9 +87,7 @@ if os.environ.get("BENCH_DB_POOL") == "1":
 # process. Both its runs (=0 too) leave the lifecycle's log off, production's default (the
 # example project logs it at INFO), so that its OFF runs hear no event at all.
 if "RATEQUEUE_BENCH_TRACING" in os.environ:
-    LOGGING = {
-        **LOGGING,
-        "loggers": {**LOGGING["loggers"], "django_ratequeue.lifecycle": {"level": "WARNING"}},
-    }
+    LOGGING = copy.deepcopy(LOGGING)
+    LOGGING["loggers"]["django_ratequeue.lifecycle"] = {"level": "WARNING"}  # type: ignore[index]
 if os.environ.get("RATEQUEUE_BENCH_TRACING") == "1":
     INSTALLED_APPS += ["bench.observed.ObservedConfig"]

@@ -12,13 +12,20 @@ throttle, django-ratelimit and ``limits`` share; ``BENCH_WORKERS`` the qcluster'
 (default 2).
 """
 
+import copy
 import json
 import os
 from importlib.util import find_spec
 
 from django_ratequeue.conf import DEFAULTS as RATEQUEUE_DEFAULTS
 from example_project.settings import *  # noqa: F403
-from example_project.settings import INSTALLED_APPS, Q_CLUSTER, RATEQUEUE, database_from_url
+from example_project.settings import (
+    INSTALLED_APPS,
+    LOGGING,
+    Q_CLUSTER,
+    RATEQUEUE,
+    database_from_url,
+)
 
 DATABASES = {
     "default": database_from_url(
@@ -75,3 +82,12 @@ DB_POOL = {"min_size": 4, "max_size": 16}
 if os.environ.get("BENCH_DB_POOL") == "1":
     DATABASES["default"]["CONN_MAX_AGE"] = 0
     DATABASES["default"].setdefault("OPTIONS", {})["pool"] = DB_POOL
+
+# bench.overhead: ON runs (=1) have OpenTelemetry's SDK and lifecycle receivers in every
+# process. Both its runs (=0 too) leave the lifecycle's log off, production's default (the
+# example project logs it at INFO), so that its OFF runs hear no event at all.
+if "RATEQUEUE_BENCH_TRACING" in os.environ:
+    LOGGING = copy.deepcopy(LOGGING)
+    LOGGING["loggers"]["django_ratequeue.lifecycle"] = {"level": "WARNING"}  # type: ignore[index]
+if os.environ.get("RATEQUEUE_BENCH_TRACING") == "1":
+    INSTALLED_APPS += ["bench.observed.ObservedConfig"]

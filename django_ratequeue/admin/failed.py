@@ -8,17 +8,20 @@ whole group, as it is when the form is posted, and a retry copies each job once
 from __future__ import annotations
 
 from django.contrib import admin, messages
-from django.core.exceptions import PermissionDenied
+from django.core.exceptions import BadRequest, PermissionDenied
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.views.decorators.http import require_POST
 
 from ..monitor.failures import failed_jobs, failure_groups
+from ..queue.bounds import check_text
 from ..queue.failed import discard, retry
 
 # The jobs one post retries or discards at most: a bigger group takes several posts.
 MAX_PER_POST = 1000
+# Longer than any function path or exception class a job stores.
+MAX_NAME_LENGTH = 10_000
 
 
 def urls(model_admin: admin.ModelAdmin) -> list[URLPattern]:
@@ -69,9 +72,17 @@ def failed_view(model_admin: admin.ModelAdmin, request: HttpRequest) -> HttpResp
 
 
 def _group(request: HttpRequest) -> tuple[str, str]:
-    """Return the (function, exception class) a form names."""
+    """Return the (function, exception class) a form names; 400 for what no row holds."""
     source = request.POST if request.method == "POST" else request.GET
-    return source.get("func", ""), source.get("exception_class_path", "")
+    group = source.get("func", ""), source.get("exception_class_path", "")
+    try:
+        for name, value in zip(("func", "exception_class_path"), group, strict=True):
+            check_text(name, value)
+            if len(value) > MAX_NAME_LENGTH:
+                raise ValueError(f"{name} is longer than any stored one.")
+    except ValueError as error:
+        raise BadRequest(str(error)) from None
+    return group
 
 
 def _back(request: HttpRequest) -> HttpResponseRedirect:

@@ -117,3 +117,14 @@ def test_the_command_lists_retries_and_discards() -> None:
     assert (
         Job.objects.filter(pk__in=[retry_id(i) for i in ids["value"] + ids["hard"]]).count() == 4
     )
+
+
+# (A lone surrogate cannot travel in a UTF-8 body; the view refuses it all the same.)
+@pytest.mark.parametrize("value", ["a\x00b", "x" * 20_000])
+def test_a_group_no_row_could_hold_is_a_bad_request(admin_client: Client, value: str) -> None:
+    fail_some()
+    for field in ("func", "exception_class_path"):
+        group = {"func": "tests.queue.jobs.fail", "exception_class_path": "", field: value}
+        assert admin_client.post(RETRY, group).status_code == 400
+        assert admin_client.get(DISCARD, group).status_code == 400
+    assert Job.objects.count() == 5

@@ -34,7 +34,7 @@ BACKGROUND_BATCH = 500
 _next_background_prune = 0.0
 
 
-def prune_batch(limit: int) -> int:
+def prune_jobs(limit: int) -> int:
     """Delete up to ``limit`` jobs past their retention; return how many.
 
     That is complete and canceled jobs finished more than RETENTION ago, failed ones more
@@ -90,7 +90,7 @@ def prune(batch_size: int = 1000) -> int:
 
     The per-minute figures that are due, and old heartbeats, go with them."""
     total = 0
-    while count := prune_batch(batch_size):
+    while count := prune_jobs(batch_size):
         total += count
     while prune_rollups(batch_size):
         pass
@@ -111,7 +111,7 @@ def prune_in_background() -> None:
     if time.monotonic() < _next_background_prune:
         return
     _next_background_prune = time.monotonic() + BACKGROUND_EVERY
-    prune_batch(BACKGROUND_BATCH)
+    prune_jobs(BACKGROUND_BATCH)
     prune_rollups(BACKGROUND_BATCH)
     prune_claims(BACKGROUND_BATCH)
     prune_batches(BACKGROUND_BATCH)

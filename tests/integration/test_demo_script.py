@@ -133,15 +133,26 @@ def test_the_demo_s_remote_worker_runs_the_remote_queue(demo) -> None:
     process, log, _port, database = demo
     env = {**os.environ, "DATABASE_URL": f"sqlite:///{database}"}
     env.pop("DJANGO_SETTINGS_MODULE", None)
-    code = "from example_project.demo.jobs import on_remote_worker; on_remote_worker.enqueue(3)"
-    subprocess.run(
-        [sys.executable, "manage.py", "shell", "-c", code], cwd=ROOT, env=env, check=True
+    code = (
+        "from example_project.demo.jobs import on_remote_worker; "
+        "print(on_remote_worker.enqueue(3).id)"
     )
+    enqueued = subprocess.run(
+        [sys.executable, "manage.py", "shell", "-c", code],
+        cwd=ROOT,
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    job_id = enqueued.stdout.strip().splitlines()[-1]
 
     def result() -> str | None:
+        # This job's: the demo's every-minute schedule completes jobs of its own meanwhile.
         with sqlite3.connect(database) as db:
             row = db.execute(
-                "SELECT result FROM django_ratequeue_job WHERE status = 'complete'"
+                "SELECT result FROM django_ratequeue_job WHERE id = ? AND status = 'complete'",
+                [job_id],
             ).fetchone()
         return row and row[0]
 

@@ -8,22 +8,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.handlers.asgi import ASGIRequest
-from django.http import HttpResponse, StreamingHttpResponse
+from django.http import HttpResponse
 from django.http.response import HttpResponseBase
 from rest_framework import serializers, status
-from rest_framework.exceptions import NotFound, Throttled
+from rest_framework.exceptions import NotFound
 from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from ..conf import ratequeue_settings
 from ..queue.batches import BatchHandle, status_counts
 from ..queue.models import FINAL_STATUSES, Batch
-from ..queue.seats import take_seat
 from .batchevents import FINAL_ID, BatchWatch, abatch_stream, batch_stream
 from .permissions import request_owner
-from .sse import LIFETIME, RECONNECT_MS, AsyncSeatHeld, SeatHeld
+from .sse import event_response, take_stream_seat
 from .views import ApiSchema, ApiView, EventStreamRenderer, EventStreamSchema
 
 
@@ -109,21 +106,6 @@ class BatchEventsView(OwnedBatch):
         batch = self.owned_batch(batch_id)
         if request.headers.get("Last-Event-ID") == FINAL_ID and batch.finished_at is not None:
             return HttpResponse(status=status.HTTP_204_NO_CONTENT)
-        limit = ratequeue_settings().API_MAX_STREAMS_PER_USER
-        seat = take_seat(f"stream:{batch.owner}", limit, LIFETIME)
-        if seat is None:
-            raise Throttled(
-                wait=RECONNECT_MS // 1000 or 1,
-                detail=f"You have {limit} event streams open already "
-                '(RATEQUEUE["API_MAX_STREAMS_PER_USER"]): close one first.',
-            )
+        seat = take_stream_seat(batch.owner)
         watch = BatchWatch(batch.pk)
-        events: Any
-        if isinstance(request._request, ASGIRequest):
-            events = AsyncSeatHeld(abatch_stream(watch), seat)
-        else:
-            events = SeatHeld(batch_stream(watch), seat)
-        response = StreamingHttpResponse(events, content_type="text/event-stream")
-        response["Cache-Control"] = "no-cache"
-        response["X-Accel-Buffering"] = "no"
-        return response
+        return event_response(request, seat, batch_stream(watch), abatch_stream(watch))

@@ -19,10 +19,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from asgiref.sync import sync_to_async
+from django.core.handlers.asgi import ASGIRequest
 from django.db import connections
+from django.http import StreamingHttpResponse
+from rest_framework.exceptions import Throttled
+from rest_framework.request import Request
 
+from ..conf import ratequeue_settings
 from ..queue.models import FINAL_STATUSES, Status
-from ..queue.seats import free_seat
+from ..queue.seats import free_seat, take_seat
 from .watch import Look, watcher
 
 # A comment line this often keeps proxies from closing a quiet stream.
@@ -31,6 +36,36 @@ HEARTBEAT = 15.0
 LIFETIME = 300.0
 # What EventSource waits before it reconnects, in milliseconds.
 RECONNECT_MS = 1000
+
+
+def take_stream_seat(owner: str) -> int:
+    """Take one of ``owner``'s API_MAX_STREAMS_PER_USER stream seats, or raise Throttled."""
+    limit = ratequeue_settings().API_MAX_STREAMS_PER_USER
+    seat = take_seat(f"stream:{owner}", limit, LIFETIME)
+    if seat is None:
+        raise Throttled(
+            wait=RECONNECT_MS // 1000 or 1,
+            detail=f"You have {limit} event streams open already "
+            '(RATEQUEUE["API_MAX_STREAMS_PER_USER"]): close one first.',
+        )
+    return seat
+
+
+def event_response(
+    request: Request, seat: int, events: Iterator[bytes], aevents: AsyncIterator[bytes]
+) -> StreamingHttpResponse:
+    """Answer with ``events`` (``aevents`` under ASGI), freeing ``seat`` when they end."""
+    held: Any
+    if isinstance(request._request, ASGIRequest):
+        held = AsyncSeatHeld(aevents, seat)
+    else:
+        held = SeatHeld(events, seat)
+    response = StreamingHttpResponse(held, content_type="text/event-stream")
+    response["Cache-Control"] = "no-cache"
+    response["X-Accel-Buffering"] = "no"  # nginx: pass each event on at once
+    return response
+
+
 # Last-Event-ID: the last chunk's number, ":end" after the final event.
 EVENT_ID = re.compile(r"([0-9]{1,10})(:end)?")
 

@@ -13,14 +13,12 @@ from typing import Any
 from urllib.parse import quote
 
 from django.core.exceptions import ImproperlyConfigured
-from django.core.handlers.asgi import ASGIRequest
-from django.http import HttpResponse, StreamingHttpResponse
+from django.http import HttpResponse
 from django.http.response import HttpResponseBase
 from rest_framework import status
 from rest_framework.exceptions import (
     NotAuthenticated,
     NotFound,
-    Throttled,
     ValidationError,
 )
 from rest_framework.generics import GenericAPIView
@@ -36,7 +34,6 @@ from ..conf import ratequeue_settings
 from ..decorators import KEY_SHORTHANDS
 from ..queue.handles import Handle
 from ..queue.models import FINAL_STATUSES, Job
-from ..queue.seats import take_seat
 from ..queue.submit import submit, submit_batch, submit_many
 from ..ratelimit.decisions import check_rate_limit
 from .enqueueing import check_call, check_calls, client_options, refusals
@@ -56,7 +53,7 @@ from .serializers import (
     shared,
     validated,
 )
-from .sse import LIFETIME, RECONNECT_MS, AsyncSeatHeld, JobWatch, Resume, SeatHeld, astream, stream
+from .sse import JobWatch, Resume, astream, event_response, stream, take_stream_seat
 from .throttles import ApiThrottle
 
 
@@ -289,24 +286,9 @@ class EventsView(ApiView):
         resume = Resume.parse(request.headers.get("Last-Event-ID"), request.GET.get("since"))
         if resume.ended and job.status in FINAL_STATUSES:
             return HttpResponse(status=status.HTTP_204_NO_CONTENT)
-        limit = ratequeue_settings().API_MAX_STREAMS_PER_USER
-        seat = take_seat(f"stream:{job.owner}", limit, LIFETIME)
-        if seat is None:
-            raise Throttled(
-                wait=RECONNECT_MS // 1000 or 1,
-                detail=f"You have {limit} event streams open already "
-                '(RATEQUEUE["API_MAX_STREAMS_PER_USER"]): close one first.',
-            )
+        seat = take_stream_seat(job.owner)
         watch = JobWatch(job.pk, resume.cursor)
-        events: Any
-        if isinstance(request._request, ASGIRequest):
-            events = AsyncSeatHeld(astream(watch), seat)
-        else:
-            events = SeatHeld(stream(watch), seat)
-        response = StreamingHttpResponse(events, content_type="text/event-stream")
-        response["Cache-Control"] = "no-cache"
-        response["X-Accel-Buffering"] = "no"  # nginx: pass each event on at once
-        return response
+        return event_response(request, seat, stream(watch), astream(watch))
 
 
 class RateLimitView(ApiView):

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from .queue.control import set_queue_concurrency as set_queue_concurrency
     from .queue.enqueue import enqueue as enqueue
     from .queue.enqueue import enqueue_many as enqueue_many
+    from .queue.eta import Eta as Eta
     from .queue.functions import AsyncJobFunction as AsyncJobFunction
     from .queue.functions import JobFunction as JobFunction
     from .queue.functions import job as job

@@ -17,6 +17,7 @@ from django.db import models
 
 from ..conf import ratequeue_settings
 from ..exceptions import JobCanceled, JobDoesNotExist, JobFailed, RecursiveWaitDeadlock
+from .eta import ETA_FIELDS, Eta, job_eta
 from .heartbeat import any_alive
 from .models import FINAL_STATUSES, Attempt, CancelRequest, Job, OutputChunk, Status
 from .subtasks import (
@@ -167,6 +168,16 @@ class Handle(Generic[R_co]):
         if job.status == Status.CANCELED:
             raise JobCanceled(self.id)
         return job.result
+
+    def eta(self) -> Eta:
+        """Return when the job will start: its place, the earliest start, an estimate.
+
+        See :class:`~django_ratequeue.queue.eta.Eta` and docs/eta.md."""
+        return job_eta(self._job(*ETA_FIELDS))
+
+    async def aeta(self) -> Eta:
+        """Return :meth:`eta` from async code (its reads in a thread)."""
+        return await sync_to_async(self.eta)()
 
     def progress(self) -> dict[str, Any] | None:
         """Return the latest progress the job reported (``report_progress``), or ``None``."""

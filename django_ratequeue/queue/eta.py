@@ -1,0 +1,294 @@
+"""The promised start: where a job waits, and when it will start (:class:`Eta`).
+
+:func:`job_etas` estimates a page of jobs at once. Per job it reads the jobs ahead of it
+in its queue and key (:func:`jobs_ahead`: four bounded ranges of the dispatch index);
+per page, the active attempts, the queues' limits, each queue's recent run time (its
+rollups) and each rate-gated queue's rate limit. docs/eta.md tells how each basis
+estimates and how accurate it is.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any, Literal
+
+from django.db.models import F, Sum
+
+from .. import clock
+from ..ratelimit.algebra import window_start
+from ..ratelimit.config import FixedWindow, RateLimitConfig
+from ..ratelimit.decisions import get_rate_limit_config, shard_states
+from .limits import QueueLimits, Queues
+from .models import (
+    DEFERRED_STATUSES,
+    FINAL_STATUSES,
+    HISTOGRAM_BUCKETS,
+    Attempt,
+    Job,
+    QueueMinute,
+    QueueTotal,
+    Status,
+    bucket_field,
+    queue_connection,
+)
+
+Basis = Literal[
+    "reservation",  # its rate reservation gave the time: exact
+    "schedule",  # a scheduled job's start_at
+    "retry",  # a retrying job's back-off
+    "rate_limit",  # when its queue's rate limit will hold its tokens
+    "throughput",  # its place, its queue's slots and recent run time
+    "paused",  # its queue is paused: no estimate
+    "unknown",  # no run time measured yet and no free slot: no estimate
+    "running",
+    "finished",
+]
+# The jobs ahead counted at most (per range of the dispatch index: see jobs_ahead).
+POSITION_LIMIT = 10_000
+# The recent minutes of a queue's rollups whose run times make its mean run time.
+RUN_TIME_WINDOW = timedelta(minutes=15)
+# What a job's estimate reads of the job.
+ETA_FIELDS = (
+    "status",
+    "queue",
+    "concurrency_key",
+    "priority",
+    "tokens_reserved",
+    "start_at",
+    "created_at",
+    "max_concurrency",
+    "cost",
+)
+
+
+@dataclass(frozen=True)
+class Eta:
+    """When a job will start, as far as the queue can tell now.
+
+    ``position``: the unstarted jobs ahead of it in its queue and concurrency key, in the
+    order the loop starts them (at most :data:`POSITION_LIMIT`; ``position_capped`` says
+    it is at least that). ``earliest_start``: the earliest the limits allow (its
+    ``start_at``, its rate limit's tokens, now), however long the jobs ahead run.
+    ``estimated_start``: when it will likely start, estimated by ``basis``. A running or
+    finished job has position 0 and neither time."""
+
+    position: int
+    earliest_start: datetime | None
+    estimated_start: datetime | None
+    basis: Basis
+    position_capped: bool = False
+
+    def as_json(self) -> dict[str, Any]:
+        """Return the estimate as JSON values (times in ISO 8601)."""
+        values = asdict(self)
+        for name in ("earliest_start", "estimated_start"):
+            moment = values[name]
+            values[name] = None if moment is None else moment.isoformat()
+        return values
+
+
+@dataclass(frozen=True)
+class Ahead:
+    """What waits ahead of a job in its copy of the queue: how many, and the tokens they
+    have yet to reserve."""
+
+    jobs: int
+    unreserved_cost: int
+
+    @property
+    def capped(self) -> bool:
+        return self.jobs >= POSITION_LIMIT
+
+
+def job_eta(job: Job, now: datetime | None = None) -> Eta:
+    """Return the estimate of one job (read with at least :data:`ETA_FIELDS`)."""
+    return job_etas([job], now)[job.pk]
+
+
+def job_etas(jobs: list[Job], now: datetime | None = None) -> dict[str, Eta]:
+    """Return the estimate of each job, by id: a bounded number of index reads per job."""
+    estimator = Estimator(clock.now() if now is None else now)
+    return {job.pk: estimator.eta(job) for job in jobs}
+
+
+class Estimator:
+    """Estimate jobs' starts at ``now``, reading what jobs of a page share once."""
+
+    def __init__(self, now: datetime) -> None:
+        self.now = now
+        self.queues = Queues()
+        self._running: list[Attempt] | None = None
+        self._run_times: dict[str, float | None] = {}
+        self._token_times: dict[tuple[str, int], datetime] = {}
+
+    def eta(self, job: Job) -> Eta:
+        """Return ``job``'s estimate."""
+        if job.status in FINAL_STATUSES:
+            return Eta(0, None, None, "finished")
+        if job.status == Status.RUNNING:
+            return Eta(0, None, None, "running")
+        ahead = jobs_ahead(job)
+        position = min(ahead.jobs, POSITION_LIMIT)
+        limits = self.queues.limits(job.queue)
+        if limits.max_concurrency == 0:
+            return Eta(position, None, None, "paused", ahead.capped)
+        if job.tokens_reserved:
+            start = max(job.start_at, self.now)
+            return Eta(position, start, start, "reservation", ahead.capped)
+        earliest, basis = self.now, "throughput"
+        if job.status in DEFERRED_STATUSES and job.start_at > self.now:
+            earliest = job.start_at
+            basis = "schedule" if job.status == Status.SCHEDULED else "retry"
+        if limits.rate_limit and job.cost:
+            tokens_at = self.tokens_at(limits.rate_limit, ahead.unreserved_cost + job.cost)
+            if tokens_at > earliest:
+                earliest, basis = tokens_at, "rate_limit"
+        by_slots = self.slot_free_at(job, limits, position)
+        if by_slots is None:
+            return Eta(position, earliest, None, "unknown", ahead.capped)
+        if by_slots > earliest:
+            return Eta(position, earliest, by_slots, "throughput", ahead.capped)
+        return Eta(position, earliest, earliest, basis, ahead.capped)  # type: ignore[arg-type]
+
+    def running(self) -> list[Attempt]:
+        """Return the active attempts (read once: as many as hold slots)."""
+        if self._running is None:
+            fields = ("queue", "concurrency_key", "dispatched_at", "started_at")
+            attempts = Attempt.objects.filter(active=True).only(*fields, "wait", "wait_queue")
+            self._running = list(attempts)
+        return self._running
+
+    def slot_free_at(self, job: Job, limits: QueueLimits, position: int) -> datetime | None:
+        """Return when a slot of the job's copy of the queue comes to it.
+
+        Each slot frees a mean run time after its attempt started, and then after each
+        job ahead that it takes in turn; the job takes the slot that frees
+        ``position``-th. None: a slot is not free now and no run time is known."""
+        running = [a for a in self.running() if a.holds_queue_slot]
+        in_copy = [
+            a.started_at or a.dispatched_at
+            for a in running
+            if a.queue == job.queue and a.concurrency_key == job.concurrency_key
+        ]
+        in_queue = sum(a.queue == job.queue for a in running)
+        in_environment = sum(a.holds_environment_slot for a in self.running())
+        free = min(
+            limits.limit_for(job.max_concurrency) - len(in_copy),
+            (limits.total_concurrency or math.inf) - in_queue,
+            self.queues.environment - in_environment,
+        )
+        free = max(int(free), 0)
+        if position < free:
+            return self.now
+        run_time = self.run_time(job.queue)
+        if run_time is None:
+            return None
+        mean = timedelta(seconds=run_time)
+        slots = sorted([max(self.now, start + mean) for start in in_copy] + [self.now] * free)
+        if not slots:  # every slot held elsewhere: one frees after a run, say
+            slots = [self.now + mean]
+        turn, slot = divmod(position, len(slots))
+        return slots[slot] + turn * mean
+
+    def run_time(self, queue: str) -> float | None:
+        """Return the mean run time of ``queue``'s attempts, in seconds (None: none ran).
+
+        From its rollups of the last RUN_TIME_WINDOW, else its totals since first counted."""
+        if queue not in self._run_times:
+            since = self.now.astimezone(UTC).replace(second=0, microsecond=0) - RUN_TIME_WINDOW
+            recent = QueueMinute.objects.filter(queue=queue, minute__gte=since)
+            mean = mean_run_time(recent.aggregate(**RUN_SUMS))
+            if mean is None:
+                mean = mean_run_time(QueueTotal.objects.filter(queue=queue).aggregate(**RUN_SUMS))
+            self._run_times[queue] = mean
+        return self._run_times[queue]
+
+    def tokens_at(self, name: str, needed: int) -> datetime:
+        """Return when rate limit ``name`` will hold ``needed`` more tokens than it owes."""
+        if (name, needed) not in self._token_times:
+            config = get_rate_limit_config(name)
+            states = shard_states(name, config, None, self.now.timestamp())
+            value = sum(state.value for state in states.values())
+            ts = min((state.ts for state in states.values()), default=self.now.timestamp())
+            at = refill_time(config, value, ts, needed, self.now.timestamp())
+            self._token_times[(name, needed)] = datetime.fromtimestamp(at, UTC)
+        return self._token_times[(name, needed)]
+
+
+# The sums that make a mean run time: the milliseconds, and the samples (every bucket).
+RUN_SUMS: dict[str, Any] = {
+    "run_ms": Sum("run_ms"),
+    "samples": Sum(
+        sum(
+            (F(bucket_field("run", bucket)) for bucket in range(1, HISTOGRAM_BUCKETS)),
+            F(bucket_field("run", 0)),
+        )
+    ),
+}
+
+
+def mean_run_time(sums: dict[str, Any]) -> float | None:
+    """Return the mean run time in seconds from :data:`RUN_SUMS` (None: no sample)."""
+    samples = sums.get("samples") or 0
+    if samples <= 0:
+        return None
+    return float(sums["run_ms"] or 0) / samples / 1000
+
+
+def refill_time(
+    config: RateLimitConfig, value: float, ts: float, needed: float, now: float
+) -> float:
+    """Return when a limit holding ``value`` tokens (as of ``now``) holds ``needed``.
+
+    ``ts`` is the state's time (a fixed window's start). Reservations owed make
+    ``value`` negative."""
+    deficit = needed - value
+    if deficit <= 0:
+        return now
+    if isinstance(config, FixedWindow):
+        start = window_start(config, now, 0.0) if ts > now else ts
+        return start + math.ceil(deficit / config.rate) * config.period_seconds
+    return now + deficit * config.period_seconds / config.rate
+
+
+def jobs_ahead(job: Job) -> Ahead:
+    """Count the WAITING jobs that start before ``job`` in its queue and key.
+
+    The order is READY_ORDER's (priority, reserved first, start_at, created_at), split
+    into four ranges of the dispatch index, each read to at most POSITION_LIMIT entries:
+    a higher priority; the same one, reserved when the job is not; the same, ready
+    earlier; ready at the same time, created earlier."""
+    connection = queue_connection()
+    quote = connection.ops.quote_name
+    table = quote(Job._meta.db_table)
+    adapt = connection.ops.adapt_datetimefield_value
+    start_at, created_at = adapt(job.start_at), adapt(job.created_at)
+    copy = f"status = '{Status.WAITING.value}' AND queue = %s AND concurrency_key = %s"
+    same = "priority = %s AND tokens_reserved = %s"
+    ranges: list[tuple[str, list[Any]]] = [
+        ("priority > %s", [job.priority]),
+        (f"{same} AND start_at < %s", [job.priority, job.tokens_reserved, start_at]),
+        (
+            f"{same} AND start_at = %s AND created_at < %s",
+            [job.priority, job.tokens_reserved, start_at, created_at],
+        ),
+    ]
+    if not job.tokens_reserved:
+        ranges.append(("priority = %s AND tokens_reserved = %s", [job.priority, True]))
+    parts, params = [], []
+    for number, (where, values) in enumerate(ranges):
+        parts.append(
+            f"SELECT * FROM (SELECT cost, tokens_reserved FROM {table}"
+            f" WHERE {copy} AND {where} LIMIT %s) AS r{number}"
+        )
+        params += [job.queue, job.concurrency_key, *values, POSITION_LIMIT]
+    sql = (
+        "SELECT COUNT(*), COALESCE(SUM(CASE WHEN tokens_reserved THEN 0 ELSE cost END), 0)"
+        f" FROM ({' UNION ALL '.join(parts)}) AS ahead"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        jobs, cost = cursor.fetchone()
+    return Ahead(int(jobs), int(cost))

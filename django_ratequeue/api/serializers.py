@@ -9,13 +9,14 @@ may give (``CLIENT_OPTIONS``) and which are the server's.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, TypeVar
+from typing import Any, TypeVar, get_args
 
 from rest_framework import serializers
 
 from ..conf import ratequeue_settings
 from ..exceptions import JobCanceled
 from ..queue.bounds import MAX_DELAY, NUL_REFUSED, check_json, seconds
+from ..queue.eta import Basis, Eta, job_eta
 from ..queue.models import Job, OutputChunk, Status
 from ..queue.options import OPTION_NAMES, parse_start_at
 from ..ratelimit.config import MAX_TOKENS
@@ -244,14 +245,31 @@ class OutputChunkSerializer(serializers.Serializer[Any]):
     text = serializers.CharField(read_only=True)
 
 
+class EtaSerializer(serializers.Serializer[Eta]):
+    """When a job will start (:class:`~django_ratequeue.queue.eta.Eta`, docs/eta.md)."""
+
+    position = serializers.IntegerField(read_only=True)
+    position_capped = serializers.BooleanField(read_only=True)
+    earliest_start = serializers.DateTimeField(read_only=True, allow_null=True)
+    estimated_start = serializers.DateTimeField(read_only=True, allow_null=True)
+    basis = serializers.ChoiceField(get_args(Basis), read_only=True)
+
+
+def eta_data(eta: Eta) -> dict[str, Any]:
+    """Return ``eta`` as the API shows it."""
+    data: dict[str, Any] = shared(EtaSerializer).to_representation(eta)
+    return data
+
+
 class JobDetailSerializer(JobSerializer):
     """``GET jobs/<id>/?since=n``: the job, with the chunks of its output after chunk ``n``.
 
     At most ``OUTPUT_PER_RESPONSE`` of them, ``more_output`` when there are more: what a
-    client that cannot stream reads its output from."""
+    client that cannot stream reads its output from. ``eta``: when it will start."""
 
     output = OutputChunkSerializer(many=True, read_only=True)
     more_output = serializers.BooleanField(read_only=True)
+    eta = EtaSerializer(read_only=True)
 
     def to_representation(self, instance: Job) -> dict[str, Any]:
         """Return the job, then its chunks after ``context["since"]``.
@@ -262,6 +280,7 @@ class JobDetailSerializer(JobSerializer):
         rows = list(chunks.order_by("index").values("index", "text")[: OUTPUT_PER_RESPONSE + 1])
         data["output"] = rows[:OUTPUT_PER_RESPONSE]
         data["more_output"] = len(rows) > OUTPUT_PER_RESPONSE
+        data["eta"] = eta_data(job_eta(instance))
         return data
 
 

@@ -28,6 +28,7 @@ from rest_framework.request import Request
 from ..conf import ratequeue_settings
 from ..queue.models import FINAL_STATUSES, Status
 from ..queue.seats import free_seat, take_seat
+from .serializers import eta_data
 from .watch import Look, watcher
 
 # A comment line this often keeps proxies from closing a quiet stream.
@@ -130,6 +131,8 @@ class JobWatch:
         for index, text in seen.chunks:
             self.cursor = index
             parts.append(self.event("output", {"index": index, "text": text}))
+        if seen.eta is not None and not final:
+            parts.append(self.event("eta", eta_data(seen.eta)))
         if seen.progress is not None and seen.progress != self.progress:
             parts.append(self.event("progress", seen.progress))
             self.progress = seen.progress

@@ -22,8 +22,10 @@ from django.db import DatabaseError, connections
 from django.db.models import F, OuterRef, Q, Subquery, Window
 from django.db.models.functions import RowNumber
 
+from .. import clock
 from ..conf import ratequeue_settings
-from ..queue.models import Job, OutputChunk, Status
+from ..queue.eta import ETA_FIELDS, Eta, job_etas, moved_materially
+from ..queue.models import DEFERRED_STATUSES, Job, OutputChunk, Status
 from ..queue.wakeup import JOBS, Waiter
 from ..threads import IdleExitThread
 from .serializers import job_error
@@ -40,6 +42,10 @@ RETRY_AFTER = 0.5
 CHUNKS_PER_LOOK = 200
 # The connections a watcher holds: one that reads, one that listens (PostgreSQL).
 CONNECTIONS = 2
+# Seconds between two estimates of a job's start (Look.eta) at least.
+ETA_EVERY = 1.0
+# The jobs whose start is estimated: those that have not started.
+UNSTARTED = frozenset({Status.WAITING, *DEFERRED_STATUSES})
 
 
 @dataclass(frozen=True)
@@ -55,21 +61,25 @@ class Look:
     error: str | None
     chunks: list[tuple[int, str]]
     more: bool = False
+    eta: Eta | None = None
 
 
-def read(cursors: dict[str, int]) -> dict[str, Look | None]:
+def read(cursors: dict[str, int], estimate: Iterable[str] = ()) -> dict[str, Look | None]:
     """Read the jobs ``cursors`` names, each with its chunks after its cursor, in two queries.
 
     ``None`` stands for a job there is none of any more. In that order: the output of an
     attempt is written before its outcome, so a final status read first means that every
-    chunk is there to read."""
+    chunk is there to read. The jobs of ``estimate`` that have not started get their
+    :class:`~..queue.eta.Eta` (a statement each, and a few for all)."""
     last_chunk = OutputChunk.objects.filter(job_id=OuterRef("pk")).order_by("-index")
     jobs = {
         job.pk: job
         for job in Job.objects.filter(pk__in=list(cursors))
-        .only("status", "attempts", "progress", "result", "error")
+        .only("status", "attempts", "progress", "result", "error", *ETA_FIELDS)
         .annotate(last_chunk=Subquery(last_chunk.values("index")[:1]))
     }
+    wanted = set(estimate)
+    etas = job_etas([job for pk, job in jobs.items() if pk in wanted and job.status in UNSTARTED])
     unread = {
         job_id: cursors[job_id]
         for job_id, job in jobs.items()
@@ -98,6 +108,7 @@ def read(cursors: dict[str, int]) -> dict[str, Look | None]:
             error=job_error(job),
             chunks=chunks[job_id][:CHUNKS_PER_LOOK],
             more=len(chunks[job_id]) > CHUNKS_PER_LOOK,
+            eta=etas.get(job_id),
         )
     return looks
 
@@ -114,20 +125,28 @@ class Subscription:
     cursor: int
     deliver: Callable[[Look | None], None]
     shown: tuple[str, int, Any] | None = None
+    eta_shown: Eta | None = None
 
     def hand(self, look: Look | None) -> None:
-        """Hand ``look`` on with the chunks this stream has not had, unless nothing is new."""
+        """Hand ``look`` on with the chunks this stream has not had, unless nothing is new.
+
+        Its estimate goes with it only when it moved materially since the one shown."""
         if look is None:
             self.deliver(None)
             return
         chunks = [chunk for chunk in look.chunks if chunk[0] > self.cursor]
         shown = (look.status, look.attempts, look.progress)
-        if not chunks and shown == self.shown:
+        eta = look.eta
+        if eta is not None and not moved_materially(self.eta_shown, eta, clock.now()):
+            eta = None
+        if not chunks and shown == self.shown and eta is None:
             return
         self.shown = shown
+        if eta is not None:
+            self.eta_shown = eta
         if chunks:
             self.cursor = chunks[-1][0]
-        self.deliver(replace(look, chunks=chunks))
+        self.deliver(replace(look, chunks=chunks, eta=eta))
 
 
 class Watcher:
@@ -150,6 +169,8 @@ class Watcher:
         )
         # Set by a new subscription: ends the wait of a watcher that has none.
         self.woken = threading.Event()
+        # When each watched job's start was last estimated (monotonic): once per ETA_EVERY.
+        self.estimated: dict[str, float] = {}
 
     def subscribe(
         self, job_id: str, cursor: int, deliver: Callable[[Look | None], None]
@@ -183,6 +204,7 @@ class Watcher:
                 streams.remove(subscription)
             if not streams:
                 self.subscriptions.pop(subscription.job_id, None)
+                self.estimated.pop(subscription.job_id, None)
             if not self.subscriptions and self.waiter is not None:
                 self.waiter.interrupt()  # to end within IDLE_EXIT, not after its wait
 
@@ -254,13 +276,17 @@ class Watcher:
         with self.lock:
             streams = {job_id: list(self.subscriptions.get(job_id, ())) for job_id in job_ids}
         cursors = {job_id: min(s.cursor for s in subs) for job_id, subs in streams.items() if subs}
+        now = time.monotonic()
+        estimate = {j for j in cursors if now - self.estimated.get(j, -math.inf) >= ETA_EVERY}
         try:
-            looks = read(cursors)
+            looks = read(cursors, estimate)
         except DatabaseError:
             self.lost_database()
             with self.lock:
                 self.due |= set(cursors)
             return
+        with self.lock:
+            self.estimated.update(dict.fromkeys(estimate & set(self.subscriptions), now))
         for job_id, look in looks.items():
             if look is not None and look.more:
                 with self.lock:

@@ -292,3 +292,33 @@ def jobs_ahead(job: Job) -> Ahead:
         cursor.execute(sql, params)
         jobs, cost = cursor.fetchone()
     return Ahead(int(jobs), int(cost))
+
+
+# An estimate moved materially when it moved by more than this share of the wait left...
+MATERIAL_SHARE = 0.1
+# ...and by more than this.
+MATERIAL_SECONDS = 1.0
+
+
+def moved_materially(before: Eta | None, after: Eta, now: datetime) -> bool:
+    """Return whether ``after`` tells a watcher who was told ``before`` something new.
+
+    That is another position or basis, an estimate that appeared or went, or one that
+    moved by more than MATERIAL_SECONDS and MATERIAL_SHARE of the wait it had left (a
+    start already due counts as due now)."""
+    if before is None:
+        return True
+    if (before.position, before.basis, before.position_capped) != (
+        after.position,
+        after.basis,
+        after.position_capped,
+    ):
+        return True
+    if before.estimated_start is None or after.estimated_start is None:
+        return (before.estimated_start is None) != (after.estimated_start is None)
+    # Times past count as now: a start due "now" a second ago is still due now.
+    shift = abs(
+        (max(after.estimated_start, now) - max(before.estimated_start, now)).total_seconds()
+    )
+    wait = max((before.estimated_start - now).total_seconds(), 0.0)
+    return shift > max(MATERIAL_SECONDS, MATERIAL_SHARE * wait)

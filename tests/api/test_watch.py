@@ -60,9 +60,9 @@ def reads(monkeypatch: pytest.MonkeyPatch) -> list[set[str]]:
     asked: list[set[str]] = []
     real = watch.read
 
-    def read(cursors: dict[str, int]) -> Any:
+    def read(cursors: dict[str, int], estimate: Any = ()) -> Any:
         asked.append(set(cursors))
-        return real(cursors)
+        return real(cursors, estimate)
 
     monkeypatch.setattr(watch, "read", read)
     return asked

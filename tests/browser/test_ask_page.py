@@ -73,6 +73,15 @@ def test_a_question_canceled_while_it_waits_says_so(
         page.find_element("id", "ask").click()
         shows(page, lambda b, p=prompt: p in b.find_element("id", "questions").text, prompt)
     second = "#questions li:nth-child(2)"
+    # While it waits, it says where it is in line (its estimate: docs/eta.md).
+    place = shows(
+        page,
+        lambda b: b.execute_script(
+            "return document.querySelector(arguments[0] + ' .eta').textContent;", second
+        ),
+        "the second question's place in line",
+    )
+    assert place.startswith(("Next in line", "1 ahead of you")), place
     page.find_element("css selector", f"{second} .cancel").click()
     status = shows(
         page,

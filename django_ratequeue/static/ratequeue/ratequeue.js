@@ -35,14 +35,28 @@
  * @property {{index: number, text: string}[]} [output] the output chunks after `since`
  *   (`GET jobs/<id>/?since=n`), in order
  * @property {boolean} [more_output] whether there are more chunks than `output` holds
+ * @property {JobEta} [eta] when it will start
+ */
+
+/**
+ * When a job will start, as the server estimates it (docs/eta.md).
+ * @typedef {object} JobEta
+ * @property {number} position the unstarted jobs ahead of it in its queue and key
+ * @property {boolean} position_capped whether there are `position` or more
+ * @property {string | null} earliest_start the earliest its limits allow (ISO 8601)
+ * @property {string | null} estimated_start when it will likely start (ISO 8601), null
+ *   when there is no estimate (a paused queue, no run time measured yet)
+ * @property {"reservation" | "schedule" | "retry" | "rate_limit" | "throughput" | "paused" | "unknown" | "running" | "finished"} basis
+ *   how it was estimated
  */
 
 /**
  * One event of a job, from its Server-Sent Events stream or, when polling, made up from
  * `GET jobs/<id>/` so that a subscriber cannot tell the difference.
  * @typedef {object} JobEvent
- * @property {"status" | "progress" | "output" | "result" | "error"} type
- * @property {any} data `status`: {status, ...}; `progress`: the progress object;
+ * @property {"status" | "eta" | "progress" | "output" | "result" | "error"} type
+ * @property {any} data `status`: {status, ...}; `eta`: a {@link JobEta}, sent while the
+ *   job has not started, when it moved materially; `progress`: the progress object;
  *   `output`: {index, text}; `result`: {result}; `error`: {status, error}
  */
 
@@ -93,7 +107,9 @@ const DEFAULTS = Object.freeze({
   maxStreamErrors: 3,
 });
 
-const EVENT_TYPES = ["status", "progress", "output", "result", "error"];
+const EVENT_TYPES = ["status", "eta", "progress", "output", "result", "error"];
+// The statuses of jobs that have not started: those whose start is estimated.
+const UNSTARTED_STATUSES = new Set(["waiting", "scheduled", "retrying"]);
 const FINAL_EVENTS = new Set(["result", "error"]);
 const FINAL_STATUSES = new Set(["complete", "failed", "canceled"]);
 const SAFE_METHODS = new Set(["GET", "HEAD", "OPTIONS"]);
@@ -285,6 +301,26 @@ export class JobRef {
     return this.client.request("GET", since ? `${this.path}?since=${since}` : this.path);
   }
 
+  /**
+   * When the job will start: its place, the earliest start, an estimate and its basis.
+   * @returns {Promise<JobEta | undefined>}
+   */
+  async eta() {
+    return (await this.get()).eta;
+  }
+
+  /**
+   * Seconds until `eta`'s estimated start (0 once it is due), or null without an estimate:
+   * call it every second for a countdown.
+   * @param {JobEta | undefined} eta
+   * @param {number} [now] milliseconds since the epoch
+   * @returns {number | null}
+   */
+  static secondsToStart(eta, now = Date.now()) {
+    if (!eta?.estimated_start) return null;
+    return Math.max(0, (Date.parse(eta.estimated_start) - now) / 1000);
+  }
+
   /** Ask for the job to be canceled (a running job stops when its attempt ends).
    * @returns {Promise<JobInfo>} */
   cancel() {
@@ -352,6 +388,8 @@ class Subscription {
     this.lastProgress = "null";
     // The number of the last output chunk delivered: a poll asks for those after it.
     this.lastOutput = 0;
+    /** @type {JobEta | null} the last estimate delivered */
+    this.lastEta = null;
   }
 
   /** @param {"auto" | "poll"} transport */
@@ -380,6 +418,8 @@ class Subscription {
       this.lastProgress = JSON.stringify(event.data);
     } else if (event.type === "output") {
       this.lastOutput = event.data.index;
+    } else if (event.type === "eta") {
+      this.lastEta = event.data;
     }
     if (FINAL_EVENTS.has(event.type)) this.stop();
     this.onEvent(event);
@@ -391,6 +431,7 @@ class Subscription {
     if (event.type === "status") return event.data.status === this.lastStatus;
     if (event.type === "progress") return JSON.stringify(event.data) === this.lastProgress;
     if (event.type === "output") return event.data.index <= this.lastOutput;
+    if (event.type === "eta") return !etaMoved(this.lastEta, event.data);
     return false;
   }
 
@@ -477,6 +518,7 @@ function eventsOf(info) {
   const final = FINAL_STATUSES.has(info.status);
   /** @type {JobEvent[]} */
   const events = final ? [] : [status];
+  if (info.eta && UNSTARTED_STATUSES.has(info.status)) events.push({ type: "eta", data: info.eta });
   for (const chunk of info.output ?? []) events.push({ type: "output", data: chunk });
   if (info.progress != null) events.push({ type: "progress", data: info.progress });
   if (!final || info.more_output) return events;
@@ -487,6 +529,25 @@ function eventsOf(info) {
     events.push({ type: "error", data: { status: info.status, error: info.error } });
   }
   return events;
+}
+
+/**
+ * Whether `after` tells a subscriber who has `before` something new, as the server's
+ * streams judge it: another position or basis, an estimate that came or went, or one that
+ * moved by more than a second and a tenth of the wait it had left.
+ * @param {JobEta | null} before
+ * @param {JobEta} after
+ */
+function etaMoved(before, after) {
+  if (!before) return true;
+  if (before.position !== after.position || before.basis !== after.basis) return true;
+  if (!before.estimated_start || !after.estimated_start) {
+    return !before.estimated_start !== !after.estimated_start;
+  }
+  const now = Date.now();
+  const was = Math.max(Date.parse(before.estimated_start), now);
+  const is = Math.max(Date.parse(after.estimated_start), now);
+  return Math.abs(is - was) > Math.max(1000, 0.1 * (was - now));
 }
 
 /** @param {Response} response */

@@ -121,6 +121,7 @@ class Estimator:
         self.queues = Queues()
         self._running: list[Attempt] | None = None
         self._run_times: dict[str, float | None] = {}
+        self._handoffs: dict[str, timedelta] = {}
         self._token_times: dict[tuple[str, int], datetime] = {}
 
     def eta(self, job: Job) -> Eta:
@@ -163,14 +164,13 @@ class Estimator:
     def slot_free_at(self, job: Job, limits: QueueLimits, position: int) -> datetime | None:
         """Return when a slot of the job's copy of the queue comes to it.
 
-        Each slot frees a mean run time after its attempt started, and then after each
-        job ahead that it takes in turn; the job takes the slot that frees
-        ``position``-th. None: a slot is not free now and no run time is known."""
+        A slot frees a mean run time after its attempt started, and each job it takes
+        next starts a hand-off later (a runner's claim) and holds it a run more; the job
+        takes the slot that frees ``position``-th. None: a slot is not free now and no
+        run time is known."""
         running = [a for a in self.running() if a.holds_queue_slot]
         in_copy = [
-            a.started_at or a.dispatched_at
-            for a in running
-            if a.queue == job.queue and a.concurrency_key == job.concurrency_key
+            a for a in running if a.queue == job.queue and a.concurrency_key == job.concurrency_key
         ]
         in_queue = sum(a.queue == job.queue for a in running)
         in_environment = sum(a.holds_environment_slot for a in self.running())
@@ -185,12 +185,29 @@ class Estimator:
         run_time = self.run_time(job.queue)
         if run_time is None:
             return None
-        mean = timedelta(seconds=run_time)
-        slots = sorted([max(self.now, start + mean) for start in in_copy] + [self.now] * free)
+        mean, handoff = timedelta(seconds=run_time), self.handoff(job.queue)
+        slots = sorted(
+            [max(self.now, (a.started_at or a.dispatched_at + handoff) + mean) for a in in_copy]
+            + [self.now] * free
+        )
         if not slots:  # every slot held elsewhere: one frees after a run, say
             slots = [self.now + mean]
         turn, slot = divmod(position, len(slots))
-        return slots[slot] + turn * mean
+        return slots[slot] + turn * (handoff + mean) + handoff
+
+    def handoff(self, queue: str) -> timedelta:
+        """Return how long ``queue``'s attempts now running waited for a runner to start them.
+
+        That is their mean from dispatch to start (none started: no wait)."""
+        if queue not in self._handoffs:
+            waits = [
+                a.started_at - a.dispatched_at
+                for a in self.running()
+                if a.queue == queue and a.started_at is not None
+            ]
+            mean = sum(waits, timedelta()) / len(waits) if waits else timedelta()
+            self._handoffs[queue] = max(mean, timedelta())
+        return self._handoffs[queue]
 
     def run_time(self, queue: str) -> float | None:
         """Return the mean run time of ``queue``'s attempts, in seconds (None: none ran).

@@ -131,6 +131,30 @@ def test_a_free_slot_starts_it_now_else_the_throughput_tells(
 
 
 @override_settings(RATEQUEUE=TWO_SLOTS)
+def test_each_start_behind_a_slot_adds_the_runners_hand_off(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The running attempts waited 0.5 s from dispatch to their start: each job ahead
+    that takes a slot after them waits as long before it runs."""
+    clock = freeze(monkeypatch)
+    record_run_time("line", 10, clock.now())
+    handles = []
+    for i in range(5):
+        clock.advance(0.001)
+        handles.append(enqueue(jobs.add, args=[i, i], queue="line"))
+    step(clock)  # the first two are dispatched
+    dispatched = clock.now()
+    started = dispatched + timedelta(seconds=0.5)
+    Attempt.objects.filter(active=True).update(started_at=started, worker="runner")
+    clock.advance(1)
+    run, handoff = timedelta(seconds=10), timedelta(seconds=0.5)
+    # Reference: slot k frees at started + 10 s; the job at position p takes a slot after
+    # p // 2 more runs, each a hand-off and a run, and starts a hand-off after that.
+    expected = [started + run + (p // 2) * (handoff + run) + handoff for p in range(3)]
+    assert [h.eta().estimated_start for h in handles[2:]] == expected
+
+
+@override_settings(RATEQUEUE=TWO_SLOTS)
 def test_the_run_time_is_the_recent_one(monkeypatch: pytest.MonkeyPatch) -> None:
     """Runs of 2 s recently, of 100 s long ago: the recent ones count."""
     clock = freeze(monkeypatch)

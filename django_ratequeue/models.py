@@ -17,7 +17,7 @@ from .queue.models import (
     WorkerKey,
 )
 from .queue.seats import RequestSeat
-from .ratelimit.models import RateLimitState
+from .ratelimit.models import RateLimitDecisionTotal, RateLimitState
 
 __all__ = [
     "Attempt",
@@ -30,6 +30,7 @@ __all__ = [
     "QueueMinute",
     "QueueSetting",
     "QueueTotal",
+    "RateLimitDecisionTotal",
     "RateLimitState",
     "RequestSeat",
     "Schedule",

@@ -35,6 +35,7 @@ from .algebra import (
     with_jitter,
 )
 from .config import RateLimitConfig, check_limit_name, parse_config
+from .counting import count_decision
 from .models import RateLimitState
 
 logger = logging.getLogger(__name__)
@@ -203,6 +204,7 @@ def _consume(
                 decision = _take(connection, request, 0)
             else:
                 decision = _take_from_shards(connection, request)
+    count_decision(name, decision)
     return _result(name, key, decision, throws)
 
 

@@ -3,17 +3,17 @@ reach Prometheus as ``ratequeue_rate_limit_decisions_total``."""
 
 from __future__ import annotations
 
-import threading
 from collections import Counter
 
 import pytest
-from django.db import connection, transaction
+from django.db import transaction
 from django.test import RequestFactory
 from prometheus_client.parser import text_string_to_metric_families
 
 from django_ratequeue import TokenBucket, rate_limit
 from django_ratequeue.contrib.prometheus import metrics_view
 from django_ratequeue.ratelimit.counting import TALLY, decision_totals
+from tests.threads import run_in_threads
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -68,17 +68,10 @@ def test_a_consume_in_a_rolled_back_transaction_took_nothing_and_is_not_counted(
 
 def test_threads_consuming_at_once_are_all_counted() -> None:
     def consume() -> None:
-        try:
-            for _ in range(25):
-                rate_limit("busy", config=THREE)
-        finally:
-            connection.close()
+        for _ in range(25):
+            rate_limit("busy", config=THREE)
 
-    threads = [threading.Thread(target=consume) for _ in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=60)
+    run_in_threads(consume, 4)
     assert totals() == {("busy", "allowed"): 3, ("busy", "refused"): 97}
 
 

@@ -182,10 +182,11 @@ def _write_checked(
     check_reservation_room(template.queue, template.cost)
     settings = ratequeue_settings()
     stamp = template.stamp(clock.now())
-    plain = template.max_concurrency is None and template.id is None and template.unique is None
+    plain = template.max_concurrency is None and template.unique is None
     written = True
     if plain and settings.ENQUEUE_RATE_LIMIT is None:
-        template.insert(args_json, kwargs_json, stamp, settings.ENQUEUE_ASYNC_COMMIT)
+        # One statement, also with the caller's id: a taken id inserts nothing.
+        written = template.insert(args_json, kwargs_json, stamp, settings.ENQUEUE_ASYNC_COMMIT)
     else:
         try:
             with transaction.atomic(using=queue_db()):
@@ -197,10 +198,10 @@ def _write_checked(
                 template.job(args, kwargs, stamp).save(force_insert=True)
                 signal(LOOP)
         except IntegrityError:
-            # "ignore" hands out the existing job's handle: only when the job is the caller's.
-            if not template.ignore_duplicates or not _owned_by(stamp.id, template.owner):
-                raise DuplicateJobId(stamp.id) from None
             written = False
+    # "ignore" hands out the existing job's handle: only when the job is the caller's.
+    if not written and (not template.ignore_duplicates or not _owned_by(stamp.id, template.owner)):
+        raise DuplicateJobId(stamp.id)
     return template, stamp, written
 
 

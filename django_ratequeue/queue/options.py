@@ -257,10 +257,13 @@ class JobTemplate:
         """Return an unsaved Job."""
         return Job(**self.columns, args=args, kwargs=kwargs, **stamp._asdict())
 
-    def insert(self, args: str, kwargs: str, stamp: JobStamp, async_commit: bool) -> None:
-        """INSERT a job whose arguments are given as JSON text, without building a Job."""
+    def insert(self, args: str, kwargs: str, stamp: JobStamp, async_commit: bool) -> bool:
+        """INSERT a job whose arguments are given as JSON text, without building a Job.
+
+        A job with the caller's id is not inserted when the id is taken: return whether
+        it was."""
         adapt = queue_connection().ops.adapt_datetimefield_value
-        self.row_insert.execute(
+        return self.row_insert.execute(
             (
                 args,
                 kwargs,
@@ -273,6 +276,7 @@ class JobTemplate:
                 stamp.traceparent,
             ),
             async_commit,
+            skip_taken=self.id is not None,
         )
 
 

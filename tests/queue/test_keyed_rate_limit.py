@@ -53,8 +53,9 @@ def test_each_key_draws_from_its_own_plans_limit() -> None:
     assert small.filter(tokens_reserved=False, status=Status.WAITING).count() == 2
     keys = set(RateLimitState.objects.values_list("key", flat=True))
     assert keys == {"small", "big"}  # no row without a key: the queue's keys are the keys
-    assert get_rate_limit_value("tenant_tokens", key="small") == pytest.approx(-1, abs=0.01)
-    assert get_rate_limit_value("tenant_tokens", key="big") == pytest.approx(16, abs=0.01)
+    # small: its token spent and one reserved (refilling 1 a minute since); big: 4 of 20.
+    assert -1 <= get_rate_limit_value("tenant_tokens", key="small") < -0.5
+    assert 16 <= get_rate_limit_value("tenant_tokens", key="big") < 16.5
 
 
 def test_enqueue_checks_the_reservation_room_of_the_jobs_key() -> None:

@@ -299,14 +299,7 @@ class Dispatch:
                 )
                 return "unfit"
             if not decision.ok:
-                retry_at = decision.retry_at or now + timedelta(seconds=1)
-                if keyed:
-                    if len(self.keys_rate_limited_until) >= READY_AT_KEPT:
-                        self.keys_rate_limited_until.clear()
-                    self.keys_rate_limited_until[copy] = retry_at
-                    return "held"
-                self.rate_limited_until[queue] = retry_at
-                return "parked"
+                return self.refused(copy, decision.retry_at or now + timedelta(seconds=1), keyed)
             job.tokens_reserved = True
             moves.reserved.append(job)
             if decision.retry_at is not None and decision.retry_at > job.start_at:
@@ -319,6 +312,18 @@ class Dispatch:
             self.reserved_starts.append(job.start_at)
             return "later"
         return "now"
+
+    def refused(self, copy: tuple[str, str], retry_at: datetime, keyed: bool) -> TokenGate:
+        """Hold back ``copy``'s (queue, key) key, for a keyed limit, or park its queue.
+
+        Until ``retry_at``, when the refusal says the same reservation could succeed."""
+        if not keyed:
+            self.rate_limited_until[copy[0]] = retry_at
+            return "parked"
+        if len(self.keys_rate_limited_until) >= READY_AT_KEPT:
+            self.keys_rate_limited_until.clear()
+        self.keys_rate_limited_until[copy] = retry_at
+        return "held"
 
     def key_held(self, copy: tuple[str, str], now: datetime) -> bool:
         """Say whether a keyed rate limit refused ``copy`` (queue, key) until after ``now``."""

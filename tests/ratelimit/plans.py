@@ -37,3 +37,11 @@ def broken_limit(key: str | None) -> Any:
 
 
 NOT_CALLABLE = 42
+
+
+def tier_by_prefix(key: str | None) -> TokenBucket:
+    """Return a fast limit for keys "pro:...", a slow one for the others (no state: for
+    the real cluster's processes, which do not share this module's ``PLANS``)."""
+    if key is not None and key.startswith("pro:"):
+        return TokenBucket(rate=20, period=1, capacity=5)
+    return TokenBucket(rate=5, period=1, capacity=2)

@@ -49,6 +49,7 @@ if TYPE_CHECKING:
     from .queue.progress import stream_output as stream_output
     from .queue.retry import Retry as Retry
     from .ratelimit.config import FixedWindow as FixedWindow
+    from .ratelimit.config import KeyedConfig as KeyedConfig
     from .ratelimit.config import TokenBucket as TokenBucket
     from .ratelimit.decisions import RateLimitResult as RateLimitResult
     from .ratelimit.decisions import check_rate_limit as check_rate_limit

@@ -17,6 +17,8 @@ RATE_LIMIT_CONFIG = "django_ratequeue.E103"
 RATE_LIMIT_ASYNC_COMMIT = "django_ratequeue.E104"
 RATE_LIMITED_VIEW = "django_ratequeue.E105"
 RATE_LIMIT_PUBLIC = "django_ratequeue.E106"
+RATE_LIMIT_PER_KEY_IMPORT = "django_ratequeue.E107"  # {"per_key": path} cannot be imported
+RATE_LIMIT_PER_KEY_CALLABLE = "django_ratequeue.E108"  # {"per_key": path} is not callable
 
 # E2xx: queues and the loop
 POSITIVE_INTEGER = "django_ratequeue.E201"  # MAX_CONCURRENCY, the size limits...

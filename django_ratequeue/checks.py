@@ -21,6 +21,7 @@ from . import check_ids as ids
 from .conf import parse_settings
 from .queue.models import queue_db
 from .queue.schedule_sync import schedule_problems
+from .ratelimit.config import KeyedConfig
 from .ratelimit.storage import rate_limit_db
 
 # The Q_CLUSTER keys that choose django-q2's broker; without any, it connects to Redis on
@@ -161,3 +162,44 @@ def check_schedules(
     if values is None:
         return []  # check_settings reports them; the schedules are read from valid settings
     return [Error(p.message, hint=p.hint or None, id=p.id) for p in schedule_problems()]
+
+
+@register()
+def check_per_key_rate_limits(
+    app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
+) -> list[CheckMessage]:
+    """Refuse a per-key rate limit whose function's dotted path is not importable or callable.
+
+    Its function is imported at the limit's first decision; this finds a misspelt path at
+    start-up instead."""
+    values, _problems = parse_settings(getattr(settings, "RATEQUEUE", None))
+    if values is None:
+        return []  # check_settings reports them
+    problems: list[CheckMessage] = []
+    for name, limit in sorted(values.RATE_LIMITS.items()):
+        if not isinstance(limit, KeyedConfig) or not isinstance(limit.function, str):
+            continue
+        where = f'RATEQUEUE["RATE_LIMITS"][{name!r}]["per_key"]'
+        try:
+            function = import_string(limit.function)
+        except Exception as error:  # a missing module, a missing name, an error importing it
+            problems.append(
+                Error(
+                    f"{where} is {limit.function!r}, which cannot be imported: "
+                    f"{type(error).__name__}: {error}",
+                    hint="The dotted path of a function (key) -> config, "
+                    'e.g. "myapp.plans.llm_limit".',
+                    id=ids.RATE_LIMIT_PER_KEY_IMPORT,
+                )
+            )
+            continue
+        if not callable(function):
+            problems.append(
+                Error(
+                    f"{where} is {limit.function!r}, which is not callable "
+                    f"(a {type(function).__name__}).",
+                    hint="Name a function (key) -> TokenBucket, FixedWindow or their dict form.",
+                    id=ids.RATE_LIMIT_PER_KEY_CALLABLE,
+                )
+            )
+    return problems

@@ -316,7 +316,8 @@ def snapshot(window: Window = DEFAULT_WINDOW) -> Snapshot:
     listed.sort(key=lambda counts: counts.name)
     limits = {q.name: in_force.limits(q.name) for q in listed}
     rate_limits = rate_limit_uses(_gated(limits))
-    rate_values = {use.name: use.value for use in rate_limits}
+    # A keyed limit's value without a key does not hold back a queue's keys.
+    rate_values = {use.name: use.value for use in rate_limits if not use.keyed}
     charted = _charted(listed, active, with_figures)
     charted_series, all_series = _charts(charted, since, now, step)
     queues = [

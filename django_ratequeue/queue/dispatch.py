@@ -17,6 +17,7 @@ from typing import Literal
 
 from ..conf import RateQueueSettings
 from ..db import execute, server_statement
+from ..ratelimit.config import KeyedConfig
 from ..ratelimit.decisions import rate_limit
 from .bulk import insert_rows
 from .keys import keys_in_turn, next_jobs, ready_key
@@ -36,7 +37,7 @@ from .turns import QUEUES_PER_STEP, Turns
 # Concurrency keys looked at per queue beyond its free slots, to get past busy keys.
 KEY_LOOKAHEAD = 100
 # What a rate-gated queue's reservation says about a job (see Dispatch.reserve_tokens).
-TokenGate = Literal["now", "later", "parked", "unfit"]
+TokenGate = Literal["now", "later", "parked", "held", "unfit"]
 # The most ready times of reserved jobs kept (Dispatch.ready_at); beyond, they are forgotten.
 READY_AT_KEPT = 100_000
 
@@ -78,6 +79,9 @@ class Dispatch:
         self.turns = Turns()
         # Queues whose rate limit refused a start, and when to try again.
         self.rate_limited_until: dict[str, datetime] = {}
+        # The same per (queue, concurrency key), for a queue whose limit is keyed (plan
+        # tiers): one key's refusal holds back that key only.
+        self.keys_rate_limited_until: dict[tuple[str, str], datetime] = {}
         # When the jobs whose tokens are reserved for later may start (set by start_ready).
         self.reserved_starts: list[datetime] = []
         # When the jobs whose reservation moved their start_at were ready before: their
@@ -99,7 +103,11 @@ class Dispatch:
 
     def wakes(self) -> list[datetime]:
         """Return when a resting loop must look again for the sake of dispatch."""
-        return [*self.rate_limited_until.values(), *self.reserved_starts]
+        return [
+            *self.rate_limited_until.values(),
+            *self.keys_rate_limited_until.values(),
+            *self.reserved_starts,
+        ]
 
     def grant_resumes(self, running: list[Attempt]) -> bool:
         """Give slots back to attempts that waited on a subtask, before anything new starts."""
@@ -220,7 +228,7 @@ class Dispatch:
                 gate = isolated(job, now, reserve, "unfit", moves)
                 if gate == "parked":
                     break
-                if gate == "unfit":
+                if gate in ("held", "unfit"):
                     continue
             # A job whose tokens are reserved for later holds its slots until then.
             slots.take(name, job.concurrency_key)
@@ -268,20 +276,30 @@ class Dispatch:
         may start at the step's ``now``, "later" when not yet. A refusal ("parked":
         ``max_reserved`` is reached) parks the queue until ``retry_at``; a cost the limit
         can never grant ("unfit": the settings changed since the enqueue, which checks
-        it) fails the job."""
+        it, or a keyed limit's function fails for the job's key) fails the job. A keyed
+        limit draws from the job's concurrency key's own limit, and its refusal holds
+        back that key only ("held")."""
         if job.cost == 0:
             return "now"
         if not job.tokens_reserved:
+            keyed = isinstance(self.settings.RATE_LIMITS.get(limit_name), KeyedConfig)
+            copy = (queue, job.concurrency_key)
+            if keyed and self.key_held(copy, now):
+                return "held"
             try:
-                decision = rate_limit(limit_name, count=job.cost, reserve=True)
+                decision = rate_limit(
+                    limit_name,
+                    key=(job.concurrency_key or None) if keyed else None,
+                    count=job.cost,
+                    reserve=True,
+                )
             except ValueError as error:
                 fail_job(
                     job, f"Its cost cannot be reserved from {limit_name!r}: {error}", now, moves
                 )
                 return "unfit"
             if not decision.ok:
-                self.rate_limited_until[queue] = decision.retry_at or now + timedelta(seconds=1)
-                return "parked"
+                return self.refused(copy, decision.retry_at or now + timedelta(seconds=1), keyed)
             job.tokens_reserved = True
             moves.reserved.append(job)
             if decision.retry_at is not None and decision.retry_at > job.start_at:
@@ -294,6 +312,26 @@ class Dispatch:
             self.reserved_starts.append(job.start_at)
             return "later"
         return "now"
+
+    def refused(self, copy: tuple[str, str], retry_at: datetime, keyed: bool) -> TokenGate:
+        """Hold back ``copy``'s (queue, key) key, for a keyed limit, or park its queue.
+
+        Until ``retry_at``, when the refusal says the same reservation could succeed."""
+        if not keyed:
+            self.rate_limited_until[copy[0]] = retry_at
+            return "parked"
+        if len(self.keys_rate_limited_until) >= READY_AT_KEPT:
+            self.keys_rate_limited_until.clear()
+        self.keys_rate_limited_until[copy] = retry_at
+        return "held"
+
+    def key_held(self, copy: tuple[str, str], now: datetime) -> bool:
+        """Say whether a keyed rate limit refused ``copy`` (queue, key) until after ``now``."""
+        until = self.keys_rate_limited_until.get(copy)
+        if until is not None and until <= now:
+            del self.keys_rate_limited_until[copy]
+            return False
+        return until is not None
 
 
 def is_remote(queue: str, settings: RateQueueSettings) -> bool:

@@ -179,7 +179,7 @@ def _write_checked(
     args_json = check_json("arguments", args)
     kwargs_json = check_json("keyword arguments", kwargs)
     template.check_size(args_json, kwargs_json)
-    check_reservation_room(template.queue, template.cost)
+    check_reservation_room(template.queue, template.cost, template.concurrency_key)
     settings = ratequeue_settings()
     stamp = template.stamp(clock.now())
     plain = template.max_concurrency is None and template.unique is None
@@ -387,7 +387,7 @@ def _write_stamped(
         return template, [], set()
     # The same read-only check as one enqueue: the loop reserves each job's cost when it
     # could start, so a batch is refused exactly when its first job would be.
-    check_reservation_room(template.queue, template.cost)
+    check_reservation_room(template.queue, template.cost, template.concurrency_key)
     kept: set[str] = set()
     if template.unique is not None:
         with transaction.atomic(using=queue_db()):

@@ -283,16 +283,6 @@ class Dispatch:
             by_key.setdefault(job.concurrency_key, []).append(job)
         weights = {key: self.keys.weight(name, key) for key in keys}
         offers = weighted_rounds(keys, by_key, weights, credit)
-        turn = {key: position for position, key in enumerate(keys)}
-
-        def order(offer: tuple[Job, int, int]) -> tuple[int, int, int]:
-            job, round_, _left = offer
-            position = turn[job.concurrency_key]
-            if credit and round_ and position == 0:  # after its credit, last in the turns
-                position = len(keys)
-            return (-job.priority, round_, position)
-
-        offers.sort(key=order)
         self.credit_left.update((job.pk, left) for job, _round, left in offers)
         return [(job, round_) for job, round_, _left in offers]
 

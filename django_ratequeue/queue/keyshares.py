@@ -135,23 +135,25 @@ def key_function(path: str) -> Callable[[str], Any]:
 def weighted_rounds(
     keys: list[str], jobs: Mapping[str, list[Job]], weights: Mapping[str, int], credit: int
 ) -> list[tuple[Job, int, int]]:
-    """Return each key's jobs with its round and the credit its key has left after it.
+    """Return the keys' jobs in weighted turns: each with its round and its key's credit left.
 
-    Deficit round robin: in each round, a key of weight w offers w jobs (in its order
-    in ``jobs``), the keys in the order of ``keys``. The first key goes on with the
-    ``credit`` left of its last turn, when it has some (its first round is then that
-    credit); each later round gives it its full weight."""
-    offers: list[tuple[Job, int, int]] = []
+    Deficit round robin: in each round, a key of weight w offers its next w jobs (in the
+    order of ``jobs``), the keys in the order of ``keys``. With ``credit``, the first key
+    is the one served last, which first offers what its turn left (``credit`` jobs) and
+    takes its next turns after every other key. Ordered by priority, round, turn."""
+    offers: list[tuple[Job, int, int, int]] = []
     for position, key in enumerate(keys):
         weight = weights[key]
-        first = min(credit, weight) if position == 0 and credit > 0 else weight
+        first = min(credit, weight) if position == 0 else 0
         for ordinal, job in enumerate(jobs.get(key, [])):
-            if ordinal < first:
-                offers.append((job, 0, first - ordinal - 1))
-            else:
-                beyond = ordinal - first
-                offers.append((job, 1 + beyond // weight, weight - beyond % weight - 1))
-    return offers
+            if ordinal < first:  # the rest of its last turn
+                offers.append((job, 0, position, first - ordinal - 1))
+                continue
+            beyond = ordinal - first
+            place = len(keys) if first else position
+            offers.append((job, beyond // weight, place, weight - beyond % weight - 1))
+    offers.sort(key=lambda offer: (-offer[0].priority, offer[1], offer[2]))
+    return [(job, round_, left) for job, round_, _place, left in offers]
 
 
 def key_limits_problems() -> list[tuple[str, str]]:

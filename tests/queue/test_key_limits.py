@@ -3,6 +3,7 @@ step by step with the loop in this process, counting the attempts each step star
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections import Counter
 from collections.abc import Iterator
@@ -12,11 +13,12 @@ from django.core import checks
 from django.test import override_settings
 from django.utils import timezone
 
-from django_ratequeue import Retry, Status, refresh_key_limits, set_key_limit
+from django_ratequeue import Retry, Status, clock, enqueue_many, refresh_key_limits, set_key_limit
 from django_ratequeue.models import Attempt, Job, KeyLimit, KeyLimitChange, LoopState
 from django_ratequeue.queue.heartbeat import beat
 from django_ratequeue.queue.runner import Runner
-from tests.queue import key_plans
+from tests.cluster import wait_for
+from tests.queue import jobs, key_plans
 from tests.queue.steps import leading_loop
 
 
@@ -173,7 +175,7 @@ def test_the_queues_function_gives_limits_a_row_overrides_and_refresh_rereads(pl
     plans["free"] = {"max_concurrency": 2}  # the plan changes: the cached answer holds
     loop.step()
     assert running_per_key() == {**expected, "gold": 4}
-    assert key_plans.CALLS == calls
+    assert calls == key_plans.CALLS
     refresh_key_limits()  # until the app says so
     loop.step()
     assert running_per_key() == {**expected, "gold": 4, "free": 2}
@@ -181,7 +183,10 @@ def test_the_queues_function_gives_limits_a_row_overrides_and_refresh_rereads(pl
     assert key_plans.CALLS["gold"] == calls["gold"]  # its row answers
 
 
-WEIGHTED = {"MAX_CONCURRENCY": 50, "QUEUES": {"w": {"max_concurrency": 50, "total_concurrency": 1}}}
+WEIGHTED = {
+    "MAX_CONCURRENCY": 50,
+    "QUEUES": {"w": {"max_concurrency": 50, "total_concurrency": 1}},
+}
 
 
 @pytest.mark.django_db
@@ -216,7 +221,7 @@ def test_a_tenant_spreading_work_over_many_keys_cannot_starve_another() -> None:
     order = starts(90)
     solo = [position for position, key in enumerate(order) if key == "solo"]
     assert len(solo) >= 2
-    assert all(later - earlier <= 41 for earlier, later in zip(solo, solo[1:], strict=False))
+    assert all(later - earlier <= 41 for earlier, later in itertools.pairwise(solo))
 
 
 @pytest.mark.django_db
@@ -245,3 +250,29 @@ def test_the_checks_refuse_a_key_limits_function_that_does_not_import() -> None:
     assert len(found) == 2, found
     assert "['c']" in found[0] and "cannot be imported" in found[0]
     assert "['d']" in found[1] and "not a function" in found[1]
+
+
+def running_at(moment, spans) -> int:  # type: ignore[no-untyped-def]
+    """How many of ``spans`` (started, ended) were running at ``moment``."""
+    return sum(start <= moment and (end is None or moment < end) for start, end in spans)
+
+
+def test_key_limit_changes_reach_a_running_cluster(cluster) -> None:
+    """A raised limit is used, a lowered one never exceeded: counted from the attempts'
+    rows (when each started and ended), not from timings."""
+    cluster(QUEUES={"tenants": {"max_concurrency": 1}})
+    handles = enqueue_many(jobs.sleep, [[0.3]] * 24, queue="tenants", concurrency_key="a")
+    started = Attempt.objects.filter(queue="tenants", started_at__isnull=False)
+    wait_for(started.exists, message="a first start")
+    set_key_limit("tenants", "a", max_concurrency=4)
+    wait_for(lambda: started.filter(ended_at=None).count() == 4, message="four running")
+    set_key_limit("tenants", "a", max_concurrency=2, changed_by="test")
+    lowered_at = clock.now()
+    for handle in handles:
+        handle.result(timeout=60)
+    rows = list(started.values_list("dispatched_at", "started_at", "ended_at"))
+    spans = [(start, end) for _dispatched, start, end in rows]
+    after = [start for dispatched, start, _end in rows if dispatched > lowered_at]
+    assert len(after) >= 5  # most of the 24 started after the change
+    assert max(running_at(start, spans) for start in after) <= 2
+    assert max(running_at(start, spans) for start in (s for s, _e in spans)) == 4

@@ -10,12 +10,14 @@ robin). docs/key-limits.md tells why.
 from __future__ import annotations
 
 import logging
+import operator
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, reduce
 from typing import Any
 
+from django.db.models import Q
 from django.utils.module_loading import import_string
 
 from ..conf import ratequeue_settings
@@ -80,10 +82,33 @@ class KeyLimits:
     def weight(self, queue: str, key: str) -> int:
         """Return key ``key``'s weight in ``queue``: its own, else the queue's key_weight."""
         own = self.of(queue, key).weight
-        if own is not None:
-            return own
-        config = ratequeue_settings().QUEUES.get(queue)
-        return 1 if config is None else config.key_weight
+        return default_weight(queue) if own is None else own
+
+
+def key_settings(copies: list[tuple[str, str]]) -> dict[tuple[str, str], tuple[KeySettings, str]]:
+    """Return each (queue, key)'s own limits and where they come from: "row" or "function".
+
+    The rows in one query (for a few keys: the dashboard's busiest); a key without a row
+    is asked of its queue's function, if any ("": neither)."""
+    if not copies:
+        return {}
+    wanted = reduce(operator.or_, (Q(queue=queue, key=key) for queue, key in copies))
+    rows = KeyLimit.objects.filter(wanted).values_list("queue", "key", "max_concurrency", "weight")
+    found = {(queue, key): KeySettings(limit, weight) for queue, key, limit, weight in rows}
+    settings: dict[tuple[str, str], tuple[KeySettings, str]] = {}
+    for copy in copies:
+        if copy in found:
+            settings[copy] = (found[copy], "row")
+            continue
+        answer = computed(*copy)
+        settings[copy] = (answer, "function" if answer != DEFAULTS else "")
+    return settings
+
+
+def default_weight(queue: str) -> int:
+    """Return the weight of queue ``queue``'s keys that set none (its ``key_weight``)."""
+    config = ratequeue_settings().QUEUES.get(queue)
+    return 1 if config is None else config.key_weight
 
 
 def computed(queue: str, key: str) -> KeySettings:

@@ -53,17 +53,27 @@ class KeyLimits:
         self.version: int | None = None
         self.read_at = 0.0
         self.known: dict[tuple[str, str], KeySettings] = {}
+        # Per queue, whether it has any KeyLimit row (one index probe per queue and version).
+        self.with_rows: dict[str, bool] = {}
 
     def watch(self, version: int | None) -> None:
         """Forget what was read if the keys' limits changed since (``version`` moved)."""
         stale = time.monotonic() - self.read_at > KEPT_FOR or len(self.known) > MOST_KEPT
         if version != self.version or stale:
             self.known.clear()
+            self.with_rows.clear()
             self.version, self.read_at = version, time.monotonic()
 
     def load(self, queue: str, keys: Iterable[str]) -> None:
-        """Read the limits of those of ``keys`` not known yet: one query per chunk."""
+        """Read the limits of those of ``keys`` not known yet: one query per chunk.
+
+        None for a queue without rows, which most are."""
         missing = [key for key in keys if (queue, key) not in self.known]
+        if missing and queue not in self.with_rows:
+            self.with_rows[queue] = KeyLimit.objects.filter(queue=queue).exists()
+        if not self.with_rows.get(queue, True):
+            self.known.update(((queue, key), computed(queue, key)) for key in missing)
+            return
         for start in range(0, len(missing), READ_CHUNK):
             chunk = missing[start : start + READ_CHUNK]
             rows = KeyLimit.objects.filter(queue=queue, key__in=chunk).values_list(

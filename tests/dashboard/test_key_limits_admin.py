@@ -61,7 +61,8 @@ def test_the_admin_edits_a_key_limit_and_records_who_changed_it(admin_client: Cl
 def test_the_admin_refuses_what_cannot_be_a_key_limit(
     admin_client: Client, data: dict[str, str], message: str
 ) -> None:
-    response = admin_client.post(ADD, {"queue": "llm", "max_concurrency": "", "weight": "", **data})
+    empty = {"queue": "llm", "max_concurrency": "", "weight": ""}
+    response = admin_client.post(ADD, {**empty, **data})
     assert response.status_code == 200
     assert message in response.content.decode()
     assert not KeyLimit.objects.exists() and not KeyLimitChange.objects.exists()

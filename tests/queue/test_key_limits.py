@@ -13,10 +13,20 @@ from django.core import checks
 from django.test import override_settings
 from django.utils import timezone
 
-from django_ratequeue import Retry, Status, clock, enqueue_many, refresh_key_limits, set_key_limit
+from django_ratequeue import (
+    RecursiveWaitDeadlock,
+    Retry,
+    Status,
+    clock,
+    enqueue_many,
+    refresh_key_limits,
+    set_key_limit,
+)
 from django_ratequeue.models import Attempt, Job, KeyLimit, KeyLimitChange, LoopState
 from django_ratequeue.queue.heartbeat import beat
+from django_ratequeue.queue.models import Wait
 from django_ratequeue.queue.runner import Runner
+from django_ratequeue.queue.subtasks import check_wait
 from tests.cluster import wait_for
 from tests.queue import jobs, key_plans
 from tests.queue.steps import leading_loop
@@ -181,6 +191,27 @@ def test_the_queues_function_gives_limits_a_row_overrides_and_refresh_rereads(pl
     assert running_per_key() == {**expected, "gold": 4, "free": 2}
     assert key_plans.CALLS["free"] == calls["free"] + 1
     assert key_plans.CALLS["gold"] == calls["gold"]  # its row answers
+
+
+@pytest.mark.django_db
+@override_settings(RATEQUEUE={"QUEUES": {"solo": {"max_concurrency": 1}}})
+def test_a_subtask_wait_counts_the_slots_of_its_keys_own_limit() -> None:
+    """Key "a" may run 2: one slot lent to a waiting parent leaves another for the child."""
+    set_key_limit("solo", "a", max_concurrency=2)
+    waiting("solo", ["a", "b"], per_key=3)
+    step()  # job-a-0, job-a-1 and job-b-0 run
+    lender = Attempt.objects.get(job_id="job-a-0")
+    lender.wait, lender.wait_queue = Wait.WAITING, "solo"
+    lender.save()
+    parent = Attempt.objects.get(job_id="job-a-1")
+    check_wait(parent, Job.objects.get(pk="job-a-2"))  # a's second slot: no deadlock
+    parent.wait, parent.wait_queue = Wait.WAITING, "solo"
+    parent.save()  # now both of a's slots are lent
+    with pytest.raises(RecursiveWaitDeadlock, match="2 slot\\(s\\) are all lent"):
+        check_wait(Attempt.objects.get(job_id="job-b-0"), Job.objects.get(pk="job-a-2"))
+    set_key_limit("solo", "b", max_concurrency=0)
+    with pytest.raises(RecursiveWaitDeadlock, match="whose key's limit is 0"):
+        check_wait(parent, Job.objects.get(pk="job-b-1"))
 
 
 WEIGHTED = {

@@ -7,9 +7,11 @@ import itertools
 import math
 from collections import Counter
 from collections.abc import Iterator
+from io import StringIO
 
 import pytest
 from django.core import checks
+from django.core.management import CommandError, call_command
 from django.test import override_settings
 from django.utils import timezone
 
@@ -307,3 +309,17 @@ def test_key_limit_changes_reach_a_running_cluster(cluster) -> None:
     assert len(after) >= 5  # most of the 24 started after the change
     assert max(running_at(start, spans) for start in after) <= 2
     assert max(running_at(start, spans) for start in (s for s, _e in spans)) == 4
+
+
+@pytest.mark.django_db
+def test_the_command_sets_and_clears_a_key_limit() -> None:
+    out = StringIO()
+    call_command("ratequeue_key_limit", "llm", "acme", "--weight", "3", stdout=out)
+    shown = "Key 'acme' of queue 'llm': max_concurrency default, weight 3."
+    assert out.getvalue().strip() == shown
+    assert KeyLimitChange.objects.get().changed_by == "manage.py ratequeue_key_limit"
+    with pytest.raises(CommandError, match="weight of key 'acme' in queue 'llm'"):
+        call_command("ratequeue_key_limit", "llm", "acme", "--weight", "0")
+    call_command("ratequeue_key_limit", "llm", "acme", "--by", "ops", stdout=out)
+    assert not KeyLimit.objects.exists()
+    assert KeyLimitChange.objects.latest("pk").changed_by == "ops"

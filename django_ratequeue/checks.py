@@ -19,6 +19,7 @@ from django.utils.module_loading import import_string
 from . import backends as tasks_backend_checks  # noqa: F401
 from . import check_ids as ids
 from .conf import parse_settings
+from .queue.keyshares import key_limits_problems
 from .queue.models import queue_db
 from .queue.schedule_sync import schedule_problems
 from .ratelimit.config import KeyedConfig
@@ -203,3 +204,21 @@ def check_per_key_rate_limits(
                 )
             )
     return problems
+
+
+@register()
+def check_key_limits(
+    app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
+) -> list[CheckMessage]:
+    """Check that each queue's ``key_limits`` names a function that imports."""
+    values, _problems = parse_settings(getattr(settings, "RATEQUEUE", None))
+    if values is None:
+        return []  # check_settings reports them
+    return [
+        Error(
+            f'RATEQUEUE["QUEUES"][{queue!r}]["key_limits"] {problem}.',
+            hint='A function (key) -> {"max_concurrency": n, "weight": w} or None.',
+            id=ids.QUEUE_KEY_LIMITS,
+        )
+        for queue, problem in key_limits_problems()
+    ]

@@ -72,6 +72,12 @@ class QueueConfig:
     # Served only by remote workers, which claim its attempts over HTTP
     # (docs/remote-workers.md); the cluster's runners never take them.
     remote: bool = False
+    # The weight of a key that sets none (docs/key-limits.md): its share of the starts
+    # when keys are backlogged, from 1 to MAX_KEY_WEIGHT.
+    key_weight: int = 1
+    # The dotted path of a function (key) -> {"max_concurrency", "weight"} or None, giving
+    # a key's limits where no KeyLimit row does (e.g. from the tenant's plan); None: none.
+    key_limits: str | None = None
 
 
 # The key of a public rate limit for a request: None (one value for everybody), a

@@ -21,6 +21,7 @@ from ..ratelimit.config import KeyedConfig
 from ..ratelimit.decisions import rate_limit
 from .bulk import insert_rows
 from .keys import keys_in_turn, next_jobs, ready_key
+from .keyshares import KeyLimits, weighted_rounds
 from .limits import QueueLimits, Queues, environment_limit
 from .models import (
     Attempt,
@@ -77,6 +78,10 @@ class Dispatch:
         # The queues' limits as in force for this step (read_limits).
         self.queues = Queues(settings.MAX_CONCURRENCY)
         self.turns = Turns()
+        # The keys' own limits, kept across steps (queue/keyshares.py).
+        self.keys = KeyLimits()
+        # The credit a job's key has left in its weighted turn once the job starts.
+        self.credit_left: dict[str, int] = {}
         # Queues whose rate limit refused a start, and when to try again.
         self.rate_limited_until: dict[str, datetime] = {}
         # The same per (queue, concurrency key), for a queue whose limit is keyed (plan
@@ -93,13 +98,22 @@ class Dispatch:
         """``MAX_CONCURRENCY`` as in force for this step."""
         return self.queues.environment
 
-    def read_limits(self, changed: int | None) -> None:
+    def read_limits(self, changed: int | None, key_limits_version: int | None = None) -> None:
         """Take the queues' limits afresh for a step, once per step.
 
         ``changed`` is the runtime change of ``MAX_CONCURRENCY`` that the step's renewal
         read (``LoopState.max_concurrency``); the queues' runtime changes are read when
-        the step first needs them."""
+        the step first needs them, the keys' when they moved (``key_limits_version``)."""
         self.queues = Queues(environment_limit(changed, read=False))
+        self.keys.watch(key_limits_version)
+
+    def key_limit(self, name: str, limits: QueueLimits, key: str, own: int | None) -> int:
+        """Return the limit of key ``key``'s copy of queue ``name``.
+
+        The key's own (a KeyLimit row, else the queue's key_limits function), else the
+        queue's (``own`` is the job's own limit, for a queue not configured)."""
+        limit = self.keys.of(name, key).max_concurrency
+        return limits.limit_for(own) if limit is None else limit
 
     def wakes(self) -> list[datetime]:
         """Return when a resting loop must look again for the sake of dispatch."""
@@ -125,10 +139,12 @@ class Dispatch:
             needs_queue_slot = not attempt.holds_queue_slot
             limits = self.queues.limits(attempt.queue)
             copy = (attempt.queue, attempt.concurrency_key)
+            own = own_limits.get(attempt.job_id)
+            key_limit = self.key_limit(attempt.queue, limits, attempt.concurrency_key, own)
             if slots.environment >= self.max_concurrency or (
                 needs_queue_slot
                 and (
-                    slots.per_copy[copy] >= limits.limit_for(own_limits.get(attempt.job_id))
+                    slots.per_copy[copy] >= key_limit
                     or slots.per_queue[attempt.queue] >= (limits.total_concurrency or math.inf)
                 )
             ):
@@ -153,6 +169,7 @@ class Dispatch:
         Each start is recorded in ``moves`` with the time its job was ready since.
         """
         self.reserved_starts = []
+        self.credit_left = {}
         self.turns.load()
         queues = waiting_queues(after=self.turns.queue)
         if not queues:
@@ -170,7 +187,8 @@ class Dispatch:
             )
         offers.sort(key=lambda offer: (-offer[0].priority, offer[1], offer[2]))
         chosen = [job for job, _round, _turn in offers[:env_free]]
-        self.turns.remember(chosen, queues)
+        credits = {job.queue: self.credit_left.get(job.pk, 0) for job in chosen}
+        self.turns.remember(chosen, queues, credits)
         if not chosen:
             return [], True
         moves.started.extend((job, self.ready_at.pop(job.pk, job.start_at)) for job in chosen)
@@ -218,9 +236,9 @@ class Dispatch:
         for job, round_ in jobs:
             if slots.per_queue[name] >= total or len(chosen) >= env_free:
                 break
-            if slots.per_copy[(name, job.concurrency_key)] >= limits.limit_for(
-                job.max_concurrency
-            ):
+            key = job.concurrency_key
+            key_limit = self.key_limit(name, limits, key, job.max_concurrency)
+            if slots.per_copy[(name, key)] >= key_limit:
                 continue
             gate: TokenGate = "now"
             if limits.rate_limit:
@@ -250,22 +268,31 @@ class Dispatch:
     def in_rounds(
         self, name: str, limits: QueueLimits, slots: Slots, room: int
     ) -> list[tuple[Job, int]]:
-        """Return the next jobs of queue ``name``'s keys in turn, each with its round.
+        """Return the next jobs of queue ``name``'s keys in weighted turns, with their round.
 
-        They come by priority, then round, then the keys' turn."""
-        keys = keys_in_turn(name, self.turns.key_of(name), room + KEY_LOOKAHEAD)
-        per_key_limit = limits.max_concurrency or self.settings.MAX_QUEUE_CONCURRENCY
-        takes = {key: min(room, per_key_limit - slots.per_copy[(name, key)]) for key in keys}
-        turn = {key: position for position, key in enumerate(keys)}
-        jobs = next_jobs(name, takes)
-        jobs.sort(key=lambda job: (turn[job.concurrency_key], ready_key(job)))
-        taken: Counter[str] = Counter()
-        rounds: dict[str, int] = {}
-        for job in jobs:
-            rounds[job.pk] = taken[job.concurrency_key]
-            taken[job.concurrency_key] += 1
-        jobs.sort(key=lambda job: (-job.priority, rounds[job.pk], turn[job.concurrency_key]))
-        return [(job, rounds[job.pk]) for job in jobs]
+        They come by priority, then round, then the keys' turn: from the key served last
+        when it has credit left in its turn, else from the one after it (see
+        :func:`.keyshares.weighted_rounds`)."""
+        cursor, credit = self.turns.key_of(name), self.turns.credit_of(name)
+        keys = keys_in_turn(name, cursor, room + KEY_LOOKAHEAD)
+        if cursor is not None and credit > 0:
+            keys = [cursor, *(key for key in keys if key != cursor)]
+        else:
+            credit = 0
+        self.keys.load(name, keys)
+        per_queue = limits.max_concurrency or self.settings.MAX_QUEUE_CONCURRENCY
+        takes = {}
+        for key in keys:
+            own = self.keys.of(name, key).max_concurrency
+            limit = per_queue if own is None else own
+            takes[key] = min(room, limit - slots.per_copy[(name, key)])
+        by_key: dict[str, list[Job]] = {}
+        for job in sorted(next_jobs(name, takes), key=ready_key):
+            by_key.setdefault(job.concurrency_key, []).append(job)
+        weights = {key: self.keys.weight(name, key) for key in keys}
+        offers = weighted_rounds(keys, by_key, weights, credit)
+        self.credit_left.update((job.pk, left) for job, _round, left in offers)
+        return [(job, round_) for job, round_, _left in offers]
 
     def reserve_tokens(
         self, queue: str, limit_name: str, job: Job, now: datetime, moves: Moves

@@ -17,6 +17,7 @@ import json
 import os
 import signal
 import sys
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -33,6 +34,7 @@ SETTINGS: dict[str, Any] = {
         "narrow": {"max_concurrency": 4},
         "tenants": {"max_concurrency": 1, "total_concurrency": 100},
         "fair": {"max_concurrency": 4, "total_concurrency": 4},
+        "weighted": {"max_concurrency": 4, "total_concurrency": 50},
         "llm": {"max_concurrency": 20, "rate_limit": "llm"},
     },
     "RATE_LIMITS": {
@@ -42,10 +44,11 @@ SETTINGS: dict[str, Any] = {
 
 
 def reset() -> None:
-    from django_ratequeue.models import QueueSetting, RateLimitState
+    from django_ratequeue.models import KeyLimit, QueueSetting, RateLimitState
 
     empty_tables()
     QueueSetting.objects.all().delete()
+    KeyLimit.objects.all().delete()
     RateLimitState.objects.all().delete()
 
 
@@ -101,6 +104,75 @@ def fairness(big: int, small: int) -> Fairness:
     run(big + small, 60 + big / 20)
     order = list(Attempt.objects.order_by("pk").values_list("job_id", flat=True))
     return Fairness(big, small, max(order.index(h.id) for h in handles))
+
+
+# The weighted case's keys: 50 of weight 1, 30 of weight 2, 20 of weight 4.
+WEIGHT_CLASSES = ((1, 50), (2, 30), (4, 20))
+
+
+@dataclass(frozen=True)
+class Shares:
+    rounds: int
+    window: int  # starts counted, all keys backlogged throughout
+    per_weight: dict[int, tuple[float, float, float]]  # weight -> mean, min, max starts per key
+    rate: Rate  # jobs run per second, first to last
+
+    def __str__(self) -> str:
+        keys = sum(count for _weight, count in WEIGHT_CLASSES)
+        unit = self.per_weight[1][0]
+        parts = [
+            f"weight {weight}: {mean:.1f} starts per key ({low:.0f}-{high:.0f}), "
+            f"{mean / unit:.2f}x weight 1's"
+            for weight, (mean, low, high) in sorted(self.per_weight.items())
+        ]
+        return (
+            f"{keys} keys all backlogged, the first {self.window:,} starts: "
+            + "; ".join(parts)
+            + f" (the weights ask 1x, 2x, 4x); {self.rate} jobs run"
+        )
+
+
+def weighted(rounds: int, set_weights: bool = True) -> Shares:
+    """100 keys of weights 1, 2 and 4, each with ``rounds`` x its weight jobs.
+
+    Without ``set_weights`` (the control), every key of weight 1 with as many jobs as
+    any other, so that all stay backlogged as long."""
+    from bench.jobs import noop
+    from django_ratequeue import enqueue_many, set_key_limit
+    from django_ratequeue.models import Attempt
+
+    reset()
+    weights: dict[str, int] = {}
+    for weight, count in WEIGHT_CLASSES:
+        for n in range(count):
+            weights[f"w{weight}-{n:02}"] = weight
+    per_key = rounds * sum(weights.values()) // len(weights)
+    for key, weight in weights.items():
+        if set_weights:
+            set_key_limit("weighted", key, weight=weight)
+        jobs = rounds * weight if set_weights else per_key
+        enqueue_many(noop, [[]] * jobs, queue="weighted", concurrency_key=key)
+    analyze()
+    total = rounds * sum(weights.values()) if set_weights else per_key * len(weights)
+    rate = run(total, 60 + total / 20)
+    # Every key has work until its last round: count the starts before the last two.
+    window = (rounds - 2) * sum(weights.values())
+    order = Attempt.objects.order_by("pk").values_list("concurrency_key", flat=True)[:window]
+    starts = Counter(order)
+    per_weight: dict[int, tuple[float, float, float]] = {}
+    for weight, _count in WEIGHT_CLASSES:
+        counts = [starts[key] for key, w in weights.items() if w == weight]
+        per_weight[weight] = (sum(counts) / len(counts), min(counts), max(counts))
+    return Shares(rounds, window, per_weight, rate)
+
+
+def analyze() -> None:
+    """ANALYZE the queue's tables after a bulk write (the shared server runs no autovacuum)."""
+    from django.db import connection
+
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("ANALYZE")
 
 
 def worst_window(times: list[tuple[datetime, int]]) -> int:
@@ -178,10 +250,12 @@ def parse_arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--jobs", type=int, default=5000, help="jobs per throughput run")
     parser.add_argument("--backlog", type=int, default=5000, help="the big key's jobs")
     parser.add_argument("--gated", type=int, default=1000, help="jobs through the llm queue")
+    parser.add_argument("--rounds", type=int, default=20, help="the weighted keys' rounds")
+    parser.add_argument("--only", choices=["weighted"], help="run these cases alone")
     parser.add_argument("--quick", action="store_true", help="smoke run with small counts")
     args = parser.parse_args(argv)
     if args.quick:
-        args.jobs, args.backlog, args.gated = 1000, 1000, 300
+        args.jobs, args.backlog, args.gated, args.rounds = 1000, 1000, 300, 5
     return args
 
 
@@ -201,7 +275,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         ("100 concurrency keys (queue limit 100)", lambda: throughput("tenants", args.jobs, 100)),
         ("fairness (queue limit 4, per key 4)", lambda: fairness(args.backlog, 10)),
         (f"rate-gated queue ({RATE}/s, capacity {CAPACITY})", lambda: rate_gated(args.gated)),
+        ("weighted keys (total 50, per key 4)", lambda: weighted(args.rounds)),
+        ("the same, every weight 1", lambda: weighted(args.rounds, set_weights=False)),
     ]
+    if args.only == "weighted":
+        measures = measures[-2:]
     try:
         for label, measure in measures:
             print(f"- {label}: {measure()}", flush=True)

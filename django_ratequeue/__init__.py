@@ -44,12 +44,15 @@ if TYPE_CHECKING:
     from .queue.handles import Handle as Handle
     from .queue.handles import cancel_all as cancel_all
     from .queue.handles import get_handle as get_handle
+    from .queue.keylimits import refresh_key_limits as refresh_key_limits
+    from .queue.keylimits import set_key_limit as set_key_limit
     from .queue.models import Status as Status
     from .queue.options import EnqueueOptions as EnqueueOptions
     from .queue.progress import report_progress as report_progress
     from .queue.progress import stream_output as stream_output
     from .queue.retry import Retry as Retry
     from .ratelimit.config import FixedWindow as FixedWindow
+    from .ratelimit.config import KeyedConfig as KeyedConfig
     from .ratelimit.config import TokenBucket as TokenBucket
     from .ratelimit.decisions import RateLimitResult as RateLimitResult
     from .ratelimit.decisions import check_rate_limit as check_rate_limit

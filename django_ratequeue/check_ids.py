@@ -17,6 +17,8 @@ RATE_LIMIT_CONFIG = "django_ratequeue.E103"
 RATE_LIMIT_ASYNC_COMMIT = "django_ratequeue.E104"
 RATE_LIMITED_VIEW = "django_ratequeue.E105"
 RATE_LIMIT_PUBLIC = "django_ratequeue.E106"
+RATE_LIMIT_PER_KEY_IMPORT = "django_ratequeue.E107"  # {"per_key": path} cannot be imported
+RATE_LIMIT_PER_KEY_CALLABLE = "django_ratequeue.E108"  # {"per_key": path} is not callable
 
 # E2xx: queues and the loop
 POSITIVE_INTEGER = "django_ratequeue.E201"  # MAX_CONCURRENCY, the size limits...
@@ -41,6 +43,8 @@ JOB_MODULES = "django_ratequeue.E220"
 ROLLUP_RETENTION = "django_ratequeue.E221"
 SLOTS = "django_ratequeue.E222"
 FAILED_RETENTION = "django_ratequeue.E223"
+QUEUE_KEY_WEIGHT = "django_ratequeue.E224"
+QUEUE_KEY_LIMITS = "django_ratequeue.E225"  # not a dotted path, or not a callable
 CLOCK = "django_ratequeue.E230"
 # E24x: recurring schedules (RATEQUEUE["SCHEDULES"] and @job(schedule=...))
 SCHEDULES_NOT_A_DICT = "django_ratequeue.E240"

@@ -19,8 +19,10 @@ from django.utils.module_loading import import_string
 from . import backends as tasks_backend_checks  # noqa: F401
 from . import check_ids as ids
 from .conf import parse_settings
+from .queue.keyshares import key_limits_problems
 from .queue.models import queue_db
 from .queue.schedule_sync import schedule_problems
+from .ratelimit.config import KeyedConfig
 from .ratelimit.storage import rate_limit_db
 
 # The Q_CLUSTER keys that choose django-q2's broker; without any, it connects to Redis on
@@ -161,3 +163,62 @@ def check_schedules(
     if values is None:
         return []  # check_settings reports them; the schedules are read from valid settings
     return [Error(p.message, hint=p.hint or None, id=p.id) for p in schedule_problems()]
+
+
+@register()
+def check_per_key_rate_limits(
+    app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
+) -> list[CheckMessage]:
+    """Refuse a per-key rate limit whose function's dotted path is not importable or callable.
+
+    Its function is imported at the limit's first decision; this finds a misspelt path at
+    start-up instead."""
+    values, _problems = parse_settings(getattr(settings, "RATEQUEUE", None))
+    if values is None:
+        return []  # check_settings reports them
+    problems: list[CheckMessage] = []
+    for name, limit in sorted(values.RATE_LIMITS.items()):
+        if not isinstance(limit, KeyedConfig) or not isinstance(limit.function, str):
+            continue
+        where = f'RATEQUEUE["RATE_LIMITS"][{name!r}]["per_key"]'
+        try:
+            function = import_string(limit.function)
+        except Exception as error:  # a missing module, a missing name, an error importing it
+            problems.append(
+                Error(
+                    f"{where} is {limit.function!r}, which cannot be imported: "
+                    f"{type(error).__name__}: {error}",
+                    hint="The dotted path of a function (key) -> config, "
+                    'e.g. "myapp.plans.llm_limit".',
+                    id=ids.RATE_LIMIT_PER_KEY_IMPORT,
+                )
+            )
+            continue
+        if not callable(function):
+            problems.append(
+                Error(
+                    f"{where} is {limit.function!r}, which is not callable "
+                    f"(a {type(function).__name__}).",
+                    hint="Name a function (key) -> TokenBucket, FixedWindow or their dict form.",
+                    id=ids.RATE_LIMIT_PER_KEY_CALLABLE,
+                )
+            )
+    return problems
+
+
+@register()
+def check_key_limits(
+    app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
+) -> list[CheckMessage]:
+    """Check that each queue's ``key_limits`` names a function that imports."""
+    values, _problems = parse_settings(getattr(settings, "RATEQUEUE", None))
+    if values is None:
+        return []  # check_settings reports them
+    return [
+        Error(
+            f'RATEQUEUE["QUEUES"][{queue!r}]["key_limits"] {problem}.',
+            hint='A function (key) -> {"max_concurrency": n, "weight": w} or None.',
+            id=ids.QUEUE_KEY_LIMITS,
+        )
+        for queue, problem in key_limits_problems()
+    ]

@@ -5,6 +5,8 @@ from .queue.models import (
     Batch,
     CancelRequest,
     Job,
+    KeyLimit,
+    KeyLimitChange,
     LoopState,
     OutputChunk,
     QueueDashboard,
@@ -17,19 +19,22 @@ from .queue.models import (
     WorkerKey,
 )
 from .queue.seats import RequestSeat
-from .ratelimit.models import RateLimitState
+from .ratelimit.models import RateLimitDecisionTotal, RateLimitState
 
 __all__ = [
     "Attempt",
     "Batch",
     "CancelRequest",
     "Job",
+    "KeyLimit",
+    "KeyLimitChange",
     "LoopState",
     "OutputChunk",
     "QueueDashboard",
     "QueueMinute",
     "QueueSetting",
     "QueueTotal",
+    "RateLimitDecisionTotal",
     "RateLimitState",
     "RequestSeat",
     "Schedule",

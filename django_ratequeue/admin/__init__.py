@@ -1,3 +1,12 @@
 """Admin pages of django-ratequeue, one module per area."""
 
-from . import batches, jobs, queues, ratelimits, schedules, uniqueclaims, workers  # noqa: F401
+from . import (  # noqa: F401
+    batches,
+    jobs,
+    keylimits,
+    queues,
+    ratelimits,
+    schedules,
+    uniqueclaims,
+    workers,
+)

@@ -14,6 +14,8 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils.safestring import SafeString
 
+from ..conf import ratequeue_settings
+from ..ratelimit.config import KeyedConfig
 from ..ratelimit.decisions import project_row_value, reset_rate_limit
 from ..ratelimit.models import RateLimitState
 from ..ratelimit.status import config_for, describe
@@ -35,14 +37,21 @@ class RateLimitStateAdmin(PermittedActionsMixin, admin.ModelAdmin):
 
     @admin.display(description="value now")
     def value_now(self, row: RateLimitState) -> str:
-        config = config_for(row.name)
-        if config is None:
+        config = config_for(row.name, key=row.key or None)
+        value = None if config is None else project_row_value(row, config)
+        if value is None:
             return f"{row.value:.2f} (stored, at ts)"
-        return f"{project_row_value(row, config):.2f}"
+        return f"{value:.2f}"
 
     @admin.display(description="configured limit")
     def limit(self, row: RateLimitState) -> str:
-        return describe(config_for(row.name))
+        """Describe the row's limit: for a keyed one, its function and the key's config."""
+        configured = ratequeue_settings().RATE_LIMITS.get(row.name)
+        text = describe(configured)
+        if isinstance(configured, KeyedConfig):
+            own = config_for(row.name, key=row.key or None)
+            text += f" → {describe(own) if own else 'no config for this key (see the log)'}"
+        return text
 
     @admin.display(description="updated (ts)", ordering="ts")
     def updated(self, row: RateLimitState) -> SafeString | str:

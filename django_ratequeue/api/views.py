@@ -36,6 +36,7 @@ from ..queue.handles import Handle
 from ..queue.models import FINAL_STATUSES, Job
 from ..queue.submit import submit, submit_batch, submit_many
 from ..ratelimit.decisions import check_rate_limit
+from ..ratelimit.resolve import get_rate_limit_config
 from .enqueueing import check_call, check_calls, client_options, refusals
 from .exposure import exposed
 from .ids import shown_id, stored_id
@@ -303,9 +304,9 @@ class RateLimitView(ApiView):
             raise NotFound("There is no such public rate limit.")
         count = validated(RateLimitQuerySerializer, request.query_params.dict())["count"]
         key = limit_key(request, settings.PUBLIC_RATE_LIMITS[name])
-        config = settings.RATE_LIMITS[name]
+        config = get_rate_limit_config(name, key=key)  # a keyed limit: the user's own
         try:
-            result = check_rate_limit(name, key=key, count=count)
+            result = check_rate_limit(name, key=key, count=count, config=config)
         except ValueError as error:
             raise ValidationError({"count": [str(error)]}) from None
         body = {

@@ -16,7 +16,13 @@ from ..queue.bounds import (
 )
 from ..queue.declarations import ScheduleSpec, parse_spec
 from ..queue.retry import Retry
-from ..ratelimit.config import RateLimitConfig, check_limit_name, parse_config
+from ..ratelimit.config import (
+    LimitConfig,
+    RateLimitConfig,
+    check_limit_name,
+    parse_config,
+    parse_limit,
+)
 from .queues import parse_queues
 from .values import (
     CLOCKS,
@@ -126,7 +132,7 @@ class _Parser:
             self.problem(FLAGS[name], f'RATEQUEUE["{name}"] must be True or False, got {value!r}.')
         return bool(value)
 
-    def rate_limits(self) -> tuple[dict[str, RateLimitConfig], dict[str, KeyRule]]:
+    def rate_limits(self) -> tuple[dict[str, LimitConfig], dict[str, KeyRule]]:
         """Return the limits, and the key rule of each public one."""
         limits = self.values["RATE_LIMITS"]
         hint = f'For example RATEQUEUE["RATE_LIMITS"] = {RATE_LIMITS_EXAMPLE}.'
@@ -137,7 +143,7 @@ class _Parser:
                 hint,
             )
             return {}, {}
-        parsed: dict[str, RateLimitConfig] = {}
+        parsed: dict[str, LimitConfig] = {}
         public: dict[str, KeyRule] = {}
         for name, config in limits.items():
             try:
@@ -154,7 +160,7 @@ class _Parser:
                 if exposure is not None:
                     public[name] = exposure.key
             try:
-                parsed[name] = parse_config(config)
+                parsed[name] = parse_limit(config)
             except ValueError as error:
                 self.problem(
                     ids.RATE_LIMIT_CONFIG,

@@ -7,7 +7,13 @@ from dataclasses import fields
 from typing import Any, Protocol
 
 from .. import check_ids as ids
-from ..queue.bounds import MAX_INT, check_queue_concurrency, check_queue_name, integer
+from ..queue.bounds import (
+    MAX_INT,
+    MAX_KEY_WEIGHT,
+    check_queue_concurrency,
+    check_queue_name,
+    integer,
+)
 from .values import QueueConfig
 
 QUEUE_OPTIONS = {f.name for f in fields(QueueConfig)}
@@ -40,6 +46,7 @@ def parse_queues(
         if config is not None:
             check_limits(name, config, problem, ceiling, limits)
             check_flags(name, config, problem)
+            check_key_options(name, config, problem)
             parsed[name] = config
     return parsed
 
@@ -114,4 +121,23 @@ def check_flags(name: str, config: QueueConfig, problem: Report) -> None:
             ids.QUEUE_REMOTE,
             f"{where}['remote'] must be True or False.",
             "True: only remote workers (docs/remote-workers.md) run its jobs.",
+        )
+
+
+def check_key_options(name: str, config: QueueConfig, problem: Report) -> None:
+    """Check queue ``name``'s ``key_weight`` and the form of its ``key_limits`` path.
+
+    Whether the path imports is checked by ``checks.py``, once the apps are ready."""
+    where = f'RATEQUEUE["QUEUES"][{name!r}]'
+    try:
+        integer(f"{where}['key_weight']", config.key_weight, 1, MAX_KEY_WEIGHT)
+    except ValueError as error:
+        problem(ids.QUEUE_KEY_WEIGHT, str(error), "The weight of a key that sets none, e.g. 1.")
+    path = config.key_limits
+    if path is not None and not (isinstance(path, str) and "." in path.strip(".")):
+        problem(
+            ids.QUEUE_KEY_LIMITS,
+            f"{where}['key_limits'] must be the dotted path of a function, not {path!r}.",
+            'e.g. "myapp.plans.key_limits": a function (key) -> {"max_concurrency": n, '
+            '"weight": w} or None.',
         )

@@ -8,7 +8,7 @@ from typing import Any, NamedTuple
 
 from ..queue.declarations import ScheduleSpec
 from ..queue.retry import Retry
-from ..ratelimit.config import RateLimitConfig
+from ..ratelimit.config import LimitConfig, RateLimitConfig
 
 # What each setting means and what it becomes when read: RateQueueSettings below.
 DEFAULTS: dict[str, Any] = {
@@ -72,6 +72,12 @@ class QueueConfig:
     # Served only by remote workers, which claim its attempts over HTTP
     # (docs/remote-workers.md); the cluster's runners never take them.
     remote: bool = False
+    # The weight of a key that sets none (docs/key-limits.md): its share of the starts
+    # when keys are backlogged, from 1 to MAX_KEY_WEIGHT.
+    key_weight: int = 1
+    # The dotted path of a function (key) -> {"max_concurrency", "weight"} or None, giving
+    # a key's limits where no KeyLimit row does (e.g. from the tenant's plan); None: none.
+    key_limits: str | None = None
 
 
 # The key of a public rate limit for a request: None (one value for everybody), a
@@ -97,8 +103,9 @@ class RateQueueSettings:
     MAX_QUEUE_CONCURRENCY: int
     # Queue name -> its configuration (read-only).
     QUEUES: Mapping[str, QueueConfig]
-    # Limit name -> its configuration, parsed from the dict form (read-only).
-    RATE_LIMITS: Mapping[str, RateLimitConfig]
+    # Limit name -> its configuration, parsed from the dict form (read-only); a KeyedConfig
+    # (the setting's {"per_key": ...}) gives it per key: resolve with get_rate_limit_config.
+    RATE_LIMITS: Mapping[str, LimitConfig]
     # The limits whose entry says "public": True (the HTTP API shows their value to each
     # user): name -> the rule that gives a request's key ("key" in the entry).
     PUBLIC_RATE_LIMITS: Mapping[str, KeyRule]

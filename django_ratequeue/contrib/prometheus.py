@@ -44,6 +44,7 @@ from ..queue.models import (
     Status,
     bucket_field,
 )
+from ..ratelimit.counting import decision_totals
 
 # The statuses ratequeue_jobs counts: the finished jobs are in ratequeue_jobs_total.
 UNFINISHED_STATUSES = [s for s in Status.values if s not in FINAL_STATUSES]
@@ -64,6 +65,7 @@ class RateQueueCollector(Collector):
         yield from job_gauges(overview.queues)
         yield from loop_metrics(overview.loop)
         yield from worker_metrics(overview)
+        yield decision_metric(decision_totals())
 
 
 def total_metrics(figures: dict[str, dict[str, int]]) -> Iterator[Metric]:
@@ -185,6 +187,19 @@ def worker_metrics(overview: QueueOverview) -> Iterator[Metric]:
     for name, used in sorted(running.items()):
         slots.add_metric([name], used)
     yield slots
+
+
+def decision_metric(rows: list[tuple[str, str, int]]) -> Metric:
+    """Return the rate limits' consumes by limit and result, since first counted."""
+    decisions = CounterMetricFamily(
+        "ratequeue_rate_limit_decisions",
+        "Rate-limit consumes by limit and result (allowed, reserved, refused), since first"
+        " counted; each process adds its own every few seconds.",
+        labels=["name", "result"],
+    )
+    for name, result, count in rows:
+        decisions.add_metric([name, result], count)
+    return decisions
 
 
 def metrics_view(request: HttpRequest) -> HttpResponse:

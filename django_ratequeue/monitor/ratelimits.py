@@ -6,8 +6,10 @@ from dataclasses import dataclass
 
 from .. import clock
 from ..conf import ratequeue_settings
+from ..ratelimit.config import KeyedConfig, RateLimitConfig
 from ..ratelimit.decisions import project_row_value
 from ..ratelimit.models import RateLimitState
+from ..ratelimit.resolve import configured_config
 from ..ratelimit.status import KeysNow, describe, keys_now
 
 # The keys of a rate limit read at most (its rows with a key, projected to now).
@@ -29,6 +31,9 @@ class RateLimitUse:
     without_key: bool
     keys: KeysNow
     queues: tuple[str, ...]
+    # A keyed limit (plan tiers): value and capacity are those without a key (0 when its
+    # function gives no config for None); each key has its own.
+    keyed: bool = False
 
     @property
     def used(self) -> float:
@@ -60,25 +65,36 @@ def rate_limit_uses(gated: dict[str, list[str]]) -> list[RateLimitUse]:
         rows.setdefault(row.name, []).append(row)
     now = clock.timestamp()
     uses = []
-    for name, config in sorted(configured.items()):
+    for name, limit in sorted(configured.items()):
         stored = {row.shard: row for row in rows.get(name, [])}
-        value = sum(
-            project_row_value(stored[shard], config, now) or 0.0
-            if shard in stored
-            else config.per_shard(shard).max_tokens
-            for shard in range(config.shard_count)
-        )
+        config = configured_config(name) if isinstance(limit, KeyedConfig) else limit
         queues = tuple(gated.get(name, ()))
-        without_key = bool(stored or queues)
+        value = capacity = 0.0
+        if config is not None:
+            value = _value_without_key(config, stored, now)
+            capacity = config.max_tokens
         uses.append(
             RateLimitUse(
                 name,
-                describe(config),
+                describe(limit),
                 value,
-                config.max_tokens,
-                without_key,
-                keys_now(name, config, KEYS_READ),
+                capacity,
+                config is not None and bool(stored or queues),
+                keys_now(name, limit, KEYS_READ),
                 queues,
+                keyed=isinstance(limit, KeyedConfig),
             )
         )
     return uses
+
+
+def _value_without_key(
+    config: RateLimitConfig, stored: dict[int, RateLimitState], now: float
+) -> float:
+    """Return the tokens of the limit without a key now, summed over shards."""
+    return sum(
+        project_row_value(stored[shard], config, now) or 0.0
+        if shard in stored
+        else config.per_shard(shard).max_tokens
+        for shard in range(config.shard_count)
+    )

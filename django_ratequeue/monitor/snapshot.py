@@ -10,6 +10,7 @@ from enum import StrEnum
 
 from .. import clock
 from ..conf import ratequeue_settings
+from ..queue.keyshares import default_weight, key_settings
 from ..queue.limits import QueueLimits, Queues
 from ..queue.models import Attempt, Status, Wait
 from ..queue.rollups import uncounted_arrivals
@@ -89,6 +90,11 @@ class BusyKey:
     key: str
     running: int
     limit: int
+    # Its share of the starts when keys are backlogged (docs/key-limits.md).
+    weight: int = 1
+    # Where its limit and weight come from: "row" (set for the key: set_key_limit, the
+    # admin), "function" (the queue's key_limits), "" (the queue's defaults).
+    source: str = ""
 
     @property
     def at_limit(self) -> bool:
@@ -236,7 +242,17 @@ def _busiest(active: _Active, limits: dict[str, int]) -> list[BusyKey]:
     """Return the BUSIEST_KEYS concurrency keys with most attempts holding a slot."""
     keyed = [(n, queue, key) for (queue, key), n in active.per_copy.items() if key]
     keyed.sort(key=lambda item: (-item[0], item[1], item[2]))
-    return [BusyKey(queue, key, n, limits.get(queue, 1)) for n, queue, key in keyed[:BUSIEST_KEYS]]
+    keyed = keyed[:BUSIEST_KEYS]
+    own = key_settings([(queue, key) for _n, queue, key in keyed])  # one bounded read
+    busiest = []
+    for n, queue, key in keyed:
+        settings, source = own[(queue, key)]
+        limit = (
+            limits.get(queue, 1) if settings.max_concurrency is None else settings.max_concurrency
+        )
+        weight = default_weight(queue) if settings.weight is None else settings.weight
+        busiest.append(BusyKey(queue, key, n, limit, weight, source))
+    return busiest
 
 
 def _charted(queues: list[QueueCounts], active: _Active, with_figures: set[str]) -> list[str]:
@@ -316,7 +332,8 @@ def snapshot(window: Window = DEFAULT_WINDOW) -> Snapshot:
     listed.sort(key=lambda counts: counts.name)
     limits = {q.name: in_force.limits(q.name) for q in listed}
     rate_limits = rate_limit_uses(_gated(limits))
-    rate_values = {use.name: use.value for use in rate_limits}
+    # A keyed limit's value without a key does not hold back a queue's keys.
+    rate_values = {use.name: use.value for use in rate_limits if not use.keyed}
     charted = _charted(listed, active, with_figures)
     charted_series, all_series = _charts(charted, since, now, step)
     queues = [

@@ -26,6 +26,8 @@ MAX_BACKOFF_FACTOR = 100.0
 # priority and cost are 32-bit integer columns on every database.
 MAX_INT = 2**31 - 1
 MIN_INT = -(2**31)
+# The heaviest weight a concurrency key may have (docs/key-limits.md).
+MAX_KEY_WEIGHT = 1000
 # The latest moment the loop ever computes: far beyond MAX_DELAY, still a valid datetime
 # after rounding up to a SEGMENT.
 LATEST = datetime(9999, 1, 1, tzinfo=UTC)

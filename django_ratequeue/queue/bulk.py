@@ -207,33 +207,40 @@ class RowInsert:
                 self.params.append((None, value))
         on_postgresql = literal is not None
         self.statements = {
-            relax: _insert_statement(
+            (relax, skip): _insert_statement(
                 model,
                 ", ".join(arguments),
                 relax and on_postgresql,
                 returning if on_postgresql else "",
+                skip,
             )
             for relax in (False, True)
+            for skip in (False, True)
         }
 
-    def execute(self, values: Sequence[Any], async_commit: bool = False) -> None:
+    def execute(
+        self, values: Sequence[Any], async_commit: bool = False, skip_taken: bool = False
+    ) -> bool:
         """Insert the row whose ``varying`` columns hold ``values``, in their order.
 
-        Each value is as the database takes it (what ``Field.get_db_prep_save`` returns)."""
+        Each value is as the database takes it (what ``Field.get_db_prep_save`` returns).
+        With ``skip_taken``, a row whose primary key is taken is not inserted (no error,
+        nothing returned, no savepoint needed): return whether it was."""
         params = [value if index is None else values[index] for index, value in self.params]
         connection = _connection(self.model)
         relax = async_commit and not connection.in_atomic_block
         with connection.cursor() as cursor:
-            cursor.execute(sql_to_run(connection, self.statements[relax]), params)
+            cursor.execute(sql_to_run(connection, self.statements[relax, skip_taken]), params)
+            return cursor.rowcount != 0
 
 
 def _insert_statement(
-    model: type[Model], arguments: str, async_commit: bool, returning: str
+    model: type[Model], arguments: str, async_commit: bool, returning: str, skip_taken: bool
 ) -> ServerStatement:
     """Return the INSERT of one row with ``arguments`` for its columns.
 
     Every such statement of a model is prepared from the same text with numbered
-    parameters, under one name."""
+    parameters, under one name per variant."""
     quote = _connection(model).ops.quote_name
     fields = model._meta.concrete_fields
     columns = ", ".join(quote(str(field.column)) for field in fields)
@@ -241,11 +248,14 @@ def _insert_statement(
     expressions = [returning] if returning else []
     if async_commit:
         expressions.append("set_config('synchronous_commit', 'off', true)")
-    relax = f" RETURNING {', '.join(expressions)}" if expressions else ""
+    tail = f" ON CONFLICT ({quote(model._meta.pk.attname)}) DO NOTHING" if skip_taken else ""
+    if expressions:
+        tail += f" RETURNING {', '.join(expressions)}"
     insert = f"INSERT INTO {quote(model._meta.db_table)} ({columns}) VALUES "
+    variant = ("_async" if async_commit else "") + ("_new" if skip_taken else "")
     return ServerStatement(
-        name=f"ratequeue_insert_{model._meta.db_table}{'_async' if async_commit else ''}",
-        text=f"{insert}({arguments}){relax}",
-        prepared_text=f"{insert}({numbered}){relax}",
+        name=f"ratequeue_insert_{model._meta.db_table}{variant}",
+        text=f"{insert}({arguments}){tail}",
+        prepared_text=f"{insert}({numbered}){tail}",
         arguments=arguments,
     )

@@ -17,9 +17,11 @@ from typing import Literal
 
 from ..conf import RateQueueSettings
 from ..db import execute, server_statement
+from ..ratelimit.config import KeyedConfig
 from ..ratelimit.decisions import rate_limit
 from .bulk import insert_rows
 from .keys import keys_in_turn, next_jobs, ready_key
+from .keyshares import KeyLimits, weighted_rounds
 from .limits import QueueLimits, Queues, environment_limit
 from .models import (
     Attempt,
@@ -36,7 +38,7 @@ from .turns import QUEUES_PER_STEP, Turns
 # Concurrency keys looked at per queue beyond its free slots, to get past busy keys.
 KEY_LOOKAHEAD = 100
 # What a rate-gated queue's reservation says about a job (see Dispatch.reserve_tokens).
-TokenGate = Literal["now", "later", "parked", "unfit"]
+TokenGate = Literal["now", "later", "parked", "held", "unfit"]
 # The most ready times of reserved jobs kept (Dispatch.ready_at); beyond, they are forgotten.
 READY_AT_KEPT = 100_000
 
@@ -76,8 +78,15 @@ class Dispatch:
         # The queues' limits as in force for this step (read_limits).
         self.queues = Queues(settings.MAX_CONCURRENCY)
         self.turns = Turns()
+        # The keys' own limits, kept across steps (queue/keyshares.py).
+        self.keys = KeyLimits()
+        # The credit a job's key has left in its weighted turn once the job starts.
+        self.credit_left: dict[str, int] = {}
         # Queues whose rate limit refused a start, and when to try again.
         self.rate_limited_until: dict[str, datetime] = {}
+        # The same per (queue, concurrency key), for a queue whose limit is keyed (plan
+        # tiers): one key's refusal holds back that key only.
+        self.keys_rate_limited_until: dict[tuple[str, str], datetime] = {}
         # When the jobs whose tokens are reserved for later may start (set by start_ready).
         self.reserved_starts: list[datetime] = []
         # When the jobs whose reservation moved their start_at were ready before: their
@@ -89,17 +98,30 @@ class Dispatch:
         """``MAX_CONCURRENCY`` as in force for this step."""
         return self.queues.environment
 
-    def read_limits(self, changed: int | None) -> None:
+    def read_limits(self, changed: int | None, key_limits_version: int | None = None) -> None:
         """Take the queues' limits afresh for a step, once per step.
 
         ``changed`` is the runtime change of ``MAX_CONCURRENCY`` that the step's renewal
         read (``LoopState.max_concurrency``); the queues' runtime changes are read when
-        the step first needs them."""
+        the step first needs them, the keys' when they moved (``key_limits_version``)."""
         self.queues = Queues(environment_limit(changed, read=False))
+        self.keys.watch(key_limits_version)
+
+    def key_limit(self, name: str, limits: QueueLimits, key: str, own: int | None) -> int:
+        """Return the limit of key ``key``'s copy of queue ``name``.
+
+        The key's own (a KeyLimit row, else the queue's key_limits function), else the
+        queue's (``own`` is the job's own limit, for a queue not configured)."""
+        limit = self.keys.of(name, key).max_concurrency
+        return limits.limit_for(own) if limit is None else limit
 
     def wakes(self) -> list[datetime]:
         """Return when a resting loop must look again for the sake of dispatch."""
-        return [*self.rate_limited_until.values(), *self.reserved_starts]
+        return [
+            *self.rate_limited_until.values(),
+            *self.keys_rate_limited_until.values(),
+            *self.reserved_starts,
+        ]
 
     def grant_resumes(self, running: list[Attempt]) -> bool:
         """Give slots back to attempts that waited on a subtask, before anything new starts."""
@@ -117,10 +139,12 @@ class Dispatch:
             needs_queue_slot = not attempt.holds_queue_slot
             limits = self.queues.limits(attempt.queue)
             copy = (attempt.queue, attempt.concurrency_key)
+            own = own_limits.get(attempt.job_id)
+            key_limit = self.key_limit(attempt.queue, limits, attempt.concurrency_key, own)
             if slots.environment >= self.max_concurrency or (
                 needs_queue_slot
                 and (
-                    slots.per_copy[copy] >= limits.limit_for(own_limits.get(attempt.job_id))
+                    slots.per_copy[copy] >= key_limit
                     or slots.per_queue[attempt.queue] >= (limits.total_concurrency or math.inf)
                 )
             ):
@@ -145,6 +169,7 @@ class Dispatch:
         Each start is recorded in ``moves`` with the time its job was ready since.
         """
         self.reserved_starts = []
+        self.credit_left = {}
         self.turns.load()
         queues = waiting_queues(after=self.turns.queue)
         if not queues:
@@ -162,7 +187,8 @@ class Dispatch:
             )
         offers.sort(key=lambda offer: (-offer[0].priority, offer[1], offer[2]))
         chosen = [job for job, _round, _turn in offers[:env_free]]
-        self.turns.remember(chosen, queues)
+        credits = {job.queue: self.credit_left.get(job.pk, 0) for job in chosen}
+        self.turns.remember(chosen, queues, credits)
         if not chosen:
             return [], True
         moves.started.extend((job, self.ready_at.pop(job.pk, job.start_at)) for job in chosen)
@@ -210,9 +236,9 @@ class Dispatch:
         for job, round_ in jobs:
             if slots.per_queue[name] >= total or len(chosen) >= env_free:
                 break
-            if slots.per_copy[(name, job.concurrency_key)] >= limits.limit_for(
-                job.max_concurrency
-            ):
+            key = job.concurrency_key
+            key_limit = self.key_limit(name, limits, key, job.max_concurrency)
+            if slots.per_copy[(name, key)] >= key_limit:
                 continue
             gate: TokenGate = "now"
             if limits.rate_limit:
@@ -220,7 +246,7 @@ class Dispatch:
                 gate = isolated(job, now, reserve, "unfit", moves)
                 if gate == "parked":
                     break
-                if gate == "unfit":
+                if gate in ("held", "unfit"):
                     continue
             # A job whose tokens are reserved for later holds its slots until then.
             slots.take(name, job.concurrency_key)
@@ -242,22 +268,31 @@ class Dispatch:
     def in_rounds(
         self, name: str, limits: QueueLimits, slots: Slots, room: int
     ) -> list[tuple[Job, int]]:
-        """Return the next jobs of queue ``name``'s keys in turn, each with its round.
+        """Return the next jobs of queue ``name``'s keys in weighted turns, with their round.
 
-        They come by priority, then round, then the keys' turn."""
-        keys = keys_in_turn(name, self.turns.key_of(name), room + KEY_LOOKAHEAD)
-        per_key_limit = limits.max_concurrency or self.settings.MAX_QUEUE_CONCURRENCY
-        takes = {key: min(room, per_key_limit - slots.per_copy[(name, key)]) for key in keys}
-        turn = {key: position for position, key in enumerate(keys)}
-        jobs = next_jobs(name, takes)
-        jobs.sort(key=lambda job: (turn[job.concurrency_key], ready_key(job)))
-        taken: Counter[str] = Counter()
-        rounds: dict[str, int] = {}
-        for job in jobs:
-            rounds[job.pk] = taken[job.concurrency_key]
-            taken[job.concurrency_key] += 1
-        jobs.sort(key=lambda job: (-job.priority, rounds[job.pk], turn[job.concurrency_key]))
-        return [(job, rounds[job.pk]) for job in jobs]
+        They come by priority, then round, then the keys' turn: from the key served last
+        when it has credit left in its turn, else from the one after it (see
+        :func:`.keyshares.weighted_rounds`)."""
+        cursor, credit = self.turns.key_of(name), self.turns.credit_of(name)
+        keys = keys_in_turn(name, cursor, room + KEY_LOOKAHEAD)
+        if cursor is not None and credit > 0:
+            keys = [cursor, *(key for key in keys if key != cursor)]
+        else:
+            credit = 0
+        self.keys.load(name, keys)
+        per_queue = limits.max_concurrency or self.settings.MAX_QUEUE_CONCURRENCY
+        takes = {}
+        for key in keys:
+            own = self.keys.of(name, key).max_concurrency
+            limit = per_queue if own is None else own
+            takes[key] = min(room, limit - slots.per_copy[(name, key)])
+        by_key: dict[str, list[Job]] = {}
+        for job in sorted(next_jobs(name, takes), key=ready_key):
+            by_key.setdefault(job.concurrency_key, []).append(job)
+        weights = {key: self.keys.weight(name, key) for key in keys}
+        offers = weighted_rounds(keys, by_key, weights, credit)
+        self.credit_left.update((job.pk, left) for job, _round, left in offers)
+        return [(job, round_) for job, round_, _left in offers]
 
     def reserve_tokens(
         self, queue: str, limit_name: str, job: Job, now: datetime, moves: Moves
@@ -268,20 +303,30 @@ class Dispatch:
         may start at the step's ``now``, "later" when not yet. A refusal ("parked":
         ``max_reserved`` is reached) parks the queue until ``retry_at``; a cost the limit
         can never grant ("unfit": the settings changed since the enqueue, which checks
-        it) fails the job."""
+        it, or a keyed limit's function fails for the job's key) fails the job. A keyed
+        limit draws from the job's concurrency key's own limit, and its refusal holds
+        back that key only ("held")."""
         if job.cost == 0:
             return "now"
         if not job.tokens_reserved:
+            keyed = isinstance(self.settings.RATE_LIMITS.get(limit_name), KeyedConfig)
+            copy = (queue, job.concurrency_key)
+            if keyed and self.key_held(copy, now):
+                return "held"
             try:
-                decision = rate_limit(limit_name, count=job.cost, reserve=True)
+                decision = rate_limit(
+                    limit_name,
+                    key=(job.concurrency_key or None) if keyed else None,
+                    count=job.cost,
+                    reserve=True,
+                )
             except ValueError as error:
                 fail_job(
                     job, f"Its cost cannot be reserved from {limit_name!r}: {error}", now, moves
                 )
                 return "unfit"
             if not decision.ok:
-                self.rate_limited_until[queue] = decision.retry_at or now + timedelta(seconds=1)
-                return "parked"
+                return self.refused(copy, decision.retry_at or now + timedelta(seconds=1), keyed)
             job.tokens_reserved = True
             moves.reserved.append(job)
             if decision.retry_at is not None and decision.retry_at > job.start_at:
@@ -294,6 +339,26 @@ class Dispatch:
             self.reserved_starts.append(job.start_at)
             return "later"
         return "now"
+
+    def refused(self, copy: tuple[str, str], retry_at: datetime, keyed: bool) -> TokenGate:
+        """Hold back ``copy``'s (queue, key) key, for a keyed limit, or park its queue.
+
+        Until ``retry_at``, when the refusal says the same reservation could succeed."""
+        if not keyed:
+            self.rate_limited_until[copy[0]] = retry_at
+            return "parked"
+        if len(self.keys_rate_limited_until) >= READY_AT_KEPT:
+            self.keys_rate_limited_until.clear()
+        self.keys_rate_limited_until[copy] = retry_at
+        return "held"
+
+    def key_held(self, copy: tuple[str, str], now: datetime) -> bool:
+        """Say whether a keyed rate limit refused ``copy`` (queue, key) until after ``now``."""
+        until = self.keys_rate_limited_until.get(copy)
+        if until is not None and until <= now:
+            del self.keys_rate_limited_until[copy]
+            return False
+        return until is not None
 
 
 def is_remote(queue: str, settings: RateQueueSettings) -> bool:

@@ -179,13 +179,14 @@ def _write_checked(
     args_json = check_json("arguments", args)
     kwargs_json = check_json("keyword arguments", kwargs)
     template.check_size(args_json, kwargs_json)
-    check_reservation_room(template.queue, template.cost)
+    check_reservation_room(template.queue, template.cost, template.concurrency_key)
     settings = ratequeue_settings()
     stamp = template.stamp(clock.now())
-    plain = template.max_concurrency is None and template.id is None and template.unique is None
+    plain = template.max_concurrency is None and template.unique is None
     written = True
     if plain and settings.ENQUEUE_RATE_LIMIT is None:
-        template.insert(args_json, kwargs_json, stamp, settings.ENQUEUE_ASYNC_COMMIT)
+        # One statement, also with the caller's id: a taken id inserts nothing.
+        written = template.insert(args_json, kwargs_json, stamp, settings.ENQUEUE_ASYNC_COMMIT)
     else:
         try:
             with transaction.atomic(using=queue_db()):
@@ -197,10 +198,10 @@ def _write_checked(
                 template.job(args, kwargs, stamp).save(force_insert=True)
                 signal(LOOP)
         except IntegrityError:
-            # "ignore" hands out the existing job's handle: only when the job is the caller's.
-            if not template.ignore_duplicates or not _owned_by(stamp.id, template.owner):
-                raise DuplicateJobId(stamp.id) from None
             written = False
+    # "ignore" hands out the existing job's handle: only when the job is the caller's.
+    if not written and (not template.ignore_duplicates or not _owned_by(stamp.id, template.owner)):
+        raise DuplicateJobId(stamp.id)
     return template, stamp, written
 
 
@@ -386,7 +387,7 @@ def _write_stamped(
         return template, [], set()
     # The same read-only check as one enqueue: the loop reserves each job's cost when it
     # could start, so a batch is refused exactly when its first job would be.
-    check_reservation_room(template.queue, template.cost)
+    check_reservation_room(template.queue, template.cost, template.concurrency_key)
     kept: set[str] = set()
     if template.unique is not None:
         with transaction.atomic(using=queue_db()):

@@ -39,6 +39,8 @@ class Renewal:
     arrivals_behind: bool
     # The earliest next run of a recurring schedule (None: none will run).
     next_schedule: datetime | None = None
+    # LoopState.key_limits_version: moves when keys' limits change (queue/keylimits.py).
+    key_limits_version: int | None = None
 
 
 class Lease:
@@ -63,7 +65,7 @@ class Lease:
         read = renew_lease(self.generation, now, until)
         if read is None:
             return None
-        max_concurrency, cancels_waiting, next_deferred, next_schedule = read
+        max_concurrency, cancels_waiting, next_deferred, next_schedule, version = read
         return Renewal(
             max_concurrency,
             cancels_waiting,
@@ -72,6 +74,7 @@ class Lease:
             until,
             until < settled,
             next_schedule,
+            version,
         )
 
     def committed(self, renewal: Renewal) -> None:
@@ -81,13 +84,13 @@ class Lease:
 
 def renew_lease(
     generation: int, now: datetime, arrivals_until: datetime
-) -> tuple[int | None, bool, datetime | None, datetime | None] | None:
+) -> tuple[int | None, bool, datetime | None, datetime | None, int] | None:
     """Renew the lease of ``generation`` and record the arrivals counted until then.
 
     Return None if another process took the lease. The same statement reads the step's
     inputs that no row it reads anyway tells (each through an index): the runtime
     ``MAX_CONCURRENCY``, whether cancel requests wait, the earliest deferred start, the
-    earliest next run of a schedule; and
+    earliest next run of a schedule, the version of the keys' limits; and
     on PostgreSQL it applies :data:`STEP_SETTINGS` to the step's transaction."""
     connection = queue_connection()
     table = connection.ops.quote_name(LoopState._meta.db_table)
@@ -97,6 +100,7 @@ def renew_lease(
         f"EXISTS (SELECT 1 FROM {cancels})",
         *(f"({deferred})" for deferred in deferred_heads()),
         f"({Schedule.objects.head_sql(connection.ops.quote_name(Schedule._meta.db_table))})",
+        "key_limits_version",
     ]
     if connection.vendor == "postgresql":
         returning += [f"set_config('{name}', '{value}', true)" for name, value in STEP_SETTINGS]
@@ -114,4 +118,5 @@ def renew_lease(
     deferred = min((aware(start) for start in starts if start is not None), default=None)
     schedule = rows[0][2 + len(DEFERRED_STATUSES)]
     next_schedule = None if schedule is None else aware(schedule)
-    return max_concurrency, bool(cancels_waiting), deferred, next_schedule
+    version = rows[0][3 + len(DEFERRED_STATUSES)]
+    return max_concurrency, bool(cancels_waiting), deferred, next_schedule, version

@@ -19,6 +19,7 @@ from django.utils import timezone
 
 from ..conf import RateQueueSettings, ratequeue_settings
 from ..exceptions import EnqueueRateLimited
+from ..ratelimit.config import KeyedConfig
 from ..ratelimit.decisions import check_rate_limit, rate_limit
 from ..tracing import current_traceparent
 from .batchscope import current_batch_id
@@ -257,10 +258,13 @@ class JobTemplate:
         """Return an unsaved Job."""
         return Job(**self.columns, args=args, kwargs=kwargs, **stamp._asdict())
 
-    def insert(self, args: str, kwargs: str, stamp: JobStamp, async_commit: bool) -> None:
-        """INSERT a job whose arguments are given as JSON text, without building a Job."""
+    def insert(self, args: str, kwargs: str, stamp: JobStamp, async_commit: bool) -> bool:
+        """INSERT a job whose arguments are given as JSON text, without building a Job.
+
+        A job with the caller's id is not inserted when the id is taken: return whether
+        it was."""
         adapt = queue_connection().ops.adapt_datetimefield_value
-        self.row_insert.execute(
+        return self.row_insert.execute(
             (
                 args,
                 kwargs,
@@ -273,6 +277,7 @@ class JobTemplate:
                 stamp.traceparent,
             ),
             async_commit,
+            skip_taken=self.id is not None,
         )
 
 
@@ -436,13 +441,18 @@ def check_enqueue_rate(count: int) -> None:
         raise EnqueueRateLimited(ENQUEUE_LIMIT_NAME, None, decision.retry_at)
 
 
-def check_reservation_room(queue: str, cost: int) -> None:
+def check_reservation_room(queue: str, cost: int, key: str | None = None) -> None:
     """Refuse work for a rate-gated queue whose limit has reserved ``max_reserved`` tokens.
 
     Those are tokens reserved ahead already: :class:`RateLimited` says when it would be
-    admitted. Only a read; the loop reserves the tokens when the job could start."""
-    config = ratequeue_settings().QUEUES.get(queue)
+    admitted. Only a read; the loop reserves the tokens when the job could start. A keyed
+    limit (plan tiers) is read for the job's concurrency ``key``, as the loop draws it."""
+    settings = ratequeue_settings()
+    config = settings.QUEUES.get(queue)
     limit = config.rate_limit if config else None
     if limit is None or cost == 0:
         return
-    check_rate_limit(limit, count=cost, reserve=True, throws=True)
+    keyed = isinstance(settings.RATE_LIMITS.get(limit), KeyedConfig)
+    check_rate_limit(
+        limit, key=(key or None) if keyed else None, count=cost, reserve=True, throws=True
+    )

@@ -128,7 +128,8 @@ class Resume:
         self.dispatch = dispatch
 
     def __call__(self, step: Step) -> None:
-        self.dispatch.read_limits(step.renewal.max_concurrency)
+        renewal = step.renewal
+        self.dispatch.read_limits(renewal.max_concurrency, renewal.key_limits_version)
         step.did_work |= self.dispatch.grant_resumes(step.running)
 
 

@@ -22,6 +22,7 @@ from asgiref.sync import sync_to_async
 from .. import clock
 from ..conf import ratequeue_settings
 from ..exceptions import RecursiveWaitDeadlock
+from .keyshares import KeyLimits
 from .limits import QueueLimits
 from .models import Attempt, Job, Status, Wait, WorkerHeartbeat
 from .wakeup import LOOP, signal
@@ -54,11 +55,13 @@ def check_wait(parent: Attempt, child: Job) -> None:
             Job.objects.filter(pk=ancestor).values_list("parent_id", flat=True).first() or ""
         )
     limits = QueueLimits.of(child.queue)
-    limit = limits.limit_for(child.max_concurrency)
-    if limit == 0 and child.status in NOT_STARTED:
+    own = KeyLimits().of(child.queue, child.concurrency_key).max_concurrency
+    limit = limits.limit_for(child.max_concurrency) if own is None else own
+    if (limit == 0 or limits.max_concurrency == 0) and child.status in NOT_STARTED:
+        where = "which is paused" if limits.max_concurrency == 0 else "whose key's limit is 0"
         raise RecursiveWaitDeadlock(
-            f"Job {parent.job_id} waits on job {child.pk} in queue {child.queue!r}, which is "
-            "paused: it would never start.",
+            f"Job {parent.job_id} waits on job {child.pk} in queue {child.queue!r}, {where}: "
+            "it would never start.",
             queue=child.queue,
             chain=[child.pk, parent.job_id],
         )

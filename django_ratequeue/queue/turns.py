@@ -18,6 +18,7 @@ class Turns:
 
     def __init__(self) -> None:
         self.keys: dict[str, str] | None = None
+        self.credits: dict[str, int] = {}
         self.queue = ""
 
     def load(self) -> None:
@@ -25,23 +26,31 @@ class Turns:
         if self.keys is not None:
             return
         state = LoopState.objects.filter(pk=LoopState.SINGLETON)
-        self.keys, self.queue = state.values_list("key_cursors", "queue_cursor").first() or (
-            {},
-            "",
-        )
+        read = state.values_list("key_cursors", "queue_cursor", "key_credits").first()
+        self.keys, self.queue, self.credits = read or ({}, "", {})
 
     def key_of(self, queue: str) -> str | None:
         """Return the key of ``queue`` served last (None: none yet)."""
         return (self.keys or {}).get(queue)
 
-    def remember(self, chosen: list[Job], queues: list[str]) -> None:
+    def credit_of(self, queue: str) -> int:
+        """Return the starts left to the key of ``queue`` served last in its weighted turn."""
+        credit = self.credits.get(queue, 0)
+        return credit if type(credit) is int else 0
+
+    def remember(
+        self, chosen: list[Job], queues: list[str], credits: dict[str, int] | None = None
+    ) -> None:
         """Keep where the next step's turns begin, in one UPDATE when they moved.
 
-        Per queue after the key served last, and over the queues after the queue served
-        last (or after the last one looked at when none could start anything, so that
-        each queue gets its turn however many have work)."""
+        Per queue at the key served last if ``credits`` leaves it starts in its weighted
+        turn, else after it; over the queues after the queue served last (or after the
+        last one looked at when none could start anything, so that each queue gets its
+        turn however many have work)."""
         cursors = self.keys or {}
         keys = {**cursors, **{job.queue: job.concurrency_key for job in chosen}}
+        left = {**self.credits, **(credits or {})}
+        left = {queue: credit for queue, credit in left.items() if credit}
         queue = self.queue
         if chosen:
             queue = chosen[-1].queue
@@ -50,8 +59,10 @@ class Turns:
         moved: dict[str, Any] = {}
         if keys != cursors:
             moved["key_cursors"] = keys
+        if left != self.credits:
+            moved["key_credits"] = left
         if queue != self.queue:
             moved["queue_cursor"] = queue
         if moved:
             LoopState.objects.filter(pk=LoopState.SINGLETON).update(**moved)
-            self.keys, self.queue = keys, queue
+            self.keys, self.queue, self.credits = keys, queue, left

@@ -79,6 +79,7 @@ def project(config: RateLimitConfig, state: State | None, now: float, phase: flo
 
     A missing state is a full limit. For a fixed window ``ts`` becomes the start of the
     current window; for a token bucket, ``now``. A clock that went backwards adds nothing.
+    A value above the capacity (a keyed limit whose key's capacity shrank) is cut to it.
     """
     capacity = config.max_tokens
     if isinstance(config, FixedWindow):
@@ -87,16 +88,21 @@ def project(config: RateLimitConfig, state: State | None, now: float, phase: flo
         period = config.period_seconds
         windows = math.floor((now - state.ts) / period) if now > state.ts else 0
         if windows <= 0:
-            return state
+            return _capped(state, capacity)
         return State(
             min(state.value + config.rate * windows, capacity), state.ts + windows * period
         )
     if state is None:
         return State(capacity, now)
     if now <= state.ts:
-        return state
+        return _capped(state, capacity)
     accrued = (now - state.ts) * config.rate / config.period_seconds
     return State(min(state.value + accrued, capacity), now)
+
+
+def _capped(state: State, capacity: float) -> State:
+    """Return ``state`` with its value cut to ``capacity`` (the same state if within it)."""
+    return state if state.value <= capacity else State(capacity, state.ts)
 
 
 def decide(

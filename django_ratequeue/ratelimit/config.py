@@ -1,22 +1,27 @@
-"""Rate-limit configurations: the two kinds, their validation and their dict form.
+"""Rate-limit configurations: the two kinds, their validation, their dict form, keyed ones.
 
 A configuration is an immutable value; ``period`` (and a fixed window's ``start``) may be a
 :class:`~datetime.timedelta` or seconds, the algebra reads ``period_seconds``. With
 ``shards=N`` each of N rows holds a share (:meth:`per_shard`). Every number is finite and
 bounded (``MAX_TOKENS``, ``MIN_PERIOD``...): the arithmetic on a limit, in Python and in
-SQL, neither overflows nor runs forever. docs/concepts.md ("Rate limits") tells the rest.
+SQL, neither overflows nor runs forever. A :class:`KeyedConfig` gives a limit's
+configuration per key (plan tiers), asked at each decision. docs/concepts.md ("Rate
+limits") and docs/api.md ("Limits per tenant") tell the rest.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import lru_cache
 from numbers import Real
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar, Self, cast
+
+from django.db import DatabaseError
+from django.utils.module_loading import import_string
 
 from ..columns import check_name
 
@@ -256,3 +261,124 @@ def parse_config(value: RateLimitConfig | Mapping[str, Any]) -> RateLimitConfig:
     if missing:
         raise ValueError(f"A {kind!r} rate limit needs {' and '.join(missing)}.")
     return cls(**data)
+
+
+# --- limits whose configuration depends on the key (plan tiers) ---------------------------
+
+KeyFunction = Callable[[str | None], RateLimitConfig | Mapping[str, Any]]
+
+
+@lru_cache(maxsize=256)
+def _imported(path: str) -> Any:
+    """Return the object at the dotted ``path`` (imported once)."""
+    return import_string(path)
+
+
+def _shown(key: str | None) -> str:
+    """Return ``key`` for an error message: quoted, and cut short when long."""
+    return "None (no key)" if key is None else repr(key[:100] + "..." if len(key) > 100 else key)
+
+
+@dataclass(frozen=True)
+class KeyedConfig:
+    """A limit whose configuration ``function(key)`` gives: plan tiers, asked at each decision.
+
+    ``function`` is a callable ``(key) -> TokenBucket | FixedWindow | dict form`` or its
+    dotted path; it gets the key as passed (``None`` for the limit without a key). Every
+    configuration it returns must have ``shards`` shards, so that a key's rows stay the
+    same rows when its plan changes.
+    """
+
+    function: KeyFunction | str
+    shards: int = 1
+
+    def __post_init__(self) -> None:
+        function = self.function
+        if not (callable(function) or (isinstance(function, str) and function)):
+            raise ValueError(
+                "KeyedConfig.function must be a callable (key) -> rate-limit config or its "
+                f"dotted path, got {function!r}."
+            )
+        shards = self.shards
+        if isinstance(shards, bool) or not isinstance(shards, int) or not 0 < shards <= MAX_SHARDS:
+            raise ValueError(
+                f"KeyedConfig.shards must be an integer from 1 to {MAX_SHARDS}, got {shards!r}."
+            )
+
+    @property
+    def path(self) -> str:
+        """Return the function's dotted path, to name it in messages."""
+        function = self.function
+        if isinstance(function, str):
+            return function
+        module = getattr(function, "__module__", None) or "?"
+        return f"{module}.{getattr(function, '__qualname__', repr(function))}"
+
+    def load(self, name: str) -> KeyFunction:
+        """Return the function, imported if given by path; ``ValueError`` if it cannot be."""
+        if not isinstance(self.function, str):
+            return self.function
+        try:
+            function = _imported(self.function)
+        except ImportError as error:
+            raise ValueError(
+                f"Rate limit {name!r}: its per-key config function {self.function!r} cannot "
+                f"be imported: {error}"
+            ) from None
+        if not callable(function):
+            raise ValueError(
+                f"Rate limit {name!r}: its per-key config {self.function!r} is not callable "
+                f"(got {type(function).__name__})."
+            )
+        return cast("KeyFunction", function)
+
+    def for_key(self, name: str, key: str | None) -> RateLimitConfig:
+        """Return the configuration of limit ``name`` for ``key``, asking the function now.
+
+        Whatever goes wrong (the function raises, returns something that is not a valid
+        configuration or has another shard count) is a ``ValueError`` naming the limit and
+        the key. A database error is raised as it is: the caller's transaction is broken."""
+        function = self.load(name)
+        where = f"Rate limit {name!r}: its per-key config {self.path}"
+        try:
+            value = function(key)
+        except DatabaseError:
+            raise
+        except Exception as error:
+            raise ValueError(
+                f"{where} raised for key {_shown(key)}: {type(error).__name__}: {error}"
+            ) from error
+        try:
+            config = parse_config(value)
+        except ValueError as error:
+            raise ValueError(
+                f"{where} returned an invalid config for key {_shown(key)}: {error}"
+            ) from None
+        if config.shard_count != self.shards:
+            raise ValueError(
+                f"{where} returned {config.shard_count} shard(s) for key {_shown(key)}, but the "
+                f"limit is declared with {self.shards}: every key's config must have the "
+                'declared shards (set shards= on the KeyedConfig, or per_key\'s "shards").'
+            )
+        return config
+
+
+LimitConfig = RateLimitConfig | KeyedConfig
+
+
+def parse_limit(value: LimitConfig | Mapping[str, Any]) -> LimitConfig:
+    """Return the limit ``value`` describes: a configuration, or a :class:`KeyedConfig`.
+
+    Besides :func:`parse_config`'s forms, ``{"per_key": function or dotted path,
+    "shards": n}`` declares a keyed limit."""
+    if isinstance(value, KeyedConfig):
+        return value
+    if isinstance(value, Mapping) and "per_key" in value:
+        unknown = sorted(set(value) - {"per_key", "shards"}, key=str)
+        if unknown:
+            raise ValueError(
+                f"Unknown key(s) {', '.join(map(repr, unknown))} for a per-key rate limit; "
+                "allowed: 'per_key' (the function of the key, or its dotted path), 'shards'."
+            )
+        return KeyedConfig(value["per_key"], value.get("shards", 1))
+    return parse_config(value)

@@ -1,6 +1,7 @@
 """Consume, check, reset and read rate limits by name: the public rate-limit functions.
 
-A limit's configuration comes from ``config=`` or ``RATEQUEUE["RATE_LIMITS"][name]``. A
+A limit's configuration comes from ``config=`` or ``RATEQUEUE["RATE_LIMITS"][name]``, for a
+keyed limit (:class:`.config.KeyedConfig`) from its function of the key at each call. A
 consume locks the limit's row (on PostgreSQL in one statement, :mod:`.sql`), so it never
 over-admits, and joins an outer ``transaction.atomic()``. docs/concepts.md ("Rate
 limits") tells why, and how shards and the database's clock come in.
@@ -12,10 +13,8 @@ import logging
 import math
 import random
 import zlib
-from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 from django.db import transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
@@ -34,14 +33,13 @@ from .algebra import (
     two_choices,
     with_jitter,
 )
-from .config import RateLimitConfig, check_limit_name, parse_config
+from .config import RateLimitConfig, check_limit_name
+from .counting import count_decision
 from .models import RateLimitState
+from .resolve import ConfigLike, configured_config, get_rate_limit_config
+from .resolve import row_key as _row_key
 
 logger = logging.getLogger(__name__)
-
-ConfigLike = RateLimitConfig | Mapping[str, Any]
-
-KEY_MAX_LENGTH = RateLimitState._meta.get_field("key").max_length or 255
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,36 +59,7 @@ class RateLimitResult:
     value: float | None = None
 
 
-# --- configuration ---------------------------------------------------------------------
-
-
-def get_rate_limit_config(name: str, config: ConfigLike | None = None) -> RateLimitConfig:
-    """Return the configuration of ``name``: ``config`` if given, else the one in settings."""
-    check_limit_name(name)
-    if config is not None:
-        return parse_config(config)
-    limits = ratequeue_settings().RATE_LIMITS
-    try:
-        return limits[name]
-    except KeyError:
-        known = ", ".join(map(repr, sorted(limits))) or "none"
-        raise ValueError(
-            f"Unknown rate limit {name!r}: pass config=TokenBucket(...) or FixedWindow(...) "
-            f'or add it to settings.RATEQUEUE["RATE_LIMITS"] (configured: {known}).'
-        ) from None
-
-
-def _row_key(key: str | None) -> str:
-    """Return the stored key: ``""`` stands for no key (one limit shared by everyone)."""
-    if key is None:
-        return ""
-    if not isinstance(key, str):
-        raise ValueError(f"key must be a string or None, got {key!r}.")
-    if len(key) > KEY_MAX_LENGTH:
-        raise ValueError(
-            f"key is {len(key)} characters long; the most is {KEY_MAX_LENGTH}: hash long keys."
-        )
-    return key
+# --- configuration (resolved in .resolve) ----------------------------------------------
 
 
 def _phase(name: str, key: str) -> float:
@@ -120,7 +89,7 @@ def rate_limit(
     enough (up to ``max_reserved``); ``retry_at`` then says when the work may run.
     With ``throws=True`` a refusal raises :class:`~django_ratequeue.RateLimited`.
     """
-    return _consume(name, get_rate_limit_config(name, config), key, count, reserve, throws)
+    return _consume(name, get_rate_limit_config(name, config, key), key, count, reserve, throws)
 
 
 def check_rate_limit(
@@ -133,7 +102,7 @@ def check_rate_limit(
     config: ConfigLike | None = None,
 ) -> RateLimitResult:
     """Return what :func:`rate_limit` would answer now, without consuming anything."""
-    return _check(name, get_rate_limit_config(name, config), key, count, reserve, throws)
+    return _check(name, get_rate_limit_config(name, config, key), key, count, reserve, throws)
 
 
 def reset_rate_limit(name: str, *, key: str | None = None, all_keys: bool = False) -> None:
@@ -154,7 +123,7 @@ def get_rate_limit_value(
     name: str, *, key: str | None = None, config: ConfigLike | None = None
 ) -> float:
     """Return the tokens available now for ``name`` and ``key``, summed over shards."""
-    return _value(name, get_rate_limit_config(name, config), key)
+    return _value(name, get_rate_limit_config(name, config, key), key)
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,6 +172,7 @@ def _consume(
                 decision = _take(connection, request, 0)
             else:
                 decision = _take_from_shards(connection, request)
+    count_decision(name, decision)
     return _result(name, key, decision, throws)
 
 
@@ -383,10 +353,10 @@ def project_row_value(
 ) -> float | None:
     """Return the tokens ``row`` holds now (its share, for a shard), if it can tell.
 
-    ``None`` if its name is no longer configured (and no ``config`` is given) or has
-    fewer shards now."""
+    ``None`` if its name is no longer configured (and no ``config`` is given), has fewer
+    shards now, or its per-key function fails for the row's key."""
     if config is None:
-        config = ratequeue_settings().RATE_LIMITS.get(row.name)
+        config = configured_config(row.name, row.key or None)
         if config is None:
             return None
     if row.shard >= config.shard_count:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from .config import RateLimitConfig, check_limit_name, parse_config
+from .config import LimitConfig, check_limit_name, parse_limit
 from .decisions import (
     ConfigLike,
     RateLimitResult,
@@ -21,19 +21,19 @@ class RateLimits:
     Its methods refuse any other name."""
 
     def __init__(self, limits: Mapping[str, ConfigLike]) -> None:
-        parsed: dict[str, RateLimitConfig] = {}
+        parsed: dict[str, LimitConfig] = {}
         for name, value in limits.items():
             check_limit_name(name)
             try:
-                parsed[name] = parse_config(value)
+                parsed[name] = parse_limit(value)
             except ValueError as error:
                 raise ValueError(f"Rate limit {name!r}: {error}") from None
-        self.configs: Mapping[str, RateLimitConfig] = parsed
+        self.configs: Mapping[str, LimitConfig] = parsed
 
     def __contains__(self, name: object) -> bool:
         return name in self.configs
 
-    def _config(self, name: str) -> RateLimitConfig:
+    def _config(self, name: str) -> LimitConfig:
         try:
             return self.configs[name]
         except KeyError:

@@ -124,13 +124,14 @@ def _decision(
         windows = f"CASE WHEN {now} > {ts} THEN FLOOR(({now} - {ts}) / {period}) ELSE 0 END"
         available = (
             f"CASE WHEN {windows} > 0 THEN LEAST({value} + {rate} * {windows}, {capacity})"
-            f" ELSE {value} END"
+            f" ELSE LEAST({value}, {capacity}) END"
         )
         since = f"CASE WHEN {windows} > 0 THEN {ts} + {windows} * {period} ELSE {ts} END"
     else:
         accrued = f"({now} - {ts}) * {rate} / {period}"
         available = (
-            f"CASE WHEN {now} > {ts} THEN LEAST({value} + {accrued}, {capacity}) ELSE {value} END"
+            f"CASE WHEN {now} > {ts} THEN LEAST({value} + {accrued}, {capacity})"
+            f" ELSE LEAST({value}, {capacity}) END"
         )
         since = f"GREATEST({ts}, {now})"
     # decide(): refused when ``value + allowance < count``; unbounded reservations always fit.

@@ -14,28 +14,35 @@ from itertools import groupby
 from typing import Any
 
 from .. import clock
-from ..conf import ratequeue_settings
 from .algebra import State
-from .config import FixedWindow, RateLimitConfig, parse_config
+from .config import FixedWindow, KeyedConfig, LimitConfig, RateLimitConfig
 from .decisions import project_row_value, shard_states
 from .models import RateLimitState
+from .resolve import configured_config, get_rate_limit_config
 
 _PERIOD_NAMES = {1: "second", 60: "minute", 3600: "hour", 86400: "day", 604800: "week"}
 
 
-def config_for(name: str, config: Any = None) -> RateLimitConfig | None:
-    """Return the inline ``config`` if given, else the configured one, else ``None``."""
-    return (
-        parse_config(config) if config is not None else ratequeue_settings().RATE_LIMITS.get(name)
-    )
+def config_for(name: str, config: Any = None, key: str | None = None) -> RateLimitConfig | None:
+    """Return the configuration of ``name`` for ``key``, or ``None`` if it cannot tell.
+
+    The inline ``config`` if given, else the configured one; a keyed limit's is resolved
+    for ``key`` (``None`` when its function fails: a page still shows the rest)."""
+    if config is None:
+        return configured_config(name, key)
+    return get_rate_limit_config(name, config, key)
 
 
-def describe(config: RateLimitConfig | None) -> str:
+def describe(config: LimitConfig | None) -> str:
     """Describe ``config`` in words for lists and tables.
 
-    For example ``"token bucket: 10 per hour, capacity 20"``."""
+    For example ``"token bucket: 10 per hour, capacity 20"``; a keyed limit names its
+    function."""
     if config is None:
         return "inline config (not in RATE_LIMITS)"
+    if isinstance(config, KeyedConfig):
+        shards = f", {config.shards} shards" if config.shards > 1 else ""
+        return f"per key: {config.path}{shards}"
     period = config.period_seconds
     per = _PERIOD_NAMES.get(int(period)) if period.is_integer() else None
     text = f"{config.kind}: {config.rate:g} per {per or f'{period:g} s'}"
@@ -66,7 +73,7 @@ def quota_headers(name: str, *, key: str | None, config: Any = None) -> Mapping[
     ``Reset`` the seconds (rounded up) until the limit is full again, and ``Policy`` the
     rate per window (``;burst=`` when the capacity differs from the rate).
     """
-    limit = config_for(name, config)
+    limit = config_for(name, config, key)
     if limit is None:
         return {}
     now = clock.timestamp()
@@ -99,12 +106,23 @@ class KeysNow:
     capped: bool
 
 
-def keys_now(name: str, config: RateLimitConfig, limit: int) -> KeysNow:
+def _own_config(name: str, config: LimitConfig, key: str) -> RateLimitConfig | None:
+    """Return ``key``'s configuration under ``config``; ``None`` if its function fails."""
+    if not isinstance(config, KeyedConfig):
+        return config
+    try:
+        return config.for_key(name, key or None)
+    except ValueError:
+        return None
+
+
+def keys_now(name: str, config: LimitConfig, limit: int) -> KeysNow:
     """Count the keys of the limit ``name`` that have rows, and those out of tokens now.
 
     The first ``limit`` of them by key are read (one read of at most ``limit`` rows through
     the limit's unique index), each summed over its shards (a missing shard is a full
-    share) and projected to now."""
+    share) and projected to now, under its own configuration for a keyed limit (a key
+    whose function fails is counted, not judged)."""
     rows = list(
         RateLimitState.objects.filter(name=name)
         .exclude(key="")
@@ -117,12 +135,15 @@ def keys_now(name: str, config: RateLimitConfig, limit: int) -> KeysNow:
         rows = [row for row in rows[:limit] if row.key != last]
     now = clock.timestamp()
     keys = out = 0
-    for _key, shards in groupby(rows, key=lambda row: row.key):
-        stored = {row.shard: project_row_value(row, config, now) for row in shards}
-        value = 0.0
-        for shard in range(config.shard_count):
-            held = stored.get(shard)
-            value += config.per_shard(shard).max_tokens if held is None else held
+    for key, shards in groupby(rows, key=lambda row: row.key):
         keys += 1
+        own = _own_config(name, config, key)
+        if own is None:
+            continue
+        stored = {row.shard: project_row_value(row, own, now) for row in shards}
+        value = 0.0
+        for shard in range(own.shard_count):
+            held = stored.get(shard)
+            value += own.per_shard(shard).max_tokens if held is None else held
         out += value < 1
     return KeysNow(keys, out, capped)

@@ -5,8 +5,9 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from django.db import transaction
+from django.db import connection, transaction
 from django.test import override_settings
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from django_ratequeue import (
@@ -161,6 +162,25 @@ def test_custom_id_and_duplicates() -> None:
     again = enqueue(jobs.add, args=[9, 9], id="invoice-7", on_duplicate_id="ignore")
     assert again == handle
     assert only_job().args == [1, 2]
+
+
+def test_an_enqueue_with_an_id_is_one_statement_taken_or_not() -> None:
+    """No savepoint around it, even in a transaction (the loop enqueues schedules' runs so):
+    a taken id inserts nothing, then one read says whose job holds it."""
+    enqueue(jobs.add, args=[0, 0])  # the clock's first reading of the database's
+    Job.objects.all().delete()
+    queries = CaptureQueriesContext(connection)
+    with transaction.atomic(), queries:
+        enqueue(jobs.add, args=[1, 2], id="invoice-8")
+    assert len(queries) == 1
+    with transaction.atomic(), queries:
+        again = enqueue(jobs.add, args=[3, 4], id="invoice-8", on_duplicate_id="ignore")
+        with pytest.raises(DuplicateJobId):  # the transaction goes on after it
+            enqueue(jobs.add, args=[3, 4], id="invoice-8")
+        assert Job.objects.count() == 1
+    assert again.id == "invoice-8"
+    assert only_job().args == [1, 2]
+    assert not [q["sql"] for q in queries if "SAVEPOINT" in q["sql"].upper()]
 
 
 def test_enqueue_many_gives_indexed_ids_and_one_job_per_item() -> None:

@@ -25,6 +25,7 @@ from django_ratequeue.queue.runner import Runner
 from tests.cluster import wait_for
 from tests.queue import jobs
 from tests.queue.steps import leading_loop, run_pass
+from tests.threads import run_in_threads
 
 
 def lines(path: Path) -> list[str]:
@@ -133,20 +134,13 @@ def test_two_processes_racing_for_a_lapsed_lease_exactly_one_leads(transactional
     outcomes: list[bool] = []
 
     def contender() -> None:
-        try:
-            barrier.wait()
-            loop = take_lapsed_lease()
-            if loop is not None:
-                loop.run(30)
-            outcomes.append(loop is not None)
-        finally:
-            connection.close()
+        barrier.wait()
+        loop = take_lapsed_lease()
+        if loop is not None:
+            loop.run(30)
+        outcomes.append(loop is not None)
 
-    threads = [threading.Thread(target=contender) for _ in range(2)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=60)
+    run_in_threads(contender, 2)
     assert sorted(outcomes) == [False, True]
     assert LoopState.objects.ensure().generation == generation + 1
     assert Attempt.objects.count() == 1  # the job was started once, by the winner

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from django.conf import settings
-from django.db import connections, transaction
+from django.db import transaction
 from django.test import override_settings
 from hypothesis import HealthCheck, given
 from hypothesis import settings as settings_for_hypothesis
@@ -31,6 +31,7 @@ from django_ratequeue.queue.scheduling import (
 )
 from django_ratequeue.queue.wakeup import segment_ceiling
 from tests.cluster import wait_for
+from tests.threads import run_in_threads
 
 from .steps import Clock, freeze, leading_loop
 from .test_recurrence import model_policy, runs_between
@@ -111,19 +112,12 @@ def test_two_leaders_racing_in_two_threads_enqueue_once(frozen: Clock, every_min
     results: list[tuple[int, bool]] = []
 
     def contend() -> None:
-        try:
-            row = Schedule.objects.get()
-            both_read.wait()
-            with transaction.atomic(using=queue_db()):
-                results.append(run_due(row, frozen.now()))
-        finally:
-            connections.close_all()
+        row = Schedule.objects.get()
+        both_read.wait()
+        with transaction.atomic(using=queue_db()):
+            results.append(run_due(row, frozen.now()))
 
-    threads = [threading.Thread(target=contend) for _ in range(2)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=60)
+    run_in_threads(contend, 2)
     assert sorted(results) == [(0, True), (1, True)]
     assert Job.objects.count() == 1
     assert Schedule.objects.get().runs == 1

@@ -24,6 +24,9 @@ from typing import Any
 
 import pytest
 from django.db import connection
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 
 from django_ratequeue import JobFailed, enqueue, enqueue_many
 from django_ratequeue.queue.models import Attempt, Job, Outcome, Status
@@ -73,11 +76,18 @@ class Remote:
         return server
 
     def worker(
-        self, concurrency: int = 2, grace: float = 5.0, key_as_argument: bool = False
+        self,
+        concurrency: int = 2,
+        grace: float = 5.0,
+        key_as_argument: bool = False,
+        handlers: str = "tests.remote.handlers",
+        path: tuple[Path, ...] = (),
     ) -> subprocess.Popen[bytes]:
-        """Start a worker, its key in its environment (or given as ``--key``); its log is
+        """Start a worker, its key in its environment (or given as ``--key``), its
+        handlers imported from ``handlers`` (found on ``path`` too); its log is
         :meth:`log_of` it."""
-        env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(ROOT)}  # no Django settings
+        search = os.pathsep.join(map(str, (ROOT, *path)))
+        env = {"PATH": os.environ["PATH"], "PYTHONPATH": search}  # no Django settings
         key = ["--key", self.key] if key_as_argument else []
         if not key_as_argument:
             env[KEY_VARIABLE] = self.key
@@ -86,7 +96,7 @@ class Remote:
                 sys.executable,
                 "-m",
                 "django_ratequeue.worker",
-                *("--url", self.url, *key, "--handlers", "tests.remote.handlers"),
+                *("--url", self.url, *key, "--handlers", handlers),
                 *("--concurrency", str(concurrency), "--grace", str(grace)),
             ],
             cwd=ROOT,
@@ -419,3 +429,62 @@ MEND = """
 DROP TRIGGER ratequeue_test_boom ON django_ratequeue_attempt;
 DROP FUNCTION ratequeue_test_boom();
 """
+
+
+# A handlers module that exports its spans to a file, as a host with the OpenTelemetry SDK.
+TRACED = """
+import json
+
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
+
+from django_ratequeue.worker import handler
+
+
+class ToFile(SpanExporter):
+    def export(self, spans):
+        with open(SPANS, "a") as out:
+            for span in spans:
+                parent = span.parent and format(span.parent.span_id, "016x")
+                trace_id = format(span.context.trace_id, "032x")
+                out.write(json.dumps([span.name, trace_id, parent]) + "\\n")
+        return SpanExportResult.SUCCESS
+
+
+provider = TracerProvider()
+provider.add_span_processor(SimpleSpanProcessor(ToFile()))
+trace.set_tracer_provider(provider)
+
+
+@handler("tests.queue.jobs.record")
+def record(path, label):
+    return label
+"""
+
+
+def test_a_remote_attempt_s_span_continues_the_enqueuing_request_s_trace(
+    remote: Remote, tmp_path: Path
+) -> None:
+    spans = tmp_path / "spans.jsonl"
+    host = tmp_path / "host"
+    host.mkdir()
+    (host / "traced_handlers.py").write_text(f"SPANS = {str(spans)!r}\n" + TRACED)
+    remote.worker(handlers="traced_handlers", path=(host,))
+    request = SpanContext(
+        trace_id=0x0AF7651916CD43DD8448EB211C80319C,
+        span_id=0x00F067AA0BA902B7,
+        is_remote=True,
+        trace_flags=TraceFlags(TraceFlags.SAMPLED),
+    )
+    token = otel_context.attach(trace.set_span_in_context(NonRecordingSpan(request)))
+    try:
+        handle = enqueue("tests.queue.jobs.record", args=["unused", "traced"], queue="gpu")
+    finally:
+        otel_context.detach(token)
+    assert handle.result(timeout=60) == "traced"
+    _version, trace_id, enqueue_span, _flags = Job.objects.get(pk=handle.id).traceparent.split("-")
+    assert trace_id == "0af7651916cd43dd8448eb211c80319c"  # the request's trace
+    wait_for(lambda: lines(spans), 30, "the worker to export its span")
+    [(name, run_trace, run_parent)] = [json.loads(line) for line in lines(spans)]
+    assert (name, run_trace, run_parent) == ("run tests.queue.jobs.record", trace_id, enqueue_span)

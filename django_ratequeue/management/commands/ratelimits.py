@@ -14,7 +14,7 @@ from django.db.models import Count
 
 from ... import clock
 from ...conf import ratequeue_settings
-from ...ratelimit.config import RateLimitConfig
+from ...ratelimit.config import LimitConfig
 from ...ratelimit.decisions import project_row_value, reset_rate_limit
 from ...ratelimit.models import RateLimitState
 from ...ratelimit.prune import BATCH_SIZE, prune_all_full_rows
@@ -78,18 +78,21 @@ class Command(BaseCommand):
             self.stdout.write(f"{name:{widths[0]}}  {limit:{widths[1]}}  {rows}")
 
     def show(self, name: str, key: str | None) -> None:
-        config = self.known_config(name)
+        limit = self.known_config(name)
         rows = RateLimitState.objects.filter(name=name).order_by("key", "shard")
         if key is not None:
             rows = rows.filter(key=key)
-        self.stdout.write(f"{name}: {describe(config)}")
+        self.stdout.write(f"{name}: {describe(limit)}")
         now = clock.now()
         if not rows:
             self.stdout.write("  nothing stored: the limit is full")
         for row in rows:
+            # A keyed limit's rows each under their key's config (None: its function failed).
+            config = config_for(name, key=row.key or None) if limit else None
+            projected = None if config is None else project_row_value(row, config, now.timestamp())
             value = (
-                f"{project_row_value(row, config, now.timestamp()):.2f} now"
-                if config
+                f"{projected:.2f} now"
+                if projected is not None
                 else f"{row.value:.2f} stored at ts"
             )
             updated = datetime.fromtimestamp(row.ts, tz=UTC).isoformat(timespec="seconds")
@@ -121,9 +124,9 @@ class Command(BaseCommand):
             "(limits in RATE_LIMITS only)."
         )
 
-    def known_config(self, name: str) -> RateLimitConfig | None:
+    def known_config(self, name: str) -> LimitConfig | None:
         """Return the limit's configuration; ``None`` for a name only stored (an inline config)."""
-        config = config_for(name)
+        config = ratequeue_settings().RATE_LIMITS.get(name)
         if config is None and not RateLimitState.objects.filter(name=name).exists():
             known = ", ".join(sorted(ratequeue_settings().RATE_LIMITS)) or "none"
             raise CommandError(

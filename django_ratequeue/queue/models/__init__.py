@@ -15,6 +15,7 @@ from .attempts import REPORT_FIELDS, Attempt, AttemptQuerySet
 from .batches import UNFINISHED_STATUSES, Batch, batch_callback_id, batch_jobs
 from .cluster import LoopState, LoopStateQuerySet, QueueSetting, WorkerHeartbeat, WorkerKey
 from .jobs import CancelRequest, Job, JobQuerySet, OutputChunk, QueueDashboard, new_job_id
+from .keylimits import KeyLimit, KeyLimitChange
 from .minutes import (
     BUCKET_FIELDS,
     COUNT_FIELDS,
@@ -56,6 +57,8 @@ __all__ = [
     "CancelRequest",
     "Job",
     "JobQuerySet",
+    "KeyLimit",
+    "KeyLimitChange",
     "LoopState",
     "LoopStateQuerySet",
     "LoopStatus",

@@ -56,6 +56,10 @@ class LoopState(models.Model):
     key_cursors = models.JSONField(default=dict, blank=True)
     # The queue that got the last start: the next step's turn over the queues begins after it.
     queue_cursor = models.CharField(max_length=200, blank=True, default="")
+    # Per queue, the starts left to the key of key_cursors in its weighted turn (0: none).
+    key_credits = models.JSONField(default=dict, blank=True)
+    # Counts the changes of keys' limits: a step that sees it move drops its cached ones.
+    key_limits_version = models.BigIntegerField(default=0)
     # MAX_CONCURRENCY as changed at runtime (queue/control.py); None: the setting.
     max_concurrency = models.PositiveIntegerField(null=True, blank=True)
     # The jobs created before this time are counted in the rollups' ``enqueued``

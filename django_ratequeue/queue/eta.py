@@ -17,9 +17,11 @@ from typing import Any, Literal
 from django.db.models import F, Sum
 
 from .. import clock
+from ..conf import ratequeue_settings
 from ..ratelimit.algebra import window_start
-from ..ratelimit.config import FixedWindow, RateLimitConfig
+from ..ratelimit.config import FixedWindow, KeyedConfig, RateLimitConfig
 from ..ratelimit.decisions import get_rate_limit_config, shard_states
+from .keyshares import KeyLimits
 from .limits import QueueLimits, Queues
 from .models import (
     DEFERRED_STATUSES,
@@ -119,10 +121,11 @@ class Estimator:
     def __init__(self, now: datetime) -> None:
         self.now = now
         self.queues = Queues()
+        self.keys = KeyLimits()
         self._running: list[Attempt] | None = None
         self._run_times: dict[str, float | None] = {}
         self._handoffs: dict[str, timedelta] = {}
-        self._token_times: dict[tuple[str, int], datetime] = {}
+        self._token_times: dict[tuple[str, str | None, int], datetime | None] = {}
 
     def eta(self, job: Job) -> Eta:
         """Return ``job``'s estimate."""
@@ -133,7 +136,7 @@ class Estimator:
         ahead = jobs_ahead(job)
         position = min(ahead.jobs, POSITION_LIMIT)
         limits = self.queues.limits(job.queue)
-        if limits.max_concurrency == 0:
+        if limits.max_concurrency == 0 or self.copy_limit(job, limits) == 0:
             return Eta(position, None, None, "paused", ahead.capped)
         if job.tokens_reserved:
             start = max(job.start_at, self.now)
@@ -143,8 +146,9 @@ class Estimator:
             earliest = job.start_at
             basis = "schedule" if job.status == Status.SCHEDULED else "retry"
         if limits.rate_limit and job.cost:
-            tokens_at = self.tokens_at(limits.rate_limit, ahead.unreserved_cost + job.cost)
-            if tokens_at > earliest:
+            needed = ahead.unreserved_cost + job.cost
+            tokens_at = self.tokens_at(limits.rate_limit, job.concurrency_key, needed)
+            if tokens_at is not None and tokens_at > earliest:
                 earliest, basis = tokens_at, "rate_limit"
         by_slots = self.slot_free_at(job, limits, position)
         if by_slots is None:
@@ -175,7 +179,7 @@ class Estimator:
         in_queue = sum(a.queue == job.queue for a in running)
         in_environment = sum(a.holds_environment_slot for a in self.running())
         free = min(
-            limits.limit_for(job.max_concurrency) - len(in_copy),
+            self.copy_limit(job, limits) - len(in_copy),
             (limits.total_concurrency or math.inf) - in_queue,
             self.queues.environment - in_environment,
         )
@@ -194,6 +198,13 @@ class Estimator:
             slots = [self.now + mean]
         turn, slot = divmod(position, len(slots))
         return slots[slot] + turn * (handoff + mean) + handoff
+
+    def copy_limit(self, job: Job, limits: QueueLimits) -> int:
+        """Return the limit of the job's copy of its queue: its key's own, else the queue's.
+
+        As the dispatch applies it (a KeyLimit row, else the queue's key_limits function)."""
+        own = self.keys.of(job.queue, job.concurrency_key).max_concurrency
+        return limits.limit_for(job.max_concurrency) if own is None else own
 
     def handoff(self, queue: str) -> timedelta:
         """Return how long ``queue``'s attempts now running waited for a runner to start them.
@@ -222,16 +233,27 @@ class Estimator:
             self._run_times[queue] = mean
         return self._run_times[queue]
 
-    def tokens_at(self, name: str, needed: int) -> datetime:
-        """Return when rate limit ``name`` will hold ``needed`` more tokens than it owes."""
-        if (name, needed) not in self._token_times:
-            config = get_rate_limit_config(name)
-            states = shard_states(name, config, None, self.now.timestamp())
+    def tokens_at(self, name: str, key: str, needed: int) -> datetime | None:
+        """Return when rate limit ``name`` will hold ``needed`` more tokens than it owes.
+
+        A keyed limit (plan tiers) is the concurrency ``key``'s own, as the dispatch
+        draws from it. None: its configuration cannot be told (a keyed limit's function
+        failed: the dispatch fails such a job)."""
+        keyed = isinstance(ratequeue_settings().RATE_LIMITS.get(name), KeyedConfig)
+        row = (key or None) if keyed else None
+        if (name, row, needed) not in self._token_times:
+            now = self.now.timestamp()
+            try:
+                config = get_rate_limit_config(name, key=row)
+            except ValueError:
+                self._token_times[(name, row, needed)] = None
+                return None
+            states = shard_states(name, config, row, now)
             value = sum(state.value for state in states.values())
-            ts = min((state.ts for state in states.values()), default=self.now.timestamp())
-            at = refill_time(config, value, ts, needed, self.now.timestamp())
-            self._token_times[(name, needed)] = datetime.fromtimestamp(at, UTC)
-        return self._token_times[(name, needed)]
+            ts = min((state.ts for state in states.values()), default=now)
+            at = refill_time(config, value, ts, needed, now)
+            self._token_times[(name, row, needed)] = datetime.fromtimestamp(at, UTC)
+        return self._token_times[(name, row, needed)]
 
 
 # The sums that make a mean run time: the milliseconds, and the samples (every bucket).

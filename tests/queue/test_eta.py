@@ -18,10 +18,12 @@ from django_ratequeue.exceptions import JobDoesNotExist
 from django_ratequeue.models import Attempt, Job
 from django_ratequeue.queue.control import pause_queue, resume_queue
 from django_ratequeue.queue.eta import RUN_TIME_WINDOW, job_etas
+from django_ratequeue.queue.keylimits import set_key_limit
 from django_ratequeue.queue.keys import ready_key
 from django_ratequeue.queue.rollups import Tally
 from tests.queue import jobs
 from tests.queue.steps import Clock, freeze, leading_loop
+from tests.ratelimit import plans
 
 pytestmark = pytest.mark.django_db
 
@@ -245,3 +247,52 @@ def test_aeta_is_the_async_twin(monkeypatch: pytest.MonkeyPatch) -> None:
     handle = enqueue(jobs.add, args=[1, 1])
     # Its reads run back in this thread (thread-sensitive), on this test's connection.
     assert async_to_sync(handle.aeta)() == handle.eta()
+
+
+@override_settings(RATEQUEUE=TWO_SLOTS)
+def test_a_keys_own_limit_gives_its_slots(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A key whose limit the business raised to 4 starts four at once; one set to 0 waits
+    like a paused queue."""
+    clock = freeze(monkeypatch)
+    set_key_limit("line", "big", max_concurrency=4)
+    big = []
+    for i in range(5):
+        clock.advance(0.001)
+        big.append(enqueue(jobs.add, args=[i, i], queue="line", concurrency_key="big"))
+    small = []
+    for i in range(3):
+        clock.advance(0.001)
+        small.append(enqueue(jobs.add, args=[i, i], queue="line", concurrency_key="small"))
+    assert [h.eta().estimated_start for h in big[:4]] == [clock.now()] * 4
+    assert big[4].eta().basis == "unknown"  # behind four, no run time yet
+    assert [h.eta().estimated_start for h in small[:2]] == [clock.now()] * 2
+    assert small[2].eta().basis == "unknown"
+    set_key_limit("line", "big", max_concurrency=0)
+    assert big[0].eta() == Eta(0, None, None, "paused")
+
+
+KEYED = {
+    "RATE_LIMITS": {"tenant_tokens": {"per_key": "tests.ratelimit.plans.plan_limit"}},
+    "QUEUES": {"llm": {"max_concurrency": 10, "rate_limit": "tenant_tokens"}},
+}
+
+
+@override_settings(RATEQUEUE=KEYED)
+def test_a_keyed_rate_limit_is_the_keys_own_plan(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Plan tiers: the small tenant gets a token a minute, the big one 20 at once."""
+    clock = freeze(monkeypatch)
+    plans.PLANS.update({"small": "reserving", "big": "pro"})
+    try:
+        handles = {}
+        for key in ("small", "big"):
+            for i in range(2):
+                clock.advance(0.001)
+                handles[(key, i)] = enqueue(
+                    jobs.add, args=[i, i], queue="llm", concurrency_key=key
+                )
+        now = clock.now()
+        second = handles[("small", 1)].eta()
+        assert (second.basis, second.estimated_start) == ("rate_limit", now + timedelta(minutes=1))
+        assert handles[("big", 1)].eta().estimated_start == now
+    finally:
+        plans.PLANS.clear()

@@ -20,8 +20,9 @@ pytestmark = [
 ]
 PAGE = 50
 # Per page: the queues' runtime limits, MAX_CONCURRENCY as in force, the active
-# attempts, and each queue's run time (recent minutes, else its totals).
-PER_PAGE = 3 + 2 * 20
+# attempts, and per queue (20): its run time (recent minutes, else its totals) and
+# whether any key has limits of its own (KeyLimit).
+PER_PAGE = 3 + 3 * 20
 
 
 def test_a_page_of_etas_reads_indexes_only() -> None:

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import os
 import signal
 import statistics
@@ -265,7 +264,6 @@ def main(argv: Sequence[str] | None = None) -> None:
     import django
 
     django.setup()
-    logging.getLogger("django_ratequeue.lifecycle").setLevel(logging.WARNING)
     database = prepare_database()
     command = " ".join(["python -m bench.eta", *(sys.argv[1:] if argv is None else argv)])
     print("\n".join([*machine_lines(database), f"command: {command}"]), flush=True)

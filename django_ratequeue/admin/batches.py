@@ -14,6 +14,7 @@ from ..queue.models import FINAL_STATUSES, Batch, Job, batch_jobs
 from .actions import PermittedActionsMixin
 from .display import moment, shortened
 from .jobfields import json_block, progress_bar
+from .viewonly import ViewOnlyMixin
 
 # The most jobs a batch's page lists.
 JOBS_SHOWN = 50
@@ -32,7 +33,7 @@ def batch_link(batch_id: str) -> SafeString:
 
 
 @admin.register(Batch)
-class BatchAdmin(PermittedActionsMixin, admin.ModelAdmin):
+class BatchAdmin(PermittedActionsMixin, ViewOnlyMixin, admin.ModelAdmin):
     list_display = ["id", "owner", "callback_name", "shown_created", "short_state", "total"]
     search_fields = ["id", "owner"]
     ordering = ["-created_at"]
@@ -141,12 +142,3 @@ class BatchAdmin(PermittedActionsMixin, admin.ModelAdmin):
 
     def has_cancel_permission(self, request: HttpRequest) -> bool:
         return request.user.has_perm("django_ratequeue.change_job")
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
-        return False

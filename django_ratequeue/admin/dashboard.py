@@ -25,6 +25,7 @@ from ..monitor.series import DEFAULT_WINDOW, WINDOWS, Window
 from ..monitor.snapshot import QueueState, Snapshot, snapshot
 from ..queue.models import Job, QueueDashboard
 from .charts import Series, line_chart
+from .viewonly import ViewOnlyMixin
 
 # How often the page asks for a fresh body, in milliseconds, per window: a day's points
 # are 15 minutes wide and cost more to read.
@@ -177,22 +178,13 @@ def urls(model_admin: admin.ModelAdmin) -> list[URLPattern]:
 
 
 @admin.register(QueueDashboard)
-class QueueDashboardAdmin(admin.ModelAdmin):
+class QueueDashboardAdmin(ViewOnlyMixin, admin.ModelAdmin):
     """Show the dashboard's row on the admin's index, for whoever may view jobs.
 
     Its one URL opens the dashboard."""
 
     def has_view_permission(self, request: HttpRequest, obj: object = None) -> bool:
         return self.admin_site.get_model_admin(Job).has_view_permission(request)
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
-        return False
 
     def get_urls(self) -> list[URLPattern]:
         opens = path(

@@ -21,6 +21,7 @@ from ..queue.keylimits import (
     store_key_limit,
 )
 from ..queue.models import KeyLimit, KeyLimitChange
+from .viewonly import ViewOnlyMixin
 
 
 class KeyLimitForm(forms.ModelForm):
@@ -77,7 +78,7 @@ class KeyLimitAdmin(admin.ModelAdmin):
 
 
 @admin.register(KeyLimitChange)
-class KeyLimitChangeAdmin(admin.ModelAdmin):
+class KeyLimitChangeAdmin(ViewOnlyMixin, admin.ModelAdmin):
     list_display = [
         "changed_at",
         "changed_by",
@@ -91,15 +92,6 @@ class KeyLimitChangeAdmin(admin.ModelAdmin):
     list_filter = ["queue"]
     search_fields = ["key", "changed_by"]
     ordering = ["-changed_at"]
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
-        return False
 
 
 def who(request: HttpRequest) -> str:

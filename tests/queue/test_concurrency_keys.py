@@ -8,25 +8,13 @@ from collections import Counter
 
 import pytest
 from django.test import override_settings
-from django.utils import timezone
 
-from django_ratequeue import RecursiveWaitDeadlock, Retry, Status
+from django_ratequeue import RecursiveWaitDeadlock
 from django_ratequeue.models import Attempt, Job
 from django_ratequeue.queue.models import Wait
 from django_ratequeue.queue.subtasks import check_wait
+from tests.queue.backlog import waiting
 from tests.queue.steps import leading_loop
-
-
-def waiting(queue: str, keys: list[str], per_key: int) -> None:
-    now = timezone.now()
-    retry = Retry().to_json()
-    Job.objects.bulk_create(
-        Job(id=f"job-{key or 'none'}-{n}", func="tests.queue.jobs.add", args=[1, 1],
-            queue=queue, concurrency_key=key, status=Status.WAITING, start_at=now,
-            created_at=now, retry=retry)
-        for key in keys
-        for n in range(per_key)
-    )  # fmt: skip
 
 
 def started_per_key() -> Counter[str]:

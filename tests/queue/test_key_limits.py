@@ -13,12 +13,9 @@ import pytest
 from django.core import checks
 from django.core.management import CommandError, call_command
 from django.test import override_settings
-from django.utils import timezone
 
 from django_ratequeue import (
     RecursiveWaitDeadlock,
-    Retry,
-    Status,
     clock,
     enqueue_many,
     refresh_key_limits,
@@ -31,19 +28,8 @@ from django_ratequeue.queue.runner import Runner
 from django_ratequeue.queue.subtasks import check_wait
 from tests.cluster import wait_for
 from tests.queue import jobs, key_plans
+from tests.queue.backlog import waiting
 from tests.queue.steps import leading_loop
-
-
-def waiting(queue: str, keys: list[str], per_key: int) -> None:
-    now = timezone.now()
-    retry = Retry().to_json()
-    Job.objects.bulk_create(
-        Job(id=f"job-{key or 'none'}-{n}", func="tests.queue.jobs.add", args=[1, 1],
-            queue=queue, concurrency_key=key, status=Status.WAITING, start_at=now,
-            created_at=now, retry=retry)
-        for key in keys
-        for n in range(per_key)
-    )  # fmt: skip
 
 
 def running_per_key() -> Counter[str]:

@@ -31,8 +31,9 @@ class RateLimitUse:
     without_key: bool
     keys: KeysNow
     queues: tuple[str, ...]
-    # A keyed limit (plan tiers): value and capacity are those without a key (0 when its
-    # function gives no config for None); each key has its own.
+    # A keyed limit (plan tiers): value and capacity are those without a key (0 when
+    # nothing drew on it without a key, or its function gives no config for None); each
+    # key has its own.
     keyed: bool = False
 
     @property
@@ -67,7 +68,11 @@ def rate_limit_uses(gated: dict[str, list[str]]) -> list[RateLimitUse]:
     uses = []
     for name, limit in sorted(configured.items()):
         stored = {row.shard: row for row in rows.get(name, [])}
-        config = configured_config(name) if isinstance(limit, KeyedConfig) else limit
+        config: RateLimitConfig | None = limit if not isinstance(limit, KeyedConfig) else None
+        if isinstance(limit, KeyedConfig) and stored:
+            # Asked for no key only when a consume without a key made rows: a plan function
+            # need not answer for None, and the live page renders every few seconds.
+            config = configured_config(name)
         queues = tuple(gated.get(name, ()))
         value = capacity = 0.0
         if config is not None:

@@ -114,8 +114,14 @@ def test_the_dashboard_counts_keys_out_of_tokens_under_their_own_plans() -> None
     (use,) = rate_limit_uses({})
     assert use.keyed and use.text == f"per key: {PLAN_LIMIT}"
     assert (use.keys.keys, use.keys.out_of_tokens) == (2, 1)
-    assert (use.value, use.capacity) == (2, 2)  # the key None: the free plan, untouched
+    # Nothing drew on it without a key: the function is not asked for None (a plan
+    # function need not answer it), on a page that renders every few seconds.
+    assert (use.value, use.capacity, use.without_key) == (0, 0, False)
+    assert None not in plans.CALLS
     assert keys_now("llm", ratequeue_settings().RATE_LIMITS["llm"], 10).out_of_tokens == 1
+    rate_limit("llm")  # the key None: the free plan's
+    (use,) = rate_limit_uses({})
+    assert (round(use.value, 2), use.capacity, use.without_key) == (1, 2, True)  # + a refill
 
 
 def test_describe_names_the_function_and_the_shards() -> None:

@@ -98,12 +98,12 @@ TALLY = DecisionTally()
 os.register_at_fork(after_in_child=TALLY.forget)
 
 
-def count_decision(name: str, decision: Decision) -> None:
-    """Count ``decision`` of the limit ``name``, once its transaction (if any) commits."""
+def count_decision(connection: BaseDatabaseWrapper, name: str, decision: Decision) -> None:
+    """Count ``decision`` of the limit ``name``, made on ``connection``, once its
+    transaction (if any) commits."""
     result = result_of(decision)
-    alias = rate_limit_db()
-    if connections[alias].in_atomic_block:
-        transaction.on_commit(partial(TALLY.add, name, result), using=alias)
+    if connection.in_atomic_block:
+        transaction.on_commit(partial(TALLY.add, name, result), using=connection.alias)
     else:
         TALLY.add(name, result)
 

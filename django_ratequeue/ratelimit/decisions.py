@@ -172,7 +172,7 @@ def _consume(
                 decision = _take(connection, request, 0)
             else:
                 decision = _take_from_shards(connection, request)
-    count_decision(name, decision)
+    count_decision(connection, name, decision)
     return _result(name, key, decision, throws)
 
 

@@ -112,8 +112,7 @@ class Dispatch:
 
         The key's own (a KeyLimit row, else the queue's key_limits function), else the
         queue's (``own`` is the job's own limit, for a queue not configured)."""
-        limit = self.keys.of(name, key).max_concurrency
-        return limits.limit_for(own) if limit is None else limit
+        return self.keys.copy_limit(name, key, limits, own)
 
     def wakes(self) -> list[datetime]:
         """Return when a resting loop must look again for the sake of dispatch."""

@@ -55,8 +55,9 @@ def check_wait(parent: Attempt, child: Job) -> None:
             Job.objects.filter(pk=ancestor).values_list("parent_id", flat=True).first() or ""
         )
     limits = QueueLimits.of(child.queue)
-    own = KeyLimits().of(child.queue, child.concurrency_key).max_concurrency
-    limit = limits.limit_for(child.max_concurrency) if own is None else own
+    limit = KeyLimits().copy_limit(
+        child.queue, child.concurrency_key, limits, child.max_concurrency
+    )
     if (limit == 0 or limits.max_concurrency == 0) and child.status in NOT_STARTED:
         where = "which is paused" if limits.max_concurrency == 0 else "whose key's limit is 0"
         raise RecursiveWaitDeadlock(

@@ -54,7 +54,8 @@ from .serializers import (
     shared,
     validated,
 )
-from .sse import JobWatch, Resume, astream, event_response, stream, take_stream_seat
+from .sse import JobWatch, Resume, astream, event_response, stream
+from .streamcaps import take_stream_seat
 from .throttles import ApiThrottle
 
 
@@ -287,9 +288,9 @@ class EventsView(ApiView):
         resume = Resume.parse(request.headers.get("Last-Event-ID"), request.GET.get("since"))
         if resume.ended and job.status in FINAL_STATUSES:
             return HttpResponse(status=status.HTTP_204_NO_CONTENT)
-        seat = take_stream_seat(job.owner)
+        hold = take_stream_seat(request, job.owner)
         watch = JobWatch(job.pk, resume.cursor)
-        return event_response(request, seat, stream(watch), astream(watch))
+        return event_response(request, hold, stream(watch), astream(watch))
 
 
 class RateLimitView(ApiView):

@@ -44,6 +44,9 @@ RATEQUEUE = {
         "bench.ratequeue_jobs",
     ]
     + (["tests.tasks_backend.tasks"] if django.VERSION >= (6, 0) else []),
+    # The test client's event streams hold no server thread: no share of threads caps
+    # them, except in the tests of that cap (tests/api/test_stream_caps.py).
+    "API_WSGI_THREADS": 10_000,
 }
 
 # The HTTP API's tests log in with sessions and with DRF's tokens.

@@ -247,7 +247,14 @@ class AsyncSeatHeld:
             async for frame in self.events:
                 yield frame
         finally:
-            await sync_to_async(self.hold.release)()
+            await sync_to_async(self.release)()
+
+    def release(self) -> None:
+        """Release the seats, closing the connection that took it (the request's thread's)."""
+        try:
+            self.hold.release()
+        finally:
+            release_connections()
 
     def close(self) -> None:
         """Release the seats if the stream never ran (the server closes the stream itself)."""

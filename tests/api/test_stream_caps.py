@@ -15,13 +15,13 @@ from typing import Any
 import pytest
 from django.conf import settings
 from django.contrib.auth.models import User
-from django.db import connection
 from django.test import override_settings
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from django_ratequeue.models import RequestSeat
 from tests.api.conftest import API, enqueue
+from tests.queue.test_reliability import postgres_client_ports
 from tests.servers import Server, launch
 
 GREET = {"function": "tests.api.jobs.greet", "args": ["Ada"]}
@@ -106,19 +106,9 @@ def test_waiting_streams_hold_no_connection_under_asgi(server: Callable[..., Ser
     conn, response = call(web, "GET", f"{API}jobs/{job_id}/", key)
     assert response.status == 200
     conn.close()
-    assert server_connections() <= 4  # the watcher's two, and a request's at most
+    assert len(postgres_client_ports(web.process.pid)) <= 4  # the watcher's two, a request's
     for conn, _ in streams:
         conn.close()
-
-
-def server_connections() -> int:
-    """Return the sessions other than this test's own that are open on the test database."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-            "AND pid <> pg_backend_pid()"
-        )
-        return int(cursor.fetchone()[0])
 
 
 def stream(client: APIClient, job_id: str) -> Any:
@@ -130,6 +120,7 @@ def test_a_closed_or_dropped_stream_gives_its_thread_back(
 ) -> None:
     job_id = enqueue(api, "tests.api.jobs.greet", args=["Ada"]).json()["id"]
     bob_job = enqueue(other, "tests.api.jobs.greet", args=["Bob"]).json()["id"]
+    gc.collect()  # the streams other tests left unclosed count no more
     with override_settings(RATEQUEUE={**settings.RATEQUEUE, "API_WSGI_THREADS": 2}):
         first = stream(api, job_id)
         assert first.status_code == 200

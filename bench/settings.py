@@ -43,7 +43,7 @@ CACHES = {
 # page: it keeps the admin (``BENCH_ADMIN=1``).
 if os.environ.get("BENCH_ADMIN") != "1":
     INSTALLED_APPS = [app for app in INSTALLED_APPS if app != "django.contrib.admin"]
-INSTALLED_APPS += ["rest_framework.authtoken", "bench"]
+INSTALLED_APPS += ["bench"]  # rest_framework.authtoken: the example project has it
 ROOT_URLCONF = "bench.urls"
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["rest_framework.authentication.TokenAuthentication"]

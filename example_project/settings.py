@@ -78,6 +78,12 @@ TEMPLATES = [
 ]
 
 
+# Each process's connections when DJANGO_DB_POOL=1 (example_project/asgi.py sets it): a
+# request waits up to `timeout` seconds for one of `max_size`, never past PostgreSQL's
+# max_connections (size them together: docs/operations.md).
+POOL = {"min_size": 2, "max_size": int(os.environ.get("DJANGO_DB_POOL_SIZE", "16")), "timeout": 10}
+
+
 def database_from_url(url: str) -> dict:
     """Translate ``postgres://user:pass@host:port/name`` or ``sqlite:///path`` to Django's form."""
     parsed = urlparse(url)
@@ -93,10 +99,12 @@ def database_from_url(url: str) -> dict:
         "PASSWORD": unquote(parsed.password or ""),
         "HOST": parsed.hostname or "",
         "PORT": str(parsed.port or ""),
-        # A connection per request, closed as it ends: never more connections than
-        # requests at once, under WSGI and ASGI alike (where persistent ones leak: one per
-        # request's thread). docs/operations.md, "Database connections".
+        # A connection per request, closed as it ends (persistent ones leak under ASGI:
+        # one per request's thread). Under WSGI the threads bound them; under ASGI, where
+        # requests at once are not bounded, asgi.py turns on psycopg's pool (POOL below),
+        # which is. docs/operations.md, "Database connections".
         "CONN_MAX_AGE": 0,
+        **({"OPTIONS": {"pool": POOL}} if os.environ.get("DJANGO_DB_POOL") == "1" else {}),
         "TEST": {"NAME": f"test_{name}"},
     }
 

@@ -235,6 +235,11 @@ def check_asgi_connections(
     connection stays open with the thread it was made on: they pile up until the server
     refuses more. Told when the project has an ASGI entry point (``ASGI_APPLICATION``,
     or an ``asgi`` module beside ``WSGI_APPLICATION``'s)."""
+    return asgi_connection_warnings(settings.DATABASES)
+
+
+def asgi_connection_warnings(databases: dict[str, Any]) -> list[CheckMessage]:
+    """Return W320 for each of ``databases`` that keeps connections open, under ASGI."""
     if not serves_asgi():
         return []
     return [
@@ -247,7 +252,7 @@ def check_asgi_connections(
             '"Database connections" in docs/operations.md.',
             id=ids.ASGI_PERSISTENT_CONNECTIONS,
         )
-        for alias, database in settings.DATABASES.items()
+        for alias, database in databases.items()
         if database.get("CONN_MAX_AGE", 0) != 0 and not (database.get("OPTIONS") or {}).get("pool")
     ]
 

@@ -138,8 +138,8 @@ def test_persistent_connections_under_asgi_are_a_warning(
 ) -> None:
     """Told from an ASGI entry point: ASGI_APPLICATION, or an asgi module beside the WSGI
     application's (example_project has one, tests has none)."""
-    with override_settings(DATABASES={"default": database}, **{"ASGI_APPLICATION": None, **entry}):
-        found = checks.check_asgi_connections()
+    with override_settings(**{"ASGI_APPLICATION": None, **entry}):
+        found = checks.asgi_connection_warnings({"default": database})
     assert [problem.id for problem in found] == ["django_ratequeue.W320"] * warned
     if found:
         assert "too many clients" in found[0].msg

@@ -142,7 +142,10 @@ class _Request:
     def of(
         cls, name: str, limit: RateLimitConfig, key: str | None, count: float, reserve: bool
     ) -> _Request:
-        check_count(limit, count, reserve=reserve)
+        try:
+            check_count(limit, count, reserve=reserve)
+        except ValueError as error:  # named: a request may draw on several limits
+            raise ValueError(f"Rate limit {name!r}: {error}") from None
         return cls(name, _row_key(key), limit, count, reserve)
 
     @property

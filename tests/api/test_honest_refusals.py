@@ -96,3 +96,15 @@ def test_a_job_whose_cost_its_queue_can_never_hold_is_a_400(api: APIClient) -> N
     assert refused.status_code == 400
     assert "capacity 10 plus max_reserved 5" in refused.json()["non_field_errors"][0]
     assert not Job.objects.exists()
+
+
+def test_one_call_its_limit_can_never_hold_is_a_400_naming_it(api: APIClient, ada: User) -> None:
+    big = {"asker_budget": {**BUDGET["asker_budget"], "capacity": 30}}
+    limits = {**settings.RATEQUEUE["RATE_LIMITS"], **big}
+    with override_settings(RATEQUEUE={**settings.RATEQUEUE, "RATE_LIMITS": limits}):
+        refused = enqueue(api, CHARGED, args=["hi"])  # 40 tokens of a budget of 30
+
+    assert refused.status_code == 400
+    (message,) = refused.json()["non_field_errors"]
+    assert "'asker_budget'" in message and "capacity 30" in message
+    assert not Job.objects.exists()

@@ -204,6 +204,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     if "API_WSGI_THREADS" in DEFAULTS:  # not in the versions before it (a "before" run)
         overrides["API_WSGI_THREADS"] = args.threads
     os.environ["BENCH_RATEQUEUE"] = json.dumps(overrides)
+    os.environ["BENCH_EXAMPLE_CONNECTIONS"] = "1"  # the example's connection settings
     import django
 
     django.setup()

@@ -33,6 +33,14 @@ DATABASES = {
     )
 }
 
+# The benchmarks measure with persistent connections, as they always did (the example
+# closes them after each request, for its ASGI server's sake); bench.load runs the
+# example's own (BENCH_EXAMPLE_CONNECTIONS=1), and a pool (the example's ASGI server,
+# BENCH_DB_POOL) takes none.
+POOLED = "pool" in DATABASES["default"].get("OPTIONS", {})
+if os.environ.get("BENCH_EXAMPLE_CONNECTIONS") != "1" and not POOLED:
+    DATABASES["default"]["CONN_MAX_AGE"] = None
+
 REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/5")
 CACHES = {
     "default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}

@@ -47,7 +47,8 @@ RATEQUEUE = {
 }
 
 # The HTTP API's tests log in with sessions and with DRF's tokens.
-INSTALLED_APPS = [*INSTALLED_APPS, "rest_framework.authtoken"]
+# tests.tasks_app: an app whose jobs are in its tasks.py (found at start-up like jobs.py).
+INSTALLED_APPS = [*INSTALLED_APPS, "rest_framework.authtoken", "tests.tasks_app"]
 REST_FRAMEWORK = {
     **REST_FRAMEWORK,
     "DEFAULT_AUTHENTICATION_CLASSES": [

@@ -30,7 +30,7 @@ from tests.queue.side_effect import LOG
 SIDE_EFFECT = "tests.queue.side_effect"
 FIX = (
     r"decorate it with @job and make sure its module is imported at start-up "
-    r"\(an installed app's jobs\.py or RATEQUEUE\['JOB_MODULES'\]\)"
+    r"\(an installed app's jobs\.py or tasks\.py, or RATEQUEUE\['JOB_MODULES'\]\)"
 )
 
 

@@ -15,6 +15,7 @@ import time
 from typing import Any
 
 import pytest
+from django.test import Client
 
 from django_ratequeue import Status, UnknownJob
 from django_ratequeue.conf import ratequeue_settings
@@ -33,6 +34,7 @@ from .steps import Clock, freeze, leading_loop
 
 NEW = "tests.queue.deploy_jobs.new_job"
 NOTE = f"no running worker knows `{NEW}`"
+JOBS = "/admin/django_ratequeue/job/"
 
 
 @pytest.fixture
@@ -64,7 +66,7 @@ def attempts_of(job_id: str) -> list[tuple[Any, ...]]:
 
 @pytest.mark.django_db(transaction=True)
 def test_a_job_no_worker_knows_is_no_try_and_starts_once_a_worker_knows_it(
-    monkeypatch: pytest.MonkeyPatch, frozen: Clock
+    monkeypatch: pytest.MonkeyPatch, frozen: Clock, admin_client: Client
 ) -> None:
     handle = deploy_jobs.new_job.enqueue(21)  # by a web process of the newer deploy
     know_new_job(monkeypatch, known=False)  # ...while the workers run the older one
@@ -91,9 +93,14 @@ def test_a_job_no_worker_knows_is_no_try_and_starts_once_a_worker_knows_it(
     eta = handle.eta()
     assert (eta.basis, eta.note) == ("no_worker", NOTE)
     assert unknown_functions(frozen.now()) == [(NEW, 1)]
+    assert NOTE in admin_client.get(f"{JOBS}{handle.id}/change/").content.decode()
+    assert NOTE in admin_client.get(f"{JOBS}{handle.id}/live/").json()["fields"]["waiting_for"]
+    dashboard = admin_client.get(f"{JOBS}dashboard/").content.decode()
+    assert f"no running worker knows <code>{NEW}</code>" in dashboard
 
     know_new_job(monkeypatch, known=True)  # a worker of the newer deploy comes
     assert Runner(beat(force=True)).drain() == 1
+    assert NOTE not in admin_client.get(f"{JOBS}{handle.id}/change/").content.decode()
     settle(frozen)
     assert handle.result(timeout=5) == 42
     [(_, started, _, outcome)] = attempts_of(handle.id)

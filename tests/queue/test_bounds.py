@@ -357,7 +357,7 @@ def test_a_cost_raised_behind_our_back_beyond_its_rate_limit(
 
 
 def test_poison_rows_do_not_stop_a_real_cluster(cluster: Any, tmp_path: Path) -> None:
-    cluster(workers=2)
+    cluster(workers=2, UNKNOWN_JOB_PATIENCE=1.0)  # the function "gone" names: no worker knows it
     far = enqueue(jobs.add, args=[1, 2], run_after=3600)
     broken = enqueue(jobs.fail, retries=3)
     gone = enqueue(jobs.add, args=[1, 2], retries=0)

@@ -97,6 +97,8 @@ def test_a_job_no_worker_knows_is_no_try_and_starts_once_a_worker_knows_it(
     assert NOTE in admin_client.get(f"{JOBS}{handle.id}/live/").json()["fields"]["waiting_for"]
     dashboard = admin_client.get(f"{JOBS}dashboard/").content.decode()
     assert f"no running worker knows <code>{NEW}</code>" in dashboard
+    with pytest.raises(TimeoutError, match=f"{NOTE}. It starts as soon as a worker"):
+        handle.result(timeout=0)
 
     know_new_job(monkeypatch, known=True)  # a worker of the newer deploy comes
     assert Runner(beat(force=True)).drain() == 1

@@ -65,7 +65,7 @@ def unclaimed_local() -> QuerySet[Attempt]:
 def job_note(job_id: str, func: str, now: datetime) -> str:
     """Return why the job ``job_id`` of ``func`` waits for a worker that knows it, or ""."""
     unclaimed = unclaimed_local().filter(job_id=job_id).exists()
-    return Knowing(now).note(func, unclaimed) if unclaimed else ""
+    return Knowing(now).note(func, unclaimed)
 
 
 def unknown_functions(now: datetime) -> list[tuple[str, int]]:

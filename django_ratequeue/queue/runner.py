@@ -231,16 +231,12 @@ class Runner:
         self.waiter.close()
 
     def claim(self, limit: int = 1) -> list[Attempt]:
-        """Take up to ``limit`` dispatched attempts of the jobs this process knows.
+        """Take up to ``limit`` dispatched attempts of the jobs registered in this process.
 
-        Through :func:`.protocol.claim_local`; ``functions`` (the registered jobs) is what
-        this process's heartbeat says it knows."""
-        functions = self.functions()
+        Through :func:`.protocol.claim_local`: what its heartbeat says it knows (none
+        registered: nothing to claim)."""
+        functions = known_paths()
         return claim_local(self.claimant, limit, functions) if functions else []
-
-    def functions(self) -> tuple[str, ...]:
-        """Return the functions this runner claims jobs of: those registered here."""
-        return known_paths()
 
     def report(self, ended: list[Ended]) -> None:
         """Report the outcomes of attempts that ran (:func:`.protocol.report`)."""

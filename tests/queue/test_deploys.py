@@ -172,6 +172,7 @@ def test_a_newer_deploys_job_waits_for_the_newer_cluster_and_runs_once(
         assert handle.status() == Status.RUNNING
         time.sleep(0.2)
     assert handle.eta().note == NOTE
+    assert "Handing back" not in older.output()  # never offered to it: no claim, no hand-back
 
     cluster(workers=1, WORKER_DEAD_AFTER=2.0, JOB_MODULES=[*modules, "tests.queue.deploy_jobs"])
     assert handle.result(timeout=60) == 42

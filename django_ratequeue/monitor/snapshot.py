@@ -358,5 +358,5 @@ def snapshot(window: Window = DEFAULT_WINDOW) -> Snapshot:
         max_concurrency=in_force.environment,
         in_use=active.environment,
         charted=charted,
-        unknown_functions=unknown_functions(now),
+        unknown_functions=unknown_functions(now, {w.id: w.functions for w in overview.workers}),
     )

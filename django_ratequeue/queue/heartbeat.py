@@ -79,10 +79,16 @@ def live_functions(now: datetime) -> dict[str, frozenset[str]]:
     dead_after = timedelta(seconds=ratequeue_settings().WORKER_DEAD_AFTER)
     rows = WorkerHeartbeat.objects.filter(seen_at__gte=now - dead_after)
     return {
-        identity: frozenset(f for f in functions if isinstance(f, str))
+        identity: declared(functions)
         for identity, functions in rows.values_list("id", "functions")
-        if isinstance(functions, list)
     }
+
+
+def declared(functions: object) -> frozenset[str]:
+    """Return the functions a heartbeat row's ``functions`` says its process knows."""
+    if not isinstance(functions, list):
+        return frozenset()
+    return frozenset(f for f in functions if isinstance(f, str))
 
 
 def take_over_gone_here() -> int:

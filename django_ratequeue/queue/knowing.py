@@ -32,9 +32,10 @@ def no_worker_note(func: str) -> str:
 class Knowing:
     """Tell which live workers know a function, reading their heartbeats once, when asked."""
 
-    def __init__(self, now: datetime) -> None:
+    def __init__(self, now: datetime, live: dict[str, frozenset[str]] | None = None) -> None:
         self.now = now
-        self._live: dict[str, frozenset[str]] | None = None
+        # The functions of each live worker, by id: given (already read), or read once.
+        self._live = live
 
     @property
     def live(self) -> dict[str, frozenset[str]]:
@@ -68,12 +69,16 @@ def job_note(job_id: str, func: str, now: datetime) -> str:
     return Knowing(now).note(func, unclaimed)
 
 
-def unknown_functions(now: datetime) -> list[tuple[str, int]]:
+def unknown_functions(
+    now: datetime, live: dict[str, frozenset[str]] | None = None
+) -> list[tuple[str, int]]:
     """Return the functions whose jobs wait because no live worker knows them, with how
-    many wait, the most first (at most FUNCTIONS_SHOWN)."""
+    many wait, the most first (at most FUNCTIONS_SHOWN).
+
+    ``live``: the functions of each live worker, if the caller read them already."""
     waiting = Counter(unclaimed_local().values_list("job__func", flat=True)[:10_000])
     if not waiting:
         return []
-    knowing = Knowing(now)
+    knowing = Knowing(now, live)
     unknown = [(func, n) for func, n in waiting.items() if not knowing.known(func)]
     return sorted(unknown, key=lambda item: (-item[1], item[0]))[:FUNCTIONS_SHOWN]

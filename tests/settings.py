@@ -53,6 +53,8 @@ RATEQUEUE = {
 # The HTTP API's tests log in with sessions and with DRF's tokens, as the example does.
 assert "rest_framework.authtoken" in INSTALLED_APPS
 assert "TokenAuthentication" in str(REST_FRAMEWORK["DEFAULT_AUTHENTICATION_CLASSES"])
+# tests.tasks_app: an app whose jobs are in its tasks.py (found at start-up like jobs.py).
+INSTALLED_APPS = [*INSTALLED_APPS, "tests.tasks_app"]
 
 # django.tasks (Django 6.0+) runs on ratequeue, in the tests and in their qcluster workers;
 # a failing task gets one quick retry.

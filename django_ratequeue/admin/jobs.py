@@ -25,10 +25,12 @@ from django.utils.html import conditional_escape, format_html
 from django.utils.safestring import SafeString
 from django.views.decorators.http import require_POST
 
+from .. import clock
 from ..monitor.counts import COLUMNS
 from ..monitor.overview import queue_overview
 from ..queue.failed import RETRYABLE_STATUSES, retry
 from ..queue.handles import Handle
+from ..queue.knowing import job_note
 from ..queue.models import FINAL_STATUSES, Job, OutputChunk, Status
 from ..queue.retry import Retry
 from . import dashboard, failed, related, timeline
@@ -48,6 +50,7 @@ OUTPUT_SHOWN = 10_000
 # The fields of a job's page that its live view sends again while the job runs.
 LIVE_FIELDS = (
     "status",
+    "waiting_for",
     "attempts",
     "start_at",
     "finished_at",
@@ -83,7 +86,20 @@ class JobAdmin(JobListColumns, PermittedActionsMixin, admin.ModelAdmin):
         css = {"all": ["ratequeue/lists.css"]}
 
     fieldsets = [
-        (None, {"fields": ["id", "func", "status", "queue", "concurrency_key", "owner"]}),
+        (
+            None,
+            {
+                "fields": [
+                    "id",
+                    "func",
+                    "status",
+                    "waiting_for",
+                    "queue",
+                    "concurrency_key",
+                    "owner",
+                ]
+            },
+        ),
         (
             "Outcome",
             {"fields": ["result_value", "error", "exception_class_path", "formatted_traceback"]},
@@ -97,6 +113,7 @@ class JobAdmin(JobListColumns, PermittedActionsMixin, admin.ModelAdmin):
         ("Completion callback", {"fields": ["on_complete", "callback_context"]}),
     ]
     readonly_fields = [
+        "waiting_for",
         "call_args",
         "call_kwargs",
         "retry_policy",
@@ -108,6 +125,13 @@ class JobAdmin(JobListColumns, PermittedActionsMixin, admin.ModelAdmin):
         "output_tail",
         "related_jobs",
     ]
+
+    @admin.display(description="waiting for")
+    def waiting_for(self, job: Job) -> str:
+        """Say what a dispatched job waits for: a worker that knows its function, or ""."""
+        if job.status != Status.RUNNING:
+            return ""
+        return job_note(job.pk, job.func, clock.now())
 
     @admin.display(description="args")
     def call_args(self, job: Job) -> SafeString:

@@ -253,6 +253,7 @@ class EtaSerializer(serializers.Serializer[Eta]):
     earliest_start = serializers.DateTimeField(read_only=True, allow_null=True)
     estimated_start = serializers.DateTimeField(read_only=True, allow_null=True)
     basis = serializers.ChoiceField(get_args(Basis), read_only=True)
+    note = serializers.CharField(read_only=True)
 
 
 def eta_data(eta: Eta) -> dict[str, Any]:

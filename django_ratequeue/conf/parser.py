@@ -62,6 +62,7 @@ DURATIONS = (
     "STOP_GRACE",
     "REMOTE_LEASE",
     "PROGRESS_INTERVAL",
+    "UNKNOWN_JOB_PATIENCE",
 )
 # Settings that no longer exist, and why: their presence is an error that says so.
 REMOVED = {
@@ -382,6 +383,7 @@ class _Parser:
             POLL_INTERVAL=durations["POLL_INTERVAL"],
             STOP_GRACE=durations["STOP_GRACE"],
             REMOTE_LEASE=durations["REMOTE_LEASE"],
+            UNKNOWN_JOB_PATIENCE=durations["UNKNOWN_JOB_PATIENCE"],
             MAX_CONCURRENCY=numbers["MAX_CONCURRENCY"],
             SLOTS=self.slots(),
             MAX_QUEUE_CONCURRENCY=numbers["MAX_QUEUE_CONCURRENCY"],

@@ -35,6 +35,7 @@ DEFAULTS: dict[str, Any] = {
     "POLL_INTERVAL": 0.05,
     "STOP_GRACE": 3.0,
     "REMOTE_LEASE": 30.0,
+    "UNKNOWN_JOB_PATIENCE": 3600.0,
     "MAX_ARGUMENTS_BYTES": 1024 * 1024,
     "MAX_RESULT_BYTES": 1024 * 1024,
     "MAX_ERROR_BYTES": 64 * 1024,
@@ -157,6 +158,9 @@ class RateQueueSettings:
     # A remote worker's claim holds its attempt this long; each heartbeat extends it by as
     # much. An attempt whose lease lapses is lost, and retried by its policy.
     REMOTE_LEASE: float
+    # How long a job whose function no live worker knows (a newer deploy enqueued it)
+    # waits for one that does before it fails with UnknownJob, in seconds from dispatch.
+    UNKNOWN_JOB_PATIENCE: float
     # Caps on what a job's row holds, in bytes: the JSON of its arguments and context
     # together (bigger: ValueError at enqueue), of its result (bigger: the attempt fails),
     # and the text of an error message or a traceback (each cut to this size).

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
 
 from .. import clock
 from ..conf import ratequeue_settings
 from ..queue.keyshares import default_weight, key_settings
+from ..queue.knowing import unknown_functions
 from ..queue.limits import QueueLimits, Queues
 from ..queue.models import Attempt, Status, Wait
 from ..queue.rollups import uncounted_arrivals
@@ -121,6 +122,8 @@ class Snapshot:
     in_use: int
     # The queues charted one by one (at most CHARTED_QUEUES).
     charted: list[str]
+    # The functions whose jobs wait because no running worker knows them, with how many.
+    unknown_functions: list[tuple[str, int]] = field(default_factory=list)
 
     @property
     def environment_saturated(self) -> bool:
@@ -355,4 +358,5 @@ def snapshot(window: Window = DEFAULT_WINDOW) -> Snapshot:
         max_concurrency=in_force.environment,
         in_use=active.environment,
         charted=charted,
+        unknown_functions=unknown_functions(now, {w.id: w.functions for w in overview.workers}),
     )

@@ -8,6 +8,7 @@ from datetime import datetime, timedelta
 
 from .. import clock
 from ..conf import ratequeue_settings
+from ..queue.heartbeat import declared
 from ..queue.models import WorkerHeartbeat, WorkerKey
 from ..queue.workerkeys import running_per_instance
 
@@ -27,6 +28,8 @@ class Worker:
     serving: bool  # a runner serves the queue in it now
     leads: bool  # its agent leads the loop
     running: int | None = None
+    # The job functions registered in it (its heartbeat says so).
+    functions: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -66,6 +69,7 @@ def live_workers(leader: str, running: Counter[str] | None = None) -> list[Worke
             serving=beat.serving,
             leads=beat.id == leader,
             running=None if running is None else running[beat.id],
+            functions=declared(beat.functions),
         )
         for beat in beats.order_by("host", "pid")
     ]

@@ -22,6 +22,7 @@ from ..ratelimit.algebra import window_start
 from ..ratelimit.config import FixedWindow, KeyedConfig, RateLimitConfig
 from ..ratelimit.decisions import get_rate_limit_config, shard_states
 from .keyshares import KeyLimits
+from .knowing import Knowing
 from .limits import QueueLimits, Queues
 from .models import (
     DEFERRED_STATUSES,
@@ -44,6 +45,7 @@ Basis = Literal[
     "throughput",  # its place, its queue's slots and recent run time
     "paused",  # its queue is paused: no estimate
     "unknown",  # no run time measured yet and no free slot: no estimate
+    "no_worker",  # dispatched, but no running worker knows its function: no estimate
     "running",
     "finished",
 ]
@@ -54,6 +56,7 @@ RUN_TIME_WINDOW = timedelta(minutes=15)
 # What a job's estimate reads of the job.
 ETA_FIELDS = (
     "status",
+    "func",
     "queue",
     "concurrency_key",
     "priority",
@@ -74,13 +77,15 @@ class Eta:
     it is at least that). ``earliest_start``: the earliest the limits allow (its
     ``start_at``, its rate limit's tokens, now), however long the jobs ahead run.
     ``estimated_start``: when it will likely start, estimated by ``basis``. A running or
-    finished job has position 0 and neither time."""
+    finished job has position 0 and neither time. ``note``: what holds it up, in words
+    ("no running worker knows `app.jobs.new_job`"), or ""."""
 
     position: int
     earliest_start: datetime | None
     estimated_start: datetime | None
     basis: Basis
     position_capped: bool = False
+    note: str = ""
 
     def as_json(self) -> dict[str, Any]:
         """Return the estimate as JSON values (times in ISO 8601)."""
@@ -126,13 +131,14 @@ class Estimator:
         self._run_times: dict[str, float | None] = {}
         self._handoffs: dict[str, timedelta] = {}
         self._token_times: dict[tuple[str, str | None, int], datetime | None] = {}
+        self.knowing = Knowing(now)
 
     def eta(self, job: Job) -> Eta:
         """Return ``job``'s estimate."""
         if job.status in FINAL_STATUSES:
             return Eta(0, None, None, "finished")
         if job.status == Status.RUNNING:
-            return Eta(0, None, None, "running")
+            return self.dispatched_eta(job)
         ahead = jobs_ahead(job)
         position = min(ahead.jobs, POSITION_LIMIT)
         limits = self.queues.limits(job.queue)
@@ -157,11 +163,23 @@ class Estimator:
             return Eta(position, earliest, by_slots, "throughput", ahead.capped)
         return Eta(position, earliest, earliest, basis, ahead.capped)  # type: ignore[arg-type]
 
+    def dispatched_eta(self, job: Job) -> Eta:
+        """Return the estimate of a RUNNING job: ``no_worker`` while its attempt waits for
+        a worker that knows its function (:mod:`.knowing`), else ``running``."""
+        unclaimed = any(
+            a.job_id == job.pk and not a.worker and not a.remote for a in self.running()
+        )
+        note = self.knowing.note(job.func, unclaimed)
+        return (
+            Eta(0, None, None, "no_worker", note=note) if note else Eta(0, None, None, "running")
+        )
+
     def running(self) -> list[Attempt]:
         """Return the active attempts (read once: as many as hold slots)."""
         if self._running is None:
-            fields = ("queue", "concurrency_key", "dispatched_at", "started_at")
-            attempts = Attempt.objects.filter(active=True).only(*fields, "wait", "wait_queue")
+            fields = ("queue", "concurrency_key", "dispatched_at", "started_at", "job", "worker")
+            active = Attempt.objects.filter(active=True)
+            attempts = active.only(*fields, "remote", "wait", "wait_queue")
             self._running = list(attempts)
         return self._running
 

@@ -15,10 +15,12 @@ from typing import Any, Generic, TypeVar
 from asgiref.sync import sync_to_async
 from django.db import models
 
+from .. import clock
 from ..conf import ratequeue_settings
 from ..exceptions import JobCanceled, JobDoesNotExist, JobFailed, RecursiveWaitDeadlock
 from .eta import ETA_FIELDS, Eta, job_eta
 from .heartbeat import any_alive
+from .knowing import job_note
 from .models import FINAL_STATUSES, Attempt, CancelRequest, Job, OutputChunk, Status
 from .reconnects import JOB_PATIENCE, in_job, through_reconnects
 from .subtasks import (
@@ -304,6 +306,11 @@ def not_finished(job: Job, timeout: float | None) -> str:
             ": no worker is alive (no django-q2 worker process has reported within "
             f"WORKER_DEAD_AFTER, {ratequeue_settings().WORKER_DEAD_AFTER:g} s). Start the "
             "cluster: python manage.py qcluster"
+        )
+    elif job.status == Status.RUNNING and (note := job_note(job.id, job.func, clock.now())):
+        message += (
+            f": {note}. It starts as soon as a worker that knows it runs (deploy the code "
+            "that registers it to the workers), and fails after UNKNOWN_JOB_PATIENCE"
         )
     return message + "."
 

@@ -2,7 +2,8 @@
 
 Its agent refreshes the row (:mod:`.agent`). The loop takes an attempt whose worker's
 heartbeat is older than ``WORKER_DEAD_AFTER`` for lost, and counts the live workers
-serving the queue."""
+serving the queue. The row also says which job functions the process knows: a job that
+no live worker knows waits for one that does (:func:`live_functions`)."""
 
 from __future__ import annotations
 
@@ -11,15 +12,18 @@ import socket
 import threading
 import time
 import uuid
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 from .. import clock
 from ..conf import ratequeue_settings
 from .models import WorkerHeartbeat
+from .registry import known_paths
 
 _identity: tuple[int, str] | None = None
 _last_beat = 0.0
+# The functions this process's row says it knows, as last written.
+_declared: tuple[str, ...] | None = None
 _beat_lock = threading.Lock()
 _identity_lock = threading.Lock()
 
@@ -45,24 +49,46 @@ def worker_id() -> str:
 
 
 def beat(force: bool = False) -> str:
-    """Record that this process is alive, unless it did so less than HEARTBEAT_INTERVAL ago."""
-    global _last_beat
+    """Record that this process is alive, unless it did so less than HEARTBEAT_INTERVAL ago.
+
+    A forced beat, and the first after a registration, also says which functions the
+    process knows."""
+    global _last_beat, _declared
     identity = worker_id()
     with _beat_lock:
         if not force and time.monotonic() - _last_beat < ratequeue_settings().HEARTBEAT_INTERVAL:
             return identity
         _last_beat = time.monotonic()
     now = clock.now()
-    if not WorkerHeartbeat.objects.filter(pk=identity).update(seen_at=now):
-        WorkerHeartbeat.objects.bulk_create(
-            [
-                WorkerHeartbeat(
-                    id=identity, pid=os.getpid(), host=socket.gethostname(), seen_at=now
-                )
-            ],
-            ignore_conflicts=True,
-        )
+    known = known_paths()
+    fields: dict[str, object] = {"seen_at": now}
+    if force or known is not _declared:
+        fields["functions"] = list(known)
+    if not WorkerHeartbeat.objects.filter(pk=identity).update(**fields):
+        row = WorkerHeartbeat(id=identity, pid=os.getpid(), host=socket.gethostname(), seen_at=now)
+        row.functions = list(known)
+        WorkerHeartbeat.objects.bulk_create([row], ignore_conflicts=True)
+    _declared = known
     return identity
+
+
+def live_functions(now: datetime) -> dict[str, frozenset[str]]:
+    """Return the job functions each live worker process knows, by its worker id.
+
+    Live is within ``WORKER_DEAD_AFTER``, the loop's own test for a dead worker."""
+    dead_after = timedelta(seconds=ratequeue_settings().WORKER_DEAD_AFTER)
+    rows = WorkerHeartbeat.objects.filter(seen_at__gte=now - dead_after)
+    return {
+        identity: declared(functions)
+        for identity, functions in rows.values_list("id", "functions")
+    }
+
+
+def declared(functions: object) -> frozenset[str]:
+    """Return the functions a heartbeat row's ``functions`` says its process knows."""
+    if not isinstance(functions, list):
+        return frozenset()
+    return frozenset(f for f in functions if isinstance(f, str))
 
 
 def take_over_gone_here() -> int:

@@ -16,18 +16,15 @@ from functools import cached_property
 from importlib import import_module
 from typing import Any, TypeVar, cast
 
-import django
 from django.apps import apps
-from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import autodiscover_modules
 
 from ..conf import ratequeue_settings
 from ..exceptions import UnknownJob
 
-# The django.tasks backend: the app finds the tasks modules when a TASKS entry uses it.
+# The django.tasks backend, as a TASKS entry names it.
 BACKEND_PATH = "django_ratequeue.backends.RateQueueBackend"
-HAS_DJANGO_TASKS = django.VERSION >= (6, 0)
 
 
 @dataclass(frozen=True)
@@ -155,10 +152,12 @@ J = TypeVar("J", bound=Registered)
 # dotted path -> the registered job, or (for tasks) the django.tasks Task
 _jobs: dict[str, Registered] = {}
 _tasks: dict[str, Any] = {}
+# The paths of the registered jobs, sorted, kept until a registration changes them.
+_known: tuple[str, ...] | None = None
 
 FIX = (
     "decorate it with @job and make sure its module is imported at start-up "
-    "(an installed app's jobs.py or RATEQUEUE['JOB_MODULES'])"
+    "(an installed app's jobs.py or tasks.py, or RATEQUEUE['JOB_MODULES'])"
 )
 TASK_FIX = (
     "define it with @task for a ratequeue backend, in an installed app's tasks.py or a "
@@ -193,11 +192,33 @@ def register_job(job: J) -> J:
     A path names one job: decorating the same function again keeps the first
     registration (and its options); another function at that path (a reloaded module)
     replaces it."""
+    global _known
     known = _jobs.get(job.path)
     if known is not None and known.func is job.func:
         return cast("J", known)  # the same function, so the same type
     _jobs[job.path] = job
+    _known = None
     return job
+
+
+def known_paths() -> tuple[str, ...]:
+    """Return the dotted paths of the jobs registered in this process, sorted.
+
+    What its runner claims, and what its heartbeat says it knows (:mod:`.heartbeat`).
+    The same tuple until a registration changes it."""
+    global _known
+    known = _known
+    if known is None:
+        known = _known = tuple(sorted(_jobs))
+    return known
+
+
+def unknown_job_error(path: str, patience: float) -> str:
+    """Return why a job whose function no running worker knew for ``patience`` seconds fails."""
+    return (
+        f"Unknown job function {_shown(path)}: no running worker knew it for {patience:g} "
+        f"seconds (RATEQUEUE['UNKNOWN_JOB_PATIENCE']); only registered jobs run; {FIX}."
+    )
 
 
 def registered_job(func: Callable[..., Any] | str, what: str = "job function") -> Registered:
@@ -281,13 +302,10 @@ def _shown(name: Any) -> str:
 def autodiscover() -> None:
     """Import the modules that register jobs, in every process (the app's ``ready()``).
 
-    As the admin finds ``admin.py``: each installed app's ``jobs`` module, its ``tasks``
-    module when a TASKS backend is ours, and the modules ``RATEQUEUE["JOB_MODULES"]``
-    names."""
-    autodiscover_modules("jobs")
-    tasks: dict[str, dict[str, Any]] = getattr(settings, "TASKS", {})
-    if HAS_DJANGO_TASKS and any(p.get("BACKEND") == BACKEND_PATH for p in tasks.values()):
-        autodiscover_modules("tasks")
+    As the admin finds ``admin.py``: each installed app's ``jobs`` and ``tasks`` modules
+    (where Celery and django.tasks users put theirs), and the modules
+    ``RATEQUEUE["JOB_MODULES"]`` names."""
+    autodiscover_modules("jobs", "tasks")
     try:
         modules = ratequeue_settings().JOB_MODULES
     except ImproperlyConfigured:

@@ -17,7 +17,7 @@ from datetime import datetime, timedelta
 
 from .. import clock
 from ..conf import ratequeue_settings
-from ..exceptions import AttemptTimedOut, describe
+from ..exceptions import AttemptTimedOut, UnknownJob, describe
 from ..slots import Finished, Slots
 from .execution import finish, prepare, run_attempt, settle
 from .models import Attempt, Job
@@ -30,6 +30,7 @@ from .protocol import (
     report,
     through_reconnects,
 )
+from .registry import known_paths
 from .wakeup import WORK, Waiter
 
 logger = logging.getLogger(__name__)
@@ -124,10 +125,15 @@ class Runner:
     def start(self, attempt: Attempt) -> None:
         """Start a claimed attempt in a free slot.
 
-        One whose call cannot be made (an unknown function, malformed arguments) ends at
-        once."""
+        One whose function this process does not know is handed back, no try: it waits for
+        a worker that knows it. One whose call cannot be made otherwise (malformed
+        arguments) ends at once."""
         try:
             call = prepare(attempt)
+        except UnknownJob:
+            logger.warning("Handing back attempt %s: its function is not known here", attempt.pk)
+            through_reconnects(lambda: release(self.claimant, [attempt.pk]))
+            return
         except Exception as exc:
             self.report([finish(attempt, settle(Finished(attempt.pk, error=exc)))])
             return
@@ -225,8 +231,12 @@ class Runner:
         self.waiter.close()
 
     def claim(self, limit: int = 1) -> list[Attempt]:
-        """Take up to ``limit`` dispatched attempts (:func:`.protocol.claim_local`)."""
-        return claim_local(self.claimant, limit)
+        """Take up to ``limit`` dispatched attempts of the jobs registered in this process.
+
+        Through :func:`.protocol.claim_local`: what its heartbeat says it knows (none
+        registered: nothing to claim)."""
+        functions = known_paths()
+        return claim_local(self.claimant, limit, functions) if functions else []
 
     def report(self, ended: list[Ended]) -> None:
         """Report the outcomes of attempts that ran (:func:`.protocol.report`)."""

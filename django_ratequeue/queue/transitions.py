@@ -19,9 +19,10 @@ from django.db import DatabaseError
 from django.db.models import Q
 
 from ..conf import ratequeue_settings
-from ..exceptions import AttemptTimedOut, WorkerLost, class_path, describe
+from ..exceptions import AttemptTimedOut, UnknownJob, WorkerLost, class_path, describe
 from .bounds import later
 from .bulk import update_rows
+from .knowing import Knowing
 from .models import (
     FINAL_STATUSES,
     REPORT_FIELDS,
@@ -33,6 +34,7 @@ from .models import (
     WorkerHeartbeat,
 )
 from .moves import Moves
+from .registry import unknown_job_error
 
 logger = logging.getLogger("django_ratequeue.queue")
 
@@ -137,10 +139,11 @@ def recover(now: datetime, dead_after: timedelta) -> bool:
     """End the attempts that were lost or overran; return whether any was ended.
 
     Lost: their worker died, their remote lease lapsed, or no worker claimed them within
-    ``WORKER_DEAD_AFTER`` of their dispatch although a live worker runs none of our jobs
-    (the pass holding their batch died, or the broker lost its task; while every worker
-    is busy, a task simply waits in the broker). An attempt that never started is not a
-    try: :func:`finish` puts its job back to WAITING."""
+    ``WORKER_DEAD_AFTER`` of their dispatch although a live worker that knows their
+    function runs none of our jobs (the pass holding their batch died, or the broker lost
+    its task; while every worker is busy, a task simply waits in the broker). An attempt
+    that never started is not a try: :func:`finish` puts its job back to WAITING. One
+    that no live worker knows waits for one that does (:func:`unclaimed`)."""
     candidates = list(
         Attempt.objects.filter(active=True, ended_at=None).only(
             "job", "worker", "started_at", "timeout", "dispatched_at", "remote", "lease_expires_at"
@@ -152,9 +155,20 @@ def recover(now: datetime, dead_after: timedelta) -> bool:
         WorkerHeartbeat.objects.filter(seen_at__gte=now - dead_after).values_list("id", flat=True)
     )
     idle = alive - {a.worker for a in candidates if not a.remote and a.started_at is not None}
+    late = {
+        a.pk: a
+        for a in candidates
+        if not a.worker and not a.remote and a.dispatched_at + dead_after < now
+    }
+    jobs = Job.objects.filter(pk__in={a.job_id for a in late.values()})
+    funcs = dict(jobs.values_list("pk", "func")) if late else {}
+    knowing = Knowing(now)
     recovered = False
     for attempt in candidates:
-        verdict = lost_or_overrun(attempt, alive, bool(idle), now, dead_after)
+        if attempt.pk in late:
+            verdict = unclaimed(attempt, funcs.get(attempt.job_id, ""), knowing, idle, now)
+        else:
+            verdict = lost_or_overrun(attempt, alive, now, dead_after)
         if verdict is not None and end_unchanged(attempt, verdict, now):
             recovered = True
     return recovered
@@ -169,20 +183,37 @@ class Verdict:
     error_class: type[BaseException] | None = None
 
 
+def unclaimed(
+    attempt: Attempt, func: str, knowing: Knowing, idle: set[str], now: datetime
+) -> Verdict | None:
+    """Return how to end a local attempt no runner claimed within ``WORKER_DEAD_AFTER``.
+
+    While no live worker knows its function it waits, no try, and its job fails with
+    :class:`UnknownJob` once ``UNKNOWN_JOB_PATIENCE`` has passed since its dispatch. While
+    a live worker that knows it is idle, a signal was lost: its job waits again. None:
+    it waits on."""
+    if not knowing.known(func):
+        patience = ratequeue_settings().UNKNOWN_JOB_PATIENCE
+        if later(attempt.dispatched_at, patience) < now:
+            return Verdict(Outcome.NON_RETRYABLE, unknown_job_error(func, patience), UnknownJob)
+        return None
+    if knowing.known(func, among=idle):
+        return Verdict("", "No worker claimed this attempt; its job waits again.")
+    return None
+
+
 def lost_or_overrun(
-    attempt: Attempt, alive: set[str], idle: bool, now: datetime, dead_after: timedelta
+    attempt: Attempt, alive: set[str], now: datetime, dead_after: timedelta
 ) -> Verdict | None:
     """Return how to end ``attempt`` if it is lost or overran its timeout, else None.
 
     A remote attempt lives by its lease, which its worker's heartbeats extend; a local
-    one by its worker process's heartbeat (``alive``: the workers seen lately)."""
+    one by its worker process's heartbeat (``alive``: the workers seen lately). One no
+    worker claimed is :func:`unclaimed`'s (a remote one waits for a remote worker)."""
     lease = attempt.lease_expires_at
     lost = (lease is not None and lease < now) if attempt.remote else attempt.worker not in alive
     if not attempt.worker:
-        # Runners were asked for; remote workers claim when they come.
-        if attempt.remote or not idle or attempt.dispatched_at + dead_after >= now:
-            return None
-        return Verdict("", "No worker claimed this attempt; its job waits again.")
+        return None
     if attempt.started_at is None and lost:
         return Verdict("", "Its worker died before it started; its job waits again.")
     if lost and attempt.remote:

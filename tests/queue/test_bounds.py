@@ -23,7 +23,7 @@ from django_ratequeue.models import Attempt, Job, WorkerHeartbeat
 from django_ratequeue.queue.bounds import LATEST, clip, later, nested_deeper
 from tests.cluster import wait_for
 from tests.queue import jobs
-from tests.queue.steps import leading_loop, run_pass
+from tests.queue.steps import freeze, leading_loop, run_pass
 from tests.queue.test_settings_and_retention import check_ids
 
 INF, NAN = math.inf, math.nan
@@ -290,10 +290,17 @@ def test_a_timeout_written_behind_our_back_does_not_break_the_run(
 
 
 @pytest.mark.django_db
-def test_a_function_removed_while_its_job_waits(tmp_path: Path) -> None:
+def test_a_function_removed_while_its_job_waits(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, settings: Any
+) -> None:
+    """No worker knows it: no try, it waits, and fails after UNKNOWN_JOB_PATIENCE."""
+    settings.RATEQUEUE = {**settings.RATEQUEUE, "UNKNOWN_JOB_PATIENCE": 60}
+    clock = freeze(monkeypatch)
     handle = enqueue(jobs.add, args=[1, 2], retries=0)
     Job.objects.filter(pk=handle.id).update(func="tests.queue.jobs.removed_since")
     innocent_completes(tmp_path / "runs.log")
+    assert handle.status() == Status.RUNNING
+    clock.advance(61)
     drive(lambda: handle.status() == Status.FAILED)
     assert "tests.queue.jobs.removed_since" in Job.objects.get(pk=handle.id).error
 
@@ -350,7 +357,7 @@ def test_a_cost_raised_behind_our_back_beyond_its_rate_limit(
 
 
 def test_poison_rows_do_not_stop_a_real_cluster(cluster: Any, tmp_path: Path) -> None:
-    cluster(workers=2)
+    cluster(workers=2, UNKNOWN_JOB_PATIENCE=1.0)  # the function "gone" names: no worker knows it
     far = enqueue(jobs.add, args=[1, 2], run_after=3600)
     broken = enqueue(jobs.fail, retries=3)
     gone = enqueue(jobs.add, args=[1, 2], retries=0)

@@ -99,13 +99,16 @@ class WorkerHeartbeat(models.Model):
     """Proof of life of one django-q2 worker process, refreshed by its agent thread.
 
     It also says whether a runner serves the queue in it now (the loop asks for runners by
-    this)."""
+    this), and which job functions it knows: a job no live worker knows waits for one
+    that does (docs/concepts.md, "Deploys")."""
 
     id = models.CharField(primary_key=True, max_length=64)
     pid = models.PositiveIntegerField()
     host = models.CharField(max_length=255)
     seen_at = models.DateTimeField()
     serving = models.BooleanField(default=False)
+    # The dotted paths of the jobs registered in the process, sorted.
+    functions = models.JSONField(default=list, blank=True)
 
     class Meta:
         verbose_name = "worker heartbeat"

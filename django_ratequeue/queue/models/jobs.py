@@ -217,13 +217,14 @@ class Job(models.Model):
         """Set this RUNNING job's status from the end of ``attempt``, its current one.
 
         Nothing is saved. The job becomes complete, canceled, failed or retrying after its
-        policy's back-off; waiting again when the attempt never started (it was no try). A
+        policy's back-off; waiting again when the attempt never started (it was no try),
+        unless the loop ended it with an outcome (no worker knew its function). A
         final status is reached at ``now``. The one place that decides it: the loop saves
         it, and the django.tasks backend shows it for a job whose attempt ended before the
         loop took it in."""
         if attempt.started_at is None and self.cancel_requested:
             self.status = Status.CANCELED
-        elif attempt.started_at is None:
+        elif attempt.started_at is None and not attempt.outcome:
             self.status, self.attempts = Status.WAITING, self.attempts - 1
         elif attempt.outcome == Outcome.SUCCEEDED:
             self.status = Status.CANCELED if self.cancel_requested else Status.COMPLETE

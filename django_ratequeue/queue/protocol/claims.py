@@ -95,20 +95,22 @@ def lease_end(now: datetime) -> datetime:
     return now + timedelta(seconds=ratequeue_settings().REMOTE_LEASE)
 
 
-def claim_local(claimant: Claimant, limit: int) -> list[Attempt]:
+def claim_local(claimant: Claimant, limit: int, functions: Collection[str] = ()) -> list[Attempt]:
     """Take up to ``limit`` local attempts nobody claimed yet, and start them now.
 
-    The highest priority first, then in dispatch order: a free slot never starts a lower
-    priority while a higher one waits. Through lost connections: claiming again also finds
-    what a first try took before its connection broke (claimed by us, started at
-    ``stamp``)."""
+    Only attempts of ``functions`` are taken, if given: a runner claims only the jobs its
+    process knows. The highest priority first, then in dispatch order: a free slot never
+    starts a lower priority while a higher one waits. Through lost connections: claiming
+    again also finds what a first try took before its connection broke (claimed by us,
+    started at ``stamp``)."""
     stamp = clock.now()
     tries = 0
+    scope = Scope(functions=list(functions))
 
     def take() -> list[Attempt]:
         nonlocal tries
         tries += 1
-        rows = run_claim(Scope(), limit, claimant.worker, None, stamp, None)
+        rows = run_claim(scope, limit, claimant.worker, None, stamp, None)
         if tries == 1 and not rows:
             return []
         if tries == 1 and queue_connection().vendor == "postgresql":

@@ -26,8 +26,8 @@ CLAIMED_JOB = ("func", "args", "kwargs", "priority", "start_at", "traceparent")
 class Scope:
     """Which dispatched attempts a claim may take.
 
-    Local ones (``remote`` false), or remote ones of ``queues``, of ``functions`` if any,
-    but for the ``avoided`` ids."""
+    Local ones (``remote`` false), or remote ones of ``queues``; of ``functions`` if any
+    (a local runner's: those its process knows), but for the ``avoided`` ids."""
 
     remote: bool = False
     queues: Sequence[str] = ()
@@ -38,11 +38,9 @@ class Scope:
         """Return the SQL that picks the scope's attempts, and its parameters.
 
         The attempts are the row ``a``, joined to their job ``j``."""
-        if not self.remote:
-            return "NOT a.remote", []
-        sql, params = "a.remote", list[Any]()
+        sql, params = "a.remote" if self.remote else "NOT a.remote", list[Any]()
         for column, values in (("a.queue", self.queues), ("j.func", self.functions)):
-            if values or column == "a.queue":
+            if values or (column == "a.queue" and self.remote):
                 sql += f" AND {column} IN ({placeholders(len(values))})"
                 params += list(values)
         if self.avoided:

@@ -46,8 +46,10 @@
  * @property {string | null} earliest_start the earliest its limits allow (ISO 8601)
  * @property {string | null} estimated_start when it will likely start (ISO 8601), null
  *   when there is no estimate (a paused queue, no run time measured yet)
- * @property {"reservation" | "schedule" | "retry" | "rate_limit" | "throughput" | "paused" | "unknown" | "running" | "finished"} basis
+ * @property {"reservation" | "schedule" | "retry" | "rate_limit" | "throughput" | "paused" | "unknown" | "no_worker" | "running" | "finished"} basis
  *   how it was estimated
+ * @property {string} [note] what holds it up, in words ("no running worker knows
+ *   `app.jobs.new_job`"), or ""
  */
 
 /**

@@ -8,7 +8,8 @@ from datetime import datetime, timedelta
 
 from .. import clock
 from ..conf import ratequeue_settings
-from ..queue.models import WorkerHeartbeat, WorkerKey
+from ..queue.heartbeat import any_alive, served_queues
+from ..queue.models import Job, Status, WorkerHeartbeat, WorkerKey
 from ..queue.workerkeys import running_per_instance
 
 
@@ -47,6 +48,30 @@ class RemoteWorker:
     def running(self) -> int:
         """Return the attempts the key's workers run now."""
         return sum(self.instances.values())
+
+
+@dataclass(frozen=True)
+class NoWorker:
+    """The workers missing: none of django-q2's alive, or none for remote queues that wait.
+
+    ``local``: no django-q2 worker process is alive (nothing leads the loop, nothing
+    starts); ``remote_queues``: the remote queues with waiting jobs that no remote worker
+    was seen claiming from lately."""
+
+    local: bool
+    remote_queues: list[str]
+
+    def __bool__(self) -> bool:
+        return self.local or bool(self.remote_queues)
+
+
+def no_worker() -> NoWorker:
+    """Return which workers are missing (false when none is)."""
+    remote = [name for name, config in ratequeue_settings().QUEUES.items() if config.remote]
+    waiting = Job.objects.filter(status=Status.WAITING, queue__in=remote)
+    unserved = set(remote) - served_queues(remote)
+    stalled = [q for q in sorted(unserved) if waiting.filter(queue=q).exists()]
+    return NoWorker(local=not any_alive(), remote_queues=stalled)
 
 
 def live_workers(leader: str, running: Counter[str] | None = None) -> list[Worker]:

@@ -18,7 +18,7 @@ from django.db import models
 from ..conf import ratequeue_settings
 from ..exceptions import JobCanceled, JobDoesNotExist, JobFailed, RecursiveWaitDeadlock
 from .eta import ETA_FIELDS, Eta, job_eta
-from .heartbeat import any_alive
+from .heartbeat import queue_served
 from .models import FINAL_STATUSES, Attempt, CancelRequest, Job, OutputChunk, Status
 from .subtasks import (
     aslots_released,
@@ -28,7 +28,6 @@ from .subtasks import (
     workers_exhausted,
 )
 from .wakeup import LOOP, signal
-from .workerkeys import remote_worker_seen
 
 R_co = TypeVar("R_co", covariant=True)
 
@@ -280,15 +279,16 @@ def not_finished(job: Job, timeout: float | None) -> str:
 
     And that nothing could run it when no worker that serves its queue is alive."""
     message = f"Job {job.id} did not finish within {timeout} seconds (it is {job.status})"
+    if queue_served(job.queue):
+        return message + "."
     config = ratequeue_settings().QUEUES.get(job.queue)
     if config is not None and config.remote:
-        if not remote_worker_seen(job.queue):
-            message += (
-                f": no remote worker that claims from queue {job.queue!r} has been seen "
-                "lately. Start one: python -m django_ratequeue.worker --url URL --key KEY "
-                "--handlers MODULE (docs/remote-workers.md)"
-            )
-    elif not any_alive():
+        message += (
+            f": no remote worker that claims from queue {job.queue!r} has been seen "
+            "lately. Start one: python -m django_ratequeue.worker --url URL --key KEY "
+            "--handlers MODULE (docs/remote-workers.md)"
+        )
+    else:
         message += (
             ": no worker is alive (no django-q2 worker process has reported within "
             f"WORKER_DEAD_AFTER, {ratequeue_settings().WORKER_DEAD_AFTER:g} s). Start the "

@@ -18,6 +18,7 @@ from django_ratequeue.exceptions import JobDoesNotExist
 from django_ratequeue.models import Attempt, Job
 from django_ratequeue.queue.control import pause_queue, resume_queue
 from django_ratequeue.queue.eta import RUN_TIME_WINDOW, job_etas
+from django_ratequeue.queue.heartbeat import beat
 from django_ratequeue.queue.keylimits import set_key_limit
 from django_ratequeue.queue.keys import ready_key
 from django_ratequeue.queue.rollups import Tally
@@ -33,6 +34,13 @@ GATED = {
     "RATE_LIMITS": {"slow": SLOW},
     "QUEUES": {"gated": {"rate_limit": "slow", "max_concurrency": 10}},
 }
+
+
+@pytest.fixture(autouse=True)
+def worker_alive() -> None:
+    """A django-q2 worker is alive (this process beats as its agent would): estimates count
+    on it (without one the basis is "no_worker", tests/queue/test_no_worker.py)."""
+    beat(force=True)
 
 
 def reference_positions() -> dict[str, int]:
@@ -58,8 +66,9 @@ def record_run_time(queue: str, seconds: float, at: datetime, runs: int = 10) ->
 
 
 def step(clock: Clock, seconds: float = 0.0) -> None:
-    """Move the clock, then run one step of the loop."""
+    """Move the clock, then run one step of the loop in a live worker (its agent beats)."""
     clock.advance(seconds)
+    beat(force=True)
     leading_loop().step()
 
 
@@ -129,6 +138,7 @@ def test_a_free_slot_starts_it_now_else_the_throughput_tells(
     assert all(h.eta().earliest_start == clock.now() for h in behind)
     # Past the mean run time, a slot is due any moment: now, not in the past.
     clock.advance(20)
+    beat(force=True)  # the worker beat meanwhile, as a live one does
     assert behind[0].eta().estimated_start == clock.now()
 
 

@@ -46,7 +46,7 @@
  * @property {string | null} earliest_start the earliest its limits allow (ISO 8601)
  * @property {string | null} estimated_start when it will likely start (ISO 8601), null
  *   when there is no estimate (a paused queue, no run time measured yet)
- * @property {"reservation" | "schedule" | "retry" | "rate_limit" | "throughput" | "paused" | "unknown" | "running" | "finished"} basis
+ * @property {"reservation" | "schedule" | "retry" | "rate_limit" | "throughput" | "paused" | "no_worker" | "unknown" | "running" | "finished"} basis
  *   how it was estimated
  */
 

@@ -62,5 +62,5 @@ trap 'stop; exit 143' TERM
 trap stop EXIT
 
 echo "==> django-q2 cluster running (pid $cluster), a remote worker (pid $remote_worker);"
-echo "    open http://$HOST:$PORT/"
+echo "    open http://$HOST:$PORT/ (Prometheus metrics at /metrics)"
 wait "$server"

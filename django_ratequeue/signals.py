@@ -119,11 +119,12 @@ class TerminalLines(logging.Filter):
 
 
 def talk() -> None:
-    """Print the lifecycle at INFO to stderr, unless LOGGING configured any of its loggers.
+    """Print the package's log at INFO to stderr, unless LOGGING configured its loggers.
 
-    A qcluster worker calls it: the lines Celery and django-q print, one per start and end.
-    A level or a handler set on ``django_ratequeue.lifecycle``, ``django_ratequeue`` or
-    the root logger leaves logging as LOGGING says."""
+    A qcluster worker calls it: the lines Celery and django-q print, one per start and end
+    of a job, and who leads the loop. A level or a handler set on
+    ``django_ratequeue.lifecycle``, ``django_ratequeue`` or the root logger leaves logging
+    as LOGGING says."""
     package = logging.getLogger("django_ratequeue")
     if logging.getLogger().handlers or any(
         one.level != logging.NOTSET or one.handlers for one in (logger, package)
@@ -132,5 +133,5 @@ def talk() -> None:
     handler = logging.StreamHandler()
     handler.setFormatter(logging.Formatter(TERMINAL_FORMAT, datefmt="%H:%M:%S"))
     handler.addFilter(TerminalLines())
-    logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
+    package.addHandler(handler)
+    package.setLevel(logging.INFO)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 
@@ -20,13 +21,21 @@ pytestmark = pytest.mark.django_db(transaction=True)
 ONE_QUICK_RETRY = {"retry_count": 1, "initial_interval": 1, "randomize_interval": False}
 
 
-@pytest.fixture
-def quiet_lifecycle() -> Iterator[None]:
-    """Give the lifecycle's logger back as it was: ``talk`` may configure it."""
-    handlers, level = list(lifecycle.handlers), lifecycle.level
-    yield
-    lifecycle.handlers[:] = handlers
-    lifecycle.setLevel(level)
+@contextmanager
+def unconfigured() -> Iterator[logging.Logger]:
+    """Take away every handler and level of the root, package and lifecycle loggers (as a
+    project without LOGGING has them: pytest's own handlers too, so inside the test's
+    body), and give them back after; yield the package's."""
+    loggers = [logging.getLogger(), logging.getLogger("django_ratequeue"), lifecycle]
+    kept = [(one, list(one.handlers), one.level) for one in loggers]
+    for one in loggers[1:]:
+        one.handlers.clear()
+        one.setLevel(logging.NOTSET)
+    loggers[0].handlers.clear()
+    yield loggers[1]
+    for one, handlers, level in kept:
+        one.handlers[:] = handlers
+        one.setLevel(level)
 
 
 def test_a_worker_prints_each_start_and_end(cluster, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -46,6 +55,7 @@ def test_a_worker_prints_each_start_and_end(cluster, monkeypatch: pytest.MonkeyP
     wait_for(lambda: said(f"[{failed.id}] failed", "job failed"), timeout=30)
     assert said("[ratequeue] INFO", f"tests.queue.jobs.add[{done.id}] started on queue 'a'")
     assert said("[ratequeue] INFO", f"tests.queue.jobs.add[{done.id}] succeeded in ")
+    assert said("[ratequeue] INFO Worker ", " leads the main loop (generation ")
     assert said("WARNING", f"[{failed.id}] failed after ", "ValueError: the first line; retry at")
     assert not said("and a second")
     assert said("WARNING", f"tests.queue.jobs.renamed[{gone.id}] failed", "UnknownJob")
@@ -53,12 +63,18 @@ def test_a_worker_prints_each_start_and_end(cluster, monkeypatch: pytest.MonkeyP
     assert not said(f"[{done.id}] complete after")
 
 
-def test_logging_that_names_the_logger_keeps_the_say(
-    quiet_lifecycle: None, caplog: pytest.LogCaptureFixture
-) -> None:
-    lifecycle.setLevel(logging.WARNING)  # what LOGGING's "level": "WARNING" does
-    talk()
-    assert lifecycle.handlers == [] and lifecycle.level == logging.WARNING
+def test_without_logging_a_worker_prints_at_info() -> None:
+    with unconfigured() as package:
+        talk()
+        assert package.level == logging.INFO
+        assert [type(h) for h in package.handlers] == [logging.StreamHandler]
+
+
+def test_logging_that_names_the_logger_keeps_the_say() -> None:
+    with unconfigured() as package:
+        lifecycle.setLevel(logging.WARNING)  # what LOGGING's "level": "WARNING" does
+        talk()
+        assert package.handlers == [] and lifecycle.level == logging.WARNING
 
 
 def test_failures_are_warnings_with_what_follows(

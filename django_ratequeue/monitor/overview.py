@@ -138,11 +138,13 @@ def queue_overview(statuses: Collection[str] = Status.values) -> QueueOverview:
     The queues' jobs in ``statuses`` are counted (see :func:`.counts.queue_counts`)."""
     queues = queue_counts(statuses)
     loop = loop_info()
+    workers = live_workers("" if loop.lease_lapsed else loop.leader)
+    waiting = [q.name for q in queues if q.counts[Status.WAITING]]
     return QueueOverview(
         queues=queues,
         loop=loop,
-        workers=live_workers("" if loop.lease_lapsed else loop.leader),
+        workers=workers,
         remote_workers=remote_workers(),
-        no_worker=no_worker(),
+        no_worker=no_worker(alive=bool(workers), waiting=waiting),
         count_limit=counts.COUNT_LIMIT,  # read now: tests lower it
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -65,13 +66,21 @@ class NoWorker:
         return self.local or bool(self.remote_queues)
 
 
-def no_worker() -> NoWorker:
-    """Return which workers are missing (false when none is)."""
-    remote = [name for name, config in ratequeue_settings().QUEUES.items() if config.remote]
-    waiting = Job.objects.filter(status=Status.WAITING, queue__in=remote)
-    unserved = set(remote) - served_queues(remote)
-    stalled = [q for q in sorted(unserved) if waiting.filter(queue=q).exists()]
-    return NoWorker(local=not any_alive(), remote_queues=stalled)
+def no_worker(alive: bool | None = None, waiting: Collection[str] | None = None) -> NoWorker:
+    """Return which workers are missing (false when none is).
+
+    ``alive``: whether a local worker is (:func:`live_workers` found one); ``waiting``:
+    the queues with waiting jobs. Each is read when not given."""
+    remote = {name for name, config in ratequeue_settings().QUEUES.items() if config.remote}
+    if waiting is None:
+        has_waiting = Job.objects.filter(status=Status.WAITING)
+        waiting = [q for q in remote if has_waiting.filter(queue=q).exists()]
+    stalled = remote.intersection(waiting)
+    if stalled:
+        stalled -= served_queues(stalled)
+    return NoWorker(
+        local=not (any_alive() if alive is None else alive), remote_queues=sorted(stalled)
+    )
 
 
 def live_workers(leader: str, running: Counter[str] | None = None) -> list[Worker]:

@@ -171,3 +171,13 @@ def test_the_lists_show_whole_ids_and_buttons_of_one_size(busy_admin: BusyAdmin)
         for e in busy_admin.browser.find_elements("css selector", "#result_list thead th")
     ]
     assert headers.count("runs") == 1 and "recurrence" in headers
+
+
+def test_the_demos_queue_page_fits_the_window(busy_admin: BusyAdmin) -> None:
+    page = busy_admin.browser
+    page.get(f"{busy_admin.url}/queue/")
+    shows(page, lambda b: b.find_elements("css selector", "table tbody tr"), "the queue's jobs")
+    widths = page.execute_script(
+        "const p = document.documentElement; return [p.scrollWidth, p.clientWidth];"
+    )
+    assert widths[0] <= widths[1], widths

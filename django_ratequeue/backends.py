@@ -13,7 +13,6 @@ import sys
 from collections.abc import Sequence
 from dataclasses import fields
 from datetime import datetime
-from traceback import format_exception
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, cast
 
 import django
@@ -25,6 +24,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.utils import timezone
 
 from . import check_ids as ids
+from . import plain
 from .exceptions import JobCanceled, UnknownJob, class_path
 from .queue.enqueue import enqueue_job
 from .queue.functions import JobFunction, job
@@ -371,7 +371,7 @@ def task_succeeded(sender: type, result: TaskResult[..., Any], value: Any) -> No
 
 def task_error(exc: BaseException) -> TaskError:
     return TaskError(
-        exception_class_path=class_path(type(exc)), traceback="".join(format_exception(exc))
+        exception_class_path=plain.class_path(exc), traceback=plain.traceback_text(exc)
     )
 
 

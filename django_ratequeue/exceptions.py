@@ -11,6 +11,8 @@ from datetime import datetime
 
 from django.core.exceptions import ObjectDoesNotExist
 
+from . import plain
+
 
 class RateQueueError(Exception):
     """The base class of every django-ratequeue exception."""
@@ -138,6 +140,7 @@ def class_path(cls: type[BaseException]) -> str:
 
 
 def describe(error: BaseException) -> str:
-    """Return ``Type: message`` of an exception, as errors are shown on jobs."""
-    message = str(error)
-    return f"{type(error).__name__}: {message}" if message else type(error).__name__
+    """Return ``Type: message`` of an exception, as errors are shown on jobs.
+
+    Its message is left out when ``str()`` of it raises (:func:`.plain.describe`)."""
+    return plain.describe(error)

@@ -13,12 +13,15 @@ import contextvars
 import ctypes
 import heapq
 import itertools
+import logging
 import queue
 import threading
 import time
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any
+
+logger = logging.getLogger(__name__)
 
 # A thread that finished its call waits this long for another, then ends.
 IDLE_EXIT = 2.0
@@ -237,7 +240,7 @@ class Slots:
         try:
             finished = self._call_here(running)
             if finished is not None:
-                self.on_finish(finished)
+                self._tell(finished)
         finally:
             _after_call()
 
@@ -308,7 +311,14 @@ class Slots:
     def _end(self, running: _Running, value: Any, error: BaseException | None) -> None:
         finished = self._ended(running, value, error)
         if finished is not None:
+            self._tell(finished)
+
+    def _tell(self, finished: Finished) -> None:
+        """Tell ``on_finish`` of a call's end; what it raises is logged, the slot goes on."""
+        try:
             self.on_finish(finished)
+        except BaseException:  # the slot's thread or loop must outlive any call's end
+            logger.exception("Could not take the end of call %r", finished.key)
 
     def _ended(
         self, running: _Running, value: Any, error: BaseException | None
@@ -348,7 +358,7 @@ class Slots:
             running.reported = True
         text = _timed_out_text(running.call) + " It did not stop when interrupted."
         error = self.interrupt_with(text)
-        self.on_finish(Finished(running.call.key, None, error, timed_out=True, stuck=True))
+        self._tell(Finished(running.call.key, None, error, timed_out=True, stuck=True))
 
 
 class _Watchdog:

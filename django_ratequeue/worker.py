@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import collections
 import contextvars
+import dataclasses
 import functools
 import http.client
 import importlib
@@ -49,15 +50,16 @@ import signal
 import socket
 import threading
 import time
-import traceback
 import urllib.parse
 from collections.abc import Callable, Hashable
 from pathlib import Path
 from typing import Any
 
 try:
+    from django_ratequeue import plain
     from django_ratequeue.slots import Call, Finished, Slots
-except ImportError:  # this file copied alone, with slots.py beside it
+except ImportError:  # this file copied alone, with slots.py and plain.py beside it
+    import plain  # type: ignore[no-redef]
     from slots import Call, Finished, Slots  # type: ignore[no-redef]
 
 try:  # spans that continue the enqueuing request's trace, when OpenTelemetry is installed
@@ -87,6 +89,9 @@ REPORT_INTERVAL = 0.1
 # A piece of output sent in one request is at most this many characters (the server's
 # MAX_OUTPUT_CHUNK_LENGTH is 64 Ki by default).
 MAX_PIECE = 16 * 1024
+# A failure's error and traceback are sent in at most this many bytes each (the server's
+# MAX_ERROR_BYTES is 64 KiB by default, and clips them again to its own).
+MAX_ERROR_BYTES = 64 * 1024
 CLAIM_WAIT = 20.0
 BACKOFF_FIRST, BACKOFF_MAX = 0.1, 10.0
 # How often a report is sent while the server fails on it (a 500): the back-off between
@@ -356,17 +361,19 @@ def _running(call: str) -> RemoteAttempt:
 def stream_output(text: str) -> None:
     """Append ``text`` to the running job's output (sent within ``REPORT_INTERVAL``)."""
     if not isinstance(text, str):
-        raise TypeError(f"stream_output() takes a str, not {type(text).__name__}.")
+        raise TypeError(f"stream_output() takes a str, not {plain.class_name(text, 'an object')}.")
     attempt = _running("stream_output()")
     with attempt.lock:
-        attempt.texts.append(text)
+        attempt.texts.append(plain.text(text))
 
 
 def report_progress(data: dict[str, Any]) -> None:
     """Record how far the running job is, as a JSON object (the latest one is sent)."""
     if not isinstance(data, dict):
-        raise TypeError(f"report_progress() takes a dict, not {type(data).__name__}.")
-    text = json.dumps(data, allow_nan=False)
+        raise TypeError(
+            f"report_progress() takes a dict, not {plain.class_name(data, 'an object')}."
+        )
+    text = plain.json_text("The job's progress", data)
     attempt = _running("report_progress()")
     with attempt.lock:
         attempt.progress, attempt.progress_sent = json.loads(text), False
@@ -624,7 +631,10 @@ class Worker:
         return kind, report
 
     def call_ended(self, finished: Finished) -> None:
-        """Hand a call's end to the thread that waits for it (from the slot that ran it)."""
+        """Hand a call's end, made plain data in the slot that ran it, to its waiting thread.
+
+        Its value is then the report that ends the attempt (:func:`settle`)."""
+        finished = dataclasses.replace(finished, value=settle(finished), error=None)
         with self.slots:
             self.calls_ended[finished.key] = finished
             self.calls_ending.pop(finished.key).set()
@@ -633,25 +643,16 @@ class Worker:
         """Return the report that ends an attempt whose handler ended as ``finished`` did."""
         if finished.stuck:
             attempt.overrun = True
-        error = finished.error
-        if error is None:
-            try:
-                json.dumps(finished.value, allow_nan=False)
-                return "complete", {"result": finished.value}
-            except (TypeError, ValueError) as exc:
-                error = exc
-        logger.info("Attempt %s failed: %r", attempt.id, error)
+        kind, report = finished.value
+        if kind != "complete":
+            logger.info("Attempt %s failed: %s", attempt.id, report["error"])
         if finished.timed_out:
             error_text = (
                 f"The worker stopped the handler: the attempt overran its timeout of "
                 f"{attempt.data.get('timeout'):g} s."
             )
             return "fail", {"error": error_text, "retryable": True, "timed_out": True}
-        return "fail", {
-            "error": f"{type(error).__name__}: {error}",
-            "traceback": "".join(traceback.format_exception(error)),
-            "retryable": not isinstance(error, NonRetryableError),
-        }
+        return kind, report
 
     def finish(self) -> None:
         """Give the running attempts ``grace`` seconds, then release the rest."""
@@ -670,6 +671,26 @@ class Worker:
             logger.info("Released attempt %s", attempt.id)
         except (ServerAway, Answered) as error:
             logger.warning("Could not release attempt %s: %s", attempt.id, error)
+
+
+def settle(finished: Finished) -> tuple[str, dict[str, Any]]:
+    """Return the report of a call's end, as plain data; never raise.
+
+    Called in the slot that ran the call: a result that cannot be made JSON fails its
+    own attempt, and nothing a handler's value or exception raises gets out."""
+    error = finished.error
+    if error is None:
+        try:
+            text = plain.json_text("The job's return value", finished.value)
+            return "complete", {"result": json.loads(text)}
+        except ValueError as refused:
+            error = refused
+    final = plain.guarded(lambda: isinstance(error, NonRetryableError), lambda _: False)
+    return "fail", {
+        "error": plain.clip(plain.describe(error), MAX_ERROR_BYTES),
+        "traceback": plain.clip(plain.traceback_text(error), MAX_ERROR_BYTES),
+        "retryable": not final,
+    }
 
 
 def load_handlers(names: list[str]) -> dict[str, Callable[..., Any]]:

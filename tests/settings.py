@@ -39,6 +39,7 @@ RATEQUEUE = {
     "JOB_MODULES": [
         "tests.queue.jobs",
         "tests.queue.batch_jobs",
+        "tests.queue.hostile_jobs",
         "tests.api.jobs",
         "bench.ratequeue_jobs",
     ]

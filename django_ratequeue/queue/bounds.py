@@ -15,6 +15,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from ..columns import check_name
+from ..plain import clip as clip
 
 # How far ahead a job may be scheduled (start_at, run_after) or a retry may wait.
 MAX_DELAY = timedelta(days=3650)
@@ -102,22 +103,6 @@ def later(moment: datetime, delay: float) -> datetime:
     return moment + timedelta(seconds=delay)
 
 
-def clip(text: str, limit: int) -> str:
-    """Return ``text`` as a database stores it, in at most ``limit`` bytes of UTF-8.
-
-    Its beginning and its end (where a traceback names the error) are kept around a note
-    of what was cut. A NUL is written ``\\x00``, and characters UTF-8 cannot encode (lone
-    surrogates) are replaced: an error message or a traceback is always stored, never
-    refused."""
-    data = text.replace("\x00", "\\x00").encode("utf-8", "replace")
-    if len(data) <= limit:
-        return data.decode()
-    note = f"\n[... {len(data) - limit} bytes cut ...]\n".encode()
-    keep = max(limit - len(note), 0)
-    head, tail = data[: keep - keep // 2], data[len(data) - keep // 2 :]
-    return (head + note + tail).decode("utf-8", "ignore")
-
-
 def check_text(what: str, text: str) -> str:
     """Return ``text`` if a database can store it, else raise a ValueError naming ``what``.
 
@@ -147,13 +132,21 @@ def check_json(what: str, value: Any) -> str:
             f"{subject} must be JSON-serialisable ({exc}); pass plain data such as "
             "ids, strings, numbers, lists and dicts."
         ) from None
+    return check_json_text(subject, text)
+
+
+def check_json_text(subject: str, text: str) -> str:
+    """Return JSON ``text`` (as ``json.dumps`` writes it) if a database can store it.
+
+    Else raise a ValueError whose message starts with ``subject``: its strings must hold no
+    NUL and no lone surrogate, and it must nest at most :data:`MAX_JSON_DEPTH` deep."""
     if "\\u0000" in text and _JSON_NUL.search(text):
         raise ValueError(f"{subject} {NUL_REFUSED}.")
-    # Characters beyond the BMP are escaped as surrogate pairs too: only then, look closer.
-    if "\\ud" in text:
-        check_text(subject, json.dumps(value, ensure_ascii=False))
     if text.count("[") + text.count("{") > MAX_JSON_DEPTH and nested_deeper(text, MAX_JSON_DEPTH):
         raise ValueError(f"{subject} {DEPTH_REFUSED}.")
+    # Characters beyond the BMP are escaped as surrogate pairs too: only then, look closer.
+    if "\\ud" in text:
+        check_text(subject, json.dumps(json.loads(text), ensure_ascii=False))
     return text
 
 

@@ -1,20 +1,21 @@
 """Running claimed attempts, and recording what came of them.
 
 :func:`prepare` gives the call that runs an attempt's job, for a slot
-(:mod:`django_ratequeue.slots`); :func:`finish` records its outcome, result, error and the
-class of what it raised on the attempt for the runner to report, with the job's pending
-progress and output written first (:mod:`.progress`). Whatever a job raises is its
+(:mod:`django_ratequeue.slots`); :func:`settle` makes how it ended a plain report, in that
+slot; :func:`finish` records the report on the attempt for the runner to report, with the
+job's pending progress and output written first (:mod:`.progress`). Whatever a job raises is its
 outcome, ``SystemExit`` included (docs/concepts.md, "Recovery").
 """
 
 from __future__ import annotations
 
 import contextvars
+import logging
 from datetime import datetime
 from functools import partial
 from typing import Any
 
-from .. import clock
+from .. import clock, plain
 from ..exceptions import AttemptTimedOut, NonRetryableError
 from ..slots import Call, Finished, Slots
 from ..tracing import end_attempt, start_attempt
@@ -24,6 +25,8 @@ from .progress import write_rest
 from .protocol import Ended, Report
 from .registry import is_async, registered_job
 from .subtasks import current_attempt
+
+logger = logging.getLogger(__name__)
 
 # The span of each attempt prepared in this process and not finished yet (OpenTelemetry).
 _spans: dict[int, Any] = {}
@@ -80,18 +83,37 @@ def span_attributes(attempt: Attempt) -> dict[str, Any]:
     return attributes
 
 
-def finish(attempt: Attempt, finished: Finished, ended_at: datetime | None = None) -> Ended:
-    """Return how ``attempt``'s call ended, for the runner to report.
+def settle(finished: Finished) -> Report:
+    """Return how a call ended as a plain report; never raise.
+
+    Called in the slot that ran the call, so that nothing the job made reaches the runner:
+    a value that cannot be made plain fails its own attempt (:mod:`django_ratequeue.plain`)."""
+    if finished.error is None:
+        make = partial(Report.returned, finished.value)
+    else:
+        make = partial(Report.raised, finished.error, finished.timed_out)
+    return plain.guarded(make, _unsettled)
+
+
+def _unsettled(raised: BaseException) -> Report:
+    return Report.failed(f"The attempt's end could not be recorded: {plain.describe(raised)}")
+
+
+def finish(attempt: Attempt, report: Report, ended_at: datetime | None = None) -> Ended:
+    """Return how ``attempt`` ended, as ``report`` says, for the runner to report.
 
     It is recorded on ``attempt`` too, for a test to read; the job's progress and output
-    are written first."""
-    if finished.error is None:
-        report = Report.returned(finished.value)
-    else:
-        report = Report.raised(finished.error, finished.timed_out)
+    are written first. Neither that write nor the attempt's span can keep the outcome
+    from being reported."""
     # Its progress and output are complete before its outcome can be seen.
-    write_rest(attempt)
-    end_attempt(_spans.pop(attempt.pk, None), report.outcome, report.error)
+    try:
+        write_rest(attempt)
+    except Exception:
+        logger.exception("Could not write the last progress or output of attempt %s", attempt.pk)
+    try:
+        end_attempt(_spans.pop(attempt.pk, None), report.outcome, report.error)
+    except Exception:
+        logger.exception("Could not end the span of attempt %s", attempt.pk)
     for name, value in report.fields().items():
         setattr(attempt, name, value)
     attempt.ended_at = ended_at or clock.now()
@@ -110,5 +132,5 @@ def run_attempt(attempt: Attempt) -> Ended:
     try:
         call = prepare(attempt)
     except Exception as exc:
-        return finish(attempt, Finished(attempt.pk, error=exc))
-    return finish(attempt, _here.run_here(call))
+        return finish(attempt, settle(Finished(attempt.pk, error=exc)))
+    return finish(attempt, settle(_here.run_here(call)))

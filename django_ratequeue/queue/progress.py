@@ -21,10 +21,11 @@ from django.db import DatabaseError, IntegrityError, connections, transaction
 from django.db.models import Max, Sum
 from django.db.models.functions import Length
 
+from .. import plain
 from ..conf import ratequeue_settings
 from ..exceptions import NotInJob
 from ..threads import IdleExitThread
-from .bounds import check_json, check_text
+from .bounds import check_json_text, check_text
 from .models import Attempt, Job, OutputChunk, queue_db
 from .subtasks import current_attempt
 from .wakeup import JOBS
@@ -317,10 +318,10 @@ def checked_progress(data: Any) -> Any:
     What the job changes in ``data`` afterwards is not what it reported now. Raise a
     ValueError or TypeError saying what is wrong with it."""
     if not isinstance(data, Mapping):
-        raise TypeError(
-            f"report_progress() takes a dict (a JSON object), not {type(data).__name__}."
-        )
-    text = check_json("progress", data)
+        kind = plain.class_name(data, "an object")
+        raise TypeError(f"report_progress() takes a dict (a JSON object), not {kind}.")
+    subject = "The job's progress"
+    text = check_json_text(subject, plain.json_text(subject, data))
     limit = ratequeue_settings().MAX_PROGRESS_BYTES
     if len(text) > limit:
         raise ValueError(
@@ -347,8 +348,8 @@ def checked_text(text: Any) -> str:
 
     The error says why."""
     if not isinstance(text, str):
-        raise TypeError(f"stream_output() takes a str, not {type(text).__name__}.")
-    return check_text("The job's output", text)
+        raise TypeError(f"stream_output() takes a str, not {plain.class_name(text, 'an object')}.")
+    return check_text("The job's output", plain.text(text))
 
 
 def write_rest(attempt: Attempt) -> None:

@@ -13,15 +13,23 @@ import queue
 import threading
 import time
 from collections.abc import Hashable
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from .. import clock
 from ..conf import ratequeue_settings
-from ..exceptions import AttemptTimedOut
+from ..exceptions import AttemptTimedOut, describe
 from ..slots import Finished, Slots
-from .execution import finish, prepare, run_attempt
+from .execution import finish, prepare, run_attempt, settle
 from .models import Attempt, Job
-from .protocol import Claimant, Ended, claim_local, release, report, through_reconnects
+from .protocol import (
+    Claimant,
+    Ended,
+    Report,
+    claim_local,
+    release,
+    report,
+    through_reconnects,
+)
 from .wakeup import WORK, Waiter
 
 logger = logging.getLogger(__name__)
@@ -58,7 +66,13 @@ class Runner:
         self.slots = slots or process_slots()
         self.slots.on_finish = self.ended
         self.held: dict[Hashable, Attempt] = {}
-        self.finished: queue.SimpleQueue[tuple[Finished, float]] = queue.SimpleQueue()
+        # The ends of calls, made plain in their slots: (key, report, ended, heard), the
+        # last two ``time.monotonic()`` readings.
+        self.finished: queue.SimpleQueue[tuple[Hashable, Report, float, float]] = (
+            queue.SimpleQueue()
+        )
+        # Ended attempts whose report has not been taken yet (the database was away).
+        self.unreported: list[Ended] = []
         self.waiter = Waiter((WORK,), interruptible=True)
         self.canceled: set[Hashable] = set()
         self.next_cancel_look = 0.0
@@ -67,8 +81,8 @@ class Runner:
         self.may_have_work = True
 
     def ended(self, finished: Finished) -> None:
-        """Take the end of a call (from the slot that ran it) for the next report."""
-        self.finished.put((finished, time.monotonic()))
+        """Take the end of a call for the next report, made plain in the slot that ran it."""
+        self.finished.put((finished.key, settle(finished), finished.ended, time.monotonic()))
         self.waiter.interrupt()
 
     def serve(self, stopping: threading.Event, grace: float) -> None:
@@ -115,25 +129,41 @@ class Runner:
         try:
             call = prepare(attempt)
         except Exception as exc:
-            self.report([finish(attempt, Finished(attempt.pk, error=exc))])
+            self.report([finish(attempt, settle(Finished(attempt.pk, error=exc)))])
             return
         self.held[attempt.pk] = attempt
         self.slots.start(call)
 
     def report_ended(self) -> int:
-        """Report the attempts whose calls ended since the last report; return how many."""
-        ended: list[Ended] = []
+        """Report the attempts whose calls ended since the last report; return how many.
+
+        Those a failed report left are reported again first: an attempt that ended is
+        never left running."""
+        ended = self.unreported
         while not self.finished.empty():
-            finished, heard = self.finished.get()
-            attempt = self.held.pop(finished.key, None)
-            self.canceled.discard(finished.key)
+            key, outcome, ended_at, heard = self.finished.get()
+            attempt = self.held.pop(key, None)
+            self.canceled.discard(key)
             if attempt is None:
                 continue
             # When the call really ended: the slot's reading, on the queue's clock.
-            ago = max(heard - finished.ended, 0.0) + (time.monotonic() - heard)
-            ended.append(finish(attempt, finished, clock.now() - timedelta(seconds=ago)))
+            ago = max(heard - ended_at, 0.0) + (time.monotonic() - heard)
+            ended.append(self.ending(attempt, outcome, clock.now() - timedelta(seconds=ago)))
+        self.unreported = ended
         self.report(ended)
+        self.unreported = []
         return len(ended)
+
+    def ending(self, attempt: Attempt, outcome: Report, ended_at: datetime) -> Ended:
+        """Return how ``attempt`` ended; failed with the error if recording it raises.
+
+        One attempt's trouble never holds up the others ending in the same turn."""
+        try:
+            return finish(attempt, outcome, ended_at)
+        except Exception as error:
+            logger.exception("Could not record the end of attempt %s", attempt.pk)
+            failed = Report.failed(f"The attempt's end could not be recorded: {describe(error)}")
+            return Ended(attempt.pk, failed, ended_at, attempt.started_at)
 
     def look_for_cancels(self) -> None:
         """Pass cancels on to the calls of canceled jobs, at most every ``CANCEL_LOOK`` seconds.
@@ -153,12 +183,18 @@ class Runner:
         """Report the attempts in the slots as they end, taking no more, until ``deadline``.
 
         ``deadline`` is a ``time.monotonic()`` reading."""
-        while self.held and (left := deadline - time.monotonic()) > 0:
-            self.report_ended()
-            self.look_for_cancels()
-            if self.held:
+        while (self.held or self.unreported) and (left := deadline - time.monotonic()) > 0:
+            try:
+                self.report_ended()
+                self.look_for_cancels()
+            except Exception:
+                logger.exception("Could not report the attempts that ended; trying again")
+            if self.held or self.unreported:
                 self.waiter.wait(min(left, CANCEL_LOOK))
-        self.report_ended()
+        try:
+            self.report_ended()
+        except Exception:
+            logger.exception("Stopping: %d ended attempt(s) left unreported", len(self.unreported))
 
     def hand_back(self) -> None:
         """Hand back the attempts still in the slots as the process stops.

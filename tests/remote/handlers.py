@@ -7,8 +7,10 @@ import asyncio
 import os
 import threading
 import time
+from typing import Any
 
-from django_ratequeue.worker import handler, stream_output
+from django_ratequeue.worker import handler, report_progress, stream_output
+from tests.hostile import api_of, run
 
 
 def append_line(path: str, text: str) -> None:
@@ -44,4 +46,23 @@ async def record_then_block(path: str, label: str, marker: str = "", limit: floa
     deadline = time.monotonic() + limit
     while marker and not os.path.exists(marker) and time.monotonic() < deadline:
         await asyncio.sleep(0.02)
+    return label
+
+
+# The hostile catalogue (tests/hostile.py), as a remote worker runs it.
+HOSTILE_API = api_of(report_progress, stream_output)
+
+
+@handler("tests.queue.hostile_jobs.hostile")
+def hostile(kind: str) -> Any:
+    return run(kind, HOSTILE_API)
+
+
+@handler("tests.queue.hostile_jobs.hostile_async")
+async def hostile_async(kind: str) -> Any:
+    return run(kind, HOSTILE_API)
+
+
+@handler("tests.queue.hostile_jobs.innocent")
+def innocent(label: str) -> str:
     return label

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-import traceback as tb
+import json
 from dataclasses import dataclass, replace
 from typing import Any
 
 from django.db import DatabaseError, DataError, IntegrityError
 
+from ... import plain
 from ...conf import ratequeue_settings
 from ...exceptions import (
     AttemptTimedOut,
@@ -16,9 +17,8 @@ from ...exceptions import (
     RecursiveWaitDeadlock,
     UnknownJob,
     class_path,
-    describe,
 )
-from ..bounds import check_json, clip
+from ..bounds import check_json_text, clip
 from ..models import Outcome
 
 # What the database answers to a value it cannot store.
@@ -40,23 +40,26 @@ class Report:
 
     @classmethod
     def returned(cls, value: Any) -> Report:
-        """Return the report of a call that returned ``value``.
+        """Return the report of a call that returned ``value``, its result a plain copy.
 
         That is a failure that says why if a job may not return it (see
-        :func:`check_result_size`)."""
+        :func:`result_text`)."""
         try:
-            check_result_size(value)
+            text = result_text(value)
         except ValueError as error:
             return cls.raised(error)
-        return cls(Outcome.SUCCEEDED, result=value)
+        return cls(Outcome.SUCCEEDED, result=json.loads(text))
 
     @classmethod
     def raised(cls, error: BaseException, timed_out: bool = False) -> Report:
-        """Return the report of a call that raised ``error``."""
-        outcome, text = _outcome_of(error, timed_out)
-        return cls._clipped(
-            outcome, text, "".join(tb.format_exception(error)), class_path(type(error))
+        """Return the report of a call that raised ``error``, in words.
+
+        Nothing ``error``'s own code raises gets out (:mod:`django_ratequeue.plain`)."""
+        outcome, text = plain.guarded(
+            lambda: _outcome_of(error, timed_out),
+            lambda raised: (Outcome.FAILED, plain.describe(error)),
         )
+        return cls._clipped(outcome, text, plain.traceback_text(error), plain.class_path(error))
 
     @classmethod
     def failed(
@@ -109,16 +112,17 @@ class Report:
 
 def _outcome_of(error: BaseException, timed_out: bool) -> tuple[str, str]:
     """Return the outcome of an attempt whose call raised ``error``, and its error text."""
+    described = plain.describe(error)
     if timed_out or isinstance(error, AttemptTimedOut):
-        return Outcome.TIMED_OUT, str(error)
+        return Outcome.TIMED_OUT, plain.message(error)
     if isinstance(error, NonRetryableError | RecursiveWaitDeadlock | UnknownJob):
-        return Outcome.NON_RETRYABLE, describe(error)
+        return Outcome.NON_RETRYABLE, described
     if isinstance(error, Exception):
-        return Outcome.FAILED, describe(error)
+        return Outcome.FAILED, described
     if isinstance(error, asyncio.CancelledError):
-        return Outcome.FAILED, f"{describe(error)} (the job's task was cancelled)"
+        return Outcome.FAILED, f"{described} (the job's task was cancelled)"
     # SystemExit, KeyboardInterrupt: the job's own; it fails, the worker goes on.
-    return Outcome.FAILED, f"{describe(error)} (a job cannot stop its worker: this attempt failed)"
+    return Outcome.FAILED, f"{described} (a job cannot stop its worker: this attempt failed)"
 
 
 def refusal(error: DatabaseError) -> str:
@@ -134,16 +138,24 @@ def refusal(error: DatabaseError) -> str:
     )
 
 
-def check_result_size(result: Any) -> None:
-    """Refuse a result a database cannot store, or one bigger than MAX_RESULT_BYTES.
+def result_text(result: Any) -> str:
+    """Return ``result`` as the JSON text to store, or raise a ValueError saying why not.
 
-    What it cannot store is what :func:`..bounds.check_json` refuses. The attempt fails
-    rather than store it (and hand it to every reader and callback)."""
-    size = len(check_json("return value", result))
+    Refused: what is not JSON or what :func:`..bounds.check_json_text` refuses, and
+    more than MAX_RESULT_BYTES. The attempt fails rather than store it (and hand it to
+    every reader and callback). Nothing the value's own code raises gets out."""
+    subject = "The job's return value"
+    text = check_json_text(subject, plain.json_text(subject, result))
     limit = ratequeue_settings().MAX_RESULT_BYTES
-    if size > limit:
+    if len(text) > limit:
         raise ValueError(
-            f"The job's result is {size} bytes of JSON; the most is "
+            f"The job's result is {len(text)} bytes of JSON; the most is "
             f'RATEQUEUE["MAX_RESULT_BYTES"] ({limit}). Store big output elsewhere (a file, '
             "a row) and return a reference to it."
         )
+    return text
+
+
+def check_result_size(result: Any) -> None:
+    """Refuse a result a database cannot store, or one bigger than MAX_RESULT_BYTES."""
+    result_text(result)

@@ -89,6 +89,6 @@ if os.environ.get("BENCH_DB_POOL") == "1":
 # (RATEQUEUE_BENCH_TRACING=1) have OpenTelemetry's SDK and lifecycle receivers in every
 # process; its OFF runs hear no event at all.
 LOGGING = copy.deepcopy(LOGGING)
-LOGGING["loggers"]["django_ratequeue.lifecycle"] = {"level": "WARNING"}  # type: ignore[index]
+LOGGING["loggers"]["django_ratequeue.lifecycle"] = {"level": "ERROR"}  # type: ignore[index]
 if os.environ.get("RATEQUEUE_BENCH_TRACING") == "1":
     INSTALLED_APPS += ["bench.observed.ObservedConfig"]

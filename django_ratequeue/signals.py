@@ -46,8 +46,11 @@ GOOD_OUTCOMES = frozenset({"succeeded"})
 
 
 def listened(event: str) -> bool:
-    """Say whether anything hears ``event``: a connected receiver or the lifecycle's log."""
-    return SIGNALS[event].has_listeners() or logger.isEnabledFor(logging.INFO)
+    """Say whether anything hears ``event``: a connected receiver or the lifecycle's log.
+
+    The log hears an attempt's end at WARNING already (a failure is a warning)."""
+    least = logging.WARNING if event == "attempt_finished" else logging.INFO
+    return SIGNALS[event].has_listeners() or logger.isEnabledFor(least)
 
 
 def announce(event: str, using: str, records: list[dict[str, Any]]) -> None:

@@ -100,3 +100,15 @@ def test_failures_are_warnings_with_what_follows(
     said = [r.getMessage() for r in caplog.records]
     assert f"tests.queue.jobs.add[{canceled.id}] canceled after 0 attempts" in said
     assert f"tests.queue.jobs.fail[{failed.id}] failed after 2 attempts" in said
+
+
+def test_at_warning_failures_alone_are_logged(caplog: pytest.LogCaptureFixture) -> None:
+    """LOGGING's "level": "WARNING" on the lifecycle: the failures, and nothing else."""
+    with caplog.at_level(logging.WARNING, logger="django_ratequeue.lifecycle"):
+        done = enqueue(jobs.add, args=[1, 2])
+        failed = enqueue(jobs.fail, retries=0)
+        run_pass()
+        run_pass()
+    logged = [r for r in caplog.records if r.name == "django_ratequeue.lifecycle"]
+    assert [(r.levelname, r.job_id) for r in logged] == [("WARNING", failed.id)]  # type: ignore[attr-defined]
+    assert done.result(timeout=0) == 3

@@ -4,23 +4,27 @@ button lies over a table. Measured on the pages as Chromium lays them out."""
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 import pytest
 from django.conf import settings
 from django.contrib.auth.models import User
+from django.db.models import F
 from django.test import Client, override_settings
 
 from django_ratequeue import Retry, clock, enqueue, pause_queue
-from django_ratequeue.models import Job
+from django_ratequeue.models import Job, WorkerHeartbeat
 from django_ratequeue.queue.schedule_sync import sync_schedules
 from django_ratequeue.queue.workerkeys import create_key
 from example_project.demo.accounts import create_demo_accounts
 from example_project.settings import RATEQUEUE as EXAMPLE_SETTINGS
 from tests.browser.pages import layout_problems, shows
+from tests.cluster import ROOT
 from tests.dashboard.test_views import claim_remote
 from tests.queue import jobs
 from tests.queue.steps import leading_loop, run_pass
@@ -181,3 +185,25 @@ def test_the_demos_queue_page_fits_the_window(busy_admin: BusyAdmin) -> None:
         "const p = document.documentElement; return [p.scrollWidth, p.clientWidth];"
     )
     assert widths[0] <= widths[1], widths
+
+
+def test_no_worker_is_told_in_the_first_screen(busy_admin: BusyAdmin) -> None:
+    """No qcluster runs here: the dashboard and the job list say so above the fold.
+
+    With ``RATEQUEUE_SCREENSHOTS=<directory>`` it saves the dashboard so
+    (``dashboard-no-worker.png``, docs/admin.md)."""
+    # The test process ran the jobs as a worker would: a minute later, it is gone.
+    WorkerHeartbeat.objects.update(seen_at=F("seen_at") - timedelta(minutes=1))
+    page = busy_admin.browser
+    for path in ("/admin/django_ratequeue/job/dashboard/", "/admin/django_ratequeue/job/"):
+        busy_admin.visit(path)
+        top = page.execute_script(
+            "const b = document.querySelector('.rq-no-worker');"
+            "return b && b.getBoundingClientRect().bottom <= window.innerHeight;"
+        )
+        assert top, path
+        assert "No worker is running" in page.find_element("css selector", ".rq-no-worker").text
+    if directory := os.environ.get("RATEQUEUE_SCREENSHOTS"):
+        busy_admin.visit("/admin/django_ratequeue/job/dashboard/")
+        page.set_window_size(WIDTH, 900)
+        page.save_screenshot(str(ROOT / directory / "dashboard-no-worker.png"))

@@ -55,3 +55,12 @@ def generate(chunks: int, pause: float, stream: bool) -> int:
 @job(retries=0)
 def batch_done(outcome: dict[str, object]) -> None:
     """bench.batches: the batch's on_complete, which does nothing with its outcome."""
+
+
+@job(queue="talk", retries=0, expose=True)
+def talk(words: int, pause: float) -> int:
+    """bench.load: a model answering over HTTP, ``words`` words ``pause`` seconds apart."""
+    for number in range(words):
+        time.sleep(pause)
+        stream_output(f"word{number} ")
+    return words

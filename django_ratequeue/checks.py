@@ -8,12 +8,13 @@ The settings' rules are the ones the app applies when it reads them
 from __future__ import annotations
 
 from collections.abc import Sequence
+from importlib.util import find_spec
 from typing import Any
 
 from django.apps import AppConfig, apps
 from django.conf import settings
 from django.contrib.sessions.middleware import SessionMiddleware
-from django.core.checks import CheckMessage, Error, register
+from django.core.checks import CheckMessage, Error, Warning, register
 from django.utils.module_loading import import_string
 
 from . import backends as tasks_backend_checks  # noqa: F401
@@ -222,3 +223,47 @@ def check_key_limits(
         )
         for queue, problem in key_limits_problems()
     ]
+
+
+@register()
+def check_asgi_connections(
+    app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
+) -> list[CheckMessage]:
+    """Warn of persistent connections in a project served under ASGI: they leak there.
+
+    Django runs each ASGI request's sync code on a thread of its own, and a persistent
+    connection stays open with the thread it was made on: they pile up until the server
+    refuses more. Told when the project has an ASGI entry point (``ASGI_APPLICATION``,
+    or an ``asgi`` module beside ``WSGI_APPLICATION``'s)."""
+    return asgi_connection_warnings(settings.DATABASES)
+
+
+def asgi_connection_warnings(databases: dict[str, Any]) -> list[CheckMessage]:
+    """Return W320 for each of ``databases`` that keeps connections open, under ASGI."""
+    if not serves_asgi():
+        return []
+    return [
+        Warning(
+            f"DATABASES[{alias!r}] keeps its connections open (CONN_MAX_AGE "
+            f"{database.get('CONN_MAX_AGE')!r}) and the project has an ASGI entry point: "
+            "under an ASGI server each request's thread leaves its connection open, until "
+            'the database refuses more ("too many clients").',
+            hint='Set "CONN_MAX_AGE": 0, or a connection pool (OPTIONS["pool"]); see '
+            '"Database connections" in docs/operations.md.',
+            id=ids.ASGI_PERSISTENT_CONNECTIONS,
+        )
+        for alias, database in databases.items()
+        if database.get("CONN_MAX_AGE", 0) != 0 and not (database.get("OPTIONS") or {}).get("pool")
+    ]
+
+
+def serves_asgi() -> bool:
+    """Return whether the project has an ASGI entry point (it may be served under ASGI)."""
+    if getattr(settings, "ASGI_APPLICATION", None):
+        return True
+    wsgi = getattr(settings, "WSGI_APPLICATION", None) or ""
+    package = wsgi.rpartition(".")[0].rpartition(".")[0]
+    try:
+        return bool(package) and find_spec(f"{package}.asgi") is not None
+    except (ImportError, ValueError):
+        return False

@@ -3,18 +3,37 @@
 SQLite by default (one file beside this module); PostgreSQL when ``DATABASE_URL`` is set,
 e.g. ``DATABASE_URL=postgres://root@127.0.0.1:5432/ratequeue``.
 
-For trying things out on your own machine only: DEBUG is on, the SECRET_KEY is public and
-``scripts/demo.sh`` creates the superuser admin/admin. Do not expose it to a network.
+For trying things out on your own machine: DEBUG is on, the SECRET_KEY is public and
+``scripts/demo.sh`` creates the superuser admin/admin. Served for real (docs/operations.md,
+"Deployment"): ``DJANGO_DEBUG=0`` with ``DJANGO_SECRET_KEY`` (required then), and
+``DJANGO_HTTPS=1`` behind HTTPS; ``manage.py check --deploy`` is then clean.
 """
 
 import os
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
+from django.core.exceptions import ImproperlyConfigured
+
 BASE_DIR = Path(__file__).resolve().parent
-SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "example-project-not-secret")
 DEBUG = os.environ.get("DJANGO_DEBUG", "1") == "1"
-ALLOWED_HOSTS = ["*"]
+SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "example-project-not-secret" if DEBUG else "")
+if not SECRET_KEY:
+    raise ImproperlyConfigured("Set DJANGO_SECRET_KEY (50 random characters) with DJANGO_DEBUG=0.")
+ALLOWED_HOSTS = os.environ.get("DJANGO_ALLOWED_HOSTS", "*").split(",")
+# Behind HTTPS (DJANGO_HTTPS=1): cookies only over HTTPS, HTTP redirected, HSTS for a day
+# to begin with (raise it once HTTPS is known to work; docs/operations.md). Without it,
+# check --deploy names these four (W004, W008, W012, W016): each needs HTTPS.
+if os.environ.get("DJANGO_HTTPS") == "1":
+    SECURE_SSL_REDIRECT = True
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    SECURE_HSTS_SECONDS = 86400
+    # Every subdomain HTTPS too, and the domain may be preloaded into browsers: a
+    # commitment for the whole domain (https://hstspreload.org); drop these if it is not yours.
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = True
+    SECURE_HSTS_PRELOAD = True
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -24,6 +43,7 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "rest_framework",
+    "rest_framework.authtoken",
     "django_q",
     "django_ratequeue",
     "example_project.demo",
@@ -58,6 +78,12 @@ TEMPLATES = [
 ]
 
 
+# Each process's connections when DJANGO_DB_POOL=1 (example_project/asgi.py sets it): a
+# request waits up to `timeout` seconds for one of `max_size`, never past PostgreSQL's
+# max_connections (size them together: docs/operations.md).
+POOL = {"min_size": 2, "max_size": int(os.environ.get("DJANGO_DB_POOL_SIZE", "16")), "timeout": 10}
+
+
 def database_from_url(url: str) -> dict:
     """Translate ``postgres://user:pass@host:port/name`` or ``sqlite:///path`` to Django's form."""
     parsed = urlparse(url)
@@ -73,7 +99,12 @@ def database_from_url(url: str) -> dict:
         "PASSWORD": unquote(parsed.password or ""),
         "HOST": parsed.hostname or "",
         "PORT": str(parsed.port or ""),
-        "CONN_MAX_AGE": None,
+        # A connection per request, closed as it ends (persistent ones leak under ASGI:
+        # one per request's thread). Under WSGI the threads bound them; under ASGI, where
+        # requests at once are not bounded, asgi.py turns on psycopg's pool (POOL below),
+        # which is. docs/operations.md, "Database connections".
+        "CONN_MAX_AGE": 0,
+        **({"OPTIONS": {"pool": POOL}} if os.environ.get("DJANGO_DB_POOL") == "1" else {}),
         "TEST": {"NAME": f"test_{name}"},
     }
 
@@ -180,16 +211,30 @@ RATEQUEUE = {
 }
 
 REST_FRAMEWORK: dict[str, object] = {
+    # Browsers log in with their session; machine clients send "Authorization: Token <key>"
+    # (manage.py drf_create_token <user>): one indexed read, no password hashed per request.
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.SessionAuthentication",
+        "rest_framework.authentication.TokenAuthentication",
+    ],
     # Throttles only views that set throttle_scope (a RATE_LIMITS name or a rate below).
     "DEFAULT_THROTTLE_CLASSES": ["django_ratequeue.contrib.drf.RateLimitThrottle"],
     "DEFAULT_THROTTLE_RATES": {"demo_api": "5/minute"},
 }
 
+# Everything to the console (the server's log): the app's lifecycle, and Django's errors,
+# with their tracebacks also when DEBUG is off (a 500 is never silent). 4xx answers are
+# not logged: the client was told.
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "formatters": {
+        "plain": {"format": "{asctime} {levelname} {name} {process} {message}", "style": "{"}
+    },
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "loggers": {
+        "django": {"handlers": ["console"], "level": "WARNING"},
+        "django.request": {"level": "ERROR"},
         "django_ratequeue": {"handlers": ["console"], "level": "INFO"},
         "django-q": {"handlers": ["console"], "level": "WARNING"},
     },

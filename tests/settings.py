@@ -40,21 +40,19 @@ RATEQUEUE = {
         "tests.queue.jobs",
         "tests.queue.batch_jobs",
         "tests.queue.hostile_jobs",
+        "tests.queue.blip_jobs",
         "tests.api.jobs",
         "bench.ratequeue_jobs",
     ]
     + (["tests.tasks_backend.tasks"] if django.VERSION >= (6, 0) else []),
+    # The test client's event streams hold no server thread: no share of threads caps
+    # them, except in the tests of that cap (tests/api/test_stream_caps.py).
+    "API_WSGI_THREADS": 10_000,
 }
 
-# The HTTP API's tests log in with sessions and with DRF's tokens.
-INSTALLED_APPS = [*INSTALLED_APPS, "rest_framework.authtoken"]
-REST_FRAMEWORK = {
-    **REST_FRAMEWORK,
-    "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.SessionAuthentication",
-        "rest_framework.authentication.TokenAuthentication",
-    ],
-}
+# The HTTP API's tests log in with sessions and with DRF's tokens, as the example does.
+assert "rest_framework.authtoken" in INSTALLED_APPS
+assert "TokenAuthentication" in str(REST_FRAMEWORK["DEFAULT_AUTHENTICATION_CLASSES"])
 
 # django.tasks (Django 6.0+) runs on ratequeue, in the tests and in their qcluster workers;
 # a failing task gets one quick retry.

@@ -114,3 +114,33 @@ def test_qcluster_stops_at_the_check_instead_of_a_redis_traceback(tmp_path: Path
     assert done.returncode == 1
     assert "django_ratequeue.E307" in done.stderr
     assert "Q_CLUSTER is not set" in done.stderr
+
+
+POSTGRES = {"ENGINE": "django.db.backends.postgresql", "NAME": "mysite"}
+
+
+@pytest.mark.parametrize(
+    ("database", "entry", "warned"),
+    [
+        ({**POSTGRES, "CONN_MAX_AGE": None}, {"ASGI_APPLICATION": "mysite.asgi.application"}, 1),
+        ({**POSTGRES, "CONN_MAX_AGE": 600}, {"WSGI_APPLICATION": "example_project.wsgi.app"}, 1),
+        ({**POSTGRES, "CONN_MAX_AGE": None}, {"WSGI_APPLICATION": "tests.wsgi.application"}, 0),
+        ({**POSTGRES, "CONN_MAX_AGE": 0}, {"ASGI_APPLICATION": "mysite.asgi.application"}, 0),
+        (
+            {**POSTGRES, "CONN_MAX_AGE": None, "OPTIONS": {"pool": True}},
+            {"ASGI_APPLICATION": "mysite.asgi.application"},
+            0,
+        ),
+    ],
+)
+def test_persistent_connections_under_asgi_are_a_warning(
+    database: dict[str, Any], entry: dict[str, str], warned: int
+) -> None:
+    """Told from an ASGI entry point: ASGI_APPLICATION, or an asgi module beside the WSGI
+    application's (example_project has one, tests has none)."""
+    with override_settings(**{"ASGI_APPLICATION": None, **entry}):
+        found = checks.asgi_connection_warnings({"default": database})
+    assert [problem.id for problem in found] == ["django_ratequeue.W320"] * warned
+    if found:
+        assert "too many clients" in found[0].msg
+        assert '"CONN_MAX_AGE": 0' in (found[0].hint or "")

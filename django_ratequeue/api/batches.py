@@ -20,7 +20,8 @@ from ..queue.batches import BatchHandle, status_counts
 from ..queue.models import FINAL_STATUSES, Batch
 from .batchevents import FINAL_ID, BatchWatch, abatch_stream, batch_stream
 from .permissions import request_owner
-from .sse import event_response, take_stream_seat
+from .sse import event_response
+from .streamcaps import take_stream_seat
 from .views import ApiSchema, ApiView, EventStreamRenderer, EventStreamSchema
 
 
@@ -106,6 +107,6 @@ class BatchEventsView(OwnedBatch):
         batch = self.owned_batch(batch_id)
         if request.headers.get("Last-Event-ID") == FINAL_ID and batch.finished_at is not None:
             return HttpResponse(status=status.HTTP_204_NO_CONTENT)
-        seat = take_stream_seat(batch.owner)
+        hold = take_stream_seat(request, batch.owner)
         watch = BatchWatch(batch.pk)
-        return event_response(request, seat, batch_stream(watch), abatch_stream(watch))
+        return event_response(request, hold, batch_stream(watch), abatch_stream(watch))

@@ -22,45 +22,28 @@ from asgiref.sync import sync_to_async
 from django.core.handlers.asgi import ASGIRequest
 from django.db import connections
 from django.http import StreamingHttpResponse
-from rest_framework.exceptions import Throttled
 from rest_framework.request import Request
 
-from ..conf import ratequeue_settings
 from ..queue.models import FINAL_STATUSES, Status
-from ..queue.seats import free_seat, take_seat
 from .serializers import eta_data
+from .streamcaps import LIFETIME, StreamHold
 from .watch import Look, watcher
 
 # A comment line this often keeps proxies from closing a quiet stream.
 HEARTBEAT = 15.0
-# A stream ends after this long; the client reconnects and goes on from its last id.
-LIFETIME = 300.0
 # What EventSource waits before it reconnects, in milliseconds.
 RECONNECT_MS = 1000
 
 
-def take_stream_seat(owner: str) -> int:
-    """Take one of ``owner``'s API_MAX_STREAMS_PER_USER stream seats, or raise Throttled."""
-    limit = ratequeue_settings().API_MAX_STREAMS_PER_USER
-    seat = take_seat(f"stream:{owner}", limit, LIFETIME)
-    if seat is None:
-        raise Throttled(
-            wait=RECONNECT_MS // 1000 or 1,
-            detail=f"You have {limit} event streams open already "
-            '(RATEQUEUE["API_MAX_STREAMS_PER_USER"]): close one first.',
-        )
-    return seat
-
-
 def event_response(
-    request: Request, seat: int, events: Iterator[bytes], aevents: AsyncIterator[bytes]
+    request: Request, hold: StreamHold, events: Iterator[bytes], aevents: AsyncIterator[bytes]
 ) -> StreamingHttpResponse:
-    """Answer with ``events`` (``aevents`` under ASGI), freeing ``seat`` when they end."""
+    """Answer with ``events`` (``aevents`` under ASGI), releasing ``hold`` when they end."""
     held: Any
     if isinstance(request._request, ASGIRequest):
-        held = AsyncSeatHeld(aevents, seat)
+        held = AsyncSeatHeld(aevents, hold)
     else:
-        held = SeatHeld(events, seat)
+        held = SeatHeld(events, hold)
     response = StreamingHttpResponse(held, content_type="text/event-stream")
     response["Cache-Control"] = "no-cache"
     response["X-Accel-Buffering"] = "no"  # nginx: pass each event on at once
@@ -228,44 +211,54 @@ async def astream(watch: JobWatch) -> AsyncIterator[bytes]:
 
 
 class SeatHeld:
-    """Hold a stream's seat (:mod:`..queue.seats`) while it sends its events.
+    """Hold a stream's seats (:mod:`.streamcaps`) while it sends its events.
 
-    The seat is held until the response is closed, whether or not it was ever read."""
+    They are held until the response is closed, whether or not it was ever read."""
 
-    def __init__(self, events: Iterator[bytes], seat: int) -> None:
+    def __init__(self, events: Iterator[bytes], hold: StreamHold) -> None:
         self.events = events
-        self.seat: int | None = seat
+        self.hold = hold
 
     def __iter__(self) -> Iterator[bytes]:
         return self.events
 
     def close(self) -> None:
-        """Stop the stream, then free its seat (once)."""
+        """Stop the stream, then release its seats (once)."""
         try:
             close = getattr(self.events, "close", None)
             if close is not None:
                 close()
         finally:
-            if self.seat is not None:
-                seat, self.seat = self.seat, None
-                free_seat(seat)
+            self.hold.release()
 
 
-class AsyncSeatHeld(SeatHeld):
-    """:class:`SeatHeld` for an ASGI server's stream."""
+class AsyncSeatHeld:
+    """:class:`SeatHeld` for an ASGI server's stream.
 
-    def __init__(self, events: AsyncIterator[bytes], seat: int) -> None:
-        self.events = events  # type: ignore[assignment]
-        self.seat = seat
+    The seats are released as the stream ends, also when its client went away (Django
+    then cancels the stream and never closes the response)."""
 
-    def __aiter__(self) -> AsyncIterator[bytes]:
-        return self.events  # type: ignore[return-value]
+    def __init__(self, events: AsyncIterator[bytes], hold: StreamHold) -> None:
+        self.events = events
+        self.hold = hold
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        try:
+            async for frame in self.events:
+                yield frame
+        finally:
+            await sync_to_async(self.release)()
+
+    def release(self) -> None:
+        """Release the seats, closing the connection that took it (the request's thread's)."""
+        try:
+            self.hold.release()
+        finally:
+            release_connections()
 
     def close(self) -> None:
-        """Free the seat (the server closes the async stream itself)."""
-        if self.seat is not None:
-            seat, self.seat = self.seat, None
-            free_seat(seat)
+        """Release the seats if the stream never ran (the server closes the stream itself)."""
+        self.hold.release()
 
 
 def release_connections() -> None:

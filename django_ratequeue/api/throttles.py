@@ -39,6 +39,10 @@ class ApiThrottle(RateLimitThrottle):
         scope = (self.get_scope(view) or "").removeprefix("ratequeue_")
         return ratequeue_settings().API_THROTTLES.get(scope)
 
+    def draws(self, view: Any) -> bool:
+        """Return whether the view's requests draw from a limit (the throttle is on)."""
+        return self.get_limit(view) is not None or self.default_config(view) is not None
+
     def allow_request(self, request: Request, view: Any) -> bool:
         """Draw the view's ``throttle_count(request)`` tokens (one by default)."""
         if self.get_limit(view) is not None:

@@ -8,7 +8,8 @@ a request only its owner's jobs (:func:`.permissions.request_owner`): any other 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager, nullcontext
 from typing import Any
 from urllib.parse import quote
 
@@ -34,7 +35,7 @@ from ..conf import ratequeue_settings
 from ..decorators import KEY_SHORTHANDS
 from ..queue.handles import Handle
 from ..queue.models import FINAL_STATUSES, Job
-from ..queue.submit import submit, submit_batch, submit_many
+from ..queue.submit import atomically, submit, submit_batch, submit_many
 from ..ratelimit.decisions import check_rate_limit
 from ..ratelimit.resolve import get_rate_limit_config
 from .enqueueing import check_call, check_calls, client_options, refusals
@@ -54,7 +55,8 @@ from .serializers import (
     shared,
     validated,
 )
-from .sse import JobWatch, Resume, astream, event_response, stream, take_stream_seat
+from .sse import JobWatch, Resume, astream, event_response, stream
+from .streamcaps import take_stream_seat
 from .throttles import ApiThrottle
 
 
@@ -185,11 +187,31 @@ class ApiView(GenericAPIView[Any]):
         return job
 
 
-class EnqueueView(ApiView):
+class EnqueueingView(ApiView):
+    """An enqueue, whose throttle draws in the enqueue's own transaction.
+
+    A request refused for any reason (its input, a limit, a duplicate id) then spends
+    nothing of the enqueue throttle."""
+
+    throttle_scope = "ratequeue_enqueue"
+
+    def check_throttles(self, request: Request) -> None:
+        """Draw nothing yet: :meth:`drawing_throttle` draws, with the enqueue."""
+
+    @contextmanager
+    def drawing_throttle(self, request: Request) -> Iterator[None]:
+        """Draw the throttle (or raise its 429), then enqueue in the same transactions."""
+        throttles = self.get_throttles()
+        draws = any(not isinstance(t, ApiThrottle) or t.draws(self) for t in throttles)
+        with atomically() if draws else nullcontext():
+            super().check_throttles(request)
+            yield
+
+
+class EnqueueView(EnqueueingView):
     """``POST jobs/``: enqueue a call of an exposed job, owned by the requesting user."""
 
     serializer_class = EnqueueSerializer
-    throttle_scope = "ratequeue_enqueue"
     schema = ApiSchema("enqueueJob", response=JobSerializer)
 
     def post(self, request: Request) -> Response:
@@ -200,7 +222,7 @@ class EnqueueView(ApiView):
         server_options = exposure.call_options(request)
         owner = request_owner(request, create=True)
         options = client_options(data, owner)
-        with refusals():
+        with self.drawing_throttle(request), refusals():
             created = submit(exposure.job, call, options, owner=owner, call_options=server_options)
         location = f"{request.path}{quote(shown_id(created.pk), safe='')}/"
         return Response(
@@ -208,11 +230,10 @@ class EnqueueView(ApiView):
         )
 
 
-class BulkEnqueueView(ApiView):
+class BulkEnqueueView(EnqueueingView):
     """``POST jobs/bulk/``: several calls of one exposed job, enqueued all or none."""
 
     serializer_class = BulkEnqueueSerializer
-    throttle_scope = "ratequeue_enqueue"
     schema = ApiSchema("enqueueJobs", response=JobSerializer, many=True)
 
     def throttle_count(self, request: Request) -> int:
@@ -230,7 +251,7 @@ class BulkEnqueueView(ApiView):
         owner = request_owner(request, create=True)
         options = client_options(data, owner)
         headers = {}
-        with refusals():
+        with self.drawing_throttle(request), refusals():
             if data["batch"]:
                 created, batch = submit_batch(
                     exposure.job, calls, options, owner=owner, call_options=server_options
@@ -287,9 +308,9 @@ class EventsView(ApiView):
         resume = Resume.parse(request.headers.get("Last-Event-ID"), request.GET.get("since"))
         if resume.ended and job.status in FINAL_STATUSES:
             return HttpResponse(status=status.HTTP_204_NO_CONTENT)
-        seat = take_stream_seat(job.owner)
+        hold = take_stream_seat(request, job.owner)
         watch = JobWatch(job.pk, resume.cursor)
-        return event_response(request, seat, stream(watch), astream(watch))
+        return event_response(request, hold, stream(watch), astream(watch))
 
 
 class RateLimitView(ApiView):

@@ -46,6 +46,8 @@ POSITIVE_INTEGERS = (
     "API_MAX_BODY_BYTES",
     "API_MAX_BULK_ITEMS",
     "API_MAX_STREAMS_PER_USER",
+    "API_MAX_STREAMS_PER_ADDRESS",
+    "API_WSGI_THREADS",
     "API_MAX_WAITING_CLAIMS_PER_KEY",
 )
 # The most slots a worker process may have: each may hold a thread and a connection.
@@ -126,6 +128,19 @@ class _Parser:
         if self.values["FAILED_RETENTION"] is None:
             return retention
         return self.duration("FAILED_RETENTION", ids.FAILED_RETENTION, allow_zero=True)
+
+    def stream_share(self) -> float:
+        """Return API_STREAM_SHARE, a share of a process's threads above 0 and at most 1."""
+        value = self.values["API_STREAM_SHARE"]
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 1:
+            self.problem(
+                ids.API_STREAM_SHARE,
+                f'RATEQUEUE["API_STREAM_SHARE"] must be a number above 0 and at most 1, '
+                f"got {value!r}.",
+                "0.5: event streams hold at most half of each WSGI process's threads.",
+            )
+            return 0.0
+        return float(value)
 
     def flag(self, name: str) -> bool:
         value = self.values[name]
@@ -384,6 +399,9 @@ class _Parser:
             API_THROTTLES=MappingProxyType(self.api_throttles()),
             API_MAX_STREAMS_PER_USER=numbers["API_MAX_STREAMS_PER_USER"],
             API_MAX_WAITING_CLAIMS_PER_KEY=numbers["API_MAX_WAITING_CLAIMS_PER_KEY"],
+            API_MAX_STREAMS_PER_ADDRESS=numbers["API_MAX_STREAMS_PER_ADDRESS"],
+            API_WSGI_THREADS=numbers["API_WSGI_THREADS"],
+            API_STREAM_SHARE=self.stream_share(),
             CLOCK=self.clock(),
             DJANGO_Q_ADMIN=self.flag("DJANGO_Q_ADMIN"),
         )

@@ -50,6 +50,9 @@ DEFAULTS: dict[str, Any] = {
         "read": {"rate": 600, "period": 60, "capacity": 600},
     },
     "API_MAX_STREAMS_PER_USER": 4,
+    "API_MAX_STREAMS_PER_ADDRESS": 8,
+    "API_WSGI_THREADS": 8,
+    "API_STREAM_SHARE": 0.5,
     "API_MAX_WAITING_CLAIMS_PER_KEY": 8,
     "CLOCK": "database",
     "DJANGO_Q_ADMIN": False,
@@ -184,6 +187,14 @@ class RateQueueSettings:
     # key, across all processes: each holds a server thread under WSGI (429 beyond).
     API_MAX_STREAMS_PER_USER: int
     API_MAX_WAITING_CLAIMS_PER_KEY: int
+    # Event streams open at once per client address of anonymous visitors (whose sessions
+    # cost nothing to make), across all processes.
+    API_MAX_STREAMS_PER_ADDRESS: int
+    # Under WSGI, the request threads of each server process (gunicorn's --threads), and
+    # the share of them event streams may hold at once: one more stream is a 429, so the
+    # other requests always have threads (api/streamcaps.py, docs/operations.md).
+    API_WSGI_THREADS: int
+    API_STREAM_SHARE: float
     # Whose clock every time the app writes or compares comes from (clock.py): "database",
     # the database server's, shared by all hosts; or "local", this process's own, which
     # tests move with time-machine or freezegun (one host only: docs/testing.md).

@@ -1,6 +1,6 @@
 """Dispatch: start the WAITING jobs the limits allow, in turns over queues and keys.
 
-Per step, :class:`Dispatch` gives resuming subtask waits their slots back, picks jobs by
+Per step, :class:`Dispatch` gives resuming subtask waits their places back, picks jobs by
 priority, round over the keys and the queues' turn (:mod:`.keys` reads the candidates,
 :mod:`.turns` keeps where the turns begin), reserves their cost from a queue's rate
 limit, and creates their attempts for runners to claim. docs/concepts.md tells why.
@@ -35,7 +35,7 @@ from .skipscan import distinct_values
 from .transitions import fail_job, isolated
 from .turns import QUEUES_PER_STEP, Turns
 
-# Concurrency keys looked at per queue beyond its free slots, to get past busy keys.
+# Concurrency keys looked at per queue beyond its free places, to get past busy keys.
 KEY_LOOKAHEAD = 100
 # What a rate-gated queue's reservation says about a job (see Dispatch.reserve_tokens).
 TokenGate = Literal["now", "later", "parked", "held", "unfit"]
@@ -44,8 +44,11 @@ READY_AT_KEPT = 100_000
 
 
 @dataclass
-class Slots:
-    """Count the slots that running attempts hold: in the environment, per queue, per copy.
+class Places:
+    """Count the places under the limits that running attempts hold.
+
+    In the environment, per queue, per copy: a place under a limit, not a worker
+    process's slot (docs/concepts.md, glossary).
 
     A copy of a queue is (queue, concurrency key), with the key "" for jobs without
     one."""
@@ -55,8 +58,8 @@ class Slots:
     per_copy: Counter[tuple[str, str]]
 
     @classmethod
-    def held_by(cls, running: list[Attempt]) -> Slots:
-        """Count the slots ``running`` hold."""
+    def held_by(cls, running: list[Attempt]) -> Places:
+        """Count the places ``running`` hold."""
         in_queue = [a for a in running if a.holds_queue_slot]
         return cls(
             environment=sum(a.holds_environment_slot for a in running),
@@ -65,7 +68,7 @@ class Slots:
         )
 
     def take(self, queue: str, key: str) -> None:
-        """Count one more slot of ``queue``'s copy for ``key``."""
+        """Count one more place of ``queue``'s copy for ``key``."""
         self.per_queue[queue] += 1
         self.per_copy[(queue, key)] += 1
 
@@ -112,8 +115,7 @@ class Dispatch:
 
         The key's own (a KeyLimit row, else the queue's key_limits function), else the
         queue's (``own`` is the job's own limit, for a queue not configured)."""
-        limit = self.keys.of(name, key).max_concurrency
-        return limits.limit_for(own) if limit is None else limit
+        return self.keys.copy_limit(name, key, limits, own)
 
     def wakes(self) -> list[datetime]:
         """Return when a resting loop must look again for the sake of dispatch."""
@@ -124,7 +126,7 @@ class Dispatch:
         ]
 
     def grant_resumes(self, running: list[Attempt]) -> bool:
-        """Give slots back to attempts that waited on a subtask, before anything new starts."""
+        """Give places back to attempts that waited on a subtask, before anything new starts."""
         resuming = [a for a in running if a.wait == Wait.RESUMING]
         if not resuming:
             return False
@@ -133,7 +135,7 @@ class Dispatch:
                 "pk", "max_concurrency"
             )
         )
-        slots = Slots.held_by(running)
+        places = Places.held_by(running)
         granted = []
         for attempt in resuming:
             needs_queue_slot = not attempt.holds_queue_slot
@@ -141,17 +143,17 @@ class Dispatch:
             copy = (attempt.queue, attempt.concurrency_key)
             own = own_limits.get(attempt.job_id)
             key_limit = self.key_limit(attempt.queue, limits, attempt.concurrency_key, own)
-            if slots.environment >= self.max_concurrency or (
+            if places.environment >= self.max_concurrency or (
                 needs_queue_slot
                 and (
-                    slots.per_copy[copy] >= key_limit
-                    or slots.per_queue[attempt.queue] >= (limits.total_concurrency or math.inf)
+                    places.per_copy[copy] >= key_limit
+                    or places.per_queue[attempt.queue] >= (limits.total_concurrency or math.inf)
                 )
             ):
                 continue
-            slots.environment += 1
+            places.environment += 1
             if needs_queue_slot:
-                slots.take(*copy)
+                places.take(*copy)
             attempt.wait, attempt.wait_queue = Wait.NONE, ""
             granted.append(attempt.pk)
         Attempt.objects.filter(pk__in=granted, wait=Wait.RESUMING).resume()
@@ -174,8 +176,8 @@ class Dispatch:
         queues = waiting_queues(after=self.turns.queue)
         if not queues:
             return [], False
-        slots = Slots.held_by(running)
-        env_free = self.max_concurrency - slots.environment
+        places = Places.held_by(running)
+        env_free = self.max_concurrency - places.environment
         if env_free <= 0:
             return [], True
         offers: list[tuple[Job, int, int]] = []
@@ -183,7 +185,7 @@ class Dispatch:
             limits = self.queues.limits(name)
             offers.extend(
                 (job, round_, turn)
-                for job, round_ in self.queue_candidates(name, limits, slots, now, moves)
+                for job, round_ in self.queue_candidates(name, limits, places, now, moves)
             )
         offers.sort(key=lambda offer: (-offer[0].priority, offer[1], offer[2]))
         chosen = [job for job, _round, _turn in offers[:env_free]]
@@ -216,7 +218,7 @@ class Dispatch:
         return attempts
 
     def queue_candidates(
-        self, name: str, limits: QueueLimits, slots: Slots, now: datetime, moves: Moves
+        self, name: str, limits: QueueLimits, places: Places, now: datetime, moves: Moves
     ) -> list[tuple[Job, int]]:
         """Return the jobs queue ``name`` can start now, each with its round.
 
@@ -224,21 +226,21 @@ class Dispatch:
         round n offers each key's n-th next job (in the order of READY_ORDER), so every
         key gets a start before any key gets two. Each key is its own copy of the queue,
         under ``max_concurrency``; jobs without a key share the copy ``""``;
-        ``total_concurrency`` caps them together. The slots offered are counted in
-        ``slots``."""
-        env_free = self.max_concurrency - slots.environment
-        room = self.room(name, limits, slots, now)
+        ``total_concurrency`` caps them together. The places offered are counted in
+        ``places``."""
+        env_free = self.max_concurrency - places.environment
+        room = self.room(name, limits, places, now)
         if room <= 0:
             return []
-        jobs = self.in_rounds(name, limits, slots, room)
+        jobs = self.in_rounds(name, limits, places, room)
         total = limits.total_concurrency or math.inf
         chosen: list[tuple[Job, int]] = []
         for job, round_ in jobs:
-            if slots.per_queue[name] >= total or len(chosen) >= env_free:
+            if places.per_queue[name] >= total or len(chosen) >= env_free:
                 break
             key = job.concurrency_key
             key_limit = self.key_limit(name, limits, key, job.max_concurrency)
-            if slots.per_copy[(name, key)] >= key_limit:
+            if places.per_copy[(name, key)] >= key_limit:
                 continue
             gate: TokenGate = "now"
             if limits.rate_limit:
@@ -248,25 +250,25 @@ class Dispatch:
                     break
                 if gate in ("held", "unfit"):
                     continue
-            # A job whose tokens are reserved for later holds its slots until then.
-            slots.take(name, job.concurrency_key)
+            # A job whose tokens are reserved for later holds its places until then.
+            places.take(name, job.concurrency_key)
             if gate == "now":
                 chosen.append((job, round_))
         return chosen
 
-    def room(self, name: str, limits: QueueLimits, slots: Slots, now: datetime) -> int:
+    def room(self, name: str, limits: QueueLimits, places: Places, now: datetime) -> int:
         """Return how many jobs queue ``name`` may start now, at most (0: none)."""
         if limits.max_concurrency == 0:
             return 0
         if name in self.rate_limited_until and self.rate_limited_until[name] > now:
             return 0
-        env_free = self.max_concurrency - slots.environment
+        env_free = self.max_concurrency - places.environment
         if not limits.total_concurrency:  # no cap over the keys
             return env_free
-        return min(limits.total_concurrency - slots.per_queue[name], env_free)
+        return min(limits.total_concurrency - places.per_queue[name], env_free)
 
     def in_rounds(
-        self, name: str, limits: QueueLimits, slots: Slots, room: int
+        self, name: str, limits: QueueLimits, places: Places, room: int
     ) -> list[tuple[Job, int]]:
         """Return the next jobs of queue ``name``'s keys in weighted turns, with their round.
 
@@ -285,7 +287,7 @@ class Dispatch:
         for key in keys:
             own = self.keys.of(name, key).max_concurrency
             limit = per_queue if own is None else own
-            takes[key] = min(room, limit - slots.per_copy[(name, key)])
+            takes[key] = min(room, limit - places.per_copy[(name, key)])
         by_key: dict[str, list[Job]] = {}
         for job in sorted(next_jobs(name, takes), key=ready_key):
             by_key.setdefault(job.concurrency_key, []).append(job)

@@ -214,8 +214,7 @@ class Estimator:
         """Return the limit of the job's copy of its queue: its key's own, else the queue's.
 
         As the dispatch applies it (a KeyLimit row, else the queue's key_limits function)."""
-        own = self.keys.of(job.queue, job.concurrency_key).max_concurrency
-        return limits.limit_for(job.max_concurrency) if own is None else own
+        return self.keys.copy_limit(job.queue, job.concurrency_key, limits, job.max_concurrency)
 
     def handoff(self, queue: str) -> timedelta:
         """Return how long ``queue``'s attempts now running waited for a runner to start them.

@@ -20,6 +20,7 @@ from ..exceptions import JobCanceled, JobDoesNotExist, JobFailed, RecursiveWaitD
 from .eta import ETA_FIELDS, Eta, job_eta
 from .heartbeat import queue_served
 from .models import FINAL_STATUSES, Attempt, CancelRequest, Job, OutputChunk, Status
+from .reconnects import JOB_PATIENCE, in_job, through_reconnects
 from .subtasks import (
     aslots_released,
     check_wait,
@@ -124,7 +125,7 @@ class Handle(Generic[R_co]):
         parent = current_attempt.get()
         if parent is None:
             return self._wait(timeout)
-        child = self._job("status", "queue", "max_concurrency")
+        child = in_job(lambda: self._job("status", "queue", "max_concurrency"))
         if child.status in FINAL_STATUSES:
             return self._wait(timeout)
         check_wait(parent, child)
@@ -141,7 +142,9 @@ class Handle(Generic[R_co]):
         parent = current_attempt.get()
         if parent is None:
             return await self._await(timeout)
-        child = await sync_to_async(self._job)("status", "queue", "max_concurrency")
+        child = await sync_to_async(in_job)(
+            lambda: self._job("status", "queue", "max_concurrency")
+        )
         if child.status in FINAL_STATUSES:
             return await self._await(timeout)
         await sync_to_async(check_wait)(parent, child)
@@ -239,7 +242,9 @@ class Waiting:
 
         Raise ``TimeoutError`` past the deadline; :class:`RecursiveWaitDeadlock` when a
         parent's subtask could no longer run."""
-        job = self.handle._job(*OUTCOME_FIELDS, "queue")
+        job = through_reconnects(
+            lambda: self.handle._job(*OUTCOME_FIELDS, "queue"), patience=self.patience()
+        )
         if job.status in FINAL_STATUSES:
             return job
         now = time.monotonic()
@@ -258,6 +263,12 @@ class Waiting:
         pause = self.pause if self.deadline is None else min(self.pause, self.deadline - now)
         self.pause = min(self.pause * 1.5, 0.5)
         return max(pause, 0)
+
+    def patience(self) -> float:
+        """Return how long a look waits out a database blip: JOB_PATIENCE, up to the deadline."""
+        if self.deadline is None:
+            return JOB_PATIENCE
+        return max(0.0, min(JOB_PATIENCE, self.deadline - time.monotonic()))
 
 
 def refuse_in_event_loop() -> None:

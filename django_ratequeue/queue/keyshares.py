@@ -22,6 +22,7 @@ from django.utils.module_loading import import_string
 
 from ..conf import ratequeue_settings
 from .bounds import MAX_KEY_WEIGHT
+from .limits import QueueLimits
 from .models import Job, KeyLimit
 
 logger = logging.getLogger("django_ratequeue.queue")
@@ -88,6 +89,15 @@ class KeyLimits:
         if (queue, key) not in self.known:
             self.load(queue, [key])
         return self.known[(queue, key)]
+
+    def copy_limit(self, queue: str, key: str, limits: QueueLimits, job_own: int | None) -> int:
+        """Return the limit of key ``key``'s copy of ``queue``, whose limits are ``limits``.
+
+        The one rule that dispatch, eta and subtask waits apply: the key's own (a KeyLimit
+        row, else the queue's ``key_limits`` function), else the queue's (``job_own``: the
+        limit the job set at enqueue, for a queue not configured)."""
+        own = self.of(queue, key).max_concurrency
+        return limits.limit_for(job_own) if own is None else own
 
     def weight(self, queue: str, key: str) -> int:
         """Return key ``key``'s weight in ``queue``: its own, else the queue's key_weight."""

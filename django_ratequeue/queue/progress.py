@@ -27,6 +27,7 @@ from ..exceptions import NotInJob
 from ..threads import IdleExitThread
 from .bounds import check_json_text, check_text
 from .models import Attempt, Job, OutputChunk, queue_db
+from .reconnects import in_job
 from .subtasks import current_attempt
 from .wakeup import JOBS
 
@@ -56,8 +57,10 @@ class PendingOutput:
         self.max_length = settings.MAX_OUTPUT_LENGTH
         # The output of the job's earlier attempts: numbering goes on after it, and it
         # counts towards MAX_OUTPUT_LENGTH.
-        earlier = OutputChunk.objects.filter(job_id=job_id).aggregate(
-            index=Max("index"), length=Sum(Length("text"))
+        earlier = in_job(
+            lambda: OutputChunk.objects.filter(job_id=job_id).aggregate(
+                index=Max("index"), length=Sum(Length("text"))
+            )
         )
         self.next_index: int = (earlier["index"] or 0) + 1
         self.length: int = earlier["length"] or 0
@@ -355,8 +358,8 @@ def checked_text(text: Any) -> str:
 def write_rest(attempt: Attempt) -> None:
     """Write what ``attempt`` reported and streamed and is not written yet.
 
-    Called as it ends, in its own thread. A database error is logged: the attempt's
-    outcome stands."""
+    Called as it ends, in its own thread, through a blip (:func:`.reconnects.in_job`). A
+    database error that outlasts it is logged: the attempt's outcome stands."""
     with _pending_lock:
         pending = _pending.pop(id(attempt), None)
     if pending is None:
@@ -364,6 +367,6 @@ def write_rest(attempt: Attempt) -> None:
     pending.ended = True
     _writer.forget(pending)
     try:
-        pending.write()
+        in_job(pending.write)
     except DatabaseError:
         logger.exception("Lost the last progress or output of job %r", pending.job_id)

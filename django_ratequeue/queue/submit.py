@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack, contextmanager, nullcontext
 from typing import Any
 
 from django.db import transaction
 
+from ..exceptions import RateLimited
 from ..ratelimit.storage import rate_limit_db
+from ..ratelimit.tally import tallied
 from .batches import BatchBlock, BatchHandle
 from .enqueue import Call, enqueue_job, enqueue_rows, item_id
 from .models import Job, queue_db
@@ -94,14 +96,29 @@ def _enqueue_each(job: Registered, calls: list[Call], each: list[dict[str, Any]]
 
 
 @contextmanager
+def atomically() -> Iterator[None]:
+    """Run the block in one transaction on each database of the queue and the rate limits.
+
+    What it enqueues and what it draws from limits are then kept or undone together."""
+    with ExitStack() as stack:
+        for alias in sorted({queue_db(), rate_limit_db()}):
+            stack.enter_context(transaction.atomic(using=alias))
+        yield
+
+
+@contextmanager
 def _all_or_nothing(call_options: CallOptions | None) -> Iterator[None]:
     """Make the calls all or nothing: one transaction per database when ``call_options`` runs.
 
     It opens one transaction on each database of the queue and the rate limits; without
     ``call_options`` there is nothing to undo, and each enqueue stays its own
-    transaction."""
-    with ExitStack() as stack:
-        if call_options is not None:
-            for alias in sorted({queue_db(), rate_limit_db()}):
-                stack.enter_context(transaction.atomic(using=alias))
-        yield
+    transaction. A refusal by a limit that the calls together could never fit is a
+    ValueError that says so (:mod:`..ratelimit.tally`)."""
+    with atomically() if call_options is not None else nullcontext(), tallied() as drawn:
+        try:
+            yield
+        except RateLimited as refused:
+            never = drawn.never_fits(refused)
+            if never is None:
+                raise
+            raise ValueError(never) from None

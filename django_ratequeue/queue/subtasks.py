@@ -25,6 +25,7 @@ from ..exceptions import RecursiveWaitDeadlock
 from .keyshares import KeyLimits
 from .limits import QueueLimits
 from .models import Attempt, Job, Status, Wait, WorkerHeartbeat
+from .reconnects import job_call
 from .wakeup import LOOP, signal
 
 # The attempt the runner is executing in this context, if any.
@@ -38,6 +39,7 @@ def current_job_id() -> str:
     return attempt.job_id if attempt is not None else ""
 
 
+@job_call
 def check_wait(parent: Attempt, child: Job) -> None:
     """Raise RecursiveWaitDeadlock if ``parent`` waiting on ``child`` could never end."""
     chain = [child.pk]
@@ -55,8 +57,9 @@ def check_wait(parent: Attempt, child: Job) -> None:
             Job.objects.filter(pk=ancestor).values_list("parent_id", flat=True).first() or ""
         )
     limits = QueueLimits.of(child.queue)
-    own = KeyLimits().of(child.queue, child.concurrency_key).max_concurrency
-    limit = limits.limit_for(child.max_concurrency) if own is None else own
+    limit = KeyLimits().copy_limit(
+        child.queue, child.concurrency_key, limits, child.max_concurrency
+    )
     if (limit == 0 or limits.max_concurrency == 0) and child.status in NOT_STARTED:
         where = "which is paused" if limits.max_concurrency == 0 else "whose key's limit is 0"
         raise RecursiveWaitDeadlock(
@@ -94,6 +97,7 @@ def check_wait(parent: Attempt, child: Job) -> None:
         )
 
 
+@job_call
 def workers_exhausted(parent: Attempt, child_id: str) -> bool:
     """Return whether every live worker is blocked in subtask waits, the child not started.
 
@@ -153,23 +157,27 @@ async def aslots_released(parent: Attempt, child: Job) -> AsyncIterator[None]:
     await _atake_slots_back(parent)
 
 
+@job_call
 def lend_slots(parent: Attempt, child: Job) -> None:
     """Mark the parent waiting on ``child``: the loop lends its slots meanwhile."""
     Attempt.objects.filter(pk=parent.pk).wait_on(child.queue)
     signal(LOOP)
 
 
+@job_call
 def take_slots_now(parent: Attempt) -> None:
     """Take the parent's slots back without the loop (see :func:`slots_released`)."""
     Attempt.objects.filter(pk=parent.pk).resume()
 
 
+@job_call
 def ask_slots_back(parent: Attempt) -> None:
     """Ask the loop for the parent's slots back."""
     Attempt.objects.filter(pk=parent.pk).ask_to_resume()
     signal(LOOP)
 
 
+@job_call
 def slots_granted(parent: Attempt) -> bool:
     """Return whether the loop gave the parent its slots back (or it ended meanwhile)."""
     return not Attempt.objects.filter(pk=parent.pk, wait=Wait.RESUMING, active=True).exists()

@@ -22,7 +22,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from .. import clock
 from ..conf import ratequeue_settings
 from ..exceptions import RateLimited
-from . import sql, storage
+from . import sql, storage, tally
 from .algebra import (
     Decision,
     State,
@@ -89,7 +89,9 @@ def rate_limit(
     enough (up to ``max_reserved``); ``retry_at`` then says when the work may run.
     With ``throws=True`` a refusal raises :class:`~django_ratequeue.RateLimited`.
     """
-    return _consume(name, get_rate_limit_config(name, config, key), key, count, reserve, throws)
+    resolved = get_rate_limit_config(name, config, key)
+    tally.add(name, key, resolved, count, reserve)
+    return _consume(name, resolved, key, count, reserve, throws)
 
 
 def check_rate_limit(
@@ -140,7 +142,10 @@ class _Request:
     def of(
         cls, name: str, limit: RateLimitConfig, key: str | None, count: float, reserve: bool
     ) -> _Request:
-        check_count(limit, count, reserve=reserve)
+        try:
+            check_count(limit, count, reserve=reserve)
+        except ValueError as error:  # named: a request may draw on several limits
+            raise ValueError(f"Rate limit {name!r}: {error}") from None
         return cls(name, _row_key(key), limit, count, reserve)
 
     @property

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from django_ratequeue import job, report_progress, stream_output
+from django_ratequeue import job, rate_limit, report_progress, stream_output
 
 
 @job(expose=True)
@@ -50,3 +50,14 @@ def not_exposed() -> None:
 def summarize(text: str) -> int:
     """Summarised at most once per ten minutes per user and text (docs/deduplication.md)."""
     return len(text)
+
+
+def charge_the_asker(request: Any, args: list[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The server's options: each call spends 40 tokens of the asker's own budget."""
+    rate_limit("asker_budget", key=f"user:{request.user.pk}", count=40, throws=True)
+    return {}
+
+
+@job(expose=True, http_options=charge_the_asker)
+def charged(prompt: str) -> int:
+    return len(prompt)

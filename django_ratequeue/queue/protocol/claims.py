@@ -4,15 +4,12 @@ Who holds an attempt is a :class:`Claimant`."""
 
 from __future__ import annotations
 
-import logging
 import re
-import time
-from collections.abc import Callable, Collection
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any
 
-from django.db import InterfaceError, OperationalError
 from django.db.models import OuterRef, Q, QuerySet, Subquery
 
 from ... import clock
@@ -20,11 +17,10 @@ from ...conf import ratequeue_settings
 from ...exceptions import LeaseLost
 from ...signals import announce
 from ..models import Attempt, Job, OutputChunk, WorkerKey, queue_connection, queue_db
+from ..reconnects import through_reconnects
 from ..wakeup import WORK, signal
 from .sql import Scope, claimed, run_claim
 
-logger = logging.getLogger(__name__)
-T = TypeVar("T")
 # A worker program's name for itself (random per process), as it sends it with its claims.
 INSTANCE = re.compile(r"\A[A-Za-z0-9_-]{1,32}\Z")
 # A retry is left this long to the other workers before the one its previous attempt
@@ -264,25 +260,3 @@ def lock_held(claimant: Claimant, attempt_id: int) -> str:
     if job_id is None:
         raise LeaseLost
     return job_id
-
-
-def through_reconnects(action: Callable[[], T]) -> T:
-    """Run ``action``, which may be repeated, until it gets through.
-
-    After a lost database connection (a restart) it runs on a new one. A local claim or
-    report must not be dropped
-    while its worker lives, since nobody else would end those attempts. Should the
-    database stay away, django-q2's timeout ends the worker, and recovery then takes its
-    attempts as lost."""
-    pause = 0.05
-    connection = queue_connection()
-    while True:
-        try:
-            return action()
-        except (OperationalError, InterfaceError):
-            if connection.in_atomic_block:
-                raise
-            logger.warning("Lost the database connection; trying again", exc_info=True)
-            connection.close()
-            time.sleep(pause)
-            pause = min(pause * 2, 2.0)

@@ -91,11 +91,12 @@ if os.environ.get("BENCH_DB_POOL") == "1":
     DATABASES["default"]["CONN_MAX_AGE"] = 0
     DATABASES["default"].setdefault("OPTIONS", {})["pool"] = DB_POOL
 
-# The lifecycle's log stays off, production's default (the example project logs it at
-# INFO, a line per job): no benchmark measures writing it. bench.overhead's ON runs
+# The lifecycle's log stays off (a worker prints it when LOGGING names none of its
+# loggers; the example project logs it at INFO, a line per job): no benchmark measures
+# writing it. bench.overhead's ON runs
 # (RATEQUEUE_BENCH_TRACING=1) have OpenTelemetry's SDK and lifecycle receivers in every
 # process; its OFF runs hear no event at all.
 LOGGING = copy.deepcopy(LOGGING)
-LOGGING["loggers"]["django_ratequeue.lifecycle"] = {"level": "WARNING"}  # type: ignore[index]
+LOGGING["loggers"]["django_ratequeue.lifecycle"] = {"level": "ERROR"}  # type: ignore[index]
 if os.environ.get("RATEQUEUE_BENCH_TRACING") == "1":
     INSTALLED_APPS += ["bench.observed.ObservedConfig"]

@@ -63,5 +63,6 @@ CLUSTER_BROKER = "django_ratequeue.E307"
 TASKS_BACKEND_WITHOUT_APP = "django_ratequeue.E310"
 API_THROTTLES = "django_ratequeue.E311"
 API_STREAM_SHARE = "django_ratequeue.E318"
+DJANGO_Q_ADMIN = "django_ratequeue.E312"
 # W3xx: warnings about the services around them
 ASGI_PERSISTENT_CONNECTIONS = "django_ratequeue.W320"

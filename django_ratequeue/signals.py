@@ -4,7 +4,8 @@ Every event is announced once the transaction that made it commits: a log record
 ``django_ratequeue.lifecycle`` logger whose ``extra`` holds the event's fields (a JSON
 formatter prints them), then the signal, to receivers connected in this process. A
 receiver that raises is logged (by Django's ``send_robust``) and stops neither the
-sender nor the other receivers.
+sender nor the other receivers. Each record's message tells the event in words, and a
+qcluster worker whose LOGGING says nothing of this logger prints them (:func:`talk`).
 docs/signals.md lists the events, their arguments and where each is sent.
 """
 
@@ -23,7 +24,9 @@ job_enqueued = Signal()
 # Arguments: job_id, func, queue, attempt_id, worker, remote.
 attempt_started = Signal()
 # The loop took in the end of an attempt that had started.
-# Arguments: job_id, func, queue, attempt_id, outcome (an Outcome value), run_seconds.
+# Arguments: job_id, func, queue, attempt_id, outcome (an Outcome value), run_seconds,
+# error (the error's first line, "" on success), status (the job's, after this end),
+# retry_at (an ISO 8601 time when a retry is scheduled, else None).
 attempt_finished = Signal()
 # The loop moved the job to a final status (complete, failed or canceled).
 # Arguments: job_id, func, queue, status, attempts.
@@ -36,11 +39,18 @@ SIGNALS = {
     "job_finished": job_finished,
 }
 logger = logging.getLogger("django_ratequeue.lifecycle")
+# What a worker prints when LOGGING configures nothing for the lifecycle (django-q's style).
+TERMINAL_FORMAT = "%(asctime)s [ratequeue] %(levelname)s %(message)s"
+# The outcomes of an attempt that ended well.
+GOOD_OUTCOMES = frozenset({"succeeded"})
 
 
 def listened(event: str) -> bool:
-    """Say whether anything hears ``event``: a connected receiver or the lifecycle's log."""
-    return SIGNALS[event].has_listeners() or logger.isEnabledFor(logging.INFO)
+    """Say whether anything hears ``event``: a connected receiver or the lifecycle's log.
+
+    The log hears an attempt's end at WARNING already (a failure is a warning)."""
+    least = logging.WARNING if event == "attempt_finished" else logging.INFO
+    return SIGNALS[event].has_listeners() or logger.isEnabledFor(least)
 
 
 def announce(event: str, using: str, records: list[dict[str, Any]]) -> None:
@@ -55,6 +65,76 @@ def announce(event: str, using: str, records: list[dict[str, Any]]) -> None:
 def _send(event: str, records: list[dict[str, Any]]) -> None:
     signal = SIGNALS[event]
     for record in records:
-        logger.info("%s %s", event, record["job_id"], extra={"event": event, **record})
+        level = level_of(event, record)
+        if logger.isEnabledFor(level):
+            logger.log(level, "%s", told(event, record), extra={"event": event, **record})
         # A receiver that raises is logged by Django (the "django.dispatch" logger).
         signal.send_robust(sender=record["func"], **record)
+
+
+def level_of(event: str, record: dict[str, Any]) -> int:
+    """Return the level of ``event``'s log record: WARNING for an attempt that failed."""
+    if event == "attempt_finished" and record["outcome"] not in GOOD_OUTCOMES:
+        return logging.WARNING
+    return logging.INFO
+
+
+def told(event: str, record: dict[str, Any]) -> str:
+    """Return ``event`` told in words, as a log line: the job, then what happened."""
+    job = f"{record['func']}[{record['job_id']}]"
+    if event == "job_enqueued":
+        return f"{job} enqueued on queue {record['queue']!r}"
+    if event == "attempt_started":
+        where = "remote worker" if record["remote"] else "worker"
+        return f"{job} started on queue {record['queue']!r} by {where} {record['worker']}"
+    if event == "job_finished":
+        attempts = record["attempts"]
+        return f"{job} {record['status']} after {attempts} attempt{'s' * (attempts != 1)}"
+    return f"{job} {_attempt_end(record)}"
+
+
+def _attempt_end(record: dict[str, Any]) -> str:
+    """Return how an attempt ended and what follows, in words."""
+    took = f"{record['run_seconds']:.3f} s"
+    if record["outcome"] in GOOD_OUTCOMES:
+        return f"succeeded in {took}"
+    said = {"timed_out": "timed out", "worker_lost": "lost its worker", "non_retryable": "failed"}
+    text = f"{said.get(record['outcome'], 'failed')} after {took}"
+    if record["error"]:
+        text += f": {record['error']}"
+    if record["retry_at"] is not None:
+        return f"{text}; retry at {record['retry_at']}"
+    return f"{text}; job {record['status']}"
+
+
+class TerminalLines(logging.Filter):
+    """Keep the lines a person at the terminal reads: starts, ends and cancellations.
+
+    The end of an attempt already tells a job that completed or failed; an enqueue is the
+    web's news."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """Say whether ``record`` is printed."""
+        event = getattr(record, "event", None)
+        if event == "job_enqueued":
+            return False
+        return event != "job_finished" or getattr(record, "status", None) == "canceled"
+
+
+def talk() -> None:
+    """Print the package's log at INFO to stderr, unless LOGGING configured its loggers.
+
+    A qcluster worker calls it: the lines Celery and django-q print, one per start and end
+    of a job, and who leads the loop. A level or a handler set on
+    ``django_ratequeue.lifecycle``, ``django_ratequeue`` or the root logger leaves logging
+    as LOGGING says."""
+    package = logging.getLogger("django_ratequeue")
+    if logging.getLogger().handlers or any(
+        one.level != logging.NOTSET or one.handlers for one in (logger, package)
+    ):
+        return
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter(TERMINAL_FORMAT, datefmt="%H:%M:%S"))
+    handler.addFilter(TerminalLines())
+    package.addHandler(handler)
+    package.setLevel(logging.INFO)

@@ -188,7 +188,13 @@ RATEQUEUE = {
     "QUEUES": {
         "emails": {"max_concurrency": 2},
         # Per user (concurrency_key): one call at a time each, four in all, within the budget.
-        "llm": {"max_concurrency": 1, "total_concurrency": 4, "rate_limit": "llm_tokens"},
+        "llm": {
+            "max_concurrency": 1,
+            "total_concurrency": 4,
+            "rate_limit": "llm_tokens",
+            # Each user's own limit by plan (docs/key-limits.md): bob may ask two at once.
+            "key_limits": "example_project.demo.plans.llm_key_limits",
+        },
         # Served by remote workers only (docs/remote-workers.md): scripts/demo.sh starts one.
         "remote": {"max_concurrency": 2, "remote": True},
     },

@@ -1,13 +1,14 @@
 # Shared by scripts/test.sh and scripts/demo.sh: virtual environments and services.
 
-# make_venv DIR PYTHON [pip requirement...]: create DIR with PYTHON, install the project into it.
-# An install is skipped when DIR already holds one from the same pyproject.toml and
-# requirements (the project itself is installed editable: its code needs no reinstall).
+# make_venv DIR PYTHON EXTRAS [pip requirement...]: create DIR with PYTHON, install the
+# project with its EXTRAS (e.g. "dev,bench") into it. An install is skipped when DIR already
+# holds one from the same pyproject.toml, extras and requirements (the project itself is
+# installed editable: its code needs no reinstall).
 make_venv() {
-    local dir=$1 python=$2
-    shift 2
+    local dir=$1 python=$2 extras=$3
+    shift 3
     local stamp
-    stamp="$* $(sha256sum pyproject.toml | cut -d' ' -f1)"
+    stamp="[$extras] $* $(sha256sum pyproject.toml | cut -d' ' -f1)"
     if [ -x "$dir/bin/python" ] && [ "$(cat "$dir/.ratequeue-installed" 2>/dev/null)" = "$stamp" ]; then
         echo "==> $dir is up to date with pyproject.toml"
         return 0
@@ -17,9 +18,9 @@ make_venv() {
         "$python" -m venv "$dir"
         "$dir/bin/python" -m pip install --quiet --upgrade pip
     fi
-    echo "==> installing django-ratequeue into $dir $*"
+    echo "==> installing django-ratequeue[$extras] into $dir $*"
     rm -f "$dir/.ratequeue-installed"
-    "$dir/bin/python" -m pip install --quiet --disable-pip-version-check -e ".[dev,bench]" "$@"
+    "$dir/bin/python" -m pip install --quiet --disable-pip-version-check -e ".[$extras]" "$@"
     echo "$stamp" >"$dir/.ratequeue-installed"
 }
 

@@ -8,7 +8,7 @@
 #   PORT=8001                     another port
 #   RATEQUEUE_DEMO_HOST=0.0.0.0   listen on every interface (only on a network you trust)
 #   RATEQUEUE_DEMO_PYTHON=python  an interpreter that has the project installed, instead of
-#                                 building .venv
+#                                 building .venv-demo (the project and its [demo] extra)
 #
 # Stop it with Ctrl-C or SIGTERM (to the script or its process group): both stop the web
 # server and the cluster cleanly.
@@ -21,8 +21,10 @@ PORT=${PORT:-8000}
 if [ -n "${RATEQUEUE_DEMO_PYTHON:-}" ]; then
     PY=$RATEQUEUE_DEMO_PYTHON
 else
-    make_venv .venv python3 "Django>=5.2,<5.3"
-    PY=.venv/bin/python
+    # Its own environment, with the demo's extra only (no test tools): the first page
+    # comes sooner on a fresh machine.
+    make_venv .venv-demo python3 demo "Django>=5.2,<5.3"
+    PY=.venv-demo/bin/python
 fi
 $PY manage.py migrate --no-input
 $PY manage.py demo_accounts  # admin/admin, and alice/alice and bob/bob who ask the model
@@ -62,5 +64,5 @@ trap 'stop; exit 143' TERM
 trap stop EXIT
 
 echo "==> django-q2 cluster running (pid $cluster), a remote worker (pid $remote_worker);"
-echo "    open http://$HOST:$PORT/"
+echo "    open http://$HOST:$PORT/ (Prometheus metrics at /metrics)"
 wait "$server"

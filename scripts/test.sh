@@ -108,14 +108,14 @@ ensure_chromium || skipped="the browser tests were SKIPPED: no /usr/bin/chromium
 # browser tests' processes starve each other and timing-sensitive tests turn flaky.
 py313=$(find_python 3.13)
 if [ -n "$py313" ]; then
-    if step "environment: .venv-django6" make_venv .venv-django6 "$py313" "Django>=6.1,<6.2"; then
+    if step "environment: .venv-django6" make_venv .venv-django6 "$py313" dev,bench "Django>=6.1,<6.2"; then
         test_django .venv-django6 django6 "Django 6.1, Python 3.13"
     fi
 else
     echo "==> the Django 6.1 run is SKIPPED: no Python 3.13 found"
     skipped="${skipped:+$skipped; }the Django 6.1 run was SKIPPED: no Python 3.13 found (install python3.13 to run it)"
 fi
-if step "environment: .venv" make_venv .venv python3 "Django>=5.2,<5.3"; then
+if step "environment: .venv" make_venv .venv python3 dev,bench "Django>=5.2,<5.3"; then
     in_background beside_the_tests
     test_django .venv django5 "Django 5.2, $(python3 --version)"
 fi

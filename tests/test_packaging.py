@@ -31,9 +31,9 @@ def test_drf_is_an_extra_and_psycopg_is_not_its_binary_build() -> None:
     assert not [r for r in required if r.startswith("prometheus")]
     assert extras["prometheus"] == ["prometheus-client>=0.20"]
     # The tests and the example project need them all, on a fresh machine.
-    assert extras["otel"] == ["opentelemetry-api>=1.25"]
+    assert extras["otel"] == ["opentelemetry-api>=1.25", "opentelemetry-sdk>=1.25"]
     assert not [r for r in required if r.startswith("opentelemetry")]
-    assert "django-ratequeue[drf,binary,prometheus,otel]" in extras["dev"]
+    assert "django-ratequeue[drf,binary,prometheus,otel,docs]" in extras["dev"]
 
 
 def run_without_drf(

@@ -10,3 +10,6 @@ from . import (  # noqa: F401
     uniqueclaims,
     workers,
 )
+from .placement import hide_django_q_admin
+
+hide_django_q_admin()

@@ -187,6 +187,9 @@ def _table(
 ) -> SafeString:
     """Return the numbers as a table, for screen readers.
 
+    Hidden in a box of its own: a table does not shrink to ``.visually-hidden``'s one
+    pixel, and its rows would lengthen the page.
+
     Built by joining strings (a day's chart has hundreds of cells): the labels and the
     title are escaped, the times and numbers are made here of digits, letters and signs
     only."""
@@ -198,8 +201,8 @@ def _table(
         for start, *row in zip(starts, *cells, strict=True)
     )
     return format_html(
-        '<table class="visually-hidden"><caption>{}</caption>'
-        '<thead><tr><th scope="col">from</th>{}</tr></thead><tbody>{}</tbody></table>',
+        '<div class="visually-hidden"><table><caption>{}</caption>'
+        '<thead><tr><th scope="col">from</th>{}</tr></thead><tbody>{}</tbody></table></div>',
         title,
         SafeString(head),
         SafeString(rows),

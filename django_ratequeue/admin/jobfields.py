@@ -1,18 +1,25 @@
-"""How a job's admin page shows its values: JSON, times, progress and retry policies."""
+"""How a job's admin page shows its values: JSON, times, progress, retry policies and
+tracebacks."""
 
 from __future__ import annotations
 
 import json
 import math
+import re
 from datetime import datetime
 from typing import Any
 
+from django.contrib import admin
 from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
 from ..queue.handles import AttemptInfo
+from ..queue.models import Job
 from ..queue.retry import Retry
+
+# A traceback's frame in django-ratequeue's own code (any host's copy of it).
+OWN_FRAME = re.compile(r'  File ".*[/\\]django_ratequeue[/\\][^"]*", line \d+')
 
 # Progress fields read as "this many of that many", in the order tried.
 PROGRESS_PAIRS = (
@@ -36,6 +43,58 @@ def time_of_day(moment: datetime | None) -> str:
     if moment is None:
         return "-"
     return timezone.localtime(moment).strftime("%H:%M:%S.%f")[:-3]
+
+
+def full_time(moment: datetime | None) -> SafeString | str:
+    """Return a time to the millisecond, with its date and zone, or "-"."""
+    if moment is None:
+        return "-"
+    local = timezone.localtime(moment)
+    shown = f"{local:%Y-%m-%d %H:%M:%S}.{local.microsecond // 1000:03d} {local:%Z}"
+    return format_html('<time datetime="{}">{}</time>', moment.isoformat(), shown)
+
+
+def without_own_frames(traceback: str) -> str:
+    """Return ``traceback`` without the frames of django-ratequeue's own code.
+
+    They are how the worker called the job: the job's own frames tell what failed."""
+    kept, skipping = [], False
+    for line in traceback.splitlines(keepends=True):
+        if line.startswith("  File "):
+            skipping = bool(OWN_FRAME.match(line))
+        elif not line.startswith("    "):
+            skipping = False
+        if not skipping:
+            kept.append(line)
+    return "".join(kept)
+
+
+class JobPageFields:
+    """The job page's times and flags in words, mixed into :class:`.jobs.JobAdmin`."""
+
+    @admin.display(description="created")
+    def created_time(self, job: Job) -> SafeString | str:
+        return full_time(job.created_at)
+
+    @admin.display(description="start at")
+    def start_time(self, job: Job) -> SafeString | str:
+        return full_time(job.start_at)
+
+    @admin.display(description="finished")
+    def finished_time(self, job: Job) -> SafeString | str:
+        return full_time(job.finished_at)
+
+    @admin.display(description="cancel requested")
+    def cancel_asked(self, job: Job) -> str:
+        """Say yes or no in words: "no" is no error."""
+        return "yes" if job.cancel_requested else "no"
+
+    @admin.display(description="traceback")
+    def formatted_traceback(self, job: Job) -> SafeString | str:
+        """Show the traceback without the library's own frames."""
+        if not job.traceback:
+            return "-"
+        return format_html("<pre>{}</pre>", without_own_frames(job.traceback))
 
 
 def run_seconds(attempt: AttemptInfo) -> str:

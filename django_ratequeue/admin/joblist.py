@@ -23,11 +23,10 @@ from django.utils.safestring import SafeString
 
 from ..monitor import counts
 from ..queue.models import FINAL_STATUSES, Job, Status
-from .display import moment, shortened
+from .display import moment
 
 # The statuses whose job waits for its start_at, shown under the status.
 WAITS_FOR_START = (Status.SCHEDULED, Status.RETRYING)
-ID_SHOWN = 10
 KEY_SHOWN = 16
 
 
@@ -97,9 +96,9 @@ class JobListColumns:
     """The job list's columns (LIST_DISPLAY), mixed into :class:`.jobs.JobAdmin`."""
 
     @admin.display(description="id", ordering="id")
-    def short_id(self, job: Job) -> SafeString | str:
-        too_long = len(job.id) > ID_SHOWN + 2
-        return shortened(job.id, f"…{job.id[-ID_SHOWN:]}" if too_long else job.id)
+    def short_id(self, job: Job) -> str:
+        """Show the whole id (it wraps anywhere): a cut one names no job."""
+        return job.id
 
     @admin.display(description="function", ordering="func")
     def function(self, job: Job) -> SafeString:

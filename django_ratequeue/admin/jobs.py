@@ -35,7 +35,15 @@ from ..queue.models import FINAL_STATUSES, Job, OutputChunk, Status
 from ..queue.retry import Retry
 from . import dashboard, failed, related, timeline
 from .actions import PermittedActionsMixin
-from .jobfields import describe_retry, json_block, progress_bar, run_seconds, time_of_day
+from .jobfields import (
+    JobPageFields,
+    describe_retry,
+    json_block,
+    progress_bar,
+    run_seconds,
+    time_of_day,
+    without_own_frames,
+)
 from .joblist import (
     LIST_DISPLAY,
     CappedCountPaginator,
@@ -52,9 +60,9 @@ LIVE_FIELDS = (
     "status",
     "waiting_for",
     "attempts",
-    "start_at",
-    "finished_at",
-    "cancel_requested",
+    "start_time",
+    "finished_time",
+    "cancel_asked",
     "result_value",
     "error",
     "exception_class_path",
@@ -71,7 +79,7 @@ POLL_WAITING = 2.0
 
 
 @admin.register(Job)
-class JobAdmin(JobListColumns, PermittedActionsMixin, admin.ModelAdmin):
+class JobAdmin(JobListColumns, JobPageFields, PermittedActionsMixin, admin.ModelAdmin):
     list_display = LIST_DISPLAY
     list_filter = ["status", QueueFilter, ConcurrencyKeyFilter]
     search_fields = ["id", "func"]
@@ -108,8 +116,8 @@ class JobAdmin(JobListColumns, PermittedActionsMixin, admin.ModelAdmin):
         ("Attempts", {"fields": ["attempt_timeline"]}),
         ("Related jobs", {"fields": ["related_jobs"]}),
         ("Call", {"fields": ["call_args", "call_kwargs", "priority", "cost", "timeout"]}),
-        ("When", {"fields": ["created_at", "start_at", "finished_at"]}),
-        ("Retries", {"fields": ["attempts", "retry_policy", "cancel_requested"]}),
+        ("When", {"fields": ["created_time", "start_time", "finished_time"]}),
+        ("Retries", {"fields": ["attempts", "retry_policy", "cancel_asked"]}),
         ("Completion callback", {"fields": ["on_complete", "callback_context"]}),
     ]
     readonly_fields = [
@@ -124,6 +132,10 @@ class JobAdmin(JobListColumns, PermittedActionsMixin, admin.ModelAdmin):
         "progress_value",
         "output_tail",
         "related_jobs",
+        "created_time",
+        "start_time",
+        "finished_time",
+        "cancel_asked",
     ]
 
     @admin.display(description="waiting for")
@@ -189,10 +201,6 @@ class JobAdmin(JobListColumns, PermittedActionsMixin, admin.ModelAdmin):
     def callback_context(self, job: Job) -> SafeString:
         return json_block(job.context)
 
-    @admin.display(description="traceback")
-    def formatted_traceback(self, job: Job) -> SafeString | str:
-        return format_html("<pre>{}</pre>", job.traceback) if job.traceback else "-"
-
     @admin.display(description="timeline")
     def attempt_timeline(self, job: Job) -> SafeString:
         """Show the attempts drawn (admin/timeline.py), then listed in a table.
@@ -210,6 +218,7 @@ class JobAdmin(JobListColumns, PermittedActionsMixin, admin.ModelAdmin):
                 "duration": run_seconds(a),
                 "outcome": timeline.outcome_label(a),
                 "worker": timeline.worker_shown(a.worker, a.remote),
+                "traceback": without_own_frames(a.traceback),
             }
             for a in attempts
         ]

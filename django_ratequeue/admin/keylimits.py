@@ -21,6 +21,7 @@ from ..queue.keylimits import (
     store_key_limit,
 )
 from ..queue.models import KeyLimit, KeyLimitChange
+from .placement import OffTheIndexMixin
 from .viewonly import ViewOnlyMixin
 
 
@@ -78,7 +79,7 @@ class KeyLimitAdmin(admin.ModelAdmin):
 
 
 @admin.register(KeyLimitChange)
-class KeyLimitChangeAdmin(ViewOnlyMixin, admin.ModelAdmin):
+class KeyLimitChangeAdmin(OffTheIndexMixin, ViewOnlyMixin, admin.ModelAdmin):
     list_display = [
         "changed_at",
         "changed_by",

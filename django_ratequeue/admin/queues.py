@@ -1,7 +1,7 @@
 """The admin for queue settings changed at runtime: pause, resume, change a limit.
 
-A row overrides the queue's entry in ``RATEQUEUE["QUEUES"]``; the queue overview on the
-jobs page shows the limit in force and where it comes from.
+A row overrides the queue's entry in ``RATEQUEUE["QUEUES"]``. Above the rows, the list
+shows every queue: its settings, its runtime change and the limits in force.
 """
 
 from __future__ import annotations
@@ -11,14 +11,18 @@ from typing import Any
 from django import forms
 from django.contrib import admin, messages
 from django.db.models import QuerySet
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
+from django.urls import reverse
+from django.utils.http import urlencode
 
+from ..conf import ratequeue_settings
 from ..queue.control import (
     change_queue,
     check_queue_concurrency,
     check_queue_name,
     check_total_concurrency,
 )
+from ..queue.limits import Queues
 from ..queue.models import QueueSetting
 from .actions import PermittedActionsMixin
 
@@ -50,6 +54,11 @@ class QueueSettingAdmin(PermittedActionsMixin, admin.ModelAdmin):
     def get_readonly_fields(self, request: HttpRequest, obj: QueueSetting | None = None) -> Any:
         return ["name"] if obj is not None else []
 
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        return super().changelist_view(request, {**(extra_context or {}), "queues": every_queue()})
+
     def save_model(self, request: HttpRequest, obj: QueueSetting, form: Any, change: bool) -> None:
         # Through change_queue: validated again, and the loop is kicked after commit.
         change_queue(
@@ -77,3 +86,58 @@ class QueueSettingAdmin(PermittedActionsMixin, admin.ModelAdmin):
         for setting in queryset:
             change_queue(setting.name, paused=False)
         messages.success(request, f"Resumed {len(queryset)} queue(s).")
+
+
+def every_queue() -> list[dict[str, str]]:
+    """Return each queue configured or changed at runtime: its settings, change, limits."""
+    queues = Queues()
+    configs = ratequeue_settings().QUEUES
+    rows = []
+    for name in sorted(queues.configured()):
+        config, override = configs.get(name), queues.overrides.get(name)
+        limits = queues.limits(name)
+        if override is not None:
+            url = reverse("admin:django_ratequeue_queuesetting_change", args=[override.pk])
+        else:
+            url = (
+                reverse("admin:django_ratequeue_queuesetting_add")
+                + "?"
+                + urlencode({"name": name})
+            )
+        rows.append(
+            {
+                "name": name,
+                "configured": _described(config) if config else "not configured",
+                "runtime": _changed(override) if override else "",
+                "in_force": "paused"
+                if limits.max_concurrency == 0
+                else _limits(limits.max_concurrency, limits.total_concurrency),
+                "url": url,
+            }
+        )
+    return rows
+
+
+def _limits(max_concurrency: int | None, total: int | None) -> str:
+    """Return a queue's limits in words."""
+    text = "max_concurrency " + ("not set" if max_concurrency is None else str(max_concurrency))
+    return text if total is None else f"{text}, total_concurrency {total}"
+
+
+def _described(config: Any) -> str:
+    """Return a queue's entry in RATEQUEUE["QUEUES"] in words."""
+    parts = [_limits(config.max_concurrency, config.total_concurrency)]
+    parts += [f"rate limit {config.rate_limit}"] if config.rate_limit else []
+    parts += ["paused"] if config.paused else []
+    parts += ["remote workers"] if config.remote else []
+    return ", ".join(parts)
+
+
+def _changed(setting: QueueSetting) -> str:
+    """Return a runtime change in words."""
+    parts = [] if setting.paused is None else ["paused" if setting.paused else "resumed"]
+    if setting.max_concurrency is not None:
+        parts.append(f"max_concurrency {setting.max_concurrency}")
+    if setting.total_concurrency is not None:
+        parts.append(f"total_concurrency {setting.total_concurrency}")
+    return ", ".join(parts)

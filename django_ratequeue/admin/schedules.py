@@ -11,6 +11,8 @@ from django import forms
 from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
 
 from .. import clock
 from ..exceptions import RateQueueError
@@ -19,6 +21,7 @@ from ..queue.models.schedules import MISFIRE_CHOICES
 from ..queue.recurrence import Recurrence
 from ..queue.scheduling import change_recurrence, pause_schedule, resume_schedule, run_now
 from .actions import PermittedActionsMixin
+from .display import moment
 
 MISFIRE_LABELS = dict(MISFIRE_CHOICES)
 
@@ -52,10 +55,10 @@ class ScheduleAdmin(PermittedActionsMixin, admin.ModelAdmin):
     list_display = [
         "name",
         "recurrence_shown",
-        "next_run_at",
-        "last_run_at",
+        "next_run",
+        "last_run",
         "state",
-        "misfire_shown",
+        "misfire_short",
         "runs",
         "skipped_shown",
     ]
@@ -83,6 +86,9 @@ class ScheduleAdmin(PermittedActionsMixin, admin.ModelAdmin):
     ]
     actions = ["pause", "resume", "run_now"]
 
+    class Media:
+        css = {"all": ["ratequeue/lists.css"]}
+
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False  # declared in code or settings
 
@@ -91,7 +97,7 @@ class ScheduleAdmin(PermittedActionsMixin, admin.ModelAdmin):
         allowed = super().has_delete_permission(request, obj)
         return allowed and (obj is None or obj.removed_at is not None)
 
-    @admin.display(description="runs")
+    @admin.display(description="recurrence")
     def recurrence_shown(self, row: Schedule) -> str:
         try:
             shown = row.recurrence.describe()
@@ -109,12 +115,24 @@ class ScheduleAdmin(PermittedActionsMixin, admin.ModelAdmin):
     def misfire_shown(self, row: Schedule) -> str:
         return MISFIRE_LABELS.get(row.misfire, row.misfire)
 
+    @admin.display(description="misfire", ordering="misfire")
+    def misfire_short(self, row: Schedule) -> SafeString:
+        """Show the policy's name, its meaning in the tooltip."""
+        return format_html('<span title="{}">{}</span>', self.misfire_shown(row), row.misfire)
+
+    @admin.display(description="next run", ordering="next_run_at")
+    def next_run(self, row: Schedule) -> SafeString | str:
+        return moment(row.next_run_at)
+
+    @admin.display(description="last run", ordering="last_run_at")
+    def last_run(self, row: Schedule) -> SafeString | str:
+        return moment(row.last_run_at)
+
     @admin.display(description="skipped", ordering="skipped")
-    def skipped_shown(self, row: Schedule) -> str:
+    def skipped_shown(self, row: Schedule) -> SafeString | str:
         if not row.skipped:
             return "0"
-        last = row.last_skipped_at.isoformat() if row.last_skipped_at else "?"
-        return f"{row.skipped} (last {last})"
+        return format_html("{} (last {})", row.skipped, moment(row.last_skipped_at))
 
     def save_model(self, request: HttpRequest, obj: Schedule, form: Any, change: bool) -> None:
         """Store the new recurrence as the schedule's own, from its next run after now."""

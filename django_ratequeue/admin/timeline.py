@@ -7,6 +7,7 @@ from the database is escaped. docs/admin.md ("The job page") tells what it draws
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -48,6 +49,10 @@ TICK_STEPS = (
     3600, 7200, 10800, 21600, 43200, 86400, 172800, 604800,
 )  # fmt: skip
 MAX_TICKS = 7
+# A tick label's width per character, at the axis's 10 px (wider than most digits), and
+# the room left between two labels: a label that would come closer is left out.
+TICK_CHAR_WIDTH = 6.2
+TICK_GAP = 8.0
 
 # The CSS class of a run bar, by outcome ("" while running).
 OUTCOME_CLASS = {
@@ -247,6 +252,7 @@ def _axis(scale: Scale, bottom: float) -> list[SafeString]:
         )
     ]
     count = int(scale.seconds / step + 1e-9)
+    free_from = -math.inf  # where the last label drawn ends
     for n in range(count + 1):
         offset = n * step
         x = scale.left + (scale.right - scale.left) * offset / scale.seconds
@@ -260,8 +266,18 @@ def _axis(scale: Scale, bottom: float) -> list[SafeString]:
                 bottom=bottom,
             )
         )
-        parts.append(_text(round(x, 1), AXIS_HEIGHT - 11, label, "rq-tick", anchor))
+        left, right = _label_span(x, len(label), anchor)
+        if left >= free_from:
+            parts.append(_text(round(x, 1), AXIS_HEIGHT - 11, label, "rq-tick", anchor))
+            free_from = right + TICK_GAP
     return parts
+
+
+def _label_span(x: float, characters: int, anchor: str) -> tuple[float, float]:
+    """Return where a tick label anchored at ``x`` starts and ends, at most."""
+    width = characters * TICK_CHAR_WIDTH
+    start = {"start": x, "middle": x - width / 2, "end": x - width}[anchor]
+    return start, start + width
 
 
 def render(

@@ -74,6 +74,7 @@ FLAGS = {
     "RATE_LIMIT_ASYNC_COMMIT": ids.RATE_LIMIT_ASYNC_COMMIT,
     "ENQUEUE_ASYNC_COMMIT": ids.ENQUEUE_ASYNC_COMMIT,
     "API_ALLOW_ANONYMOUS": ids.API_ALLOW_ANONYMOUS,
+    "DJANGO_Q_ADMIN": ids.DJANGO_Q_ADMIN,
 }
 RATE_LIMITS_EXAMPLE = '{"login": {"kind": "token bucket", "rate": 10, "period": 3600}}'
 ENQUEUE_RATE_LIMIT_EXAMPLE = '{"rate": 200, "period": 1, "capacity": 600}'
@@ -404,6 +405,7 @@ class _Parser:
             API_WSGI_THREADS=numbers["API_WSGI_THREADS"],
             API_STREAM_SHARE=self.stream_share(),
             CLOCK=self.clock(),
+            DJANGO_Q_ADMIN=self.flag("DJANGO_Q_ADMIN"),
         )
 
 

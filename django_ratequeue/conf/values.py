@@ -56,6 +56,7 @@ DEFAULTS: dict[str, Any] = {
     "API_STREAM_SHARE": 0.5,
     "API_MAX_WAITING_CLAIMS_PER_KEY": 8,
     "CLOCK": "database",
+    "DJANGO_Q_ADMIN": False,
 }
 # The clocks the app can read (CLOCK): the database server's, or this process's own.
 CLOCKS = ("database", "local")
@@ -202,6 +203,9 @@ class RateQueueSettings:
     # the database server's, shared by all hosts; or "local", this process's own, which
     # tests move with time-machine or freezegun (one host only: docs/testing.md).
     CLOCK: str
+    # Whether the admin keeps django-q2's own task lists (its Successful, Failed, Scheduled
+    # and Queued tasks): our jobs never appear there, so they are hidden unless True.
+    DJANGO_Q_ADMIN: bool
 
 
 class Problem(NamedTuple):

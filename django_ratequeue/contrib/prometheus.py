@@ -46,7 +46,9 @@ from ..queue.models import (
 )
 from ..ratelimit.counting import decision_totals
 
-# The statuses ratequeue_jobs counts: the finished jobs are in ratequeue_jobs_total.
+# The statuses ratequeue_jobs_unfinished counts: the finished jobs are in
+# ratequeue_jobs_total (a family of its own name: OpenMetrics gives ratequeue_jobs_total's
+# samples to the family ratequeue_jobs, so no gauge may have that name).
 UNFINISHED_STATUSES = [s for s in Status.values if s not in FINAL_STATUSES]
 # The counted events of ratequeue_jobs_total, as the totals name them.
 JOB_EVENTS = ("enqueued", "started", "completed", "failed", "retried", "canceled")
@@ -108,7 +110,7 @@ def histogram_buckets(row: dict[str, int], histogram: str) -> list[tuple[str, fl
 def job_gauges(queues: list[QueueCounts]) -> Iterator[Metric]:
     """Yield each queue's unfinished jobs by status (up to COUNT_LIMIT) and its limit."""
     jobs = GaugeMetricFamily(
-        "ratequeue_jobs",
+        "ratequeue_jobs_unfinished",
         "Unfinished jobs by queue and status now (dispatched: handed to a worker, not"
         f" started yet). A count stops at {COUNT_LIMIT}: at least that many.",
         labels=["queue", "status"],

@@ -14,7 +14,7 @@ from .. import clock
 from ..queue.models import LoopState, Status
 from . import counts
 from .counts import COLUMNS, COUNT_LIMIT, QueueCounts, queue_counts
-from .workers import RemoteWorker, Worker, live_workers, remote_workers
+from .workers import NoWorker, RemoteWorker, Worker, live_workers, no_worker, remote_workers
 
 
 @dataclass(frozen=True)
@@ -42,6 +42,8 @@ class QueueOverview:
     loop: LoopInfo
     workers: list[Worker]
     remote_workers: list[RemoteWorker] = field(default_factory=list)
+    # The workers missing (false when none is).
+    no_worker: NoWorker = field(default_factory=lambda: NoWorker(local=False, remote_queues=[]))
     # Where counts stop (COUNT_LIMIT when read).
     count_limit: int = COUNT_LIMIT
 
@@ -83,6 +85,10 @@ class QueueOverview:
             },
             "workers": [_worker_json(w) for w in self.workers],
             "remote_workers": [_remote_json(r) for r in self.remote_workers],
+            "no_worker": {
+                "local": self.no_worker.local,
+                "remote_queues": self.no_worker.remote_queues,
+            },
         }
 
 
@@ -132,10 +138,13 @@ def queue_overview(statuses: Collection[str] = Status.values) -> QueueOverview:
     The queues' jobs in ``statuses`` are counted (see :func:`.counts.queue_counts`)."""
     queues = queue_counts(statuses)
     loop = loop_info()
+    workers = live_workers("" if loop.lease_lapsed else loop.leader)
+    waiting = [q.name for q in queues if q.counts[Status.WAITING]]
     return QueueOverview(
         queues=queues,
         loop=loop,
-        workers=live_workers("" if loop.lease_lapsed else loop.leader),
+        workers=workers,
         remote_workers=remote_workers(),
+        no_worker=no_worker(alive=bool(workers), waiting=waiting),
         count_limit=counts.COUNT_LIMIT,  # read now: tests lower it
     )

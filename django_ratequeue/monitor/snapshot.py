@@ -29,7 +29,7 @@ from .series import (
     window_bounds,
     with_arrivals,
 )
-from .workers import RemoteWorker, Worker
+from .workers import NoWorker, RemoteWorker, Worker
 
 # The busiest concurrency keys shown.
 BUSIEST_KEYS = 10
@@ -47,6 +47,7 @@ class Condition(StrEnum):
     SATURATED = "saturated"
     RATE_BOUND = "rate-bound"
     REMOTE = "remote"
+    NO_WORKER = "no worker"
 
 
 @dataclass(frozen=True)
@@ -65,6 +66,8 @@ class QueueState:
     remote: bool
     series: list[Figures]
     depth: list[Depth]
+    # No live worker runs its jobs (a remote queue: counted only while some wait).
+    unserved: bool = False
 
     @property
     def name(self) -> str:
@@ -75,6 +78,7 @@ class QueueState:
     def conditions(self) -> list[Condition]:
         """Return the conditions the queue is in (none: it can start more)."""
         flags = [
+            (Condition.NO_WORKER, self.unserved),
             (Condition.PAUSED, self.paused),
             (Condition.SATURATED, self.saturated),
             (Condition.RATE_BOUND, self.rate_bound),
@@ -180,6 +184,7 @@ def _queue_state(
     active: _Active,
     rate_values: dict[str, float],
     figures: list[Figures],
+    missing: NoWorker,
 ) -> QueueState:
     """Return one queue's state: its slots in use, what holds it back, its series."""
     name = counts.name
@@ -199,6 +204,7 @@ def _queue_state(
         and rate_values.get(limits.rate_limit, math.inf) < 1
     )
     config = ratequeue_settings().QUEUES.get(name)
+    remote = config is not None and config.remote
     unfinished = sum(counts.counts[column] for column in UNFINISHED_COLUMNS)
     running = counts.counts["dispatched"] + counts.counts[Status.RUNNING]
     return QueueState(
@@ -212,9 +218,10 @@ def _queue_state(
         paused=limits.max_concurrency == 0,
         saturated=saturated,
         rate_bound=rate_bound,
-        remote=config is not None and config.remote,
+        remote=remote,
         series=figures,
         depth=depth_series(figures, unfinished, running),
+        unserved=name in missing.remote_queues if remote else missing.local,
     )
 
 
@@ -341,7 +348,12 @@ def snapshot(window: Window = DEFAULT_WINDOW) -> Snapshot:
     charted_series, all_series = _charts(charted, since, now, step)
     queues = [
         _queue_state(
-            counts, limits[counts.name], active, rate_values, charted_series.get(counts.name, [])
+            counts,
+            limits[counts.name],
+            active,
+            rate_values,
+            charted_series.get(counts.name, []),
+            overview.no_worker,
         )
         for counts in listed
     ]

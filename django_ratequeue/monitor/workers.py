@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from .. import clock
 from ..conf import ratequeue_settings
-from ..queue.heartbeat import declared
-from ..queue.models import WorkerHeartbeat, WorkerKey
+from ..queue.heartbeat import any_alive, declared, served_queues
+from ..queue.models import Job, Status, WorkerHeartbeat, WorkerKey
 from ..queue.workerkeys import running_per_instance
 
 
@@ -50,6 +51,38 @@ class RemoteWorker:
     def running(self) -> int:
         """Return the attempts the key's workers run now."""
         return sum(self.instances.values())
+
+
+@dataclass(frozen=True)
+class NoWorker:
+    """The workers missing: none of django-q2's alive, or none for remote queues that wait.
+
+    ``local``: no django-q2 worker process is alive (nothing leads the loop, nothing
+    starts); ``remote_queues``: the remote queues with waiting jobs that no remote worker
+    was seen claiming from lately."""
+
+    local: bool
+    remote_queues: list[str]
+
+    def __bool__(self) -> bool:
+        return self.local or bool(self.remote_queues)
+
+
+def no_worker(alive: bool | None = None, waiting: Collection[str] | None = None) -> NoWorker:
+    """Return which workers are missing (false when none is).
+
+    ``alive``: whether a local worker is (:func:`live_workers` found one); ``waiting``:
+    the queues with waiting jobs. Each is read when not given."""
+    remote = {name for name, config in ratequeue_settings().QUEUES.items() if config.remote}
+    if waiting is None:
+        has_waiting = Job.objects.filter(status=Status.WAITING)
+        waiting = [q for q in remote if has_waiting.filter(queue=q).exists()]
+    stalled = remote.intersection(waiting)
+    if stalled:
+        stalled -= served_queues(stalled)
+    return NoWorker(
+        local=not (any_alive() if alive is None else alive), remote_queues=sorted(stalled)
+    )
 
 
 def live_workers(leader: str, running: Counter[str] | None = None) -> list[Worker]:

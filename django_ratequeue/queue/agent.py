@@ -41,10 +41,21 @@ def take_lapsed_lease() -> Loop | None:
     expires = state.lease_expires_at
     if expires is not None and expires >= lease_end(now - grace):
         return None
-    if expires is not None and expires > now:
-        logger.warning("The loop's leader stopped renewing its lease; taking over")
     if not LoopState.objects.take(state.generation, lease_end(now), now, leader=worker_id()):
         return None
+    if expires is not None and expires > now and state.leader:
+        # A cluster stopped or restarted leaves its lease to run out; a hung one too.
+        logger.info(
+            "Worker %s leads the main loop (generation %s), taking over from worker %s, "
+            "which stopped renewing its lease",
+            worker_id(),
+            state.generation + 1,
+            state.leader,
+        )
+    else:
+        logger.info(
+            "Worker %s leads the main loop (generation %s)", worker_id(), state.generation + 1
+        )
     return Loop(state.generation + 1)
 
 

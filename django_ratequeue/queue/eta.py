@@ -21,6 +21,7 @@ from ..conf import ratequeue_settings
 from ..ratelimit.algebra import window_start
 from ..ratelimit.config import FixedWindow, KeyedConfig, RateLimitConfig
 from ..ratelimit.decisions import get_rate_limit_config, shard_states
+from .heartbeat import queue_served
 from .keyshares import KeyLimits
 from .knowing import Knowing
 from .limits import QueueLimits, Queues
@@ -44,8 +45,8 @@ Basis = Literal[
     "rate_limit",  # when its queue's rate limit will hold its tokens
     "throughput",  # its place, its queue's slots and recent run time
     "paused",  # its queue is paused: no estimate
+    "no_worker",  # no live worker runs its queue, or knows its function: no estimate
     "unknown",  # no run time measured yet and no free slot: no estimate
-    "no_worker",  # dispatched, but no running worker knows its function: no estimate
     "running",
     "finished",
 ]
@@ -132,6 +133,7 @@ class Estimator:
         self._handoffs: dict[str, timedelta] = {}
         self._token_times: dict[tuple[str, str | None, int], datetime | None] = {}
         self.knowing = Knowing(now)
+        self._served: dict[str, bool] = {}
 
     def eta(self, job: Job) -> Eta:
         """Return ``job``'s estimate."""
@@ -144,6 +146,9 @@ class Estimator:
         limits = self.queues.limits(job.queue)
         if limits.max_concurrency == 0 or self.copy_limit(job, limits) == 0:
             return Eta(position, None, None, "paused", ahead.capped)
+        if not self.served(job.queue):
+            note = f"no running worker serves queue `{job.queue}`"
+            return Eta(position, None, None, "no_worker", ahead.capped, note=note)
         if job.tokens_reserved:
             start = max(job.start_at, self.now)
             return Eta(position, start, start, "reservation", ahead.capped)
@@ -173,6 +178,12 @@ class Estimator:
         return (
             Eta(0, None, None, "no_worker", note=note) if note else Eta(0, None, None, "running")
         )
+
+    def served(self, queue: str) -> bool:
+        """Say whether a worker that runs ``queue``'s jobs is alive (asked once a page)."""
+        if queue not in self._served:
+            self._served[queue] = queue_served(queue)
+        return self._served[queue]
 
     def running(self) -> list[Attempt]:
         """Return the active attempts (read once: as many as hold slots)."""

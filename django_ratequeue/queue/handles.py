@@ -19,7 +19,7 @@ from .. import clock
 from ..conf import ratequeue_settings
 from ..exceptions import JobCanceled, JobDoesNotExist, JobFailed, RecursiveWaitDeadlock
 from .eta import ETA_FIELDS, Eta, job_eta
-from .heartbeat import any_alive
+from .heartbeat import queue_served
 from .knowing import job_note
 from .models import FINAL_STATUSES, Attempt, CancelRequest, Job, OutputChunk, Status
 from .reconnects import JOB_PATIENCE, in_job, through_reconnects
@@ -31,7 +31,6 @@ from .subtasks import (
     workers_exhausted,
 )
 from .wakeup import LOOP, signal
-from .workerkeys import remote_worker_seen
 
 R_co = TypeVar("R_co", covariant=True)
 
@@ -291,20 +290,21 @@ def refuse_in_event_loop() -> None:
 def not_finished(job: Job, timeout: float | None) -> str:
     """Say that ``job`` did not finish within ``timeout`` seconds.
 
-    And that nothing could run it when no worker that serves its queue is alive."""
+    And that nothing could run it when no worker that serves its queue, or none that knows
+    its function, is alive."""
     message = f"Job {job.id} did not finish within {timeout} seconds (it is {job.status})"
-    config = ratequeue_settings().QUEUES.get(job.queue)
-    if config is not None and config.remote:
-        if not remote_worker_seen(job.queue):
-            message += (
-                f": no remote worker that claims from queue {job.queue!r} has been seen "
-                "lately. Start one: python -m django_ratequeue.worker --url URL --key KEY "
-                "--handlers MODULE (docs/remote-workers.md)"
-            )
-    elif not any_alive():
+    settings = ratequeue_settings()
+    config = settings.QUEUES.get(job.queue)
+    if not queue_served(job.queue) and config is not None and config.remote:
+        message += (
+            f": no remote worker that claims from queue {job.queue!r} has been seen "
+            "lately. Start one: python -m django_ratequeue.worker --url URL --key KEY "
+            "--handlers MODULE (docs/remote-workers.md)"
+        )
+    elif not queue_served(job.queue):
         message += (
             ": no worker is alive (no django-q2 worker process has reported within "
-            f"WORKER_DEAD_AFTER, {ratequeue_settings().WORKER_DEAD_AFTER:g} s). Start the "
+            f"WORKER_DEAD_AFTER, {settings.WORKER_DEAD_AFTER:g} s). Start the "
             "cluster: python manage.py qcluster"
         )
     elif job.status == Status.RUNNING and (note := job_note(job.id, job.func, clock.now())):

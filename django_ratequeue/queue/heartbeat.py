@@ -12,6 +12,7 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Iterable
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from .. import clock
 from ..conf import ratequeue_settings
 from .models import WorkerHeartbeat
 from .registry import known_paths
+from .workerkeys import remote_worker_seen
 
 _identity: tuple[int, str] | None = None
 _last_beat = 0.0
@@ -154,3 +156,22 @@ def any_alive() -> bool:
     Lately is within ``WORKER_DEAD_AFTER``, the loop's own test for a dead worker."""
     dead_after = timedelta(seconds=ratequeue_settings().WORKER_DEAD_AFTER)
     return WorkerHeartbeat.objects.filter(seen_at__gte=clock.now() - dead_after).exists()
+
+
+def queue_served(queue: str) -> bool:
+    """Say whether a worker that runs ``queue``'s jobs is alive (:func:`served_queues`)."""
+    return queue in served_queues([queue])
+
+
+def served_queues(queues: Iterable[str]) -> set[str]:
+    """Return those of ``queues`` a live worker runs the jobs of.
+
+    A remote queue's: a remote worker whose key claims from it was seen lately; any
+    other's: a django-q2 worker process (:func:`any_alive`)."""
+    queues, configs = list(queues), ratequeue_settings().QUEUES
+    remote = {q for q in queues if (c := configs.get(q)) is not None and c.remote}
+    local = set(queues) - remote
+    served = {q for q in remote if remote_worker_seen(q)}
+    if local and any_alive():
+        served |= local
+    return served

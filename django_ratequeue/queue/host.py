@@ -17,6 +17,7 @@ from django.dispatch import receiver
 from django_q.signals import post_spawn
 
 from ..conf import ratequeue_settings
+from ..signals import talk
 from .heartbeat import beat, mark_serving
 from .protocol import through_reconnects
 from .runner import Runner
@@ -42,6 +43,7 @@ def serve(runner: Runner, stopping: threading.Event) -> None:
 @receiver(post_spawn)
 def start_runner(sender: Any = None, **kwargs: Any) -> None:
     """Start this worker process's runner, and stop it as the process exits."""
+    talk()  # a line per job's start and end, unless LOGGING says otherwise
     runner = Runner(through_reconnects(lambda: beat(force=True)))
     stopping = threading.Event()
     thread = threading.Thread(

@@ -18,7 +18,7 @@ from .batchends import BatchEnds
 from .deferred import next_deferred_start
 from .dispatch import Dispatch
 from .lease import Renewal
-from .models import Attempt, Job, LoopState, LoopStatus, queue_db
+from .models import Attempt, Job, LoopState, LoopStatus, Status, queue_db
 from .moves import Moves
 from .rollups import ARRIVALS_SETTLE, Tally
 from .transitions import STEP_LIMIT, apply_cancels, finish, promote_due, recover
@@ -260,6 +260,9 @@ def attempt_record(job: Job, attempt: Attempt) -> dict[str, Any]:
         "attempt_id": attempt.pk,
         "outcome": attempt.outcome,
         "run_seconds": (attempt.ended_at - attempt.started_at).total_seconds(),
+        "error": attempt.error.partition("\n")[0],
+        "status": str(job.status),
+        "retry_at": job.start_at.isoformat() if job.status == Status.RETRYING else None,
     }
 
 

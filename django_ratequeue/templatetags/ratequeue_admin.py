@@ -6,11 +6,13 @@ from django import template
 
 from ..monitor.counts import COLUMNS, QueueCounts, column_status
 from ..monitor.snapshot import Condition, QueueState
+from ..monitor.workers import NoWorker, no_worker
 
 register = template.Library()
 
 # The badge of each condition: (CSS class suffix, words).
 BADGES: dict[Condition, tuple[str, str]] = {
+    Condition.NO_WORKER: ("no-worker", "no worker"),
     Condition.PAUSED: ("paused", "paused"),
     Condition.SATURATED: ("saturated", "saturated"),
     Condition.RATE_BOUND: ("rate-bound", "rate-bound"),
@@ -44,3 +46,9 @@ def count_cells(queue: QueueCounts) -> list[tuple[str, str, int, str]]:
 def badges(queue: QueueState) -> list[tuple[str, str]]:
     """Return (CSS class suffix, words) for each condition of ``queue``, or "can start more"."""
     return [BADGES[condition] for condition in queue.conditions] or [CAN_START_MORE]
+
+
+@register.inclusion_tag("admin/django_ratequeue/_no_worker.html")
+def no_worker_banner(missing: NoWorker | None = None) -> dict[str, NoWorker]:
+    """Show the banner of the workers missing (read now unless given), or nothing."""
+    return {"missing": no_worker() if missing is None else missing}

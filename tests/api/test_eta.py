@@ -14,6 +14,7 @@ from rest_framework.test import APIClient
 from django_ratequeue.api import sse
 from django_ratequeue.api.watch import ETA_EVERY, Look, Subscription, Watcher
 from django_ratequeue.queue.eta import Eta, moved_materially
+from django_ratequeue.queue.heartbeat import beat
 from tests.api.conftest import API, enqueue
 from tests.api.test_events import events, read
 
@@ -28,6 +29,7 @@ def at(seconds: float) -> datetime:
 @pytest.mark.django_db
 @override_settings(RATEQUEUE=ONE_SLOT)
 def test_the_detail_of_a_waiting_job_tells_its_place(api: APIClient) -> None:
+    beat(force=True)  # a live worker, as its agent beats
     ids = [enqueue(api, "tests.api.jobs.greet", args=[name]).json()["id"] for name in "ABC"]
     eta = api.get(f"{API}jobs/{ids[2]}/").json()["eta"]
     assert eta["position"] == 2

@@ -69,8 +69,9 @@ def question(browser: Chrome) -> dict[str, Any] | None:
 
 
 # What keeps a page from fitting its window, measured on the laid-out page: the page or a
-# box in it scrolling sideways, an element sticking out of the content area, and the
-# page's buttons (the admin's object tools, the dashboard's controls) lying over a table.
+# box in it scrolling sideways, an element sticking out of the content area, the page's
+# buttons (the admin's object tools, the dashboard's controls) lying over a table, and a
+# blank tail below the content.
 LAYOUT_PROBLEMS = """
 const name = (el) => el.tagName.toLowerCase() + (el.id ? "#" + el.id : "")
     + (el.classList.length ? "." + [...el.classList].join(".") : "");
@@ -108,6 +109,19 @@ for (const button of buttons) {
             problems.push(`${name(button)} lies over ${name(table)}`);
         }
     }
+}
+// No blank tail: the page ends near its last thing a person can see (a table hidden
+// for screen readers must not stretch it).
+let bottom = window.innerHeight;
+for (const el of document.body.querySelectorAll("*")) {
+    const box = el.getBoundingClientRect();
+    if (box.width > 1 && box.height > 1 && !el.closest(".visually-hidden")) {
+        bottom = Math.max(bottom, box.bottom + window.scrollY);
+    }
+}
+if (page.scrollHeight > bottom + 100) {
+    const content = Math.round(bottom);
+    problems.push(`a blank tail: the page is ${page.scrollHeight} px, its content ${content}`);
 }
 return problems;
 """

@@ -57,8 +57,10 @@ def test_a_chart_has_a_title_a_description_and_a_data_table() -> None:
         "jobs per minute. started: 8 in all, at most 5 per interval; "
         "failed: 1 in all, at most 1 per interval."
     )
-    table = figure.find("table")
-    assert table is not None and table.get("class") == "visually-hidden"
+    hidden = figure.find("div")
+    assert hidden is not None and hidden.get("class") == "visually-hidden"
+    table = hidden.find("table")
+    assert table is not None
     rows = [[cell.text for cell in row] for row in table.iter("tr")]
     assert rows[0] == ["from", "started", "failed"]
     assert [row[1:] for row in rows[1:]] == [["1", "0"], ["5", "1"], ["2", "0"]]

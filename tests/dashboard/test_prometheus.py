@@ -88,7 +88,7 @@ def test_the_exposition_says_what_the_tables_say(monkeypatch: pytest.MonkeyPatch
     statuses = Counter(
         Job.objects.exclude(status__in=FINAL_STATUSES).values_list("queue", "status")
     )
-    gauges = by_labels(samples["ratequeue_jobs"], "queue", "status")
+    gauges = by_labels(samples["ratequeue_jobs_unfinished"], "queue", "status")
     assert {k: v for k, v in gauges.items() if v} == dict(statuses)
     # Each attempt dispatched counts one wait and each that ran one run.
     waits = by_labels(samples["ratequeue_wait_seconds_count"], "queue")
@@ -118,3 +118,18 @@ def test_counters_never_go_down_when_retention_prunes(
     after = by_labels(scrape()["ratequeue_jobs_total"], "queue", "event")
     assert after["a", "enqueued"] == before["a", "enqueued"] + 1
     assert after["a", "completed"] == before["a", "completed"] + 1
+
+
+def test_each_family_has_one_type_under_its_own_name() -> None:
+    """A gauge named like a counter's family (ratequeue_jobs beside ratequeue_jobs_total)
+    would be parsed as one family: each name must come back once, with its own type."""
+    enqueue(jobs.add, args=[1, 2])
+    response = metrics_view(RequestFactory().get("/metrics"))
+    families = list(text_string_to_metric_families(response.content.decode()))
+    names = [family.name for family in families]
+    assert len(names) == len(set(names))
+    types = {family.name: family.type for family in families}
+    assert types["ratequeue_jobs"] == "counter"
+    assert types["ratequeue_jobs_unfinished"] == "gauge"
+    unfinished = next(f for f in families if f.name == "ratequeue_jobs_unfinished")
+    assert {s.labels["status"] for s in unfinished.samples if s.value} == {"waiting"}

@@ -4,6 +4,7 @@ they take hostile names and unknown parameters."""
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from django.contrib.auth.models import Permission, User
@@ -12,6 +13,7 @@ from django.test import Client
 from django_ratequeue import Status, clock, enqueue, pause_queue
 from django_ratequeue.models import Attempt, Job, QueueMinute, WorkerHeartbeat, WorkerKey
 from django_ratequeue.queue import protocol
+from django_ratequeue.queue.heartbeat import beat
 from django_ratequeue.queue.rollups import floor_minute
 from django_ratequeue.queue.workerkeys import create_key
 from tests.queue import jobs
@@ -248,3 +250,38 @@ def test_the_sites_admin_index_lists_the_dashboard_for_who_may_see_it(client: Cl
     log_in(client, "view_queuesetting", username="settings only")
     assert list(index_rows(client)) == ["Queue settings"]
     assert client.get("/admin/django_ratequeue/queuedashboard/").status_code == 403
+
+
+@pytest.mark.django_db
+def test_no_worker_is_told_first_on_the_dashboard_the_job_list_and_the_job_page(
+    admin_client: Client,
+) -> None:
+    handle = enqueue(jobs.add, args=[1, 2])
+    job_page = f"/admin/django_ratequeue/job/{handle.id}/change/"
+    overview = "/admin/django_ratequeue/job/overview/"
+    for page in (DASHBOARD, LIVE, "/admin/django_ratequeue/job/", job_page, overview):
+        html = admin_client.get(page).content.decode()
+        assert "No worker is running" in html, page
+        assert "python manage.py qcluster" in html
+        assert "a follower takes it over" not in html
+        if page in (DASHBOARD, LIVE):
+            # Above everything else the body shows, and in the queue's badges.
+            assert html.index("No worker is running") < html.index('id="rq-queues"')
+            assert "can start more" not in html and "no worker runs it" in html
+            assert 'rq-badge-no-worker">no worker<' in html
+    beat(force=True)  # a django-q2 worker's agent beats: one is alive
+    for page in (DASHBOARD, "/admin/django_ratequeue/job/", job_page, overview):
+        assert "No worker is running" not in admin_client.get(page).content.decode(), page
+
+
+@pytest.mark.django_db
+def test_a_remote_queue_nobody_claims_from_is_told_while_its_jobs_wait(
+    admin_client: Client, settings: Any
+) -> None:
+    settings.RATEQUEUE = {**settings.RATEQUEUE, "QUEUES": {"gpu": {"remote": True}}}
+    beat(force=True)
+    assert "rq-no-worker" not in admin_client.get("/admin/django_ratequeue/job/").content.decode()
+    enqueue(jobs.add, args=[1, 2], queue="gpu")
+    html = admin_client.get("/admin/django_ratequeue/job/").content.decode()
+    assert "No remote worker claims from queue <strong>gpu</strong>" in html
+    assert "No worker is running" not in html

@@ -12,10 +12,12 @@ from django.conf import settings
 from django.contrib.auth.models import User
 from django.contrib.staticfiles import finders
 from django.core.management import call_command
-from django.test import Client, override_settings
+from django.test import Client, RequestFactory, override_settings
 
 from django_ratequeue import get_rate_limit_value, rate_limit
+from django_ratequeue.decorators import user_key
 from django_ratequeue.models import Job
+from django_ratequeue.queue.keyshares import KeyLimits
 from example_project.demo.accounts import USERS
 from example_project.demo.jobs import ASK_COST, MODEL_BUDGET, USER_BUDGET, ask_model
 
@@ -168,3 +170,16 @@ def test_a_question_refused_by_the_models_reservations_costs_nothing(alice: Clie
     assert MODEL_BUDGET in refused.json()["detail"]
     assert 0 <= budget_left("alice") - before < 1
     assert not Job.objects.exists()
+
+
+def test_the_llm_queue_gives_each_user_the_limits_of_their_plan() -> None:
+    """bob is on the "pro" plan: two questions at once, twice the share; alice the defaults."""
+    keys = {}
+    for name in ("alice", "bob"):
+        request = RequestFactory().get("/ask/")
+        request.user = User.objects.create_user(name, password=USERS[name])
+        keys[name] = user_key(request)  # the concurrency key the ask page gives
+    limits = KeyLimits()
+    bob, alice = limits.of("llm", keys["bob"]), limits.of("llm", keys["alice"])
+    assert (bob.max_concurrency, bob.weight) == (2, 2)
+    assert (alice.max_concurrency, alice.weight) == (None, None)

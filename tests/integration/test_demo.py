@@ -93,3 +93,9 @@ def test_drf_endpoint_is_throttled(client: Client) -> None:
 
     assert statuses == [200] * 5 + [429]
     assert int(client.get("/api/greeting/")["Retry-After"]) >= 1
+
+
+def test_the_demo_serves_its_metrics(client: Client) -> None:
+    response = client.get("/metrics")
+    assert response.status_code == 200
+    assert "# TYPE ratequeue_jobs_unfinished gauge" in response.content.decode()

@@ -24,6 +24,7 @@ from django_ratequeue.queue.transitions import create_callbacks
 from django_ratequeue.queue.workerkeys import create_key
 from tests.dashboard.test_views import claim_remote
 from tests.queue import jobs
+from tests.queue.steps import run_pass
 
 JOBS = "/admin/django_ratequeue/job/"
 
@@ -252,3 +253,18 @@ def test_the_attempts_table_names_a_remote_worker_by_its_key_and_instance(
     shown = page(admin_client, attempt.job_id)
     assert attempt.worker_label == "gpu box/w1"
     assert f'<td title="{attempt.worker_label}">gpu box/w1</td>' in shown
+
+
+@pytest.mark.django_db
+def test_tracebacks_show_the_jobs_frames_not_the_librarys(admin_client: Client) -> None:
+    failed = enqueue(jobs.fail, retries={"retry_count": 0})
+    run_pass()
+    run_pass()
+    stored = Job.objects.get(pk=failed.id).traceback
+    assert "django_ratequeue/" in stored  # recorded whole: the page leaves them out
+    html = page(admin_client, failed.id)
+    field = html[html.index("field-formatted_traceback") :]
+    shown = field[: field.index("</pre>")]
+    assert "tests/queue/jobs.py" in shown and "ValueError: boom" in shown
+    assert "django_ratequeue/" not in shown
+    assert "Cancel requested" in html and 'alt="False"' not in html

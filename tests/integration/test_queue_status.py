@@ -52,7 +52,7 @@ def test_table_counts_jobs_per_queue_and_status() -> None:
     assert rows["(all)"].split() == ["(all)", "1", "5"] + ["0"] * 6
     # Counts are right-aligned under their headers.
     assert {len(line) for line in lines[:7]} == {len(lines[0])}
-    assert "Main loop: idle, generation 0" in lines
+    assert "Main loop: idle (no worker is alive to run it), generation 0" in lines
     assert "Live workers: none (is manage.py qcluster running?)" in lines
 
 

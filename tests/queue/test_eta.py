@@ -36,6 +36,13 @@ GATED = {
 }
 
 
+@pytest.fixture(autouse=True)
+def worker_alive() -> None:
+    """A django-q2 worker is alive (this process beats as its agent would): estimates count
+    on it (without one the basis is "no_worker", tests/queue/test_no_worker.py)."""
+    beat(force=True)
+
+
 def reference_positions() -> dict[str, int]:
     """The jobs ahead of each WAITING job in its queue and key, by the loop's order."""
     waiting = list(Job.objects.filter(status=Status.WAITING))
@@ -59,8 +66,9 @@ def record_run_time(queue: str, seconds: float, at: datetime, runs: int = 10) ->
 
 
 def step(clock: Clock, seconds: float = 0.0) -> None:
-    """Move the clock, then run one step of the loop."""
+    """Move the clock, then run one step of the loop in a live worker (its agent beats)."""
     clock.advance(seconds)
+    beat(force=True)
     leading_loop().step()
 
 
@@ -130,6 +138,7 @@ def test_a_free_slot_starts_it_now_else_the_throughput_tells(
     assert all(h.eta().earliest_start == clock.now() for h in behind)
     # Past the mean run time, a slot is due any moment: now, not in the past.
     clock.advance(20)
+    beat(force=True)  # the worker beat meanwhile, as a live one does
     assert behind[0].eta().estimated_start == clock.now()
 
 

@@ -71,3 +71,20 @@ def test_a_remote_queue_looks_for_its_remote_workers(settings: Any) -> None:
     row, _key = create_key("gpu box", ["gpu"])
     seen(row)
     assert "no remote worker" not in timeout_message(handle)
+
+
+def test_the_estimate_says_no_worker_until_one_beats() -> None:
+    handle = jobs.add.enqueue(1, 2)
+    assert (handle.eta().basis, handle.eta().estimated_start) == ("no_worker", None)
+    beat(force=True)
+    assert handle.eta().basis == "throughput"
+
+
+def test_a_remote_queues_estimate_asks_for_its_remote_workers(settings: Any) -> None:
+    settings.RATEQUEUE = {**settings.RATEQUEUE, **REMOTE}
+    beat(force=True)  # a django-q2 worker does not run a remote queue's jobs
+    handle = enqueue(jobs.add, args=[1, 2], queue="gpu")
+    assert handle.eta().basis == "no_worker"
+    row, _key = create_key("gpu box", ["gpu"])
+    seen(row)
+    assert handle.eta().basis == "throughput"

@@ -119,3 +119,17 @@ def test_the_command_syncs_on_request(nightly: Clock) -> None:
     assert Schedule.objects.get().next_run_at == datetime(2026, 11, 28, 3, tzinfo=UTC)
     with pytest.raises(CommandError):
         call_command("ratequeue_schedules", "--next", "-1")
+
+
+def test_the_command_names_a_schedule_named_by_its_function_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clock = freeze(monkeypatch)
+    add = {"function": "tests.queue.jobs.add", "every": 60, "args": [1, 2]}
+    named = {"tests.queue.jobs.add": add}
+    with override_settings(RATEQUEUE={**settings.RATEQUEUE, "SCHEDULES": named}):
+        sync_schedules(clock.now())
+        out = StringIO()
+        call_command("ratequeue_schedules", stdout=out)
+    line = out.getvalue().splitlines()[0]
+    assert line.startswith("tests.queue.jobs.add: every ") and line.count("jobs.add") == 1

@@ -87,8 +87,10 @@ class Command(BaseCommand):
             self.stdout.write(json.dumps({"schedules": rows, "not_synced": missing}, indent=2))
             return
         for row in rows:
+            # A @job(schedule=...) is named by its function: said once.
+            calls = "" if row["function"] == row["name"] else f"{row['function']}, "
             self.stdout.write(
-                f"{row['name']}: {row['function']}, {row['runs']}, {row['state']}, "
+                f"{row['name']}: {calls}{row['runs']}, {row['state']}, "
                 f"misfire {row['misfire']}; next {row['next_run_at'] or '-'}, "
                 f"last {row['last_run_at'] or '-'}, {row['enqueued']} enqueued, "
                 f"{row['skipped']} skipped"

@@ -197,9 +197,12 @@ class Command(BaseCommand):
 
     def write_loop(self, overview: QueueOverview) -> None:
         loop = overview.loop
-        state = loop.state + (
-            " (lease lapsed: a follower takes it over)" if loop.lease_lapsed else ""
-        )
+        if overview.no_worker.local:
+            state = f"{loop.state} (no worker is alive to run it)"
+        elif loop.lease_lapsed:
+            state = f"{loop.state} (lease lapsed: a follower takes it over)"
+        else:
+            state = loop.state
         self.stdout.write("")
         self.stdout.write(f"Main loop: {state}, generation {loop.generation}")
         self.stdout.write(f"  lease expires {_time(loop.lease_expires_at)}")

@@ -249,10 +249,11 @@ def end_unchanged(attempt: Attempt, verdict: Verdict, now: datetime) -> bool:
     )
     if ended:
         logger.warning(
-            "Recovered attempt %s of job %r: %s",
+            "Recovered attempt %s of job %r: %s: %s",
             attempt.pk,
             attempt.job_id,
             verdict.outcome or "never started",
+            verdict.error,
         )
     return bool(ended)
 

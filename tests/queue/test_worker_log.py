@@ -42,10 +42,11 @@ def test_a_worker_prints_each_start_and_end(cluster, monkeypatch: pytest.MonkeyP
     monkeypatch.setenv("RATEQUEUE_TEST_NO_LOGGING", "1")
     done = enqueue(jobs.add, args=[2, 3], queue="a")
     failed = enqueue(jobs.fail, args=["the first line\nand a second"], retries=ONE_QUICK_RETRY)
-    # A function the worker no longer knows (a deploy renamed it): UnknownJob.
+    # A function the worker no longer knows (a deploy renamed it): UnknownJob, once the
+    # short patience has passed with no worker that knows it.
     gone = enqueue(jobs.add, args=[1, 1])
     Job.objects.filter(pk=gone.id).update(func="tests.queue.jobs.renamed")
-    running = cluster(workers=1)
+    running = cluster(workers=1, UNKNOWN_JOB_PATIENCE=1.0)
     for handle in (done, failed, gone):
         wait_for(lambda h=handle: h.status() in (Status.COMPLETE, Status.FAILED), timeout=60)
 
@@ -58,7 +59,8 @@ def test_a_worker_prints_each_start_and_end(cluster, monkeypatch: pytest.MonkeyP
     assert said("[ratequeue] INFO Worker ", " leads the main loop (generation ")
     assert said("WARNING", f"[{failed.id}] failed after ", "ValueError: the first line; retry at")
     assert not said("and a second")
-    assert said("WARNING", f"tests.queue.jobs.renamed[{gone.id}] failed", "UnknownJob")
+    # The loop fails it (no worker could run it): its recovery says why.
+    assert said("WARNING Recovered attempt", gone.id, "non_retryable", "tests.queue.jobs.renamed")
     # The attempt's end told it: no second line for a job that completed or failed.
     assert not said(f"[{done.id}] complete after")
 

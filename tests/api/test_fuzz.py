@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+import requests
 import schemathesis
 from django.contrib.auth.models import User
 from rest_framework.authtoken.models import Token
@@ -47,11 +48,10 @@ class Credentials:
     """The headers of the fuzzer's API user (a DRF token) and of its remote worker (a key)."""
 
     def __init__(self, user: str, worker: str) -> None:
-        self.user = {"Authorization": f"Token {user}"}
-        self.worker = {"Authorization": f"Api-Key {worker}"}
-
-    def headers(self, case: Any) -> dict[str, str]:
-        return self.worker if case.path.startswith(WORKERS) else self.user
+        # Each request on a connection of its own: the live server's threads end with their
+        # requests, and close their database connections (PostgreSQL drops no database in use).
+        self.user = {"Authorization": f"Token {user}", "Connection": "close"}
+        self.worker = {"Authorization": f"Api-Key {worker}", "Connection": "close"}
 
 
 @pytest.fixture
@@ -127,13 +127,15 @@ class Run:
         )
 
 
-def fuzz(run: Run, url: str, headers: dict[str, str], path_regex: str) -> None:
-    """Run Schemathesis's phases over the operations under ``path_regex`` with ``headers``."""
-    schema = schemathesis.openapi.from_url(url, headers=headers).include(path_regex=path_regex)
+def configured(schema: Any, headers: dict[str, str], examples: int = EXAMPLES) -> Any:
+    """Return ``schema`` set for a bounded, deterministic run with ``headers``."""
     schema.config.update(headers=headers, suppress_health_check=[HealthCheck.all])
     # No NUL in generated strings: the schema refuses it in text fields, but OpenAPI 3.0
     # cannot say so for the keys of a JSON value (args, kwargs, a result): it says it in words.
-    schema.config.generation.update(max_examples=EXAMPLES, deterministic=True, allow_x00=False)
+    schema.config.generation.update(
+        max_examples=examples, deterministic=True, allow_x00=False, database="none"
+    )
+    schema.config.cache.enabled = False  # nothing kept from one run for the next
     schema.config.checks.update(included_check_names=CHECKS)
     # Methods an operation does not have are 405s for Django; no check here is about them.
     schema.config.phases.coverage.unexpected_methods = set()
@@ -141,8 +143,19 @@ def fuzz(run: Run, url: str, headers: dict[str, str], path_regex: str) -> None:
     schema.config.seed = SEED
     schema.hook(map_case)
     schema.hook(filter_case)
+    return schema
+
+
+def fuzz(run: Run, schema: Any) -> None:
+    """Run Schemathesis's phases over ``schema``'s operations, into ``run``."""
     for event in schemathesis.engine.from_schema(schema).execute():
         run.take(event)
+
+
+def live(url: str, headers: dict[str, str], path_regex: str) -> Any:
+    """Return the live schema's operations under ``path_regex``, configured with ``headers``."""
+    schema = schemathesis.openapi.from_url(url, headers=headers)
+    return configured(schema.include(path_regex=path_regex), headers)
 
 
 # An exception in one of Schemathesis's threads is a failure too, not a warning.
@@ -150,9 +163,29 @@ def fuzz(run: Run, url: str, headers: dict[str, str], path_regex: str) -> None:
 def test_the_fuzzer_finds_nothing(live_server: Any, credentials: Credentials) -> None:
     url = f"{live_server.url}/ratequeue/schema/"
     run = Run()
-    fuzz(run, url, credentials.user, f"^(?!{WORKERS})")
-    fuzz(run, url, credentials.worker, f"^{WORKERS}")
+    fuzz(run, live(url, credentials.user, f"^(?!{WORKERS})"))
+    fuzz(run, live(url, credentials.worker, f"^{WORKERS}"))
 
     print(f"Schemathesis ran {sum(run.cases.values())} cases: {dict(run.cases)}")
     assert not run.failures, run.report()
     assert set(run.cases) >= {"coverage", "fuzzing", "stateful"}, run.cases
+
+
+def test_the_fuzzer_reports_an_answer_the_schema_does_not_state(
+    live_server: Any, credentials: Credentials
+) -> None:
+    url = f"{live_server.url}/ratequeue/schema/"
+    raw = requests.get(url, headers=credentials.user, timeout=30).json()
+    getbatch = raw["paths"]["/ratequeue/batches/{batch_id}/"]["get"]
+    del getbatch["responses"]["404"]  # the answer to a batch that does not exist
+    schema = schemathesis.openapi.from_dict(raw).include(operation_id="getBatch")
+    schema.config.update(base_url=live_server.url)
+    run = Run()
+    schema = configured(schema, credentials.user, examples=5)
+    schema.config.phases.update(phases=["coverage", "fuzzing"])  # one operation: no links
+
+    fuzz(run, schema)
+
+    [(label, messages)] = run.failures.items()
+    assert label == "GET /ratequeue/batches/{batch_id}/"
+    assert any(message.startswith("status_code_conformance") for message in messages)

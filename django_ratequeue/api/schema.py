@@ -80,8 +80,9 @@ def text_pattern(field: serializers.CharField) -> str | None:
     no_nul = any(isinstance(v, ProhibitNullCharactersValidator) for v in field.validators)
     if field.allow_blank or not field.trim_whitespace:
         return "^[^\\u0000]*$" if no_nul else None
-    other = "\\u0000" if no_nul else ""
-    return f"^[^{other}]*[^{other}{PY_SPACE}][^{other}]*$"
+    nul = "\\u0000" if no_nul else ""
+    text = f"[^{nul}]" if no_nul else "[\\s\\S]"
+    return f"^{text}*[^{PY_SPACE}{nul}]{text}*$"
 
 
 def merge(schema: dict[str, Any], extra: Mapping[str, Any]) -> None:

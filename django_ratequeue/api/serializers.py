@@ -127,8 +127,10 @@ class RunAfter(serializers.FloatField):
 class OptionsSerializer(StrictSerializer):
     """The options a request may give its job."""
 
-    # JSON Schema cannot say "at most MAX_DELAY from now": the field's own check does.
-    schema_extra: dict[str, Any] = {"not": {"required": ["start_at", "run_after"]}}
+    @property
+    def schema_extra(self) -> dict[str, Any]:
+        """Return what the schema adds: start_at or run_after, not both."""
+        return {"not": {"required": ["start_at", "run_after"]}}
 
     start_at = StartAt(required=False, max_length=64, trim_whitespace=False)
     run_after = RunAfter(required=False)
@@ -205,10 +207,10 @@ def bulk_id_max_length() -> int:
 class BulkOptionsSerializer(OptionsSerializer):
     """A bulk enqueue's options: its ``id`` is its jobs' ids' prefix (``<id>-<n>``)."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    @property
+    def schema_extra(self) -> dict[str, Any]:
         bounds = {"properties": {"id": {"maxLength": bulk_id_max_length()}}}
-        self.schema_extra = {**OptionsSerializer.schema_extra, **bounds}
+        return {**super().schema_extra, **bounds}
 
 
 class BulkEnqueueSerializer(StrictSerializer):

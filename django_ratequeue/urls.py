@@ -23,7 +23,7 @@ api = [
     # Remote workers (docs/remote-workers.md), with an Api-Key.
     path("workers/claim/", workers.ClaimView.as_view(), name="worker-claim"),
     *(
-        path(f"workers/attempts/<int:attempt_id>/{name}/", view.as_view(), name=f"worker-{name}")
+        path(f"workers/attempts/<str:attempt_id>/{name}/", view.as_view(), name=f"worker-{name}")
         for name, view in [
             ("heartbeat", workers.HeartbeatView),
             ("progress", workers.ProgressView),

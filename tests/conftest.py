@@ -48,6 +48,11 @@ def background_threads_stop() -> Iterator[None]:
     nothing to do, have closed their connections: PostgreSQL drops no test database
     that a session still uses."""
     yield
+    wait_for_background_threads()
+
+
+def wait_for_background_threads() -> None:
+    """Wait until the package's background threads have stopped (within a second or two)."""
     wait_for(
         lambda: not [t for t in threading.enumerate() if t.name.startswith("ratequeue-")],
         10,

@@ -19,10 +19,12 @@ from rest_framework.response import Response
 from ..queue.batches import BatchHandle, status_counts
 from ..queue.models import FINAL_STATUSES, Batch
 from .batchevents import FINAL_ID, BatchWatch, abatch_stream, batch_stream
+from .ids import shown_outcome
 from .permissions import request_owner
+from .schema import USER_ERRORS, ApiSchema, EventStreamSchema
 from .sse import event_response
 from .streamcaps import take_stream_seat
-from .views import ApiSchema, ApiView, EventStreamRenderer, EventStreamSchema
+from .views import ApiView, EventStreamRenderer
 
 
 class BatchSerializer(serializers.Serializer[Any]):
@@ -55,7 +57,7 @@ def batch_view(batch: Batch) -> dict[str, Any]:
         "sealed_at": batch.sealed_at,
         "canceled_at": batch.canceled_at,
         "finished_at": batch.finished_at,
-        "outcome": batch.outcome if batch.finished_at else None,
+        "outcome": shown_outcome(batch.outcome) if batch.finished_at else None,
     }
 
 
@@ -76,7 +78,7 @@ class OwnedBatch(ApiView):
 class BatchView(OwnedBatch):
     """``GET batches/<id>/``: the batch, its jobs' counts by status and its progress."""
 
-    schema = ApiSchema("getBatch")
+    schema = ApiSchema("getBatch", {200: BatchSerializer}, errors=(*USER_ERRORS, 404))
 
     def get(self, request: Request, batch_id: str) -> Response:
         return Response(BatchSerializer(batch_view(self.owned_batch(batch_id))).data)
@@ -85,7 +87,9 @@ class BatchView(OwnedBatch):
 class BatchCancelView(OwnedBatch):
     """``POST batches/<id>/cancel/``: ask for every job of the batch to be canceled; 202."""
 
-    schema = ApiSchema("cancelBatch", status_code=status.HTTP_202_ACCEPTED)
+    schema = ApiSchema(
+        "cancelBatch", {202: BatchSerializer}, errors=(*USER_ERRORS, 404), body=False
+    )
 
     def post(self, request: Request, batch_id: str) -> Response:
         batch = self.owned_batch(batch_id)
@@ -101,7 +105,7 @@ class BatchEventsView(OwnedBatch):
     ``finished`` event with its outcome (id ``end``: sent back, it gets a 204)."""
 
     renderer_classes = [JSONRenderer, EventStreamRenderer]
-    schema = EventStreamSchema("getBatchEvents")
+    schema = EventStreamSchema("getBatchEvents", errors=(*USER_ERRORS, 404))
 
     def get(self, request: Request, batch_id: str) -> HttpResponseBase:
         batch = self.owned_batch(batch_id)

@@ -19,6 +19,7 @@ from asgiref.sync import sync_to_async
 
 from ..queue.batches import status_counts
 from ..queue.models import FINAL_STATUSES, Batch
+from .ids import shown_outcome
 from .sse import HEARTBEAT, LIFETIME, OPENING, release_connections
 
 # Seconds between two looks at a followed batch.
@@ -54,7 +55,7 @@ class BatchWatch:
                 parts.append(event("progress", progress))
                 self.sent = progress
             if batch.finished_at is not None:
-                parts.append(event("finished", batch.outcome, FINAL_ID))
+                parts.append(event("finished", shown_outcome(batch.outcome), FINAL_ID))
                 self.done = True
         release_connections()
         if parts:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from typing import Any
 
 from ..queue.enqueue import JOB_ID_MAX_LENGTH
 
@@ -32,3 +33,14 @@ def shown_id(job_id: str) -> str:
     """Return a job's id as the API shows it: a client's id without its scope."""
     match = SCOPED.match(job_id)
     return job_id[match.end() :] if match else job_id
+
+
+def shown_outcome(outcome: Any) -> Any:
+    """Return a batch's outcome as the API shows it: its jobs' ids as their clients chose them.
+
+    The stored outcome, which the batch's callback receives, keeps the stored ids."""
+    if not isinstance(outcome, dict):
+        return outcome
+    lists = ("succeeded", "failed", "canceled")
+    shown = {key: [shown_id(job_id) for job_id in outcome[key]] for key in lists if key in outcome}
+    return {**outcome, **shown}

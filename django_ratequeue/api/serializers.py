@@ -21,6 +21,7 @@ from ..queue.models import Job, OutputChunk, Status
 from ..queue.options import OPTION_NAMES, parse_start_at
 from ..ratelimit.config import MAX_TOKENS
 from .ids import CLIENT_ID_MAX_LENGTH, shown_id
+from .jsontypes import type_problems
 
 S = TypeVar("S", bound=serializers.BaseSerializer[Any])
 
@@ -80,24 +81,59 @@ def job_data(job: Job) -> dict[str, Any]:
 
 
 class StrictSerializer(serializers.Serializer[Any]):
-    """Refuse the keys it does not know, naming each (DRF would drop them silently)."""
+    """Refuse the keys it does not know, naming each (DRF would drop them silently).
+
+    And values not of their field's JSON type (:mod:`.jsontypes`), unless ``json_types``
+    is off (a query's values are all text)."""
+
+    json_types = True
 
     def to_internal_value(self, data: Any) -> Any:
         if isinstance(data, Mapping):
             unknown = sorted(map(str, set(data) - set(self.fields)))
             if unknown:
                 raise serializers.ValidationError({key: [self.unknown(key)] for key in unknown})
+            problems = type_problems(self.fields, data) if self.json_types else {}
+            if problems:
+                raise serializers.ValidationError(problems)
         return super().to_internal_value(data)
 
     def unknown(self, key: str) -> str:
         return f"Unknown field; the fields are: {', '.join(self.fields)}."
 
 
+class StartAt(serializers.CharField):
+    """When the job may start: an ISO-8601 date and time at most ``MAX_DELAY`` ahead."""
+
+    schema_extra = {
+        "format": "date-time",
+        "description": f"At most {MAX_DELAY.days} days ahead (ISO 8601, RFC 3339 included).",
+    }
+
+    def run_validation(self, data: Any = serializers.empty) -> Any:
+        return library_rule(parse_start_at, super().run_validation(data))
+
+
+class RunAfter(serializers.FloatField):
+    """In how many seconds the job may start: from 0 to ``MAX_DELAY``."""
+
+    schema_extra = {"minimum": 0, "maximum": MAX_DELAY.total_seconds()}
+
+    def to_internal_value(self, data: Any) -> float:
+        value = super().to_internal_value(data)
+        return float(library_rule(seconds, "run_after", value, MAX_DELAY))
+
+
 class OptionsSerializer(StrictSerializer):
     """The options a request may give its job."""
 
-    start_at = serializers.CharField(required=False, max_length=64, trim_whitespace=False)
-    run_after = serializers.FloatField(required=False)
+    @property
+    def schema_extra(self) -> dict[str, Any]:
+        """Return what the schema adds: start_at or run_after, not both."""
+        return {"not": {"required": ["start_at", "run_after"]}}
+
+    start_at = StartAt(required=False, max_length=64, trim_whitespace=False)
+    run_after = RunAfter(required=False)
     id = serializers.CharField(
         required=False, max_length=CLIENT_ID_MAX_LENGTH, trim_whitespace=False
     )
@@ -107,12 +143,6 @@ class OptionsSerializer(StrictSerializer):
         if key in OPTION_NAMES:
             return "Decided by the server for this job: a request cannot set it."
         return f"Unknown option; a request may give: {', '.join(CLIENT_OPTIONS)}."
-
-    def validate_start_at(self, value: str) -> Any:
-        return library_rule(parse_start_at, value)
-
-    def validate_run_after(self, value: float) -> float:
-        return float(library_rule(seconds, "run_after", value, MAX_DELAY))
 
     def validate_id(self, value: str) -> str:
         if "\x00" in value:
@@ -169,12 +199,26 @@ class EnqueueSerializer(CallSerializer):
     options = OptionsSerializer(required=False)
 
 
+def bulk_id_max_length() -> int:
+    """Return the longest id of a bulk enqueue: room for its jobs' ``-<n>`` at the most items."""
+    return CLIENT_ID_MAX_LENGTH - len(f"-{ratequeue_settings().API_MAX_BULK_ITEMS - 1}")
+
+
+class BulkOptionsSerializer(OptionsSerializer):
+    """A bulk enqueue's options: its ``id`` is its jobs' ids' prefix (``<id>-<n>``)."""
+
+    @property
+    def schema_extra(self) -> dict[str, Any]:
+        bounds = {"properties": {"id": {"maxLength": bulk_id_max_length()}}}
+        return {**super().schema_extra, **bounds}
+
+
 class BulkEnqueueSerializer(StrictSerializer):
     """``POST jobs/bulk/``: several calls of one exposed job, enqueued all or none."""
 
     function = serializers.CharField(max_length=300, trim_whitespace=False)
     items = CallSerializer(many=True, allow_empty=False)
-    options = OptionsSerializer(required=False)
+    options = BulkOptionsSerializer(required=False)
     # The jobs make a new batch (docs/batches.md), whose id each job's answer gives.
     batch = serializers.BooleanField(required=False, default=False)
 
@@ -194,16 +238,18 @@ class BulkEnqueueSerializer(StrictSerializer):
         return super().to_internal_value(data)
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
-        """Check that the last item's id (``<id>-<n>``) fits as a client's id."""
+        """Check that the id leaves room for the most items' ids (``<id>-<n>``)."""
         prefix = attrs.get("options", {}).get("id")
-        last = f"{prefix}-{len(attrs['items']) - 1}"
-        if prefix is not None and len(last) > CLIENT_ID_MAX_LENGTH:
+        most = bulk_id_max_length()
+        if prefix is not None and len(prefix) > most:
+            last = ratequeue_settings().API_MAX_BULK_ITEMS - 1
             raise serializers.ValidationError(
                 {
                     "options": {
                         "id": [
-                            f"Too long for {len(attrs['items'])} items: their ids, up to "
-                            f"{last!r}, must be at most {CLIENT_ID_MAX_LENGTH} characters."
+                            f"Too long for a bulk enqueue: at most {most} characters, so that "
+                            f"its jobs' ids, up to '<id>-{last}', are at most "
+                            f"{CLIENT_ID_MAX_LENGTH}."
                         ]
                     }
                 }
@@ -288,7 +334,13 @@ class JobDetailSerializer(JobSerializer):
 class JobQuerySerializer(serializers.Serializer[Any]):
     """``GET jobs/<id>/?since=n``: the number of the last output chunk the client has."""
 
-    since = serializers.IntegerField(required=False, default=0, min_value=0, max_value=2**31 - 1)
+    since = serializers.IntegerField(
+        required=False,
+        default=0,
+        min_value=0,
+        max_value=2**31 - 1,
+        help_text="The number of the last output chunk you have.",
+    )
 
 
 def job_error(job: Job) -> str | None:
@@ -299,20 +351,28 @@ def job_error(job: Job) -> str | None:
     return None
 
 
-class RateLimitQuerySerializer(StrictSerializer):
-    """``GET ratelimits/<name>/?count=n``: only ``count`` (the key is never a parameter)."""
+class TokenCount(serializers.FloatField):
+    """A number of tokens: more than 0 and at most ``MAX_TOKENS`` (the schema says so too)."""
 
-    count = serializers.FloatField(required=False, default=1)
+    schema_extra = {"minimum": 0, "exclusiveMinimum": True, "maximum": MAX_TOKENS}
 
-    def unknown(self, key: str) -> str:
-        return "Unknown parameter: the only one is count (the key comes from the server)."
-
-    def validate_count(self, value: float) -> float:
+    def to_internal_value(self, data: Any) -> float:
+        value = super().to_internal_value(data)
         if not 0 < value <= MAX_TOKENS:
             raise serializers.ValidationError(
                 f"count must be more than 0 and at most {MAX_TOKENS:g}."
             )
         return value
+
+
+class RateLimitQuerySerializer(StrictSerializer):
+    """``GET ratelimits/<name>/?count=n``: only ``count`` (the key is never a parameter)."""
+
+    json_types = False
+    count = TokenCount(required=False, default=1, help_text="The tokens to check for.")
+
+    def unknown(self, key: str) -> str:
+        return "Unknown parameter: the only one is count (the key comes from the server)."
 
 
 class RateLimitSerializer(serializers.Serializer[Any]):

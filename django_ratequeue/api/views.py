@@ -26,8 +26,7 @@ from rest_framework.generics import GenericAPIView
 from rest_framework.renderers import BaseRenderer, JSONOpenAPIRenderer, JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.schemas.openapi import AutoSchema, SchemaGenerator
-from rest_framework.serializers import BaseSerializer
+from rest_framework.schemas.openapi import SchemaGenerator
 from rest_framework.views import APIView
 
 from .. import clock
@@ -43,6 +42,7 @@ from .exposure import exposed
 from .ids import shown_id, stored_id
 from .parsers import CappedJSONParser, RequestTooLarge
 from .permissions import ApiAccess, SchemaAccess, WorkerKeyAuth, request_owner
+from .schema import BODY_ERRORS, USER_ERRORS, ApiSchema, EventStreamSchema
 from .serializers import (
     BulkEnqueueSerializer,
     EnqueueSerializer,
@@ -78,75 +78,9 @@ class EventStreamRenderer(BaseRenderer):
         return JSONRenderer().render(data)
 
 
-class ApiSchema(AutoSchema):
-    """Describe one of these views in DRF's schema: its operation id and its bodies.
-
-    Its request and response bodies where they differ from the view's serializer."""
-
-    def __init__(
-        self,
-        operation_id: str,
-        *,
-        request: type[BaseSerializer[Any]] | None = None,
-        response: type[BaseSerializer[Any]] | None = None,
-        many: bool = False,
-        status_code: int | None = None,
-        query: Mapping[str, str] | None = None,
-    ) -> None:
-        super().__init__(tags=["ratequeue"])
-        self.operation_id = operation_id
-        self.request_serializer, self.response_serializer = request, response
-        self.many = many
-        self.status_code = status_code
-        self.query = query or {}
-
-    def get_operation_id(self, path: str, method: str) -> str:
-        return self.operation_id
-
-    def get_operation(self, path: str, method: str) -> dict[str, Any]:
-        operation: dict[str, Any] = super().get_operation(path, method)
-        operation["parameters"] += [
-            {"name": name, "in": "query", "description": text, "schema": {"type": "number"}}
-            for name, text in self.query.items()
-        ]
-        return operation
-
-    def get_request_serializer(self, path: str, method: str) -> Any:
-        if self.request_serializer is None:
-            return super().get_request_serializer(path, method)
-        return self.request_serializer()
-
-    def get_response_serializer(self, path: str, method: str) -> Any:
-        if self.response_serializer is None:
-            return super().get_response_serializer(path, method)
-        return self.response_serializer()
-
-    def get_responses(self, path: str, method: str) -> dict[str, Any]:
-        responses: dict[str, Any] = super().get_responses(path, method)
-        if self.status_code is not None:
-            responses = {str(self.status_code): response for response in responses.values()}
-        if self.many:
-            for response in responses.values():
-                for content in response.get("content", {}).values():
-                    content["schema"] = {"type": "array", "items": content["schema"]}
-        return responses
-
-
-class EventStreamSchema(ApiSchema):
-    """The schema of a Server-Sent Events stream: text, described in words."""
-
-    def get_components(self, path: str, method: str) -> dict[str, Any]:
-        return {}
-
-    def get_responses(self, path: str, method: str) -> dict[str, Any]:
-        return {
-            "200": {
-                "content": {"text/event-stream": {"schema": {"type": "string"}}},
-                "description": "Events status, progress, output and a final result or error; "
-                "each with an id to resume from (Last-Event-ID).",
-            },
-            "204": {"description": "The stream ended with its final event already."},
-        }
+# The operations a new job's answer leads to (OpenAPI links), by its id.
+_JOB_ID = {"getJob": "job_id", "cancelJob": "job_id", "getJobEvents": "job_id"}
+JOB_LINKS = {name: {key: "$response.body#/id"} for name, key in _JOB_ID.items()}
 
 
 class ApiView(GenericAPIView[Any]):
@@ -212,7 +146,12 @@ class EnqueueView(EnqueueingView):
     """``POST jobs/``: enqueue a call of an exposed job, owned by the requesting user."""
 
     serializer_class = EnqueueSerializer
-    schema = ApiSchema("enqueueJob", response=JobSerializer)
+    schema = ApiSchema(
+        "enqueueJob",
+        {201: JobSerializer},
+        errors=(*USER_ERRORS, *BODY_ERRORS, 404, 409),
+        links=JOB_LINKS,
+    )
 
     def post(self, request: Request) -> Response:
         data = self.valid(request.data)
@@ -234,7 +173,12 @@ class BulkEnqueueView(EnqueueingView):
     """``POST jobs/bulk/``: several calls of one exposed job, enqueued all or none."""
 
     serializer_class = BulkEnqueueSerializer
-    schema = ApiSchema("enqueueJobs", response=JobSerializer, many=True)
+    schema = ApiSchema(
+        "enqueueJobs",
+        {201: {"type": "array", "items": {"$ref": "#/components/schemas/Job"}}},
+        errors=(*USER_ERRORS, *BODY_ERRORS, 404, 409),
+        links={name: {key: "$response.body#/0/id"} for name, key in _JOB_ID.items()},
+    )
 
     def throttle_count(self, request: Request) -> int:
         """Return the jobs the request asks for: the enqueue throttle draws a token per job."""
@@ -273,7 +217,10 @@ class JobView(ApiView):
 
     serializer_class = JobDetailSerializer
     schema = ApiSchema(
-        "getJob", query={"since": "The number of the last output chunk you have (default 0)."}
+        "getJob",
+        {200: JobDetailSerializer},
+        errors=(*USER_ERRORS, 400, 404),
+        query=JobQuerySerializer,
     )
 
     def get(self, request: Request, job_id: str) -> Response:
@@ -289,7 +236,7 @@ class CancelView(ApiView):
     It is canceled at once unless it runs, else when its attempt ends."""
 
     serializer_class = JobSerializer
-    schema = ApiSchema("cancelJob", status_code=status.HTTP_202_ACCEPTED)
+    schema = ApiSchema("cancelJob", {202: JobSerializer}, errors=(*USER_ERRORS, 404), body=False)
 
     def post(self, request: Request, job_id: str) -> Response:
         job = self.owned_job(job_id)
@@ -301,7 +248,7 @@ class EventsView(ApiView):
     """``GET jobs/<id>/events/``: the job's Server-Sent Events (see :mod:`.sse`)."""
 
     renderer_classes = [JSONRenderer, EventStreamRenderer]
-    schema = EventStreamSchema("getJobEvents")
+    schema = EventStreamSchema("getJobEvents", errors=(*USER_ERRORS, 404))
 
     def get(self, request: Request, job_id: str) -> HttpResponseBase:
         job = self.owned_job(job_id)
@@ -317,7 +264,12 @@ class RateLimitView(ApiView):
     """``GET ratelimits/<name>/?count=n``: a public rate limit for the requesting user."""
 
     serializer_class = RateLimitSerializer
-    schema = ApiSchema("getRateLimit", query={"count": "The tokens to check for (default 1)."})
+    schema = ApiSchema(
+        "getRateLimit",
+        {200: RateLimitSerializer},
+        errors=(*USER_ERRORS, 400, 404),
+        query=RateLimitQuerySerializer,
+    )
 
     def get(self, request: Request, name: str) -> Response:
         settings = ratequeue_settings()

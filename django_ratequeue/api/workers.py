@@ -13,7 +13,7 @@ from typing import Any
 from django.core.validators import ProhibitNullCharactersValidator
 from django.db import connections
 from rest_framework import serializers, status
-from rest_framework.exceptions import APIException, PermissionDenied, Throttled
+from rest_framework.exceptions import APIException, NotFound, PermissionDenied, Throttled
 from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -29,7 +29,13 @@ from ..queue.seats import free_seat, take_seat
 from ..queue.workerkeys import MAX_CLAIM_WAIT, seen
 from .permissions import WorkerKeyAuth
 from .serializers import StrictSerializer
-from .views import ApiSchema, ApiView
+from .views import ApiView
+from .workeranswers import (
+    CLAIM_SCHEMA,
+    HEARTBEAT_SCHEMA,
+    ClaimedAttemptSerializer,
+    report_schema,
+)
 
 # The longest a claim may wait for work, and the most attempts it may take.
 MAX_WAIT = MAX_CLAIM_WAIT
@@ -69,11 +75,14 @@ class WorkerView(ApiView):
         """Any worker of the request's key (a report may come from any of its instances)."""
         return protocol.Claimant.remote(self.key, "")
 
-    def attempt(self, attempt_id: int) -> int:
-        if attempt_id > MAX_ID:
+    def attempt(self, attempt_id: str) -> int:
+        """Return the attempt's number from its URL: a 404 unless digits, a 409 past MAX_ID."""
+        if not (attempt_id.isascii() and attempt_id.isdigit()):
+            raise NotFound("There is no such attempt: its id is a number.")
+        if int(attempt_id) > MAX_ID:
             raise LeaseLostConflict
         seen(self.key)
-        return attempt_id
+        return int(attempt_id)
 
 
 class KeptText(serializers.CharField):
@@ -108,6 +117,11 @@ class ReportSerializer(StrictSerializer):
     retryable = serializers.BooleanField(default=True)
     timed_out = serializers.BooleanField(default=False)
 
+    # A failure needs its error (JSON Schema's way to say so: complete, or an error).
+    schema_extra = {
+        "anyOf": [{"properties": {"action": {"enum": ["complete"]}}}, {"required": ["error"]}]
+    }
+
     def validate(self, data: dict[str, Any]) -> dict[str, Any]:
         if data["action"] == "fail" and "error" not in data:
             raise serializers.ValidationError({"error": ["A failure needs its error."]})
@@ -138,24 +152,6 @@ class ClaimSerializer(StrictSerializer):
     )
 
 
-class ClaimedAttemptSerializer(serializers.Serializer[Any]):
-    id = serializers.IntegerField()
-    job_id = serializers.CharField()
-    function = serializers.CharField(source="job.func")
-    args = serializers.JSONField(source="job.args")
-    kwargs = serializers.JSONField(source="job.kwargs")
-    # The W3C trace context the job was enqueued in ("" without one): docs/tracing.md.
-    traceparent = serializers.CharField(source="job.traceparent")
-    queue = serializers.CharField()
-    number = serializers.IntegerField()
-    timeout = serializers.FloatField(allow_null=True)
-    lease_expires_at = serializers.DateTimeField()
-    output_index = serializers.SerializerMethodField()
-
-    def get_output_index(self, attempt: Any) -> int:
-        return (attempt.last_output or 0) + 1
-
-
 class ClaimView(WorkerView):
     """``POST workers/claim/``: claim up to ``max`` attempts of the key's remote queues.
 
@@ -164,7 +160,7 @@ class ClaimView(WorkerView):
     attempts and takes the next ones."""
 
     serializer_class = ClaimSerializer
-    schema = ApiSchema("claimAttempts")
+    schema = CLAIM_SCHEMA
 
     def post(self, request: Request) -> Response:
         data = self.valid(request.data)
@@ -261,10 +257,10 @@ class HeartbeatView(WorkerView):
     """``POST workers/attempts/<id>/heartbeat/``: extend the lease; says if canceled."""
 
     serializer_class = EmptySerializer
-    schema = ApiSchema("heartbeatAttempt")
+    schema = HEARTBEAT_SCHEMA
 
-    def post(self, request: Request, attempt_id: int) -> Response:
-        self.valid(request.data or {})
+    def post(self, request: Request, attempt_id: str) -> Response:
+        self.valid(request.data)  # no body: DRF's empty dict
         try:
             until, canceled = protocol.heartbeat(self.claimant, self.attempt(attempt_id))
         except LeaseLost:
@@ -273,7 +269,8 @@ class HeartbeatView(WorkerView):
 
 
 class ProgressSerializer(StrictSerializer):
-    progress = serializers.JSONField()
+    # What a job reports: an object, as report_progress takes.
+    progress = serializers.DictField()
 
 
 class OutputSerializer(StrictSerializer):
@@ -297,8 +294,8 @@ class ReportView(WorkerView):
 
     field = ""
 
-    def post(self, request: Request, attempt_id: int) -> Response:
-        data = self.valid(request.data or {})  # no body: an empty object
+    def post(self, request: Request, attempt_id: str) -> Response:
+        data = self.valid(request.data)  # no body: DRF's empty dict
         try:
             detail = self.report(self.attempt(attempt_id), data)
         except LeaseLost:
@@ -323,7 +320,7 @@ class ProgressView(ReportView):
     """``POST workers/attempts/<id>/progress/`` ``{"progress": {...}}``."""
 
     serializer_class = ProgressSerializer
-    schema = ApiSchema("reportAttemptProgress")
+    schema = report_schema("reportAttemptProgress")
     field = "progress"
 
     def report(self, attempt_id: int, data: Any) -> None:
@@ -334,7 +331,7 @@ class OutputView(ReportView):
     """``POST workers/attempts/<id>/output/`` ``{"index": n, "text": "..."}``."""
 
     serializer_class = OutputSerializer
-    schema = ApiSchema("appendAttemptOutput")
+    schema = report_schema("appendAttemptOutput")
     field = "text"
 
     def report(self, attempt_id: int, data: Any) -> None:
@@ -345,7 +342,7 @@ class CompleteView(ReportView):
     """``POST workers/attempts/<id>/complete/`` ``{"result": ...}``."""
 
     serializer_class = CompleteSerializer
-    schema = ApiSchema("completeAttempt")
+    schema = report_schema("completeAttempt")
     field = "result"
 
     def report(self, attempt_id: int, data: Any) -> str:
@@ -362,7 +359,7 @@ class FailView(ReportView):
     The body is ``{"error", "traceback", "retryable", "timed_out"}``."""
 
     serializer_class = FailSerializer
-    schema = ApiSchema("failAttempt")
+    schema = report_schema("failAttempt")
     field = "error"
 
     def report(self, attempt_id: int, data: Any) -> None:
@@ -373,7 +370,7 @@ class ReleaseView(ReportView):
     """``POST workers/attempts/<id>/release/``: hand the attempt back unfinished."""
 
     serializer_class = EmptySerializer
-    schema = ApiSchema("releaseAttempt")
+    schema = report_schema("releaseAttempt")
 
     def report(self, attempt_id: int, data: Any) -> None:
         if not protocol.release(self.claimant, [attempt_id]):

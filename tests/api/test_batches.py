@@ -45,6 +45,24 @@ def test_a_bulk_enqueue_with_batch_makes_one_for_its_owner(api: APIClient, other
     assert sorted(detail["outcome"]["succeeded"]) == sorted(job["id"] for job in jobs)
 
 
+def test_the_outcome_shows_the_ids_the_client_chose(api: APIClient, monkeypatch: Any) -> None:
+    monkeypatch.setattr(batchevents, "BATCH_LOOK", 0)
+    response = bulk(api, batch=True, options={"id": "quiz-7"})
+    assert [job["id"] for job in response.json()] == ["quiz-7-0", "quiz-7-1"]
+    run_pass()
+    run_pass()
+
+    outcome = api.get(response["Location"]).json()["outcome"]
+    stored = Batch.objects.get().outcome
+    assert outcome["succeeded"] == ["quiz-7-0", "quiz-7-1"]
+    assert stored["succeeded"] != outcome["succeeded"]  # the callback's: the stored ids
+    assert outcome == {**stored, "succeeded": outcome["succeeded"]}
+    events = api.get(f"{response['Location']}events/", HTTP_ACCEPT="text/event-stream")
+    received = [event for chunk in events.streaming_content for event in blocks(chunk)]
+    events.close()
+    assert received[-1] == ("finished", outcome)
+
+
 def test_without_the_flag_no_batch_is_made(api: APIClient) -> None:
     response = bulk(api)
     assert response.status_code == 201

@@ -11,6 +11,7 @@ from rest_framework.test import APIClient
 
 from django_ratequeue import enqueue, enqueue_many
 from django_ratequeue.api.ids import CLIENT_ID_MAX_LENGTH, stored_id
+from django_ratequeue.api.serializers import bulk_id_max_length
 from django_ratequeue.models import Job
 from tests.api.conftest import API, logged_in
 from tests.api.conftest import enqueue as post_job
@@ -57,10 +58,11 @@ def test_the_server_generated_ids_are_found_as_before(api: APIClient) -> None:
 
 
 @pytest.mark.parametrize("items", [2, 11])
-def test_a_bulk_id_whose_items_ids_overflow_is_400_and_nothing_is_written(
+def test_a_bulk_id_without_room_for_the_most_items_ids_is_400_and_nothing_is_written(
     api: APIClient, items: int
 ) -> None:
-    prefix = "x" * (CLIENT_ID_MAX_LENGTH - len(f"-{items - 1}") + 1)
+    prefix = "x" * (bulk_id_max_length() + 1)  # fits 2 or 11 items' ids, not 1,000 items'
+    assert len(f"{prefix}-{items - 1}") <= CLIENT_ID_MAX_LENGTH
     response = api.post(
         f"{API}jobs/bulk/",
         {"function": GREET, "items": [{"args": ["Ada"]}] * items, "options": {"id": prefix}},
@@ -68,7 +70,7 @@ def test_a_bulk_id_whose_items_ids_overflow_is_400_and_nothing_is_written(
     )
 
     assert response.status_code == 400, response.content
-    assert "Too long for" in response.json()["options"]["id"][0]
+    assert "Too long for a bulk enqueue" in response.json()["options"]["id"][0]
     assert not Job.objects.exists()
     fits = api.post(
         f"{API}jobs/bulk/",

@@ -13,7 +13,8 @@ each job's function name, and reports the outcome, several outcomes per request 
 (at most every ``REPORT_INTERVAL``) and its heartbeats, which extend its lease; a job's
 ``timeout`` is enforced here (the attempt fails timed out at once). When the server is
 away every request is retried with exponential back-off and jitter, unchanged (reports
-are idempotent); a report the server fails on (a 500) is sent ``REPORT_TRIES`` times, then
+are idempotent), and an ended attempt's heartbeats go on until its report is answered
+(so that its lease outlives the outage: it is not run again); a report the server fails on (a 500) is sent ``REPORT_TRIES`` times, then
 its attempt is reported failed, saying so. On SIGTERM (or SIGINT) it claims nothing more,
 lets running attempts finish for ``--grace`` seconds, then hands the rest back so that
 other workers can claim them at once.
@@ -92,6 +93,9 @@ BACKOFF_FIRST, BACKOFF_MAX = 0.1, 10.0
 # How often a report is sent while the server fails on it (a 500): the back-off between
 # the tries adds up to 3.1 s at most, well within a lease.
 REPORT_TRIES = 6
+# How many leases an ended attempt's lease is kept at most while its report waits for the
+# server (the server takes it as lost after as many leases of silence).
+HOLD_LEASES = 10
 # Where the key is read from when --key and --key-file are not given.
 KEY_VARIABLE = "RATEQUEUE_WORKER_KEY"
 
@@ -267,6 +271,8 @@ class RemoteAttempt:
         self.canceled = threading.Event()
         self.lost = threading.Event()
         self.done = threading.Event()
+        # Set once the server answered the attempt's outcome (or it is given up).
+        self.answered = threading.Event()
         # Whether the handler still runs past the job's timeout (its outcome reported).
         self.overrun = False
 
@@ -278,7 +284,8 @@ class RemoteAttempt:
             return self.client.send(path, body or {}, tries=REPORT_TRIES)
         except Refused as refused:
             if refused.status in (401, 403, 409):
-                logger.warning("Attempt %s is lost: %s", self.id, refused)
+                if not self.answered.is_set():  # else: a heartbeat that crossed the report
+                    logger.warning("Attempt %s is lost: %s", self.id, refused)
                 self.lost.set()
                 return None
             raise
@@ -326,6 +333,22 @@ class RemoteAttempt:
                 self.flush()
                 if time.monotonic() - self.last_beat > self.lease_seconds / 3:
                     self.beat()
+            except Answered:
+                logger.exception("The server did not take a heartbeat of attempt %s", self.id)
+
+    def keep_lease(self) -> None:
+        """Beat the heartbeat while the attempt's report waits for its answer.
+
+        The reporter thread's body once the handler ended: the lease outlives a server
+        that is away or fails for a while, so that the attempt is not taken as lost (and
+        run again) meanwhile; for ``HOLD_LEASES`` leases at most."""
+        deadline = time.monotonic() + HOLD_LEASES * self.lease_seconds
+        while not self.lost.is_set() and time.monotonic() < deadline:
+            due = self.last_beat + self.lease_seconds / 3 - time.monotonic()
+            if self.answered.wait(max(due, 0.0)):
+                return
+            try:
+                self.beat()
             except Answered:
                 logger.exception("The server did not take a heartbeat of attempt %s", self.id)
 
@@ -535,6 +558,7 @@ class Worker:
 
     def forget(self, attempt: RemoteAttempt) -> None:
         """Forget an attempt whose outcome is answered: it is not ours any more."""
+        attempt.answered.set()
         with self.slots:
             self.running.pop(attempt.id, None)
             self.finished.append(attempt.id)
@@ -579,6 +603,8 @@ class Worker:
             logger.exception("Could not report attempt %s", attempt.id)
         finally:
             attempt.done.set()
+            if report is not None:  # its lease is kept until the report is answered
+                threading.Thread(target=attempt.keep_lease, daemon=True).start()
             with self.slots:
                 if report is not None:
                     self.outbox.append((attempt, report))

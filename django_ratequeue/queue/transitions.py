@@ -31,8 +31,10 @@ from .models import (
     Outcome,
     Status,
     WorkerHeartbeat,
+    WorkerKey,
 )
 from .moves import Moves
+from .workerkeys import lease_lapsed
 
 logger = logging.getLogger("django_ratequeue.queue")
 
@@ -143,7 +145,14 @@ def recover(now: datetime, dead_after: timedelta) -> bool:
     try: :func:`finish` puts its job back to WAITING."""
     candidates = list(
         Attempt.objects.filter(active=True, ended_at=None).only(
-            "job", "worker", "started_at", "timeout", "dispatched_at", "remote", "lease_expires_at"
+            "job",
+            "worker",
+            "worker_key",
+            "started_at",
+            "timeout",
+            "dispatched_at",
+            "remote",
+            "lease_expires_at",
         )
     )
     if not candidates:
@@ -152,12 +161,37 @@ def recover(now: datetime, dead_after: timedelta) -> bool:
         WorkerHeartbeat.objects.filter(seen_at__gte=now - dead_after).values_list("id", flat=True)
     )
     idle = alive - {a.worker for a in candidates if not a.remote and a.started_at is not None}
+    keys = {a.worker_key_id for a in candidates if a.worker_key_id is not None}
+    heard = {
+        pk: (seen, revoked is not None)
+        for pk, seen, revoked in WorkerKey.objects.filter(pk__in=keys).values_list(
+            "pk", "last_seen", "revoked_at"
+        )
+    }
     recovered = False
     for attempt in candidates:
-        verdict = lost_or_overrun(attempt, alive, bool(idle), now, dead_after)
+        lost = is_lost(attempt, alive, heard, now)
+        verdict = lost_or_overrun(attempt, lost, bool(idle), now, dead_after)
         if verdict is not None and end_unchanged(attempt, verdict, now):
             recovered = True
     return recovered
+
+
+def is_lost(
+    attempt: Attempt,
+    alive: set[str],
+    heard: dict[int, tuple[datetime | None, bool]],
+    now: datetime,
+) -> bool:
+    """Say whether ``attempt``'s worker lost it.
+
+    A local one's worker is not ``alive`` (its heartbeat stopped); a remote one's lease
+    lapsed for good (:func:`.workerkeys.lease_lapsed`; ``heard``: when each key was last
+    seen, and whether it is revoked)."""
+    if not attempt.remote:
+        return attempt.worker not in alive
+    seen, revoked = heard.get(attempt.worker_key_id or 0, (None, True))
+    return lease_lapsed(attempt.lease_expires_at, seen, revoked, now)
 
 
 @dataclass(frozen=True)
@@ -170,14 +204,11 @@ class Verdict:
 
 
 def lost_or_overrun(
-    attempt: Attempt, alive: set[str], idle: bool, now: datetime, dead_after: timedelta
+    attempt: Attempt, lost: bool, idle: bool, now: datetime, dead_after: timedelta
 ) -> Verdict | None:
-    """Return how to end ``attempt`` if it is lost or overran its timeout, else None.
+    """Return how to end ``attempt`` if it is ``lost`` or overran its timeout, else None.
 
-    A remote attempt lives by its lease, which its worker's heartbeats extend; a local
-    one by its worker process's heartbeat (``alive``: the workers seen lately)."""
-    lease = attempt.lease_expires_at
-    lost = (lease is not None and lease < now) if attempt.remote else attempt.worker not in alive
+    ``lost``: as :func:`is_lost` says."""
     if not attempt.worker:
         # Runners were asked for; remote workers claim when they come.
         if attempt.remote or not idle or attempt.dispatched_at + dead_after >= now:

@@ -14,10 +14,10 @@ each job's function name, and reports the outcome, several outcomes per request 
 ``timeout`` is enforced here (the attempt fails timed out at once). When the server is
 away every request is retried with exponential back-off and jitter, unchanged (reports
 are idempotent), and an ended attempt's heartbeats go on until its report is answered
-(so that its lease outlives the outage: it is not run again); a report the server fails on (a 500) is sent ``REPORT_TRIES`` times, then
-its attempt is reported failed, saying so. On SIGTERM (or SIGINT) it claims nothing more,
-lets running attempts finish for ``--grace`` seconds, then hands the rest back so that
-other workers can claim them at once.
+(its lease outlives the outage: it is not run again); a report the server fails on (a
+500) is sent ``REPORT_TRIES`` times, then its attempt is reported failed, saying so. On
+SIGTERM (or SIGINT) it claims nothing more, lets running attempts finish for ``--grace``
+seconds, then hands the rest back so that other workers can claim them at once.
 
 A handlers module registers functions by the job's name, as it was enqueued::
 

@@ -41,6 +41,7 @@ from .joblist import (
     JobListColumns,
     QueueFilter,
 )
+from .objectids import StorableIdsMixin
 
 # A job's page shows the end of its output, this many characters at most (the output may
 # be a megabyte: RATEQUEUE["MAX_OUTPUT_LENGTH"]).
@@ -68,7 +69,7 @@ POLL_WAITING = 2.0
 
 
 @admin.register(Job)
-class JobAdmin(JobListColumns, PermittedActionsMixin, admin.ModelAdmin):
+class JobAdmin(JobListColumns, StorableIdsMixin, PermittedActionsMixin, admin.ModelAdmin):
     list_display = LIST_DISPLAY
     list_filter = ["status", QueueFilter, ConcurrencyKeyFilter]
     search_fields = ["id", "func"]

@@ -21,6 +21,7 @@ from ..queue.control import (
 )
 from ..queue.models import QueueSetting
 from .actions import PermittedActionsMixin
+from .objectids import StorableIdsMixin
 
 
 class QueueSettingForm(forms.ModelForm):
@@ -42,7 +43,7 @@ class QueueSettingForm(forms.ModelForm):
 
 
 @admin.register(QueueSetting)
-class QueueSettingAdmin(PermittedActionsMixin, admin.ModelAdmin):
+class QueueSettingAdmin(StorableIdsMixin, PermittedActionsMixin, admin.ModelAdmin):
     form = QueueSettingForm
     list_display = ["name", "paused", "max_concurrency", "total_concurrency", "updated_at"]
     actions = ["pause", "resume"]

@@ -19,6 +19,7 @@ from ..queue.models.schedules import MISFIRE_CHOICES
 from ..queue.recurrence import Recurrence
 from ..queue.scheduling import change_recurrence, pause_schedule, resume_schedule, run_now
 from .actions import PermittedActionsMixin
+from .objectids import StorableIdsMixin
 
 MISFIRE_LABELS = dict(MISFIRE_CHOICES)
 
@@ -47,7 +48,7 @@ class ScheduleForm(forms.ModelForm):
 
 
 @admin.register(Schedule)
-class ScheduleAdmin(PermittedActionsMixin, admin.ModelAdmin):
+class ScheduleAdmin(StorableIdsMixin, PermittedActionsMixin, admin.ModelAdmin):
     form = ScheduleForm
     list_display = [
         "name",

@@ -17,10 +17,11 @@ from .. import clock
 from ..queue.models import UniqueClaim
 from .actions import PermittedActionsMixin
 from .display import moment
+from .objectids import StorableIdsMixin
 
 
 @admin.register(UniqueClaim)
-class UniqueClaimAdmin(PermittedActionsMixin, admin.ModelAdmin):
+class UniqueClaimAdmin(StorableIdsMixin, PermittedActionsMixin, admin.ModelAdmin):
     list_display = ["short_key", "job", "expires", "live"]
     search_fields = ["=key", "=job_id"]
     ordering = ["-expires_at"]

@@ -45,6 +45,7 @@ SLOTS = "django_ratequeue.E222"
 FAILED_RETENTION = "django_ratequeue.E223"
 QUEUE_KEY_WEIGHT = "django_ratequeue.E224"
 QUEUE_KEY_LIMITS = "django_ratequeue.E225"  # not a dotted path, or not a callable
+QUEUE_PUBLIC_POSITION = "django_ratequeue.E226"
 CLOCK = "django_ratequeue.E230"
 # E24x: recurring schedules (RATEQUEUE["SCHEDULES"] and @job(schedule=...))
 SCHEDULES_NOT_A_DICT = "django_ratequeue.E240"

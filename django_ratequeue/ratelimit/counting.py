@@ -2,14 +2,17 @@
 
 A process adds its results up in memory and writes them to
 :class:`~.models.RateLimitDecisionTotal` at most every :data:`FLUSH_EVERY` seconds, in
-one UPSERT that adds to the stored counts. A decision made inside a transaction counts
-when that transaction commits (a rolled-back consume took nothing). A killed process
-loses what it had not written yet: at most its last few seconds of decisions.
+one UPSERT that adds to the stored counts, and as it exits normally (:func:`write_at_exit`:
+``atexit``, and a django-q2 worker process's stop, which skips ``atexit``). A decision
+made inside a transaction counts when that transaction commits (a rolled-back consume
+took nothing). A killed process (``kill -9``, or a signal it does not handle) loses what
+it had not written yet: at most its last ``FLUSH_EVERY`` seconds of decisions.
 docs/metrics.md tells how the counts are exported.
 """
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import threading
@@ -59,6 +62,11 @@ class DecisionTally:
         if due:
             self.write()
 
+    def pending(self) -> bool:
+        """Say whether some counts are not written yet."""
+        with self._lock:
+            return bool(self._counts)
+
     def write(self) -> None:
         """Add the counts to the stored totals; keep them for the next write if that fails.
 
@@ -96,6 +104,20 @@ def _add_to_totals(connection: BaseDatabaseWrapper, counts: Counter[tuple[str, s
 
 TALLY = DecisionTally()
 os.register_at_fork(after_in_child=TALLY.forget)
+
+
+def write_at_exit() -> None:
+    """Write the counts not written yet, as the process exits: never raise.
+
+    The database may be gone by then, or the settings never read: that is logged."""
+    try:
+        if TALLY.pending():
+            TALLY.write()
+    except Exception:
+        logger.warning("Could not write the rate-limit decision counts at exit", exc_info=True)
+
+
+atexit.register(write_at_exit)
 
 
 def count_decision(connection: BaseDatabaseWrapper, name: str, decision: Decision) -> None:

@@ -19,6 +19,8 @@ RATE_LIMITED_VIEW = "django_ratequeue.E105"
 RATE_LIMIT_PUBLIC = "django_ratequeue.E106"
 RATE_LIMIT_PER_KEY_IMPORT = "django_ratequeue.E107"  # {"per_key": path} cannot be imported
 RATE_LIMIT_PER_KEY_CALLABLE = "django_ratequeue.E108"  # {"per_key": path} is not callable
+# A name @ratelimit or a RateLimitThrottle uses that no setting defines
+RATE_LIMIT_UNDEFINED = "django_ratequeue.E109"
 
 # E2xx: queues and the loop
 POSITIVE_INTEGER = "django_ratequeue.E201"  # MAX_CONCURRENCY, the size limits...
@@ -63,3 +65,7 @@ SQLITE_LOCKING = "django_ratequeue.E306"
 CLUSTER_BROKER = "django_ratequeue.E307"
 TASKS_BACKEND_WITHOUT_APP = "django_ratequeue.E310"
 API_THROTTLES = "django_ratequeue.E311"
+DJANGO_Q_NOT_INSTALLED = "django_ratequeue.E312"
+
+# W0xx: warnings
+SETTINGS_NAME_MISSPELT = "django_ratequeue.W001"  # a dict named within 2 edits of RATEQUEUE

@@ -267,6 +267,8 @@ def test_run_ids_derive_from_the_name_and_the_time() -> None:
     assert run_id("nightly", paris) == run_id("nightly", at)
 
 
-@pytest.mark.parametrize("cron", ["*/59 * * * *", "0 */23 * * *", "0 0 */30 * *", "0 0 1 */11 */6"])
+@pytest.mark.parametrize(
+    "cron", ["*/59 * * * *", "0 */23 * * *", "0 0 */30 * *", "0 0 1 */11 */6"]
+)
 def test_steps_within_their_fields_range_are_taken(cron: str) -> None:
     assert parse_spec("nightly", {"function": "a.b", "cron": cron}).recurrence.cron == cron

@@ -96,6 +96,9 @@ REPORT_TRIES = 6
 # How many leases an ended attempt's lease is kept at most while its report waits for the
 # server (the server takes it as lost after as many leases of silence).
 HOLD_LEASES = 10
+# The header of the first request after the server was away: for how long, in seconds
+# (the server then renews the leases that lapsed meanwhile; docs/remote-workers.md).
+AWAY_HEADER = "Ratequeue-Away"
 # Where the key is read from when --key and --key-file are not given.
 KEY_VARIABLE = "RATEQUEUE_WORKER_KEY"
 
@@ -160,6 +163,9 @@ class Client:
         self.lock = threading.Lock()
         # Whether the server answered yet: until it does, the worker waits without alarm.
         self.answered = False
+        # Since when (monotonic) the server has been away: the next request that gets
+        # through says how long (AWAY_HEADER), so that it renews the leases that lapsed.
+        self.away_since: float | None = None
 
     def connect(self) -> tuple[http.client.HTTPConnection, bool]:
         """Return an idle connection (True: reused) or a new one (False)."""
@@ -178,6 +184,9 @@ class Client:
         at once (every request here may be sent twice)."""
         data = json.dumps(body, allow_nan=False).encode()
         while True:
+            headers, away_since = dict(self.headers), self.away_since
+            if away_since is not None:
+                headers[AWAY_HEADER] = f"{time.monotonic() - away_since:.3f}"
             connection, reused = self.connect()
             try:
                 connection.timeout = timeout
@@ -188,14 +197,19 @@ class Client:
                 # algorithm holds the body back until the server's delayed ACK.
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                 sock.settimeout(timeout)
-                connection.request("POST", self.path + path, data, self.headers)
+                connection.request("POST", self.path + path, data, headers)
                 response = connection.getresponse()
                 payload = response.read()
             except (OSError, http.client.HTTPException) as error:
                 connection.close()
                 if reused and not isinstance(error, TimeoutError):
                     continue
+                self.went_away()
                 raise ServerAway(str(error) or type(error).__name__) from None
+            if response.status in (502, 503, 504):
+                self.went_away()
+            elif away_since is not None and self.away_since == away_since:
+                self.away_since = None  # told: the server renewed what lapsed meanwhile
             self.answered = True
             if response.will_close:
                 connection.close()
@@ -203,6 +217,14 @@ class Client:
                 with self.lock:
                     self.idle.append(connection)
             return self.answer(path, response.status, payload)
+
+    def went_away(self) -> None:
+        """Note that the server is away: since now, unless since earlier.
+
+        Also before it first answered: the worker may have started while the server was
+        away, and other workers of its key hold leases that lapsed meanwhile."""
+        if self.away_since is None:
+            self.away_since = time.monotonic()
 
     def answer(self, path: str, status: int, payload: bytes) -> Any:
         """Return the JSON of an answer with ``status``, or raise what the status means."""

@@ -69,10 +69,10 @@ def seen(row: WorkerKey, host: str = "") -> None:
     """Record that ``row`` was used now (from ``host``), unless it was very recently.
 
     The record is skipped only when the last one is recent and from the same host (or
-    ``host`` is not given). Leases of the key's attempts that lapsed while it was silent
-    are renewed (:func:`lease_lapsed`)."""
+    ``host`` is not given): a record is at most a third of a lease old while the key's
+    workers are heard from (:func:`lease_lapsed` relies on it)."""
     now = clock.now()
-    lag = _lag()
+    lag = min(LAST_SEEN_EVERY, timedelta(seconds=ratequeue_settings().REMOTE_LEASE / 3))
     fresh = row.last_seen is not None and now - row.last_seen < lag
     if fresh and host in ("", row.last_host):
         return
@@ -80,24 +80,23 @@ def seen(row: WorkerKey, host: str = "") -> None:
     if host:
         changes["last_host"] = host
     WorkerKey.objects.filter(pk=row.pk).update(**changes)
-    if row.last_seen is not None and not fresh:
-        _renew_silent(row, row.last_seen + lag, now)
     row.last_seen = now
 
 
-def _lag() -> timedelta:
-    """Return how stale a key's last_seen may be: :data:`LAST_SEEN_EVERY`, a third of the
-    lease if shorter."""
-    return min(LAST_SEEN_EVERY, timedelta(seconds=ratequeue_settings().REMOTE_LEASE / 3))
+def renew_after_outage(row: WorkerKey, away: float, grace: float) -> int:
+    """Give a fresh lease to the key's attempts whose lease lapsed in the last ``away``
+    seconds, during which a worker of the key could not reach the server; return how many.
 
-
-def _renew_silent(row: WorkerKey, silent_from: datetime, now: datetime) -> None:
-    """Give a fresh lease to the key's attempts whose lease lapsed while nothing was heard
-    from it (since ``silent_from``): their worker could not reach the server to keep them."""
-    lease = timedelta(seconds=ratequeue_settings().REMOTE_LEASE)
-    Attempt.objects.filter(
-        worker_key=row, ended_at=None, lease_expires_at__gt=silent_from, lease_expires_at__lt=now
-    ).update(lease_expires_at=now + lease)
+    The worker says so with its first request that gets through (docs/remote-workers.md):
+    the server was away, most likely for all its workers, and the one holding such an
+    attempt comes back within ``grace`` seconds (its longest back-off), then keeps the
+    lease. ``away`` counts up to :data:`SILENT_LEASES` leases."""
+    lease = ratequeue_settings().REMOTE_LEASE
+    now = clock.now()
+    window = timedelta(seconds=min(max(away, 0.0), lease * SILENT_LEASES) + lease)
+    return Attempt.objects.filter(
+        worker_key=row, ended_at=None, lease_expires_at__gte=now - window, lease_expires_at__lt=now
+    ).update(lease_expires_at=now + timedelta(seconds=lease + grace))
 
 
 def lease_lapsed(
@@ -106,9 +105,10 @@ def lease_lapsed(
     """Say whether a remote attempt's worker lost it: its lease lapsed for good.
 
     A lease lapses only while the server hears from the attempt's key: one that ran out
-    while the key was silent (the server away) is renewed when the key is heard again, so
-    that its worker, still holding its report, can keep it. So it is lost once the key
-    (revoked: at once) was heard after its end, or after :data:`SILENT_LEASES` leases."""
+    while none of its workers could reach the server (the server away) is left to them,
+    and renewed when one is back (:func:`renew_after_outage`), so that the worker still
+    holding its report can keep it. So it is lost once the key (revoked: at once) was
+    heard after its end, or after :data:`SILENT_LEASES` leases."""
     if lease_end is None or lease_end >= now:
         return False
     silence = timedelta(seconds=ratequeue_settings().REMOTE_LEASE * SILENT_LEASES)

@@ -229,19 +229,38 @@ def test_a_late_report_is_taken_until_recovery_ends_the_attempt(worker: APIClien
     assert Attempt.objects.filter(job_id=handle.id).count() == 1
 
 
-def test_the_key_heard_again_renews_the_leases_that_lapsed_while_it_was_silent(
+def test_a_worker_back_from_an_outage_renews_the_leases_that_lapsed_meanwhile(
     worker: APIClient,
 ) -> None:
-    """Any request of the key after its silence gives them a fresh lease, so that another
-    worker of the key, back first, does not make the loop take them as lost."""
+    """Its first request says how long the server was away for it: the key's leases that
+    lapsed meanwhile get a fresh lease, so that the loop does not take them as lost before
+    the worker holding them is back too (another worker of the key was back first)."""
     enqueue("tests.queue.jobs.add", args=[1, 2], queue="gpu")
     dispatch()
     [attempt] = claim(worker)
     lapse(attempt["id"], key_silent_for=60)
-    assert claim(worker, worker="w2") == []
+    back = {"worker": "w2", "max": 0}
+    response = worker.post(f"{API}claim/", back, format="json", HTTP_RATEQUEUE_AWAY="30.5")
+    assert response.status_code == 200, response.content
     assert Attempt.objects.get(pk=attempt["id"]).lease_expires_at > clock.now()
     recover()
     assert Attempt.objects.get(pk=attempt["id"]).ended_at is None
+
+
+def test_a_request_that_was_never_away_renews_nothing(worker: APIClient) -> None:
+    """Another worker of the key, heard without an outage: the lapsed lease is lost."""
+    enqueue("tests.queue.jobs.add", args=[1, 2], queue="gpu", retries=1)
+    dispatch()
+    [attempt] = claim(worker)
+    lapse(attempt["id"], key_silent_for=60)
+    for away in ("", "0", "nan", "-5", "soon"):
+        response = worker.post(
+            f"{API}claim/", {"worker": "w2", "max": 0}, format="json", HTTP_RATEQUEUE_AWAY=away
+        )
+        assert response.status_code == 200, response.content
+    assert Attempt.objects.get(pk=attempt["id"]).lease_expires_at < clock.now()
+    recover()
+    assert Attempt.objects.get(pk=attempt["id"]).outcome == Outcome.WORKER_LOST
 
 
 def test_a_lease_lapsed_for_many_leases_of_silence_is_lost(worker: APIClient) -> None:

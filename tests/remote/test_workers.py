@@ -424,14 +424,16 @@ def test_a_wrong_url_says_which_was_tried_and_what_it_should_be(live_server: Any
 
 
 @pytest.mark.postgres_only
+@pytest.mark.parametrize("lease", [30.0, 1.0])
 def test_a_report_the_server_fails_on_fails_its_attempt_and_the_worker_goes_on(
-    start_remote: Callable[..., Remote], tmp_path: Path
+    start_remote: Callable[..., Remote], tmp_path: Path, lease: float
 ) -> None:
     """The server answers 500 to one result however often it is sent (here a trigger
     raises on it, as a bug in the server would): the worker tries a few times, reports
-    the attempt failed, saying so, and goes on claiming. (Within a lease of the default
-    length: the tries take seconds.)"""
-    remote = start_remote(REMOTE_LEASE=30.0)
+    the attempt failed, saying so, and goes on claiming. The tries take seconds, several
+    leases of 1 s: the worker beats the attempt's heartbeat meanwhile, so that it is not
+    taken as lost (issue 31)."""
+    remote = start_remote(REMOTE_LEASE=lease)
     with connection.cursor() as cursor:
         cursor.execute(BREAK_ON_BOOM)
     try:

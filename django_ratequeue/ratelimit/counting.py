@@ -53,11 +53,15 @@ class DecisionTally:
         self._lock = threading.Lock()
         self._counts: Counter[tuple[str, str]] = Counter()
         self._written_at = time.monotonic()
+        # The database the counts were decided on (its NAME): a test database, say.
+        self._database: object = None
 
-    def add(self, name: str, result: str) -> None:
-        """Count one decision; write the counts if the last write is old enough."""
+    def add(self, name: str, result: str, database: object = None) -> None:
+        """Count one decision made on ``database`` (the NAME of its connection's settings);
+        write the counts if the last write is old enough."""
         with self._lock:
             self._counts[name, result] += 1
+            self._database = database
             due = time.monotonic() - self._written_at >= FLUSH_EVERY
         if due:
             self.write()
@@ -78,8 +82,9 @@ class DecisionTally:
         with self._lock:
             counts, self._counts = self._counts, Counter()
             self._written_at = time.monotonic()
-        if not counts:
-            return
+            database = self._database
+        if not counts or database not in (None, connection.settings_dict.get("NAME")):
+            return  # decided on a database that is gone (a test run's, destroyed)
         try:
             _add_to_totals(connection, counts)
         except DatabaseError:
@@ -124,10 +129,12 @@ def count_decision(connection: BaseDatabaseWrapper, name: str, decision: Decisio
     """Count ``decision`` of the limit ``name``, made on ``connection``, once its
     transaction (if any) commits."""
     result = result_of(decision)
+    database = connection.settings_dict.get("NAME")
     if connection.in_atomic_block:
-        transaction.on_commit(partial(TALLY.add, name, result), using=connection.alias)
+        add = partial(TALLY.add, name, result, database)
+        transaction.on_commit(add, using=connection.alias)
     else:
-        TALLY.add(name, result)
+        TALLY.add(name, result, database)
 
 
 def decision_totals() -> list[tuple[str, str, int]]:

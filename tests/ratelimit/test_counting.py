@@ -111,6 +111,16 @@ def test_a_cluster_worker_writes_its_jobs_counts_as_the_cluster_stops(
     assert totals() == {("export", "allowed"): 3, ("export", "refused"): 19}
 
 
+def test_counts_decided_on_a_database_that_is_gone_are_not_written() -> None:
+    """A test run's decisions, left as its test database is destroyed and the connection
+    named the project's again: the exit writes them nowhere."""
+    TALLY.add("signup", "allowed", "test_database_destroyed")
+    TALLY.write()
+    assert totals() == {}
+    rate_limit("signup", config=THREE)
+    assert totals() == {("signup", "allowed"): 1}
+
+
 def test_the_scrape_exports_the_totals_as_a_counter() -> None:
     for _ in range(4):
         rate_limit("signup", config=THREE)

@@ -19,6 +19,8 @@ RATE_LIMITED_VIEW = "django_ratequeue.E105"
 RATE_LIMIT_PUBLIC = "django_ratequeue.E106"
 RATE_LIMIT_PER_KEY_IMPORT = "django_ratequeue.E107"  # {"per_key": path} cannot be imported
 RATE_LIMIT_PER_KEY_CALLABLE = "django_ratequeue.E108"  # {"per_key": path} is not callable
+# A name @ratelimit or a RateLimitThrottle uses that no setting defines
+RATE_LIMIT_UNDEFINED = "django_ratequeue.E109"
 
 # E2xx: queues and the loop
 POSITIVE_INTEGER = "django_ratequeue.E201"  # MAX_CONCURRENCY, the size limits...
@@ -45,6 +47,7 @@ SLOTS = "django_ratequeue.E222"
 FAILED_RETENTION = "django_ratequeue.E223"
 QUEUE_KEY_WEIGHT = "django_ratequeue.E224"
 QUEUE_KEY_LIMITS = "django_ratequeue.E225"  # not a dotted path, or not a callable
+QUEUE_PUBLIC_POSITION = "django_ratequeue.E226"
 CLOCK = "django_ratequeue.E230"
 # E24x: recurring schedules (RATEQUEUE["SCHEDULES"] and @job(schedule=...))
 SCHEDULES_NOT_A_DICT = "django_ratequeue.E240"
@@ -64,5 +67,9 @@ TASKS_BACKEND_WITHOUT_APP = "django_ratequeue.E310"
 API_THROTTLES = "django_ratequeue.E311"
 API_STREAM_SHARE = "django_ratequeue.E318"
 DJANGO_Q_ADMIN = "django_ratequeue.E312"
+DJANGO_Q_NOT_INSTALLED = "django_ratequeue.E313"
 # W3xx: warnings about the services around them
 ASGI_PERSISTENT_CONNECTIONS = "django_ratequeue.W320"
+
+# W0xx: warnings
+SETTINGS_NAME_MISSPELT = "django_ratequeue.W001"  # a dict named within 2 edits of RATEQUEUE

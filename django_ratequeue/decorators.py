@@ -12,9 +12,11 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 import math
+import weakref
 from collections.abc import Callable, Collection, Mapping, MutableMapping
+from contextlib import suppress
 from dataclasses import dataclass
-from functools import wraps
+from functools import partial, wraps
 from inspect import iscoroutinefunction
 from typing import Any, TypeVar
 
@@ -38,6 +40,23 @@ ViewOrClass = TypeVar("ViewOrClass", bound=Callable[..., Any])
 HTTP_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE"})
 # Header values longer than this are hashed so that the key fits the key column.
 MAX_KEY_LENGTH = 200
+# The views @ratelimit limits by a name RATEQUEUE["RATE_LIMITS"] must define (no config),
+# with those names: the start-up checks look the URLconf's views up here.
+_NAMED: weakref.WeakKeyDictionary[Any, list[str]] = weakref.WeakKeyDictionary()
+
+
+def limit_names(view: Any) -> list[str]:
+    """Return the names of the settings' limits ``@ratelimit`` put on ``view``.
+
+    On it, on its class (``as_view()``), or on a view it wraps (``functools.wraps``)."""
+    names: list[str] = []
+    for start in (view, getattr(view, "view_class", None)):
+        candidate, depth = start, 0
+        while candidate is not None and depth < 100:
+            with suppress(TypeError):  # not weakly referable: nothing was recorded on it
+                names += _NAMED.get(candidate, [])
+            candidate, depth = getattr(candidate, "__wrapped__", None), depth + 1
+    return names
 
 
 def response_failed(request: HttpRequest, response: HttpResponse) -> bool:
@@ -89,6 +108,8 @@ def ratelimit(
     )
 
     def decorator(view: ViewOrClass) -> ViewOrClass:
+        if config is None:
+            _record(name, view)
         if isinstance(view, type):
             return method_decorator(decorator, name="dispatch")(view)
         if iscoroutinefunction(view):
@@ -96,6 +117,17 @@ def ratelimit(
         return limit.wrap(view)  # type: ignore[return-value]
 
     return decorator
+
+
+def _record(name: str, view: Any) -> None:
+    """Record that ``view`` uses the limit ``name`` of the settings (:func:`limit_names`).
+
+    A class-based view is recorded as its class: method_decorator then applies the
+    decorator again to stand-ins of its ``dispatch`` (one at once, one per request)."""
+    if isinstance(view, partial) or getattr(view, "__module__", None) == "django.utils.decorators":
+        return
+    with suppress(TypeError):  # a callable object that cannot be weakly referred to
+        _NAMED.setdefault(view, []).append(name)
 
 
 @dataclass(frozen=True)

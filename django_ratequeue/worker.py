@@ -13,10 +13,11 @@ each job's function name, and reports the outcome, several outcomes per request 
 (at most every ``REPORT_INTERVAL``) and its heartbeats, which extend its lease; a job's
 ``timeout`` is enforced here (the attempt fails timed out at once). When the server is
 away every request is retried with exponential back-off and jitter, unchanged (reports
-are idempotent); a report the server fails on (a 500) is sent ``REPORT_TRIES`` times, then
-its attempt is reported failed, saying so. On SIGTERM (or SIGINT) it claims nothing more,
-lets running attempts finish for ``--grace`` seconds, then hands the rest back so that
-other workers can claim them at once.
+are idempotent), and an ended attempt's heartbeats go on until its report is answered
+(its lease outlives the outage: it is not run again); a report the server fails on (a
+500) is sent ``REPORT_TRIES`` times, then its attempt is reported failed, saying so. On
+SIGTERM (or SIGINT) it claims nothing more, lets running attempts finish for ``--grace``
+seconds, then hands the rest back so that other workers can claim them at once.
 
 A handlers module registers functions by the job's name, as it was enqueued::
 
@@ -97,6 +98,12 @@ BACKOFF_FIRST, BACKOFF_MAX = 0.1, 10.0
 # How often a report is sent while the server fails on it (a 500): the back-off between
 # the tries adds up to 3.1 s at most, well within a lease.
 REPORT_TRIES = 6
+# How many leases an ended attempt's lease is kept at most while its report waits for the
+# server (the server takes it as lost after as many leases of silence).
+HOLD_LEASES = 10
+# The header of the first request after the server was away: for how long, in seconds
+# (the server then renews the leases that lapsed meanwhile; docs/remote-workers.md).
+AWAY_HEADER = "Ratequeue-Away"
 # Where the key is read from when --key and --key-file are not given.
 KEY_VARIABLE = "RATEQUEUE_WORKER_KEY"
 
@@ -161,6 +168,9 @@ class Client:
         self.lock = threading.Lock()
         # Whether the server answered yet: until it does, the worker waits without alarm.
         self.answered = False
+        # Since when (monotonic) the server has been away: the next request that gets
+        # through says how long (AWAY_HEADER), so that it renews the leases that lapsed.
+        self.away_since: float | None = None
 
     def connect(self) -> tuple[http.client.HTTPConnection, bool]:
         """Return an idle connection (True: reused) or a new one (False)."""
@@ -179,6 +189,9 @@ class Client:
         at once (every request here may be sent twice)."""
         data = json.dumps(body, allow_nan=False).encode()
         while True:
+            headers, away_since = dict(self.headers), self.away_since
+            if away_since is not None:
+                headers[AWAY_HEADER] = f"{time.monotonic() - away_since:.3f}"
             connection, reused = self.connect()
             try:
                 connection.timeout = timeout
@@ -189,14 +202,19 @@ class Client:
                 # algorithm holds the body back until the server's delayed ACK.
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                 sock.settimeout(timeout)
-                connection.request("POST", self.path + path, data, self.headers)
+                connection.request("POST", self.path + path, data, headers)
                 response = connection.getresponse()
                 payload = response.read()
             except (OSError, http.client.HTTPException) as error:
                 connection.close()
                 if reused and not isinstance(error, TimeoutError):
                     continue
+                self.went_away()
                 raise ServerAway(str(error) or type(error).__name__) from None
+            if response.status in (502, 503, 504):
+                self.went_away()
+            elif away_since is not None and self.away_since == away_since:
+                self.away_since = None  # told: the server renewed what lapsed meanwhile
             self.answered = True
             if response.will_close:
                 connection.close()
@@ -204,6 +222,14 @@ class Client:
                 with self.lock:
                     self.idle.append(connection)
             return self.answer(path, response.status, payload)
+
+    def went_away(self) -> None:
+        """Note that the server is away: since now, unless since earlier.
+
+        Also before it first answered: the worker may have started while the server was
+        away, and other workers of its key hold leases that lapsed meanwhile."""
+        if self.away_since is None:
+            self.away_since = time.monotonic()
 
     def answer(self, path: str, status: int, payload: bytes) -> Any:
         """Return the JSON of an answer with ``status``, or raise what the status means."""
@@ -272,6 +298,8 @@ class RemoteAttempt:
         self.canceled = threading.Event()
         self.lost = threading.Event()
         self.done = threading.Event()
+        # Set once the server answered the attempt's outcome (or it is given up).
+        self.answered = threading.Event()
         # Whether the handler still runs past the job's timeout (its outcome reported).
         self.overrun = False
 
@@ -283,7 +311,8 @@ class RemoteAttempt:
             return self.client.send(path, body or {}, tries=REPORT_TRIES)
         except Refused as refused:
             if refused.status in (401, 403, 409):
-                logger.warning("Attempt %s is lost: %s", self.id, refused)
+                if not self.answered.is_set():  # else: a heartbeat that crossed the report
+                    logger.warning("Attempt %s is lost: %s", self.id, refused)
                 self.lost.set()
                 return None
             raise
@@ -331,6 +360,22 @@ class RemoteAttempt:
                 self.flush()
                 if time.monotonic() - self.last_beat > self.lease_seconds / 3:
                     self.beat()
+            except Answered:
+                logger.exception("The server did not take a heartbeat of attempt %s", self.id)
+
+    def keep_lease(self) -> None:
+        """Beat the heartbeat while the attempt's report waits for its answer.
+
+        The reporter thread's body once the handler ended: the lease outlives a server
+        that is away or fails for a while, so that the attempt is not taken as lost (and
+        run again) meanwhile; for ``HOLD_LEASES`` leases at most."""
+        deadline = time.monotonic() + HOLD_LEASES * self.lease_seconds
+        while not self.lost.is_set() and time.monotonic() < deadline:
+            due = self.last_beat + self.lease_seconds / 3 - time.monotonic()
+            if self.answered.wait(max(due, 0.0)):
+                return
+            try:
+                self.beat()
             except Answered:
                 logger.exception("The server did not take a heartbeat of attempt %s", self.id)
 
@@ -542,6 +587,7 @@ class Worker:
 
     def forget(self, attempt: RemoteAttempt) -> None:
         """Forget an attempt whose outcome is answered: it is not ours any more."""
+        attempt.answered.set()
         with self.slots:
             self.running.pop(attempt.id, None)
             self.finished.append(attempt.id)
@@ -586,6 +632,8 @@ class Worker:
             logger.exception("Could not report attempt %s", attempt.id)
         finally:
             attempt.done.set()
+            if report is not None:  # its lease is kept until the report is answered
+                threading.Thread(target=attempt.keep_lease, daemon=True).start()
             with self.slots:
                 if report is not None:
                     self.outbox.append((attempt, report))

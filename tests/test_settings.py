@@ -176,6 +176,13 @@ def test_a_queue_is_remote_or_not(value: Any) -> None:
     assert [n for n, _ in problems(REMOTE_LEASE=math.inf)] == ["django_ratequeue.E202"]
 
 
+@pytest.mark.parametrize("value", ["yes", 1, None])
+def test_a_queue_shows_its_positions_or_not(value: Any) -> None:
+    found = problems(QUEUES={"q": {"public_position": value}})
+    assert [n for n, _ in found] == ["django_ratequeue.E226"]
+    assert problems(QUEUES={"q": {"public_position": True}}) == []
+
+
 def test_a_removed_setting_is_refused_with_the_reason() -> None:
     [(problem_id, message)] = problems(DISPATCH_BATCH_SIZE=50)
     assert problem_id == "django_ratequeue.E001"

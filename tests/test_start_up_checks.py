@@ -144,3 +144,68 @@ def test_persistent_connections_under_asgi_are_a_warning(
     if found:
         assert "too many clients" in found[0].msg
         assert '"CONN_MAX_AGE": 0' in (found[0].hint or "")
+
+
+IMMEDIATE = {"ENGINE": SQLITE, "OPTIONS": {"transaction_mode": "IMMEDIATE"}}
+APPS = ["django.contrib.auth", "django.contrib.contenttypes", "django_q", "django_ratequeue"]
+
+
+def test_a_project_without_django_q_fails_the_check(tmp_path: Path) -> None:
+    """Not "Unknown command: 'qcluster'" later: the check names the fix (issue 31)."""
+    apps = [app for app in APPS if app != "django_q"]
+    done = check(IMMEDIATE, tmp_path, INSTALLED_APPS=apps)
+    assert done.returncode == 1
+    assert "django_ratequeue.E313" in done.stderr
+    assert 'Add "django_q" to INSTALLED_APPS' in done.stderr
+
+
+@pytest.mark.parametrize("name", ["RATEQUEU", "RATE_QUEUE", "RATEQUEUES", "RATEQEUE"])
+def test_a_dict_named_like_a_misspelt_rates_setting_is_a_warning(
+    name: str, tmp_path: Path
+) -> None:
+    done = check(IMMEDIATE, tmp_path, **{name: {"MAX_CONCURRENCY": 3}})
+    assert done.returncode == 0, done.stderr  # a warning
+    assert "django_ratequeue.W001" in done.stderr
+    assert f"settings.{name} is a dict" in done.stderr
+
+
+def test_settings_far_from_the_name_or_not_dicts_are_no_warning(tmp_path: Path) -> None:
+    done = check(IMMEDIATE, tmp_path, RATEQUEU="a string", RATES={"x": 1}, RATEQUEUE={})
+    assert done.returncode == 0, done.stderr
+    assert "W001" not in done.stderr
+
+
+def test_an_unknown_setting_is_told_the_nearest_known_one(tmp_path: Path) -> None:
+    done = check(IMMEDIATE, tmp_path, RATEQUEUE={"MAX_CONCURENCY": 3, "FROBNICATE": 1})
+    assert done.returncode == 1
+    assert "django_ratequeue.E001" in done.stderr
+    assert "MAX_CONCURENCY (did you mean MAX_CONCURRENCY?)" in done.stderr
+    assert "FROBNICATE," in done.stderr or "FROBNICATE." in done.stderr  # nothing near
+
+
+LIMITS = {"send_message": {"kind": "token bucket", "rate": 10, "period": 60}}
+
+
+def test_limit_names_no_setting_defines_fail_the_check(tmp_path: Path) -> None:
+    """``@ratelimit("send_mesage")`` and a throttle's scope: each a 500 at its first
+    request, refused at ``check`` (issue 31)."""
+    done = check(
+        IMMEDIATE,
+        tmp_path,
+        INSTALLED_APPS=[*APPS, "rest_framework"],
+        ROOT_URLCONF="tests.checked_urls",
+        RATEQUEUE={"RATE_LIMITS": LIMITS},
+    )
+    assert done.returncode == 1
+    errors = done.stderr
+    assert "@ratelimit('send_mesage') on tests.checked_urls.send names a limit" in errors
+    assert "@ratelimit('searches') on tests.checked_urls.Search" in errors, errors
+    assert "RateLimitThrottle throttles Upload by the scope 'uploads'" in errors
+    assert errors.count("django_ratequeue.E109") == 3  # send_message and Download pass
+
+
+def test_a_queues_rate_limit_no_setting_defines_fails_the_check(tmp_path: Path) -> None:
+    queues = {"llm": {"rate_limit": "llm_tokens"}}
+    done = check(IMMEDIATE, tmp_path, RATEQUEUE={"RATE_LIMITS": LIMITS, "QUEUES": queues})
+    assert done.returncode == 1
+    assert "django_ratequeue.E215" in done.stderr and "'llm_tokens'" in done.stderr

@@ -14,6 +14,7 @@ from ..queue.models import FINAL_STATUSES, Batch, Job, batch_jobs
 from .actions import PermittedActionsMixin
 from .display import moment, shortened
 from .jobfields import json_block, progress_bar
+from .objectids import StorableIdsMixin
 from .viewonly import ViewOnlyMixin
 
 # The most jobs a batch's page lists.
@@ -33,7 +34,7 @@ def batch_link(batch_id: str) -> SafeString:
 
 
 @admin.register(Batch)
-class BatchAdmin(PermittedActionsMixin, ViewOnlyMixin, admin.ModelAdmin):
+class BatchAdmin(StorableIdsMixin, PermittedActionsMixin, ViewOnlyMixin, admin.ModelAdmin):
     list_display = ["id", "owner", "callback_name", "shown_created", "short_state", "total"]
     search_fields = ["id", "owner"]
     ordering = ["-created_at"]

@@ -51,6 +51,7 @@ from .joblist import (
     JobListColumns,
     QueueFilter,
 )
+from .objectids import StorableIdsMixin
 
 # A job's page shows the end of its output, this many characters at most (the output may
 # be a megabyte: RATEQUEUE["MAX_OUTPUT_LENGTH"]).
@@ -79,7 +80,9 @@ POLL_WAITING = 2.0
 
 
 @admin.register(Job)
-class JobAdmin(JobListColumns, JobPageFields, PermittedActionsMixin, admin.ModelAdmin):
+class JobAdmin(
+    JobListColumns, JobPageFields, StorableIdsMixin, PermittedActionsMixin, admin.ModelAdmin
+):
     list_display = LIST_DISPLAY
     list_filter = ["status", QueueFilter, ConcurrencyKeyFilter]
     search_fields = ["id", "func"]

@@ -25,6 +25,7 @@ from ..queue.control import (
 from ..queue.limits import Queues
 from ..queue.models import QueueSetting
 from .actions import PermittedActionsMixin
+from .objectids import StorableIdsMixin
 
 
 class QueueSettingForm(forms.ModelForm):
@@ -46,7 +47,7 @@ class QueueSettingForm(forms.ModelForm):
 
 
 @admin.register(QueueSetting)
-class QueueSettingAdmin(PermittedActionsMixin, admin.ModelAdmin):
+class QueueSettingAdmin(StorableIdsMixin, PermittedActionsMixin, admin.ModelAdmin):
     form = QueueSettingForm
     list_display = ["name", "paused", "max_concurrency", "total_concurrency", "updated_at"]
     actions = ["pause", "resume"]

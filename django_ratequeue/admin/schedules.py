@@ -22,6 +22,7 @@ from ..queue.recurrence import Recurrence
 from ..queue.scheduling import change_recurrence, pause_schedule, resume_schedule, run_now
 from .actions import PermittedActionsMixin
 from .display import moment
+from .objectids import StorableIdsMixin
 
 MISFIRE_LABELS = dict(MISFIRE_CHOICES)
 
@@ -50,7 +51,7 @@ class ScheduleForm(forms.ModelForm):
 
 
 @admin.register(Schedule)
-class ScheduleAdmin(PermittedActionsMixin, admin.ModelAdmin):
+class ScheduleAdmin(StorableIdsMixin, PermittedActionsMixin, admin.ModelAdmin):
     form = ScheduleForm
     list_display = [
         "name",

@@ -17,11 +17,14 @@ from .. import clock
 from ..queue.models import UniqueClaim
 from .actions import PermittedActionsMixin
 from .display import moment
+from .objectids import StorableIdsMixin
 from .placement import OffTheIndexMixin
 
 
 @admin.register(UniqueClaim)
-class UniqueClaimAdmin(OffTheIndexMixin, PermittedActionsMixin, admin.ModelAdmin):
+class UniqueClaimAdmin(
+    OffTheIndexMixin, StorableIdsMixin, PermittedActionsMixin, admin.ModelAdmin
+):
     list_display = ["short_key", "job", "expires", "live"]
     search_fields = ["=key", "=job_id"]
     ordering = ["-expires_at"]

@@ -16,7 +16,7 @@ from rest_framework import serializers
 from ..conf import ratequeue_settings
 from ..exceptions import JobCanceled
 from ..queue.bounds import MAX_DELAY, NUL_REFUSED, check_json, seconds
-from ..queue.eta import Basis, Eta, job_eta
+from ..queue.eta import Basis, Eta, job_eta, owner_view
 from ..queue.models import Job, OutputChunk, Status
 from ..queue.options import OPTION_NAMES, parse_start_at
 from ..ratelimit.config import MAX_TOKENS
@@ -294,8 +294,9 @@ class OutputChunkSerializer(serializers.Serializer[Any]):
 class EtaSerializer(serializers.Serializer[Eta]):
     """When a job will start (:class:`~django_ratequeue.queue.eta.Eta`, docs/eta.md)."""
 
-    position = serializers.IntegerField(read_only=True)
-    position_capped = serializers.BooleanField(read_only=True)
+    # null: not shown to the job's owner (queue/eta.py owner_view; docs/eta.md).
+    position = serializers.IntegerField(read_only=True, allow_null=True)
+    position_capped = serializers.BooleanField(read_only=True, allow_null=True)
     earliest_start = serializers.DateTimeField(read_only=True, allow_null=True)
     estimated_start = serializers.DateTimeField(read_only=True, allow_null=True)
     basis = serializers.ChoiceField(get_args(Basis), read_only=True)
@@ -327,7 +328,7 @@ class JobDetailSerializer(JobSerializer):
         rows = list(chunks.order_by("index").values("index", "text")[: OUTPUT_PER_RESPONSE + 1])
         data["output"] = rows[:OUTPUT_PER_RESPONSE]
         data["more_output"] = len(rows) > OUTPUT_PER_RESPONSE
-        data["eta"] = eta_data(job_eta(instance))
+        data["eta"] = eta_data(owner_view(job_eta(instance), instance))
         return data
 
 

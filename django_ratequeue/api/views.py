@@ -32,6 +32,7 @@ from rest_framework.views import APIView
 from .. import clock
 from ..conf import ratequeue_settings
 from ..decorators import KEY_SHORTHANDS
+from ..queue.bounds import storable
 from ..queue.handles import Handle
 from ..queue.models import FINAL_STATUSES, Job
 from ..queue.submit import atomically, submit, submit_batch, submit_many
@@ -93,7 +94,8 @@ class ApiView(GenericAPIView[Any]):
     def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
         """Refuse a body over ``API_MAX_BODY_BYTES`` by its length, before anything reads it.
 
-        That is before authentication's CSRF check too."""
+        That is before authentication's CSRF check too. A path part no database can store
+        (a job or batch id with a NUL or a lone surrogate) names nothing: a 404."""
         length = request.META.get("CONTENT_LENGTH") or "0"
         limit = ratequeue_settings().API_MAX_BODY_BYTES
         if length.isdigit() and int(length) > limit:
@@ -101,6 +103,8 @@ class ApiView(GenericAPIView[Any]):
                 f'The request body is over {limit} bytes (RATEQUEUE["API_MAX_BODY_BYTES"]).'
             )
         super().initial(request, *args, **kwargs)
+        if not all(map(storable, kwargs.values())):
+            raise NotFound("There is no such thing: the URL holds a NUL or a lone surrogate.")
 
     def valid(self, data: Any) -> Any:
         return validated(self.get_serializer_class(), data)

@@ -24,7 +24,7 @@ from django.db.models.functions import RowNumber
 
 from .. import clock
 from ..conf import ratequeue_settings
-from ..queue.eta import ETA_FIELDS, Eta, job_etas, moved_materially
+from ..queue.eta import ETA_FIELDS, Eta, job_etas, moved_materially, owner_view
 from ..queue.models import DEFERRED_STATUSES, Job, OutputChunk, Status
 from ..queue.wakeup import JOBS, Waiter
 from ..threads import IdleExitThread
@@ -75,7 +75,7 @@ def read(cursors: dict[str, int], estimate: Iterable[str] = ()) -> dict[str, Loo
     jobs = {
         job.pk: job
         for job in Job.objects.filter(pk__in=list(cursors))
-        .only("status", "attempts", "progress", "result", "error", *ETA_FIELDS)
+        .only("status", "attempts", "progress", "result", "error", "owner", *ETA_FIELDS)
         .annotate(last_chunk=Subquery(last_chunk.values("index")[:1]))
     }
     wanted = set(estimate)
@@ -108,7 +108,7 @@ def read(cursors: dict[str, int], estimate: Iterable[str] = ()) -> dict[str, Loo
             error=job_error(job),
             chunks=chunks[job_id][:CHUNKS_PER_LOOK],
             more=len(chunks[job_id]) > CHUNKS_PER_LOOK,
-            eta=etas.get(job_id),
+            eta=owner_view(etas[job_id], job) if job_id in etas else None,
         )
     return looks
 

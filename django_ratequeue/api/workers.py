@@ -7,6 +7,7 @@ endpoint and its answers (401 for a revoked key, 409 for an attempt not held).
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any
 
@@ -26,7 +27,8 @@ from ..queue import protocol
 from ..queue.bell import bell
 from ..queue.models import WorkerKey, queue_db
 from ..queue.seats import free_seat, take_seat
-from ..queue.workerkeys import MAX_CLAIM_WAIT, seen
+from ..queue.workerkeys import MAX_CLAIM_WAIT, renew_after_outage, seen
+from ..worker import AWAY_HEADER, BACKOFF_MAX
 from .permissions import WorkerKeyAuth
 from .serializers import StrictSerializer
 from .views import ApiView
@@ -64,6 +66,19 @@ class WorkerView(ApiView):
     authentication_classes = [WorkerKeyAuth]
     permission_classes = [HasWorkerKey]
     throttle_classes = []
+
+    def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
+        """Renew the leases that lapsed while the worker could not reach the server.
+
+        It says so with its ``Ratequeue-Away`` header, in seconds (:data:`AWAY_HEADER`)."""
+        super().initial(request, *args, **kwargs)
+        away = request.headers.get(AWAY_HEADER, "")
+        try:
+            seconds = float(away) if away else 0.0
+        except ValueError:
+            seconds = 0.0
+        if math.isfinite(seconds) and seconds > 0:
+            renew_after_outage(self.key, seconds, BACKOFF_MAX)
 
     @property
     def key(self) -> WorkerKey:

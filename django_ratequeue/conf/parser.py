@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -409,6 +410,12 @@ class _Parser:
         )
 
 
+def nearest_known(name: str) -> str:
+    """Return ``name``, with the known setting it likely misspells, if any."""
+    near = difflib.get_close_matches(name.upper(), DEFAULTS, n=1, cutoff=0.75)
+    return f"{name} (did you mean {near[0]}?)" if near else name
+
+
 def parse_settings(configured: Any) -> tuple[RateQueueSettings | None, list[Problem]]:
     """Return the settings ``configured`` gives over the defaults, and their problems.
 
@@ -425,7 +432,7 @@ def parse_settings(configured: Any) -> tuple[RateQueueSettings | None, list[Prob
     if unknown:
         parser.problem(
             ids.UNKNOWN_SETTING,
-            f"Unknown RATEQUEUE setting(s): {', '.join(unknown)}.",
+            f"Unknown RATEQUEUE setting(s): {', '.join(map(nearest_known, unknown))}.",
             f"Known settings: {', '.join(sorted(DEFAULTS))}.",
         )
     parsed = parser.parse()

@@ -112,7 +112,8 @@ def check_limits(
 
 
 def check_flags(name: str, config: QueueConfig, problem: Report) -> None:
-    """Check that queue ``name``'s ``paused`` and ``remote`` are booleans."""
+    """Check that queue ``name``'s ``paused``, ``remote`` and ``public_position`` are
+    booleans."""
     where = f'RATEQUEUE["QUEUES"][{name!r}]'
     if not isinstance(config.paused, bool):
         problem(ids.QUEUE_PAUSED, f"{where}['paused'] must be True or False.")
@@ -121,6 +122,13 @@ def check_flags(name: str, config: QueueConfig, problem: Report) -> None:
             ids.QUEUE_REMOTE,
             f"{where}['remote'] must be True or False.",
             "True: only remote workers (docs/remote-workers.md) run its jobs.",
+        )
+    if not isinstance(config.public_position, bool):
+        problem(
+            ids.QUEUE_PUBLIC_POSITION,
+            f"{where}['public_position'] must be True or False.",
+            "True: the HTTP API shows each job's position to its owner, which counts "
+            "other owners' jobs (docs/eta.md).",
         )
 
 

@@ -83,6 +83,9 @@ class QueueConfig:
     # The dotted path of a function (key) -> {"max_concurrency", "weight"} or None, giving
     # a key's limits where no KeyLimit row does (e.g. from the tenant's plan); None: none.
     key_limits: str | None = None
+    # Whether the HTTP API and its event streams show its jobs' eta position to their
+    # owners: it counts other owners' jobs (docs/eta.md, "What an estimate tells").
+    public_position: bool = False
 
 
 # The key of a public rate limit for a request: None (one value for everybody), a

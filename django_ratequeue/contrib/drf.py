@@ -132,6 +132,16 @@ class RateLimitThrottle(BaseThrottle):
         rate = self.get_rate(scope)
         return None if rate is None else (scope, rate)
 
+    @classmethod
+    def names_limit(cls, scope: str) -> bool:
+        """Say whether ``scope`` names a limit this class finds (:meth:`get_limit`'s places).
+
+        The start-up checks ask it of each throttle a view uses."""
+        if cls.THROTTLE_RATES is not None:
+            return scope in cls.THROTTLE_RATES
+        rates = api_settings.DEFAULT_THROTTLE_RATES or {}
+        return scope in ratequeue_settings().RATE_LIMITS or scope in rates
+
     def default_name(self) -> str:
         """Return the name of the limit of a class with a ``rate`` and no scope: the class's."""
         return f"{type(self).__module__}.{type(self).__qualname__}"[-200:]

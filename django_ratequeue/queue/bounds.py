@@ -117,6 +117,19 @@ def check_text(what: str, text: str) -> str:
     return text
 
 
+def storable(value: Any) -> bool:
+    """Say whether ``value`` is text a database can store, or not text (:func:`check_text`).
+
+    An id in a URL that is not names nothing: a 404, not a 500."""
+    if not isinstance(value, str):
+        return True
+    try:
+        check_text("", value)
+    except ValueError:
+        return False
+    return True
+
+
 def check_json(what: str, value: Any) -> str:
     """Return ``value`` as JSON text if a database can store it, else raise a ValueError.
 

@@ -10,7 +10,7 @@ estimates and how accurate it is.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
@@ -78,14 +78,15 @@ class Eta:
     it is at least that). ``earliest_start``: the earliest the limits allow (its
     ``start_at``, its rate limit's tokens, now), however long the jobs ahead run.
     ``estimated_start``: when it will likely start, estimated by ``basis``. A running or
-    finished job has position 0 and neither time. ``note``: what holds it up, in words
-    ("no running worker knows `app.jobs.new_job`"), or ""."""
+    finished job has position 0 and neither time. Over HTTP, the position may be hidden
+    (None, :func:`owner_view`). ``note``: what holds it up, in words ("no running worker
+    knows `app.jobs.new_job`"), or ""."""
 
-    position: int
+    position: int | None
     earliest_start: datetime | None
     estimated_start: datetime | None
     basis: Basis
-    position_capped: bool = False
+    position_capped: bool | None = False
     note: str = ""
 
     def as_json(self) -> dict[str, Any]:
@@ -108,6 +109,20 @@ class Ahead:
     @property
     def capped(self) -> bool:
         return self.jobs >= POSITION_LIMIT
+
+
+def owner_view(eta: Eta, job: Job) -> Eta:
+    """Return ``eta`` as the HTTP API shows it to ``job``'s owner: the estimate alone.
+
+    The position counts the jobs ahead in the job's copy of its queue, other owners'
+    too: it is shown only where those can only be the owner's (the job's concurrency key
+    is its owner) or where the project shows it (the queue's ``public_position``)."""
+    config = ratequeue_settings().QUEUES.get(job.queue)
+    if (config is not None and config.public_position is True) or (
+        job.owner and job.concurrency_key == job.owner
+    ):
+        return eta
+    return replace(eta, position=None, position_capped=None)
 
 
 def job_eta(job: Job, now: datetime | None = None) -> Eta:

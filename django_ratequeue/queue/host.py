@@ -2,7 +2,8 @@
 
 The runner has a thread of its own beside the agent (:mod:`.agent`), from the process's
 start to its end: it starts on django-q2's ``post_spawn`` and stops as the process exits,
-giving the jobs in its slots ``STOP_GRACE`` seconds. docs/concepts.md ("Runners") tells why.
+giving the jobs in its slots ``STOP_GRACE`` seconds; then the process's rate-limit decision
+counts are written. docs/concepts.md ("Runners") tells why.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from django.dispatch import receiver
 from django_q.signals import post_spawn
 
 from ..conf import ratequeue_settings
+from ..ratelimit.counting import write_at_exit
 from ..signals import talk
 from .heartbeat import beat, mark_serving
 from .protocol import through_reconnects
@@ -26,6 +28,7 @@ logger = logging.getLogger("django_ratequeue.queue")
 
 # Finalizers run from the highest priority down; Django's own have none.
 STOP_PRIORITY = 10
+COUNTS_PRIORITY = 5
 
 
 def serve(runner: Runner, stopping: threading.Event) -> None:
@@ -56,3 +59,6 @@ def start_runner(sender: Any = None, **kwargs: Any) -> None:
         thread.join(ratequeue_settings().STOP_GRACE + 5.0)
 
     util.Finalize(None, stop, exitpriority=STOP_PRIORITY)
+    # A worker process ends with os._exit, skipping atexit: the jobs' decisions are
+    # written once its runner stopped.
+    util.Finalize(None, write_at_exit, exitpriority=COUNTS_PRIORITY)

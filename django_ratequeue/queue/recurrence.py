@@ -28,6 +28,14 @@ MAX_EVERY = timedelta(days=366).total_seconds()
 DST_REACH = timedelta(hours=3)
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 EXPRESSION_MAX_LENGTH = 200
+# A cron expression's fields: name, smallest and largest value.
+CRON_FIELDS = (
+    ("minute", 0, 59),
+    ("hour", 0, 23),
+    ("day-of-month", 1, 31),
+    ("month", 1, 12),
+    ("day-of-week", 0, 6),
+)
 # croniter's parses are kept and repositioned: one thread at a time moves them.
 _walking = threading.Lock()
 
@@ -73,6 +81,8 @@ def check_cron(expression: object) -> str:
         )
     elif any(f.upper().startswith("H") or f.upper() == "R" for f in fields):
         raise ValueError(f"cron {text!r}: hashed (H) and random (R) fields are not supported.")
+    else:
+        check_steps(text, fields)
     try:
         parsed = croniter(text, datetime(2000, 1, 1))
         parsed.get_next(datetime)
@@ -81,6 +91,22 @@ def check_cron(expression: object) -> str:
     except (CroniterBadCronError, CroniterError, ValueError, KeyError, TypeError) as error:
         raise ValueError(f"cron {text!r} is invalid: {error}") from None
     return text
+
+
+def check_steps(text: str, fields: list[str]) -> None:
+    """Refuse a step beyond its field's range, such as ``*/61`` for the minute.
+
+    It would match the range's first value alone: ``*/61 * * * *`` runs hourly, which is
+    never what it says."""
+    for (name, low, high), field in zip(CRON_FIELDS, fields, strict=True):
+        for part in field.split(","):
+            _, slash, step = part.partition("/")
+            if slash and step.isdigit() and int(step) > high - low:
+                raise ValueError(
+                    f"cron {text!r}: the step /{step} of the {name} field is beyond its "
+                    f"range ({low}-{high}), so {part!r} would match its first value alone; "
+                    f"a {name} step is at most {high - low}."
+                )
 
 
 def check_every(value: object) -> float:

@@ -32,9 +32,11 @@ from .models import (
     Outcome,
     Status,
     WorkerHeartbeat,
+    WorkerKey,
 )
 from .moves import Moves
 from .registry import unknown_job_error
+from .workerkeys import lease_lapsed
 
 logger = logging.getLogger("django_ratequeue.queue")
 
@@ -138,15 +140,22 @@ def _settle(job: Job, attempt: Attempt, now: datetime) -> bool:
 def recover(now: datetime, dead_after: timedelta) -> bool:
     """End the attempts that were lost or overran; return whether any was ended.
 
-    Lost: their worker died, their remote lease lapsed, or no worker claimed them within
-    ``WORKER_DEAD_AFTER`` of their dispatch although a live worker that knows their
+    Lost: their worker died, their remote lease lapsed for good, or no worker claimed them
+    within ``WORKER_DEAD_AFTER`` of their dispatch although a live worker that knows their
     function runs none of our jobs (the pass holding their batch died, or the broker lost
     its task; while every worker is busy, a task simply waits in the broker). An attempt
     that never started is not a try: :func:`finish` puts its job back to WAITING. One
     that no live worker knows waits for one that does (:func:`unclaimed`)."""
     candidates = list(
         Attempt.objects.filter(active=True, ended_at=None).only(
-            "job", "worker", "started_at", "timeout", "dispatched_at", "remote", "lease_expires_at"
+            "job",
+            "worker",
+            "worker_key",
+            "started_at",
+            "timeout",
+            "dispatched_at",
+            "remote",
+            "lease_expires_at",
         )
     )
     if not candidates:
@@ -163,15 +172,44 @@ def recover(now: datetime, dead_after: timedelta) -> bool:
     jobs = Job.objects.filter(pk__in={a.job_id for a in late.values()})
     funcs = dict(jobs.values_list("pk", "func")) if late else {}
     knowing = Knowing(now)
+    heard = keys_heard({a.worker_key_id for a in candidates if a.worker_key_id is not None})
     recovered = False
     for attempt in candidates:
         if attempt.pk in late:
             verdict = unclaimed(attempt, funcs.get(attempt.job_id, ""), knowing, idle, now)
         else:
-            verdict = lost_or_overrun(attempt, alive, now, dead_after)
+            lost = is_lost(attempt, alive, heard, now)
+            verdict = lost_or_overrun(attempt, lost, now, dead_after)
         if verdict is not None and end_unchanged(attempt, verdict, now):
             recovered = True
     return recovered
+
+
+def keys_heard(keys: set[int]) -> dict[int, tuple[datetime | None, bool]]:
+    """Return when each worker key of ``keys`` was last seen, and whether it is revoked."""
+    return {
+        pk: (seen, revoked is not None)
+        for pk, seen, revoked in WorkerKey.objects.filter(pk__in=keys).values_list(
+            "pk", "last_seen", "revoked_at"
+        )
+    }
+
+
+def is_lost(
+    attempt: Attempt,
+    alive: set[str],
+    heard: dict[int, tuple[datetime | None, bool]],
+    now: datetime,
+) -> bool:
+    """Say whether ``attempt``'s worker lost it.
+
+    A local one's worker is not ``alive`` (its heartbeat stopped); a remote one's lease
+    lapsed for good (:func:`.workerkeys.lease_lapsed`; ``heard``: when each key was last
+    seen, and whether it is revoked)."""
+    if not attempt.remote:
+        return attempt.worker not in alive
+    seen, revoked = heard.get(attempt.worker_key_id or 0, (None, True))
+    return lease_lapsed(attempt.lease_expires_at, seen, revoked, now)
 
 
 @dataclass(frozen=True)
@@ -203,15 +241,12 @@ def unclaimed(
 
 
 def lost_or_overrun(
-    attempt: Attempt, alive: set[str], now: datetime, dead_after: timedelta
+    attempt: Attempt, lost: bool, now: datetime, dead_after: timedelta
 ) -> Verdict | None:
-    """Return how to end ``attempt`` if it is lost or overran its timeout, else None.
+    """Return how to end ``attempt`` if it is ``lost`` or overran its timeout, else None.
 
-    A remote attempt lives by its lease, which its worker's heartbeats extend; a local
-    one by its worker process's heartbeat (``alive``: the workers seen lately). One no
-    worker claimed is :func:`unclaimed`'s (a remote one waits for a remote worker)."""
-    lease = attempt.lease_expires_at
-    lost = (lease is not None and lease < now) if attempt.remote else attempt.worker not in alive
+    ``lost``: as :func:`is_lost` says. One no worker claimed is :func:`unclaimed`'s (a
+    remote one waits for a remote worker)."""
     if not attempt.worker:
         return None
     if attempt.started_at is None and lost:

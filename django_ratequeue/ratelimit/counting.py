@@ -2,14 +2,17 @@
 
 A process adds its results up in memory and writes them to
 :class:`~.models.RateLimitDecisionTotal` at most every :data:`FLUSH_EVERY` seconds, in
-one UPSERT that adds to the stored counts. A decision made inside a transaction counts
-when that transaction commits (a rolled-back consume took nothing). A killed process
-loses what it had not written yet: at most its last few seconds of decisions.
+one UPSERT that adds to the stored counts, and as it exits normally (:func:`write_at_exit`:
+``atexit``, and a django-q2 worker process's stop, which skips ``atexit``). A decision
+made inside a transaction counts when that transaction commits (a rolled-back consume
+took nothing). A killed process (``kill -9``, or a signal it does not handle) loses what
+it had not written yet: at most its last ``FLUSH_EVERY`` seconds of decisions.
 docs/metrics.md tells how the counts are exported.
 """
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import threading
@@ -50,14 +53,23 @@ class DecisionTally:
         self._lock = threading.Lock()
         self._counts: Counter[tuple[str, str]] = Counter()
         self._written_at = time.monotonic()
+        # The database the counts were decided on (its NAME): a test database, say.
+        self._database: object = None
 
-    def add(self, name: str, result: str) -> None:
-        """Count one decision; write the counts if the last write is old enough."""
+    def add(self, name: str, result: str, database: object = None) -> None:
+        """Count one decision made on ``database`` (the NAME of its connection's settings);
+        write the counts if the last write is old enough."""
         with self._lock:
             self._counts[name, result] += 1
+            self._database = database
             due = time.monotonic() - self._written_at >= FLUSH_EVERY
         if due:
             self.write()
+
+    def pending(self) -> bool:
+        """Say whether some counts are not written yet."""
+        with self._lock:
+            return bool(self._counts)
 
     def write(self) -> None:
         """Add the counts to the stored totals; keep them for the next write if that fails.
@@ -70,8 +82,9 @@ class DecisionTally:
         with self._lock:
             counts, self._counts = self._counts, Counter()
             self._written_at = time.monotonic()
-        if not counts:
-            return
+            database = self._database
+        if not counts or database not in (None, connection.settings_dict.get("NAME")):
+            return  # decided on a database that is gone (a test run's, destroyed)
         try:
             _add_to_totals(connection, counts)
         except DatabaseError:
@@ -98,14 +111,30 @@ TALLY = DecisionTally()
 os.register_at_fork(after_in_child=TALLY.forget)
 
 
+def write_at_exit() -> None:
+    """Write the counts not written yet, as the process exits: never raise.
+
+    The database may be gone by then, or the settings never read: that is logged."""
+    try:
+        if TALLY.pending():
+            TALLY.write()
+    except Exception:
+        logger.warning("Could not write the rate-limit decision counts at exit", exc_info=True)
+
+
+atexit.register(write_at_exit)
+
+
 def count_decision(connection: BaseDatabaseWrapper, name: str, decision: Decision) -> None:
     """Count ``decision`` of the limit ``name``, made on ``connection``, once its
     transaction (if any) commits."""
     result = result_of(decision)
+    database = connection.settings_dict.get("NAME")
     if connection.in_atomic_block:
-        transaction.on_commit(partial(TALLY.add, name, result), using=connection.alias)
+        add = partial(TALLY.add, name, result, database)
+        transaction.on_commit(add, using=connection.alias)
     else:
-        TALLY.add(name, result)
+        TALLY.add(name, result, database)
 
 
 def decision_totals() -> list[tuple[str, str, int]]:

@@ -16,6 +16,7 @@ from django_ratequeue import (
     report_progress,
     stream_output,
 )
+from django_ratequeue.api.permissions import request_owner
 from django_ratequeue.decorators import user_key
 
 
@@ -93,10 +94,10 @@ def made_up_answer(prompt: str) -> str:
 def charge_the_asker(request: Any, args: list[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
     """The server's options for a question asked over HTTP: it costs the asker ASK_COST
     tokens of their own budget (spent: 429 with Retry-After), and it waits for the asker's
-    previous question (their own concurrency key), not for other users'."""
-    asker = user_key(request)
-    rate_limit(USER_BUDGET, key=asker, count=ASK_COST, throws=True)
-    return {"concurrency_key": asker}
+    previous question (their own concurrency key: the job's owner, so that the page may
+    show its position, docs/eta.md), not for other users'."""
+    rate_limit(USER_BUDGET, key=user_key(request), count=ASK_COST, throws=True)
+    return {"concurrency_key": request_owner(request, create=False)}
 
 
 @job(queue="llm", cost=ASK_COST, retries=0, expose=True, http_options=charge_the_asker)

@@ -7,6 +7,7 @@ import time
 from typing import Any
 
 from django_ratequeue import job, rate_limit, report_progress, stream_output
+from django_ratequeue.api.permissions import request_owner
 
 
 @job(expose=True)
@@ -34,6 +35,16 @@ def staff_only() -> str:
 def per_user(request: Any, args: list[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
     """The server's options: one job at a time per user, costing a token per character."""
     return {"concurrency_key": f"user:{request.user.pk}", "cost": len(kwargs["prompt"])}
+
+
+def per_owner(request: Any, args: list[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The server's options: each owner's jobs wait in a copy of the queue of their own."""
+    return {"concurrency_key": request_owner(request, create=False)}
+
+
+@job(expose=True, http_options=per_owner)
+def greet_in_turn(name: str) -> str:
+    return f"Hello, {name}."
 
 
 @job(expose=True, queue="metered", http_options=per_user)

@@ -14,12 +14,15 @@ from rest_framework.test import APIClient
 from django_ratequeue.api import sse
 from django_ratequeue.api.watch import ETA_EVERY, Look, Subscription, Watcher
 from django_ratequeue.queue.eta import Eta, moved_materially
+from django_ratequeue.queue.handles import Handle
 from django_ratequeue.queue.heartbeat import beat
+from django_ratequeue.queue.models import Job
 from tests.api.conftest import API, enqueue
 from tests.api.test_events import events, read
 
 NOW = datetime(2026, 11, 27, 12, 0, tzinfo=UTC)
-ONE_SLOT = {"QUEUES": {"default": {"max_concurrency": 1}}}
+ONE_SLOT = {"QUEUES": {"default": {"max_concurrency": 1, "public_position": True}}}
+SHARED = {"QUEUES": {"default": {"max_concurrency": 1}}}
 
 
 def at(seconds: float) -> datetime:
@@ -43,6 +46,33 @@ def test_the_detail_of_a_waiting_job_tells_its_place(api: APIClient) -> None:
 
 
 @pytest.mark.django_db
+@override_settings(RATEQUEUE=SHARED)
+def test_a_shared_queue_shows_an_owner_the_estimate_alone(
+    api: APIClient, other: APIClient
+) -> None:
+    """Its position would count the other owners' jobs ahead (issue 31): it is null,
+    unless the queue's ``public_position`` shows it (above)."""
+    for name in "AB":
+        enqueue(other, "tests.api.jobs.greet", args=[name])
+    job_id = enqueue(api, "tests.api.jobs.greet", args=["C"]).json()["id"]
+    eta = api.get(f"{API}jobs/{job_id}/").json()["eta"]
+    assert (eta["position"], eta["position_capped"]) == (None, None)
+    assert eta["basis"] == "unknown" and parse_datetime(eta["earliest_start"]) is not None
+    owner = Job.objects.get(pk=job_id).owner
+    assert Handle(job_id, owner=owner).eta().position == 2  # the project's code sees it
+
+
+@pytest.mark.django_db
+@override_settings(RATEQUEUE=SHARED)
+def test_a_queue_keyed_per_owner_shows_the_position(api: APIClient, other: APIClient) -> None:
+    """Each owner's jobs wait in a copy of the queue of their own (their concurrency key
+    is their owner): the position counts only the owner's own jobs."""
+    enqueue(other, "tests.api.jobs.greet_in_turn", args=["A"])
+    ids = [enqueue(api, "tests.api.jobs.greet_in_turn", args=[n]).json()["id"] for n in "BC"]
+    assert api.get(f"{API}jobs/{ids[1]}/").json()["eta"]["position"] == 1
+
+
+@pytest.mark.django_db
 def test_another_users_job_has_no_detail(api: APIClient, other: APIClient) -> None:
     job_id = enqueue(api, "tests.api.jobs.greet", args=["A"]).json()["id"]
     assert other.get(f"{API}jobs/{job_id}/").status_code == 404
@@ -60,7 +90,8 @@ def test_the_stream_of_a_waiting_job_sends_its_eta_once(
     seen = events(read(api, job_id))
     names = [name for name, _, _ in seen]
     assert names == ["status", "eta"]
-    assert seen[1][2]["position"] == 0
+    assert seen[1][2]["position"] is None  # the default queue is shared (above)
+    assert seen[1][2]["basis"] == "throughput"
 
 
 @pytest.mark.parametrize(

@@ -121,7 +121,7 @@ def test_a_question_costs_the_asker_and_waits_for_their_own_turn(alice: Client) 
     assert response.status_code == 201, response.content
     job = Job.objects.get(pk=response.json()["id"])
     assert job.owner == f"auth.user:{user.pk}"
-    assert job.concurrency_key == f"user:{user.pk}"  # one question at a time per user
+    assert job.concurrency_key == job.owner  # one question at a time per user
     assert (job.queue, job.cost) == ("llm", ASK_COST)
     spent = 200 - get_rate_limit_value(USER_BUDGET, key=f"user:{user.pk}")
     assert ASK_COST - 1 < spent <= ASK_COST  # it refills as time passes

@@ -400,3 +400,12 @@ def spin(seconds: float) -> str:
     while time.monotonic() < deadline:
         sum(range(100))
     return "spun"
+
+
+@job
+def decide(name: str, times: int) -> int:
+    """Consume the rate limit ``name`` (3 an hour) ``times`` times; return how many passed."""
+    from django_ratequeue import TokenBucket, rate_limit
+
+    limit = TokenBucket(rate=3, period=3600)
+    return sum(rate_limit(name, config=limit).ok for _ in range(times))

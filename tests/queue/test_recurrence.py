@@ -220,6 +220,13 @@ def test_catch_up_after_downtimes_is_the_models(
         ({"function": "a.b", "cron": "* * * * * *"}, "five"),
         ({"function": "a.b", "cron": "0 0 30 2 *"}, "never matches"),
         ({"function": "a.b", "cron": "H * * * *"}, "hashed"),
+        # A step beyond its field's range matches the first value alone (issue 31).
+        ({"function": "a.b", "cron": "*/61 * * * *"}, "step /61 of the minute field"),
+        ({"function": "a.b", "cron": "*/60 * * * *"}, "minute step is at most 59"),
+        ({"function": "a.b", "cron": "0 */24 * * *"}, "hour"),
+        ({"function": "a.b", "cron": "0 0 1-5/31 * *"}, "day-of-month"),
+        ({"function": "a.b", "cron": "0 0 1 1,*/12 *"}, "month"),
+        ({"function": "a.b", "cron": "0 0 * * */7"}, "day-of-week"),
         ({"function": "a.b", "cron": "0 3 * * *", "timezone": "Mars/Olympus"}, "Mars/Olympus"),
         ({"function": "a.b", "cron": "0 3 * * *", "timezone": "Europe/\x00"}, "timezone"),
         ({"function": "a.b", "every": 0}, "every"),
@@ -258,3 +265,10 @@ def test_run_ids_derive_from_the_name_and_the_time() -> None:
     assert run_id("fast", at + timedelta(microseconds=5)) == "fast@20261127T030000.000005Z"
     paris = at.astimezone(ZoneInfo("Europe/Paris"))
     assert run_id("nightly", paris) == run_id("nightly", at)
+
+
+@pytest.mark.parametrize(
+    "cron", ["*/59 * * * *", "0 */23 * * *", "0 0 */30 * *", "0 0 1 */11 */6"]
+)
+def test_steps_within_their_fields_range_are_taken(cron: str) -> None:
+    assert parse_spec("nightly", {"function": "a.b", "cron": cron}).recurrence.cron == cron

@@ -3,16 +3,23 @@ reach Prometheus as ``ratequeue_rate_limit_decisions_total``."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 from collections import Counter
+from collections.abc import Callable
 
 import pytest
 from django.db import transaction
 from django.test import RequestFactory
 from prometheus_client.parser import text_string_to_metric_families
 
-from django_ratequeue import TokenBucket, rate_limit
+from django_ratequeue import TokenBucket, enqueue, rate_limit
 from django_ratequeue.contrib.prometheus import metrics_view
 from django_ratequeue.ratelimit.counting import TALLY, decision_totals
+from tests.cluster import ROOT, Cluster, database_url
+from tests.queue.jobs import decide
 from tests.threads import run_in_threads
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -73,6 +80,45 @@ def test_threads_consuming_at_once_are_all_counted() -> None:
 
     run_in_threads(consume, 4)
     assert totals() == {("busy", "allowed"): 3, ("busy", "refused"): 97}
+
+
+def test_a_process_that_exits_normally_writes_all_its_counts() -> None:
+    """22 decisions in a few seconds, none written as they were made (FLUSH_EVERY), all
+    written as the process exits (issue 31)."""
+    script = (
+        "import django; django.setup()\n"
+        "from tests.queue.jobs import decide\n"
+        "decide.func('signup', 22)\n"
+    )
+    env = {
+        **os.environ,
+        "DATABASE_URL": database_url(),
+        "DJANGO_SETTINGS_MODULE": "tests.queue.cluster_settings",
+    }
+    subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env, check=True, timeout=120)
+    assert totals() == {("signup", "allowed"): 3, ("signup", "refused"): 19}
+
+
+def test_a_cluster_worker_writes_its_jobs_counts_as_the_cluster_stops(
+    cluster: Callable[..., Cluster],
+) -> None:
+    """A django-q2 worker process ends with os._exit, skipping atexit: its stop writes."""
+    running = cluster(workers=1)
+    handle = enqueue(decide, args=["export", 22])
+    assert handle.result(timeout=60) == 3
+    running.process.send_signal(signal.SIGTERM)
+    running.process.wait(timeout=60)
+    assert totals() == {("export", "allowed"): 3, ("export", "refused"): 19}
+
+
+def test_counts_decided_on_a_database_that_is_gone_are_not_written() -> None:
+    """A test run's decisions, left as its test database is destroyed and the connection
+    named the project's again: the exit writes them nowhere."""
+    TALLY.add("signup", "allowed", "test_database_destroyed")
+    TALLY.write()
+    assert totals() == {}
+    rate_limit("signup", config=THREE)
+    assert totals() == {("signup", "allowed"): 1}
 
 
 def test_the_scrape_exports_the_totals_as_a_counter() -> None:

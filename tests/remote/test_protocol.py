@@ -9,11 +9,12 @@ from typing import Any
 import pytest
 from rest_framework.test import APIClient
 
-from django_ratequeue import enqueue
+from django_ratequeue import clock, enqueue
+from django_ratequeue.conf import ratequeue_settings
 from django_ratequeue.queue.heartbeat import beat
 from django_ratequeue.queue.models import Attempt, Job, Outcome, Status, WorkerKey
 from django_ratequeue.queue.runner import Runner
-from django_ratequeue.queue.workerkeys import create_key, revoke
+from django_ratequeue.queue.workerkeys import SILENT_LEASES, create_key, revoke
 from tests.queue.steps import leading_loop
 
 from .conftest import API, keyed
@@ -171,13 +172,33 @@ def test_heartbeat_extends_the_lease_and_says_canceled(worker: APIClient) -> Non
     assert report(worker, attempt["id"], "heartbeat").json()["canceled"] is True
 
 
-def test_a_lapsed_lease_is_lost_and_retried(worker: APIClient) -> None:
+def lapse(attempt_id: int, key_silent_for: float | None = None) -> None:
+    """Let the attempt's lease lapse a second ago; its key last heard ``key_silent_for``
+    seconds before that (None: as the claim left it, after the lapse)."""
+    lapsed = clock.now() - timedelta(seconds=1)
+    Attempt.objects.filter(pk=attempt_id).update(lease_expires_at=lapsed)
+    if key_silent_for is not None:
+        last_seen = lapsed - timedelta(seconds=key_silent_for)
+        WorkerKey.objects.update(last_seen=last_seen)
+    else:
+        WorkerKey.objects.update(last_seen=clock.now())
+
+
+def recover() -> None:
+    loop = leading_loop()
+    loop.recovery.last_run = float("-inf")
+    loop.run(30)
+
+
+def test_a_lapsed_lease_is_lost_once_the_key_is_heard_and_retried(worker: APIClient) -> None:
     handle = enqueue("tests.queue.jobs.add", args=[1, 2], queue="gpu", retries=1)
     dispatch()
     [attempt] = claim(worker)
-    Attempt.objects.filter(pk=attempt["id"]).update(
-        lease_expires_at=Attempt.objects.get(pk=attempt["id"]).started_at - timedelta(seconds=1)
-    )
+    lapse(attempt["id"])  # its key was heard after: its worker dropped it
+    recover()
+    row = Attempt.objects.get(pk=attempt["id"])
+    assert row.outcome == Outcome.WORKER_LOST
+    assert Job.objects.get(pk=handle.id).status == Status.RETRYING
     for action, body in [
         ("heartbeat", {}),
         ("progress", {"progress": {"done": 1}}),
@@ -187,14 +208,72 @@ def test_a_lapsed_lease_is_lost_and_retried(worker: APIClient) -> None:
         ("release", {}),
     ]:
         assert report(worker, attempt["id"], action, body).status_code == 409, action
-    row = Attempt.objects.get(pk=attempt["id"])
-    assert (row.ended_at, row.result, handle.output(), handle.progress()) == (None, None, [], None)
-    loop = leading_loop()
-    loop.recovery.last_run = float("-inf")
-    loop.run(30)
-    row.refresh_from_db()
-    assert row.outcome == Outcome.WORKER_LOST
-    assert Job.objects.get(pk=handle.id).status == Status.RETRYING
+    assert (handle.output(), handle.progress()) == ([], None)
+
+
+def test_a_late_report_is_taken_until_recovery_ends_the_attempt(worker: APIClient) -> None:
+    """A lease that lapsed while its key was silent (the server away) is not lost: a late
+    heartbeat renews it, a late report ends the attempt, which ran once (issue 31)."""
+    handle = enqueue("tests.queue.jobs.add", args=[1, 2], queue="gpu", retries=1)
+    dispatch()
+    [attempt] = claim(worker)
+    lapse(attempt["id"], key_silent_for=60)
+    recover()
+    assert Attempt.objects.get(pk=attempt["id"]).ended_at is None
+    assert report(worker, attempt["id"], "heartbeat").status_code == 200
+    assert Attempt.objects.get(pk=attempt["id"]).lease_expires_at > clock.now()
+    lapse(attempt["id"], key_silent_for=60)
+    assert report(worker, attempt["id"], "complete", {"result": 3}).status_code == 200
+    dispatch()
+    assert handle.result(timeout=0) == 3
+    assert Attempt.objects.filter(job_id=handle.id).count() == 1
+
+
+def test_a_worker_back_from_an_outage_renews_the_leases_that_lapsed_meanwhile(
+    worker: APIClient,
+) -> None:
+    """Its first request says how long the server was away for it: the key's leases that
+    lapsed meanwhile get a fresh lease, so that the loop does not take them as lost before
+    the worker holding them is back too (another worker of the key was back first)."""
+    enqueue("tests.queue.jobs.add", args=[1, 2], queue="gpu")
+    dispatch()
+    [attempt] = claim(worker)
+    lapse(attempt["id"], key_silent_for=60)
+    back = {"worker": "w2", "max": 0}
+    response = worker.post(f"{API}claim/", back, format="json", HTTP_RATEQUEUE_AWAY="30.5")
+    assert response.status_code == 200, response.content
+    assert Attempt.objects.get(pk=attempt["id"]).lease_expires_at > clock.now()
+    recover()
+    assert Attempt.objects.get(pk=attempt["id"]).ended_at is None
+
+
+def test_a_request_that_was_never_away_renews_nothing(worker: APIClient) -> None:
+    """Another worker of the key, heard without an outage: the lapsed lease is lost."""
+    enqueue("tests.queue.jobs.add", args=[1, 2], queue="gpu", retries=1)
+    dispatch()
+    [attempt] = claim(worker)
+    lapse(attempt["id"], key_silent_for=60)
+    for away in ("", "0", "nan", "-5", "soon"):
+        response = worker.post(
+            f"{API}claim/", {"worker": "w2", "max": 0}, format="json", HTTP_RATEQUEUE_AWAY=away
+        )
+        assert response.status_code == 200, response.content
+    assert Attempt.objects.get(pk=attempt["id"]).lease_expires_at < clock.now()
+    recover()
+    assert Attempt.objects.get(pk=attempt["id"]).outcome == Outcome.WORKER_LOST
+
+
+def test_a_lease_lapsed_for_many_leases_of_silence_is_lost(worker: APIClient) -> None:
+    enqueue("tests.queue.jobs.add", args=[1, 2], queue="gpu", retries=1)
+    dispatch()
+    [attempt] = claim(worker)
+    lease = ratequeue_settings().REMOTE_LEASE
+    Attempt.objects.filter(pk=attempt["id"]).update(
+        lease_expires_at=clock.now() - timedelta(seconds=lease * SILENT_LEASES + 1)
+    )
+    WorkerKey.objects.update(last_seen=clock.now() - timedelta(days=1))
+    recover()
+    assert Attempt.objects.get(pk=attempt["id"]).outcome == Outcome.WORKER_LOST
 
 
 def test_a_released_attempt_is_claimable_at_once(worker: APIClient) -> None:

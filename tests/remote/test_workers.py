@@ -19,6 +19,7 @@ import urllib.request
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,7 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 
-from django_ratequeue import JobFailed, enqueue, enqueue_many
+from django_ratequeue import JobFailed, clock, enqueue, enqueue_many
 from django_ratequeue.queue.models import Attempt, Job, Outcome, Status
 from django_ratequeue.queue.workerkeys import create_key
 from django_ratequeue.worker import KEY_VARIABLE
@@ -284,6 +285,41 @@ def test_workers_outlive_a_server_restart(
     assert set(others.values_list("outcome", flat=True)) <= {"", Outcome.WORKER_LOST}
 
 
+def test_a_job_ending_while_the_server_is_away_past_its_lease_runs_once(
+    start_remote: Callable[..., Remote], tmp_path: Path
+) -> None:
+    """The server is away for several leases while a job ends: its worker holds the report
+    and keeps beating the attempt's heartbeat; the loop, which runs on, does not take the
+    attempt as lost while the key is silent. Back, the server renews the lapsed lease and
+    takes the late report: the job completes, having run once (issue 31)."""
+    remote = start_remote(REMOTE_LEASE=2.0)
+    remote.worker(concurrency=1), remote.worker(concurrency=1)  # one would take a retry
+    out, marker = tmp_path / "ran.txt", tmp_path / "go"
+    handle = enqueue(
+        "tests.queue.jobs.block_until_file",
+        args=[str(out), str(marker)],
+        kwargs={"limit": 300},
+        queue="gpu",
+        retries=2,
+    )
+    wait_for(lambda: lines(out), 60, "the job to start")
+    server = remote.processes[0]
+    os.killpg(server.pid, signal.SIGKILL)
+    server.wait(timeout=10)
+    marker.touch()  # the handler returns; its report waits for the server
+    attempt = Attempt.objects.get(job_id=handle.id)
+    lapsed = attempt.lease_expires_at + timedelta(seconds=3 * 2.0)
+    wait_for(lambda: clock.now() > lapsed, 60, "three leases to pass")
+    attempt.refresh_from_db()
+    assert attempt.ended_at is None, attempt.error  # the loop left it to its worker
+    remote.serve()
+    wait_for(lambda: Job.objects.get(pk=handle.id).status == Status.COMPLETE, 60, "the job")
+    assert [line.split()[0] for line in lines(out)] == ["start"]
+    assert list(Attempt.objects.filter(job_id=handle.id).values_list("outcome", flat=True)) == [
+        Outcome.SUCCEEDED
+    ]
+
+
 def test_a_job_past_its_timeout_fails_at_once(remote: Remote, tmp_path: Path) -> None:
     """The worker interrupts the handler at the job's timeout and says so: the attempt
     ends timed out then, rather than holding its lease until recovery finds it overran."""
@@ -388,14 +424,16 @@ def test_a_wrong_url_says_which_was_tried_and_what_it_should_be(live_server: Any
 
 
 @pytest.mark.postgres_only
+@pytest.mark.parametrize("lease", [30.0, 1.0])
 def test_a_report_the_server_fails_on_fails_its_attempt_and_the_worker_goes_on(
-    start_remote: Callable[..., Remote], tmp_path: Path
+    start_remote: Callable[..., Remote], tmp_path: Path, lease: float
 ) -> None:
     """The server answers 500 to one result however often it is sent (here a trigger
     raises on it, as a bug in the server would): the worker tries a few times, reports
-    the attempt failed, saying so, and goes on claiming. (Within a lease of the default
-    length: the tries take seconds.)"""
-    remote = start_remote(REMOTE_LEASE=30.0)
+    the attempt failed, saying so, and goes on claiming. The tries take seconds, several
+    leases of 1 s: the worker beats the attempt's heartbeat meanwhile, so that it is not
+    taken as lost (issue 31)."""
+    remote = start_remote(REMOTE_LEASE=lease)
     with connection.cursor() as cursor:
         cursor.execute(BREAK_ON_BOOM)
     try:

@@ -62,23 +62,21 @@ class Claimant:
     def key_id(self) -> int | None:
         return None if self.key is None else self.key.pk
 
-    def holds(self, now: datetime) -> Q:
+    def holds(self) -> Q:
         """Return the attempts this claimant holds.
 
-        For a remote one: those of any instance of its key, while the lease lasts."""
+        For a remote one: those of any instance of its key, until recovery ends them. A
+        lapsed lease is not lost yet (:func:`..workerkeys.lease_lapsed`): a late heartbeat
+        renews it, a late report ends the attempt."""
         if self.key is None:
             return Q(worker=self.worker, ended_at=None)
-        return Q(worker_key=self.key, ended_at=None, lease_expires_at__gte=now)
+        return Q(worker_key=self.key, ended_at=None)
 
-    def holds_sql(self, now: datetime) -> tuple[str, list[Any]]:
+    def holds_sql(self) -> tuple[str, list[Any]]:
         """Return :meth:`holds` as SQL on the row ``t``, with its parameters."""
         if self.key is None:
             return "t.worker = %s AND t.ended_at IS NULL", [self.worker]
-        adapted = queue_connection().ops.adapt_datetimefield_value(now)
-        return (
-            "t.worker_key_id = %s AND t.ended_at IS NULL AND t.lease_expires_at >= %s",
-            [self.key.pk, adapted],
-        )
+        return "t.worker_key_id = %s AND t.ended_at IS NULL", [self.key.pk]
 
     def ended_by(self) -> Q:
         """Return the attempts a worker like this one ended (a report's own effect)."""
@@ -186,7 +184,9 @@ def claim_remote(
             retry_at = min(avoided.values()) + RETRY_ELSEWHERE
     last_output = OutputChunk.objects.filter(job_id=OuterRef("job_id")).order_by("-index")
     attempts = (
-        Attempt.objects.filter(claimant.mine(), claimant.holds(now), active=True)
+        Attempt.objects.filter(
+            claimant.mine(), claimant.holds(), active=True, lease_expires_at__gte=now
+        )
         .exclude(pk__in=list(running))
         .select_related("job")
         .annotate(last_output=Subquery(last_output.values("index")[:1]))
@@ -230,7 +230,7 @@ def heartbeat(claimant: Claimant, attempt_id: int) -> tuple[datetime, bool]:
     CANCELED."""
     now = clock.now()
     until = lease_end(now)
-    held = Attempt.objects.filter(claimant.holds(now), pk=attempt_id)
+    held = Attempt.objects.filter(claimant.holds(), pk=attempt_id)
     if not held.update(lease_expires_at=until):
         raise LeaseLost
     canceled = (
@@ -245,7 +245,7 @@ def release(claimant: Claimant, attempt_ids: Collection[int]) -> int:
     """Hand back the attempts unfinished, as their worker stops; return how many.
 
     They are not tries, and another worker may claim them at once."""
-    held = Attempt.objects.filter(claimant.holds(clock.now()), pk__in=list(attempt_ids))
+    held = Attempt.objects.filter(claimant.holds(), pk__in=list(attempt_ids))
     released = held.update(worker="", worker_key=None, started_at=None, lease_expires_at=None)
     if released:
         signal(WORK)
@@ -257,7 +257,7 @@ def lock_held(claimant: Claimant, attempt_id: int) -> str:
 
     Recovery, which would end it, then waits. Return its job's id, or raise
     :class:`LeaseLost`."""
-    held = Attempt.objects.filter(claimant.holds(clock.now()), pk=attempt_id)
+    held = Attempt.objects.filter(claimant.holds(), pk=attempt_id)
     job_id = held.select_for_update().values_list("job_id", flat=True).first()
     if job_id is None:
         raise LeaseLost

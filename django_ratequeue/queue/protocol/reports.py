@@ -57,7 +57,7 @@ def report(claimant: Claimant, ended: Sequence[Ended]) -> dict[int, Report | Non
     now = clock.now()
     fields = REPORT_FIELDS if claimant.key is None else REPORT_FIELDS[1:]
     rows = {e.attempt_id: _row(e, now) for e in ended}
-    held, params = claimant.holds_sql(now)
+    held, params = claimant.holds_sql()
     durable: Callable[[Callable[[], int]], int] = (
         through_reconnects if claimant.key is None else _at_once
     )

@@ -41,8 +41,9 @@
 /**
  * When a job will start, as the server estimates it (docs/eta.md).
  * @typedef {object} JobEta
- * @property {number} position the unstarted jobs ahead of it in its queue and key
- * @property {boolean} position_capped whether there are `position` or more
+ * @property {number|null} position the unstarted jobs ahead of it in its queue and key
+ *   (null: not shown, as it would count other owners' jobs; docs/eta.md)
+ * @property {boolean|null} position_capped whether there are `position` or more
  * @property {string | null} earliest_start the earliest its limits allow (ISO 8601)
  * @property {string | null} estimated_start when it will likely start (ISO 8601), null
  *   when there is no estimate (a paused queue, no run time measured yet)

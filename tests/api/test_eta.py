@@ -52,6 +52,7 @@ def test_a_shared_queue_shows_an_owner_the_estimate_alone(
 ) -> None:
     """Its position would count the other owners' jobs ahead (issue 31): it is null,
     unless the queue's ``public_position`` shows it (above)."""
+    beat(force=True)  # a live worker, as its agent beats
     for name in "AB":
         enqueue(other, "tests.api.jobs.greet", args=[name])
     job_id = enqueue(api, "tests.api.jobs.greet", args=["C"]).json()["id"]
@@ -86,6 +87,7 @@ def test_the_stream_of_a_waiting_job_sends_its_eta_once(
     """Nothing moves while the stream lasts (about 1.5 s, so read at least once more): one
     ``eta`` event, after its status."""
     monkeypatch.setattr(sse, "LIFETIME", 1.5)
+    beat(force=True)  # a live worker, as its agent beats
     job_id = enqueue(api, "tests.api.jobs.greet", args=["Ada"]).json()["id"]
     seen = events(read(api, job_id))
     names = [name for name, _, _ in seen]

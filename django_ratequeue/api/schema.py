@@ -29,7 +29,7 @@ ERROR = {
     'fields under their parent ("options": {"id": [...]}), bulk items at their index.',
     "properties": {"detail": {"type": "string"}},
     "additionalProperties": {
-        "anyOf": [{"type": "array"}, {"type": "object"}, {"type": "string"}],
+        "anyOf": [{"type": "array", "items": {}}, {"type": "object"}, {"type": "string"}],
     },
 }
 ERROR_REF = {"$ref": "#/components/schemas/Error"}
@@ -62,7 +62,11 @@ UNSTORABLE = (
 ANY_JSON: dict[str, Any] = {"description": "Any JSON value." + UNSTORABLE}
 ANY_JSON_BUT_NULL = {
     "description": "Any JSON value but null." + UNSTORABLE,
-    "anyOf": [{"type": kind} for kind in ("object", "array", "string", "number", "boolean")],
+    # OpenAPI 3.0: an array states its items (any, here).
+    "anyOf": [
+        {"type": kind, **({"items": {}} if kind == "array" else {})}
+        for kind in ("object", "array", "string", "number", "boolean")
+    ],
 }
 # A path's id: any text that is one segment of a URL.
 ID = {"type": "string", "pattern": "^[^/]+$"}

@@ -147,7 +147,7 @@ class ClaimSerializer(StrictSerializer):
     worker = serializers.RegexField(
         protocol.INSTANCE.pattern, help_text="The worker process's name for itself (random)."
     )
-    host = serializers.CharField(max_length=255, required=False, default="")
+    host = serializers.CharField(max_length=255, required=False, default="", allow_blank=True)
     queues = serializers.ListField(
         child=serializers.CharField(max_length=200), max_length=100, required=False
     )

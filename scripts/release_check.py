@@ -3,16 +3,18 @@ project's ``manage.py check``, ``migrate`` and more against the installed packag
 
     python scripts/release_check.py [--workdir DIR]
 
-What it proves, for the wheel and then for the sdist (installed over it, so built from
-the sdist alone): every file of the package in the checkout is in the distribution
-(templates, static files and migrations included); a new project with the app installed
-passes ``check`` and ``migrate``; the migrations match the models (``makemigrations
---check``); every template of the package loads; ``collectstatic`` finds its static
-files. The package is imported from the virtual environment, never from the checkout.
+What it proves: ``twine check --strict`` passes both (their metadata, and a long
+description that renders on the package index); for the wheel and then for the sdist
+(installed over it, so built from the sdist alone): every file of the package in the
+checkout is in the distribution (templates, static files and migrations included); a new
+project with the app installed passes ``check`` and ``migrate``; the migrations match the
+models (``makemigrations --check``); every template of the package loads;
+``collectstatic`` finds its static files. The package is imported from the virtual
+environment, never from the checkout.
 
-It needs the ``build`` package beside the Python that runs it (the ``dev`` extra has it)
-and a package index for the dependencies (pip's cache is used, so a second run downloads
-nothing). Exits non-zero, saying what is wrong, when a check fails.
+It needs the ``build`` and ``twine`` packages beside the Python that runs it (the ``dev``
+extra has them) and a package index for the dependencies (pip's cache is used, so a second
+run downloads nothing). Exits non-zero, saying what is wrong, when a check fails.
 """
 
 from __future__ import annotations
@@ -145,6 +147,8 @@ def release_check(workdir: Path) -> None:
     """Build, then install and check the wheel, then the sdist, in one new environment."""
     wheel, sdist = build(workdir)
     print(f"==> built {wheel.name} and {sdist.name}")
+    run(sys.executable, "-m", "twine", "check", "--strict", wheel, sdist)
+    print("==> twine check --strict passes the wheel and the sdist")
     check_contents(wheel, sdist)
     venv = workdir / "venv"
     run(sys.executable, "-m", "venv", venv)

@@ -125,17 +125,22 @@ def server(kind: str) -> Iterator[tuple[int, str, int]]:
             start_new_session=True,
         )
     try:
-        deadline = time.monotonic() + 30
-        while not answers(port):
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the server did not start:\n{log.read_text()[-2000:]}")
-            time.sleep(0.1)
+        wait_until_answering(port, process, log)
         yield port, label, process.pid
     finally:
         with suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)
         process.wait(timeout=10)
         log.unlink(missing_ok=True)
+
+
+def wait_until_answering(port: int, process: subprocess.Popen[bytes], log: Path) -> None:
+    """Wait up to 30 s for the server on ``port`` to answer; raise with its log if it does not."""
+    deadline = time.monotonic() + 30
+    while not answers(port):
+        if process.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"the server did not start:\n{log.read_text()[-2000:]}")
+        time.sleep(0.1)
 
 
 def answers(port: int) -> bool:

@@ -40,7 +40,7 @@ from typing import Any
 
 from bench.common import machine_lines, prepare_database, version
 from bench.harness import Workers, group_pids
-from bench.http import answers, empty_tables, free_port, resident_memory
+from bench.http import empty_tables, free_port, resident_memory, wait_until_answering
 
 ROOT = Path(__file__).resolve().parents[1]
 DURATION_CAP = 60  # seconds: the machine is shared, runs stay short
@@ -85,11 +85,7 @@ def served(args: argparse.Namespace) -> Iterator[tuple[str, int, str]]:
             command, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
         )
     try:
-        deadline = time.monotonic() + 30
-        while not answers(port):
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the server did not start:\n{log.read_text()[-2000:]}")
-            time.sleep(0.1)
+        wait_until_answering(port, process, log)
         yield f"http://127.0.0.1:{port}", process.pid, label
     finally:
         with suppress(ProcessLookupError):

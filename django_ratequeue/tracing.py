@@ -42,15 +42,23 @@ def current_traceparent() -> str:
 
 
 @contextmanager
-def enqueue_span(func: str, queue: str) -> Iterator[None]:
-    """Run an enqueue of ``func``'s jobs in a producer span (no-op without OTel)."""
+def enqueue_span(func: str, queue: str, follows: str | None = None) -> Iterator[None]:
+    """Run an enqueue of ``func``'s jobs in a producer span (no-op without OTel).
+
+    The span is a child of the current one, or with ``follows`` of that W3C traceparent
+    (a new trace when it is "": the loop's callback of a job enqueued without one)."""
     if trace is None:
         yield
         return
     tracer = trace.get_tracer(INSTRUMENTATION)
     attributes: dict[str, Any] = {"ratequeue.function": func, "ratequeue.queue": queue}
+    parent = None
+    if follows is not None:
+        parent = TraceContextTextMapPropagator().extract(
+            {"traceparent": follows} if follows else {}
+        )
     with tracer.start_as_current_span(
-        f"enqueue {func}", kind=SpanKind.PRODUCER, attributes=attributes
+        f"enqueue {func}", context=parent, kind=SpanKind.PRODUCER, attributes=attributes
     ):
         yield
 

@@ -15,7 +15,8 @@ from typing import Any
 
 from django.db.models import Max
 
-from ..conf import RateQueueSettings, ratequeue_settings
+from ..conf import RateQueueSettings
+from .creation import create_callback
 from .models import (
     UNFINISHED_STATUSES,
     Batch,
@@ -87,7 +88,9 @@ def finish(batch: Batch, now: datetime) -> bool:
     """Mark ``batch`` finished and create its callback; return False if it was already.
 
     One conditional UPDATE decides, and the callback's id derives from the batch's: the
-    callback is created once, in the transaction that marks the batch finished."""
+    callback is created once, in the transaction that marks the batch finished (a taken
+    id is skipped). One the enqueue checks refuse is logged, and the batch keeps no
+    ``callback_id``."""
     outcome = batch_outcome(batch)
     callback_id = batch_callback_id(batch.pk) if batch.on_complete else ""
     marked = Batch.objects.filter(pk=batch.pk, finished_at=None).update(
@@ -96,11 +99,16 @@ def finish(batch: Batch, now: datetime) -> bool:
     if not marked:
         return False
     if callback_id:
-        retry = ratequeue_settings().DEFAULT_RETRIES.to_json()
-        callback = Job.callback(
-            batch.on_complete, outcome, now, retry, owner=batch.owner, job_id=callback_id
+        created = create_callback(
+            batch.on_complete,
+            outcome,
+            now,
+            owner=batch.owner,
+            job_id=callback_id,
+            of=f"batch {batch.pk!r}",
         )
-        Job.objects.bulk_create([callback], ignore_conflicts=True)
+        if not created:  # refused by the checks: the batch has no callback job
+            Batch.objects.filter(pk=batch.pk).update(callback_id="")
     return True
 
 

@@ -1,6 +1,7 @@
 """Enqueue the due runs of the recurring schedules: the loop's phase, and "run now".
 
-Each run is an ordinary job enqueued through :func:`.enqueue.enqueue`, with the id
+Each run is an ordinary job, created as an enqueue creates one (:func:`.creation.create_jobs`
+with the schedule's options over its function's), with the id
 :func:`.declarations.run_id` derives from the schedule and its time, in the same
 transaction as the conditional UPDATE that moves the schedule past it: a run is enqueued
 once, whoever tries. docs/schedules.md ("Exactly once") tells why that holds.
@@ -17,9 +18,9 @@ from django.db import transaction
 from ..exceptions import RateQueueError
 from .bounds import clip
 from .catchup import CatchUp, catch_up
+from .creation import Created, create_jobs, job_target
 from .declarations import manual_run_id, run_id
 from .deferred import aware
-from .enqueue import enqueue
 from .handles import Handle
 from .models import Schedule, queue_db
 from .recurrence import Recurrence
@@ -50,9 +51,8 @@ def enqueue_run(row: Schedule, job_id: str) -> str:
 
     An error (arguments that no longer fit the function, a full rate gate...) fails this
     run alone; it is counted as skipped."""
-    options: dict[str, Any] = {**row.options, "id": job_id, "on_duplicate_id": "ignore"}
     try:
-        enqueue(row.function, args=row.args, kwargs=row.kwargs, **options)
+        create_run(row, job_id)
     except (RateQueueError, ValueError, TypeError) as error:
         logger.warning("Run %s of schedule %r was not enqueued: %s", job_id, row.name, error)
         return clip(f"{job_id}: {type(error).__name__}: {error}", ERROR_MAX_LENGTH)
@@ -176,10 +176,19 @@ def run_now(name: str, now: datetime) -> Handle[Any]:
 
     Its id derives from the minute it was asked in: asking twice in a minute (a double
     click) enqueues it once. Raise the enqueue's error when it fails."""
-    row = Schedule.objects.get(pk=name)
-    job_id = manual_run_id(name, now)
+    created = create_run(Schedule.objects.get(pk=name), manual_run_id(name, now))
+    return Handle(created.ids()[0], owner=created.template.owner)
+
+
+def create_run(row: Schedule, job_id: str) -> Created:
+    """Create the run of ``row`` with id ``job_id``, or find it created already.
+
+    Raise what an enqueue of it would raise."""
+    if not isinstance(row.args, list) or not isinstance(row.kwargs, dict):
+        raise ValueError(f"Schedule {row.name!r}: args must be a list and kwargs a dict.")
+    target, defaults = job_target(row.function)
     options: dict[str, Any] = {**row.options, "id": job_id, "on_duplicate_id": "ignore"}
-    return enqueue(row.function, args=row.args, kwargs=row.kwargs, **options)
+    return create_jobs(target, defaults.merge(options), [(row.args, row.kwargs)])
 
 
 def change_recurrence(name: str, recurrence: Recurrence, now: datetime) -> None:

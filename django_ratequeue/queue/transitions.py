@@ -22,6 +22,7 @@ from ..conf import ratequeue_settings
 from ..exceptions import AttemptTimedOut, UnknownJob, WorkerLost, class_path, describe
 from .bounds import later
 from .bulk import update_rows
+from .creation import create_callback
 from .knowing import Knowing
 from .models import (
     FINAL_STATUSES,
@@ -373,9 +374,8 @@ def fail_job(job: Job, error: str, now: datetime, moves: Moves) -> None:
 def create_callbacks(finished: list[Job], now: datetime) -> None:
     """Create the on_complete job of each finished job that asked for one.
 
-    Each callback is owned by the same owner as its job."""
-    callbacks = []
-    retry = ratequeue_settings().DEFAULT_RETRIES.to_json()
+    Each is created as an enqueue creates a job (:func:`.creation.create_callback`),
+    owned by its job's owner and continuing its job's trace."""
     for job in finished:
         if not job.on_complete:
             continue
@@ -386,11 +386,11 @@ def create_callbacks(finished: list[Job], now: datetime) -> None:
             "error": job.error if job.status == Status.FAILED else None,
             "context": job.context,
         }
-        # Its owner's to read, as the job; its span continues the job's trace.
-        callbacks.append(
-            Job.callback(
-                job.on_complete, outcome, now, retry, owner=job.owner, traceparent=job.traceparent
-            )
+        create_callback(
+            job.on_complete,
+            outcome,
+            now,
+            owner=job.owner,
+            traceparent=job.traceparent,
+            of=f"job {job.pk!r}",
         )
-    if callbacks:
-        Job.objects.bulk_create(callbacks)

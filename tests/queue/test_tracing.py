@@ -73,9 +73,11 @@ def test_a_request_its_enqueue_and_its_attempts_make_one_trace(
     assert {s.context.trace_id for s in finished if s.name != "request"} == {trace_id}
     enqueues = named(finished, "enqueue ")
     runs = named(finished, "run ")
-    # The two enqueues in the request, the subtask's inside the parent's attempt.
+    # The two enqueues in the request, the subtask's inside the parent's attempt, and the
+    # loop's of the parent's callback.
     assert sorted(s.name for s in enqueues) == [
         "enqueue tests.queue.jobs.add",
+        "enqueue tests.queue.jobs.echo",
         "enqueue tests.queue.jobs.fail_once",
         "enqueue tests.queue.jobs.spawn",
     ]
@@ -91,13 +93,18 @@ def test_a_request_its_enqueue_and_its_attempts_make_one_trace(
     assert [s.status.status_code for s in tries] == [StatusCode.ERROR, StatusCode.UNSET]
     assert all(s.kind == SpanKind.CONSUMER for s in runs)
     assert tries[0].attributes["ratequeue.job_id"] == retried.id
-    # The subtask was enqueued inside the parent's attempt; the callback continues the
-    # parent's enqueue.
+    # The subtask was enqueued inside the parent's attempt; the callback's enqueue (by the
+    # loop) continues the parent's enqueue, and its run the callback's enqueue.
     (spawned,) = [s for s in runs if s.name == "run tests.queue.jobs.spawn"]
     child_enqueue = by_name["enqueue tests.queue.jobs.add"]
     assert child_enqueue.parent.span_id == spawned.context.span_id
     (callback,) = [s for s in runs if s.name == "run tests.queue.jobs.echo"]
-    assert callback.parent.span_id == by_name["enqueue tests.queue.jobs.spawn"].context.span_id
+    callback_enqueue = by_name["enqueue tests.queue.jobs.echo"]
+    assert (
+        callback_enqueue.parent.span_id
+        == by_name["enqueue tests.queue.jobs.spawn"].context.span_id
+    )
+    assert callback.parent.span_id == callback_enqueue.context.span_id
     assert parent.result(timeout=0)
 
 

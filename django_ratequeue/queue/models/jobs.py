@@ -184,35 +184,6 @@ class Job(models.Model):
     def __str__(self) -> str:
         return f"{self.func} [{self.id}]"
 
-    @classmethod
-    def callback(
-        cls,
-        func: str,
-        outcome: dict[str, Any],
-        now: datetime,
-        retry: dict[str, Any],
-        *,
-        owner: str,
-        job_id: str = "",
-        traceparent: str = "",
-    ) -> Job:
-        """Return an unsaved ``on_complete`` job: ``func(outcome)`` on "default", from now.
-
-        What it reports is ``owner``'s to read; ``traceparent`` continues a trace."""
-        return cls(
-            id=job_id or new_job_id(),
-            func=func,
-            args=[outcome],
-            kwargs={},
-            queue="default",
-            status=Status.WAITING,
-            start_at=now,
-            created_at=now,
-            retry=retry,
-            owner=owner,
-            traceparent=traceparent,
-        )
-
     def settle(self, attempt: AttemptEnd, now: datetime) -> None:
         """Set this RUNNING job's status from the end of ``attempt``, its current one.
 

@@ -17,7 +17,8 @@ from typing import Any
 from django.db import transaction
 from django.dispatch import Signal
 
-# The job was written (``enqueue``, ``enqueue_many``, the HTTP API, a schedule's run).
+# The job was written (``enqueue``, ``enqueue_many``, the HTTP API, a schedule's run, an
+# ``on_complete`` callback): :mod:`.queue.creation` announces every job it creates.
 # Arguments: job_id, func, queue.
 job_enqueued = Signal()
 # A worker claimed the attempt and starts it now (a local runner or a remote worker).

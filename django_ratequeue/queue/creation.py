@@ -127,8 +127,8 @@ def create_callback(
 
     It runs with its own ``@job`` options (queue, retries, timeout...), owned by
     ``owner``; ``job_id`` gives its id, which is skipped when taken. A callback the checks
-    refuse (no longer registered, too big an outcome...) is logged as an error, not
-    written: the job it reports on has ended all the same."""
+    refuse (too big an outcome, a function that takes no such argument...) is logged as
+    an error, not written: the job it reports on has ended all the same."""
     try:
         target, defaults = _callback_target(func)
         extra = {"owner": owner, **({"id": job_id} if job_id else {})}

@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 
-from django.utils import timezone
-from django.utils.dateparse import parse_datetime
+from django.db.backends.base.base import BaseDatabaseWrapper
 
 from ..db import execute, server_statement
+from .heads import LeaseHead, aware, earliest, register_lease_head
 from .models import DEFERRED_STATUSES, Job, queue_connection
 
 
-def deferred_heads() -> list[str]:
+def deferred_heads(connection: BaseDatabaseWrapper | None = None) -> list[str]:
     """Return, per deferred status, the SQL that reads its earliest start (by its index)."""
-    table = queue_connection().ops.quote_name(Job._meta.db_table)
+    table = (connection or queue_connection()).ops.quote_name(Job._meta.db_table)
     return [
         f"SELECT start_at FROM {table} WHERE status = '{status.value}' ORDER BY start_at LIMIT 1"
         for status in DEFERRED_STATUSES
@@ -33,10 +33,5 @@ def next_deferred_start() -> datetime | None:
     return None if start is None else aware(start)
 
 
-def aware(value: datetime | str) -> datetime:
-    """Return a datetime column read with raw SQL as an aware datetime.
-
-    SQLite gives naive UTC, or text where a UNION hides the column's type."""
-    moment = parse_datetime(value) if isinstance(value, str) else value
-    assert moment is not None
-    return moment.replace(tzinfo=UTC) if timezone.is_naive(moment) else moment
+# The earliest start of a SCHEDULED or RETRYING job (None: there is none).
+register_lease_head(LeaseHead("next_deferred", deferred_heads, earliest))

@@ -16,7 +16,7 @@ from django.db.models import F
 from .. import clock
 from ..conf import ratequeue_settings
 from .bounds import MAX_KEY_WEIGHT, check_queue_name, check_text, integer
-from .models import KeyLimit, KeyLimitChange, LoopState, queue_db
+from .models import KeyLimit, KeyLimitChange, RuntimeLimits, queue_db
 from .wakeup import LOOP, signal
 
 # The longest concurrency key (Job.concurrency_key).
@@ -113,8 +113,8 @@ def refresh_key_limits() -> None:
     Call it when the answers of a queue's ``key_limits`` function change (a tenant's
     plan changed); :func:`set_key_limit` calls it itself."""
     with transaction.atomic(using=queue_db()):
-        LoopState.objects.ensure()
-        LoopState.objects.filter(pk=LoopState.SINGLETON).update(
+        RuntimeLimits.ensure()
+        RuntimeLimits.objects.filter(pk=RuntimeLimits.SINGLETON).update(
             key_limits_version=F("key_limits_version") + 1
         )
         signal(LOOP)

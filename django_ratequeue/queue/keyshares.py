@@ -14,7 +14,7 @@ import operator
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from functools import cache, reduce
+from functools import cache, partial, reduce
 from typing import Any
 
 from django.db.models import Q
@@ -22,7 +22,8 @@ from django.utils.module_loading import import_string
 
 from ..conf import ratequeue_settings
 from .bounds import MAX_KEY_WEIGHT
-from .limits import QueueLimits
+from .heads import LeaseHead, register_lease_head
+from .limits import QueueLimits, runtime_limit_sql
 from .models import Job, KeyLimit
 
 logger = logging.getLogger("django_ratequeue.queue")
@@ -215,3 +216,13 @@ def key_limits_problems() -> list[tuple[str, str]]:
         if not callable(function):
             problems.append((name, f"is {function!r}, not a function"))
     return problems
+
+
+# RuntimeLimits.key_limits_version: moves when keys' limits change (queue/keylimits.py).
+register_lease_head(
+    LeaseHead(
+        "key_limits_version",
+        partial(runtime_limit_sql, column="key_limits_version"),
+        lambda values: values[0] or 0,
+    )
+)

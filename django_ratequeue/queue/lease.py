@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
+from zlib import crc32
 
 from ..db import execute, server_statement
-from .deferred import aware, deferred_heads
-from .models import DEFERRED_STATUSES, CancelRequest, LoopState, Schedule, queue_connection
-from .rollups import ARRIVALS_WINDOW, counted_arrivals, settled_until
+from .heads import lease_heads
+from .models import LoopState, queue_connection
 from .wakeup import lease_end
 
 # What a step's transaction tells PostgreSQL (docs/concepts.md, "The main loop"):
@@ -24,99 +26,57 @@ STEP_SETTINGS = (
 
 @dataclass(frozen=True)
 class Renewal:
-    """What a step's lease renewal read and recorded.
+    """What a step's lease renewal read: the value of each lease head, by name.
 
-    It read the runtime ``MAX_CONCURRENCY``, whether cancel requests wait and the
-    earliest start of a SCHEDULED or RETRYING job (None: there is none); it recorded
-    that the step counts the arrivals in [``arrivals_since``, ``arrivals_until``), and
-    ``arrivals_behind`` says that more are settled beyond that window."""
+    A head reads as an attribute too (``renewal.next_deferred``); :mod:`.heads` tells
+    which heads there are."""
 
-    max_concurrency: int | None
-    cancels_waiting: bool
-    next_deferred: datetime | None
-    arrivals_since: datetime
-    arrivals_until: datetime
-    arrivals_behind: bool
-    # The earliest next run of a recurring schedule (None: none will run).
-    next_schedule: datetime | None = None
-    # LoopState.key_limits_version: moves when keys' limits change (queue/keylimits.py).
-    key_limits_version: int | None = None
+    heads: Mapping[str, Any]
+
+    def __getattr__(self, name: str) -> Any:
+        """Return the value of the lease head ``name``."""
+        if name != "heads" and name in self.heads:
+            return self.heads[name]
+        raise AttributeError(f"The renewal read no lease head named {name!r}.")
 
 
 class Lease:
-    """Renew the lease of ``generation`` step by step, with the arrivals each step counts."""
+    """Renew the lease of ``generation`` step by step, reading the lease heads."""
 
     def __init__(self, generation: int) -> None:
         self.generation = generation
-        # The jobs created before this are counted in the rollups (LoopState.arrivals_until,
-        # read at the pass's first step).
-        self.arrivals_until: datetime | None = None
 
     def renew(self, now: datetime) -> Renewal | None:
-        """Renew the lease in the step's transaction; None if another process took it.
-
-        A step counts at most ARRIVALS_WINDOW of arrivals: a loop that was down catches
-        up in steps rather than in one long read."""
-        since = self.arrivals_until
-        if since is None:
-            since = counted_arrivals() or settled_until(now)
-        settled = settled_until(now)
-        until = max(since, min(settled, since + ARRIVALS_WINDOW))
-        read = renew_lease(self.generation, now, until)
-        if read is None:
-            return None
-        max_concurrency, cancels_waiting, next_deferred, next_schedule, version = read
-        return Renewal(
-            max_concurrency,
-            cancels_waiting,
-            next_deferred,
-            since,
-            until,
-            until < settled,
-            next_schedule,
-            version,
-        )
-
-    def committed(self, renewal: Renewal) -> None:
-        """Take note that the step of ``renewal`` committed."""
-        self.arrivals_until = renewal.arrivals_until
+        """Renew the lease in the step's transaction; None if another process took it."""
+        heads = renew_lease(self.generation, now)
+        return None if heads is None else Renewal(heads)
 
 
-def renew_lease(
-    generation: int, now: datetime, arrivals_until: datetime
-) -> tuple[int | None, bool, datetime | None, datetime | None, int] | None:
-    """Renew the lease of ``generation`` and record the arrivals counted until then.
+def renew_lease(generation: int, now: datetime) -> dict[str, Any] | None:
+    """Renew the lease of ``generation``; return what the lease heads read, by name.
 
-    Return None if another process took the lease. The same statement reads the step's
-    inputs that no row it reads anyway tells (each through an index): the runtime
-    ``MAX_CONCURRENCY``, whether cancel requests wait, the earliest deferred start, the
-    earliest next run of a schedule, the version of the keys' limits; and
-    on PostgreSQL it applies :data:`STEP_SETTINGS` to the step's transaction."""
+    Return None if another process took the lease. One statement: each registered head
+    adds its columns to the UPDATE's RETURNING (each read through an index); on
+    PostgreSQL it also applies :data:`STEP_SETTINGS` to the step's transaction."""
     connection = queue_connection()
     table = connection.ops.quote_name(LoopState._meta.db_table)
-    cancels = connection.ops.quote_name(CancelRequest._meta.db_table)
-    returning = [
-        "max_concurrency",
-        f"EXISTS (SELECT 1 FROM {cancels})",
-        *(f"({deferred})" for deferred in deferred_heads()),
-        f"({Schedule.objects.head_sql(connection.ops.quote_name(Schedule._meta.db_table))})",
-        "key_limits_version",
-    ]
+    heads = lease_heads()
+    columns = [list(head.columns(connection)) for head in heads]
+    returning = ["1", *(f"({sql})" for sqls in columns for sql in sqls)]
     if connection.vendor == "postgresql":
         returning += [f"set_config('{name}', '{value}', true)" for name, value in STEP_SETTINGS]
     sql = (
-        f"UPDATE {table} SET lease_expires_at = %s, updated_at = %s, arrivals_until = %s"
+        f"UPDATE {table} SET lease_expires_at = %s, updated_at = %s"
         f" WHERE id = %s AND generation = %s RETURNING {', '.join(returning)}"
     )
     adapt = connection.ops.adapt_datetimefield_value
-    params = [adapt(lease_end(now)), adapt(now), adapt(arrivals_until)]
-    statement = server_statement("ratequeue_renew_lease", sql)
-    rows = execute(connection, statement, [*params, LoopState.SINGLETON, generation])
+    params = [adapt(lease_end(now)), adapt(now), LoopState.SINGLETON, generation]
+    # Named by its text: a head registered later makes another statement, not a stale one.
+    name = f"ratequeue_renew_lease_{crc32(sql.encode()):08x}"
+    rows = execute(connection, server_statement(name, sql), params)
     if not rows:
         return None
-    max_concurrency, cancels_waiting, *starts = rows[0][: 2 + len(DEFERRED_STATUSES)]
-    deferred = min((aware(start) for start in starts if start is not None), default=None)
-    schedule = rows[0][2 + len(DEFERRED_STATUSES)]
-    next_schedule = None if schedule is None else aware(schedule)
-    version = rows[0][3 + len(DEFERRED_STATUSES)]
-    return max_concurrency, bool(cancels_waiting), deferred, next_schedule, version
+    values, read = rows[0][1:], {}
+    for head, sqls in zip(heads, columns, strict=True):
+        read[head.name], values = head.decode(values[: len(sqls)]), values[len(sqls) :]
+    return read

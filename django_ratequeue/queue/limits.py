@@ -9,10 +9,14 @@ unconfigured "default" queue; :func:`store_queue_changes` and
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
+from django.db.backends.base.base import BaseDatabaseWrapper
+
 from ..conf import QueueConfig, ratequeue_settings
-from .models import LoopState, QueueSetting
+from .heads import LeaseHead, register_lease_head
+from .models import QueueSetting, RuntimeLimits
 
 DEFAULT_QUEUE = "default"
 
@@ -137,18 +141,19 @@ def store_queue_changes(name: str, **changes: Any) -> QueueSetting:
 
 def store_environment_limit(limit: int | None) -> None:
     """Write the runtime change of ``MAX_CONCURRENCY`` (checked by the caller; None: none)."""
-    LoopState.objects.ensure()
-    LoopState.objects.filter(pk=LoopState.SINGLETON).update(max_concurrency=limit)
+    RuntimeLimits.objects.update_or_create(
+        pk=RuntimeLimits.SINGLETON, defaults={"max_concurrency": limit}
+    )
 
 
 def environment_limit(changed: int | None = None, read: bool = True) -> int:
     """Return ``MAX_CONCURRENCY`` as in force: its runtime change, else the setting.
 
-    ``changed`` is ``LoopState.max_concurrency`` when the caller read it already (the
+    ``changed`` is ``RuntimeLimits.max_concurrency`` when the caller read it already (the
     loop's steps get it from their lease's renewal); else one read by key."""
     if read:
         changed = (
-            LoopState.objects.filter(pk=LoopState.SINGLETON)
+            RuntimeLimits.objects.filter(pk=RuntimeLimits.SINGLETON)
             .values_list("max_concurrency", flat=True)
             .first()
         )
@@ -158,3 +163,15 @@ def environment_limit(changed: int | None = None, read: bool = True) -> int:
 def queue_overrides() -> dict[str, QueueSetting]:
     """Return every runtime change, by queue name: one query on a table of a few rows."""
     return {setting.name: setting for setting in QueueSetting.objects.all()}
+
+
+def runtime_limit_sql(connection: BaseDatabaseWrapper, column: str) -> list[str]:
+    """Return the SQL that reads ``column`` of the runtime limits' row, by its key."""
+    table = connection.ops.quote_name(RuntimeLimits._meta.db_table)
+    return [f"SELECT {column} FROM {table} WHERE id = {RuntimeLimits.SINGLETON}"]
+
+
+# MAX_CONCURRENCY as changed at runtime (None: the setting).
+register_lease_head(
+    LeaseHead("max_concurrency", partial(runtime_limit_sql, column="max_concurrency"))
+)

@@ -98,7 +98,6 @@ class Loop:
             step = Step(now, renewal)
             for phase in self.phases:
                 phase(step)
-        self.lease.committed(renewal)
         self.more_work, self.rested, self.next_wake = step.more_work, step.rested, step.wake
         if not step.did_work:
             prune_in_background()

@@ -20,7 +20,7 @@ from .dispatch import Dispatch
 from .lease import Renewal
 from .models import Attempt, Job, LoopState, LoopStatus, Status, queue_db
 from .moves import Moves
-from .rollups import ARRIVALS_SETTLE, Tally
+from .rollups import ARRIVALS_SETTLE, ArrivalsWindow, Tally
 from .transitions import STEP_LIMIT, apply_cancels, finish, promote_due, recover
 from .wakeup import JOBS, WORK, segment_ceiling, signal
 
@@ -61,9 +61,12 @@ class Step:
     wake: datetime | None = None
     # The earliest next run of a recurring schedule (None: none will run).
     next_schedule: datetime | None = None
+    # The arrivals the step counts in the rollups.
+    arrivals: ArrivalsWindow = field(init=False)
 
     def __post_init__(self) -> None:
-        self.more_work = self.renewal.arrivals_behind
+        self.arrivals = ArrivalsWindow.at(self.now, self.renewal.arrivals_until)
+        self.more_work = self.arrivals.behind
         self.deferred = self.renewal.next_deferred
         self.next_schedule = self.renewal.next_schedule
 
@@ -205,7 +208,7 @@ class Rest:
             wakes.append(step.next_schedule)
         wakes.extend(self.dispatch.wakes())
         # Count the jobs not counted yet, once they are settled.
-        uncounted = self.first_uncounted_arrival(step.renewal.arrivals_until)
+        uncounted = self.first_uncounted_arrival(step.arrivals.until)
         if uncounted is not None:
             wakes.append(uncounted.replace(microsecond=0) + timedelta(seconds=1) + ARRIVALS_SETTLE)
         if step.running:
@@ -231,11 +234,12 @@ class Rest:
 
 
 def count(step: Step) -> None:
-    """Add the step's arrivals and moves to the rollups, in one statement."""
+    """Add the step's arrivals and moves to the rollups; move the arrivals' cursor."""
     tally = Tally(step.now)
-    tally.count_arrivals(step.renewal.arrivals_since, step.renewal.arrivals_until)
+    tally.count_arrivals(step.arrivals.since, step.arrivals.until)
     tally.record(step.moves)
     tally.write()
+    step.arrivals.record()
 
 
 def announce_moves(step: Step) -> None:

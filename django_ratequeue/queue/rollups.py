@@ -9,20 +9,23 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import Count, Model
 from django.db.models.functions import TruncMinute
 
+from .heads import LeaseHead, aware, register_lease_head
 from .models import (
     HISTOGRAM_BOUNDS,
     SUMMED_FIELDS,
     Job,
-    LoopState,
     QueueMinute,
     QueueTotal,
+    RollupCursor,
     Status,
     bucket_field,
     queue_connection,
@@ -84,10 +87,60 @@ def arrivals(since: datetime, until: datetime | None = None) -> list[tuple[str, 
 def counted_arrivals() -> datetime | None:
     """Return until when the rollups counted the arrivals (None: never yet)."""
     return (
-        LoopState.objects.filter(pk=LoopState.SINGLETON)
+        RollupCursor.objects.filter(pk=RollupCursor.SINGLETON)
         .values_list("arrivals_until", flat=True)
         .first()
     )
+
+
+def cursor_sql(connection: BaseDatabaseWrapper) -> list[str]:
+    """Return the SQL that reads until when the arrivals are counted, by the row's key."""
+    table = connection.ops.quote_name(RollupCursor._meta.db_table)
+    return [f"SELECT arrivals_until FROM {table} WHERE id = {RollupCursor.SINGLETON}"]
+
+
+def read_cursor(values: Sequence[Any]) -> datetime | None:
+    """Return the cursor the renewal read, aware (None: never counted yet)."""
+    return None if values[0] is None else aware(values[0])
+
+
+# Until when the rollups counted the arrivals, read by every step's lease renewal.
+register_lease_head(LeaseHead("arrivals_until", cursor_sql, read_cursor))
+
+
+@dataclass(frozen=True)
+class ArrivalsWindow:
+    """The arrivals a step counts: the jobs created in [``since``, ``until``).
+
+    ``counted`` is the cursor as the step found it; ``behind`` says that more are
+    settled beyond the window."""
+
+    counted: datetime | None
+    since: datetime
+    until: datetime
+    behind: bool
+
+    @classmethod
+    def at(cls, now: datetime, counted: datetime | None) -> ArrivalsWindow:
+        """Return the window of a step at ``now``, the arrivals counted until ``counted``.
+
+        A step counts at most ARRIVALS_WINDOW of arrivals: a loop that was down catches
+        up in steps rather than in one long read."""
+        settled = settled_until(now)
+        since = settled if counted is None else counted
+        until = max(since, min(settled, since + ARRIVALS_WINDOW))
+        return cls(counted, since, until, until < settled)
+
+    def record(self) -> None:
+        """Move the cursor to ``until`` if it moved: one UPSERT, in the step's transaction."""
+        if self.until == self.counted:
+            return
+        RollupCursor.objects.bulk_create(
+            [RollupCursor(pk=RollupCursor.SINGLETON, arrivals_until=self.until)],
+            update_conflicts=True,
+            unique_fields=["id"],
+            update_fields=["arrivals_until"],
+        )
 
 
 def uncounted_arrivals(since: datetime, now: datetime) -> dict[str, dict[datetime, int]]:

@@ -20,8 +20,8 @@ from .bounds import clip
 from .catchup import CatchUp, catch_up
 from .creation import Created, create_jobs, job_target
 from .declarations import manual_run_id, run_id
-from .deferred import aware
 from .handles import Handle
+from .heads import aware
 from .models import Schedule, queue_db
 from .recurrence import Recurrence
 from .schedule_sync import sync_schedules

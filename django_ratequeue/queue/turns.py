@@ -4,17 +4,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from .models import Job, LoopState
+from .models import Job, TurnState
 
-# Queues with waiting work looked at per step, in turns from LoopState.queue_cursor.
+# Queues with waiting work looked at per step, in turns from TurnState.queue_cursor.
 QUEUES_PER_STEP = 1000
 
 
 class Turns:
     """Remember the queue served last and, per queue, the concurrency key served last.
 
-    Kept in ``LoopState`` (``queue_cursor``, ``key_cursors``) so that a new leader goes
-    on where the last one stopped; read once per pass, since one pass runs at a time."""
+    Kept in ``TurnState`` (``queue_cursor``, ``key_cursors``, ``key_credits``) so that a
+    new leader goes on where the last one stopped; read once per pass, since one pass
+    runs at a time."""
 
     def __init__(self) -> None:
         self.keys: dict[str, str] | None = None
@@ -25,7 +26,7 @@ class Turns:
         """Read where the turns begin, once per pass."""
         if self.keys is not None:
             return
-        state = LoopState.objects.filter(pk=LoopState.SINGLETON)
+        state = TurnState.objects.filter(pk=TurnState.SINGLETON)
         read = state.values_list("key_cursors", "queue_cursor", "key_credits").first()
         self.keys, self.queue, self.credits = read or ({}, "", {})
 
@@ -41,7 +42,7 @@ class Turns:
     def remember(
         self, chosen: list[Job], queues: list[str], credits: dict[str, int] | None = None
     ) -> None:
-        """Keep where the next step's turns begin, in one UPDATE when they moved.
+        """Keep where the next step's turns begin, in one UPSERT when they moved.
 
         Per queue at the key served last if ``credits`` leaves it starts in its weighted
         turn, else after it; over the queues after the queue served last (or after the
@@ -64,5 +65,9 @@ class Turns:
         if queue != self.queue:
             moved["queue_cursor"] = queue
         if moved:
-            LoopState.objects.filter(pk=LoopState.SINGLETON).update(**moved)
+            row = TurnState(pk=TurnState.SINGLETON, key_cursors=keys, queue_cursor=queue)
+            row.key_credits = left
+            TurnState.objects.bulk_create(
+                [row], update_conflicts=True, unique_fields=["id"], update_fields=list(moved)
+            )
             self.keys, self.queue, self.credits = keys, queue, left

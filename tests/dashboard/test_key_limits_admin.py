@@ -7,7 +7,7 @@ import pytest
 from django.test import Client
 
 from django_ratequeue import enqueue, set_key_limit
-from django_ratequeue.models import KeyLimit, KeyLimitChange, LoopState
+from django_ratequeue.models import KeyLimit, KeyLimitChange, RuntimeLimits
 from tests.dashboard.test_views import DASHBOARD, running
 from tests.queue import jobs
 
@@ -20,7 +20,7 @@ def change_url(row: KeyLimit) -> str:
 
 @pytest.mark.django_db
 def test_the_admin_edits_a_key_limit_and_records_who_changed_it(admin_client: Client) -> None:
-    version = LoopState.objects.ensure().key_limits_version
+    version = RuntimeLimits.ensure().key_limits_version
     data = {"queue": "llm", "key": "acme", "max_concurrency": "3", "weight": "2"}
     assert admin_client.post(ADD, data).status_code == 302
     row = KeyLimit.objects.get()
@@ -39,7 +39,7 @@ def test_the_admin_edits_a_key_limit_and_records_who_changed_it(admin_client: Cl
         ("admin", 3, None, 2, 5),
         ("admin", None, None, 5, None),
     ]
-    assert LoopState.objects.get().key_limits_version == version + 3
+    assert RuntimeLimits.objects.get().key_limits_version == version + 3
     history = admin_client.get("/admin/django_ratequeue/keylimitchange/")
     assert history.status_code == 200 and "acme" in history.content.decode()
     record = KeyLimitChange.objects.first()

@@ -21,7 +21,7 @@ from django_ratequeue import (
     refresh_key_limits,
     set_key_limit,
 )
-from django_ratequeue.models import Attempt, Job, KeyLimit, KeyLimitChange, LoopState
+from django_ratequeue.models import Attempt, Job, KeyLimit, KeyLimitChange, RuntimeLimits
 from django_ratequeue.queue.heartbeat import beat
 from django_ratequeue.queue.models import Wait
 from django_ratequeue.queue.runner import Runner
@@ -38,7 +38,7 @@ def running_per_key() -> Counter[str]:
 
 
 def step() -> Counter[str]:
-    """One loop step (a new leader each time: the turns live in LoopState); what runs."""
+    """One loop step (a new leader each time: the turns live in TurnState); what runs."""
     leading_loop().step()
     return running_per_key()
 
@@ -100,7 +100,7 @@ def test_bad_input_is_refused_with_a_clear_error_and_writes_nothing(bad, message
 
 @pytest.mark.django_db
 def test_set_key_limit_stores_exactly_what_is_given_and_records_each_change() -> None:
-    version = LoopState.objects.ensure().key_limits_version
+    version = RuntimeLimits.ensure().key_limits_version
     row = set_key_limit("t", "acme", max_concurrency=5, weight=3, changed_by="ops")
     assert row is not None and (row.max_concurrency, row.weight) == (5, 3)
     set_key_limit("t", "acme", max_concurrency=5, weight=3)  # no change: nothing recorded
@@ -116,7 +116,7 @@ def test_set_key_limit_stores_exactly_what_is_given_and_records_each_change() ->
         ("", 5, None, 3, 2),
         ("", None, None, 2, None),
     ]
-    assert LoopState.objects.get().key_limits_version == version + 3
+    assert RuntimeLimits.objects.get().key_limits_version == version + 3
     set_key_limit("t", "", max_concurrency=0)  # the jobs without a key, paused
     assert KeyLimit.objects.get().key == ""
 

@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from django_ratequeue import enqueue
-from django_ratequeue.models import Attempt, Job, LoopState, QueueMinute
+from django_ratequeue.models import Attempt, Job, QueueMinute, RollupCursor
 from django_ratequeue.monitor.figures import (
     MAX_POINTS,
     percentile,
@@ -389,4 +389,4 @@ def test_a_loop_that_was_down_counts_the_arrivals_step_by_step(
     assert loop.more_work  # an hour to catch up, a window per step
     loop.run(30)
     assert sum(QueueMinute.objects.values_list("enqueued", flat=True)) == 3
-    assert LoopState.objects.get().arrivals_until == settled_until(frozen.now())
+    assert RollupCursor.objects.get().arrivals_until == settled_until(frozen.now())

@@ -12,7 +12,7 @@ from django.test import override_settings
 
 from django_ratequeue import enqueue, enqueue_many, set_max_concurrency
 from django_ratequeue.conf import ratequeue_settings
-from django_ratequeue.models import Attempt, LoopState, QueueSetting
+from django_ratequeue.models import Attempt, QueueSetting, RuntimeLimits
 from django_ratequeue.queue.control import change_queue
 from django_ratequeue.queue.limits import QueueLimits
 from tests.queue import jobs
@@ -63,7 +63,7 @@ def test_max_concurrency_changes_at_runtime() -> None:
     assert started_after_a_step() == 5
     set_max_concurrency(None)  # back to the setting: the five run on, nothing more starts
     assert started_after_a_step() == 5
-    assert LoopState.objects.get().max_concurrency is None
+    assert RuntimeLimits.objects.get().max_concurrency is None
 
 
 @pytest.mark.django_db
@@ -71,7 +71,7 @@ def test_a_hostile_max_concurrency_is_refused_and_nothing_written() -> None:
     for hostile in [0, -1, 2**31, 1e308, float("inf"), float("nan"), True, "3"]:
         with pytest.raises(ValueError, match="MAX_CONCURRENCY"):
             set_max_concurrency(hostile)  # type: ignore[arg-type]
-    assert not LoopState.objects.exclude(max_concurrency=None).exists()
+    assert not RuntimeLimits.objects.exclude(max_concurrency=None).exists()
 
 
 @pytest.mark.django_db

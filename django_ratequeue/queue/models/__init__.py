@@ -13,7 +13,15 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 
 from .attempts import REPORT_FIELDS, Attempt, AttemptQuerySet
 from .batches import UNFINISHED_STATUSES, Batch, batch_callback_id, batch_jobs
-from .cluster import LoopState, LoopStateQuerySet, QueueSetting, WorkerHeartbeat, WorkerKey
+from .cluster import (
+    LoopState,
+    LoopStateQuerySet,
+    QueueSetting,
+    RuntimeLimits,
+    TurnState,
+    WorkerHeartbeat,
+    WorkerKey,
+)
 from .jobs import CancelRequest, Job, JobQuerySet, OutputChunk, QueueDashboard, new_job_id
 from .keylimits import KeyLimit, KeyLimitChange
 from .minutes import (
@@ -25,6 +33,7 @@ from .minutes import (
     SUMMED_FIELDS,
     QueueMinute,
     QueueTotal,
+    RollupCursor,
     bucket_field,
 )
 from .schedules import Schedule, ScheduleQuerySet
@@ -68,9 +77,12 @@ __all__ = [
     "QueueMinute",
     "QueueSetting",
     "QueueTotal",
+    "RollupCursor",
+    "RuntimeLimits",
     "Schedule",
     "ScheduleQuerySet",
     "Status",
+    "TurnState",
     "UniqueClaim",
     "Wait",
     "WorkerHeartbeat",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Self
 
 from django.db import models
 
@@ -52,20 +53,6 @@ class LoopState(models.Model):
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     next_wake_at = models.DateTimeField(null=True, blank=True)
     updated_at = models.DateTimeField(null=True, blank=True)
-    # Per queue, the concurrency key that got the last start: the next round begins after it.
-    key_cursors = models.JSONField(default=dict, blank=True)
-    # The queue that got the last start: the next step's turn over the queues begins after it.
-    queue_cursor = models.CharField(max_length=200, blank=True, default="")
-    # Per queue, the starts left to the key of key_cursors in its weighted turn (0: none).
-    key_credits = models.JSONField(default=dict, blank=True)
-    # Counts the changes of keys' limits: a step that sees it move drops its cached ones.
-    key_limits_version = models.BigIntegerField(default=0)
-    # MAX_CONCURRENCY as changed at runtime (queue/control.py); None: the setting.
-    max_concurrency = models.PositiveIntegerField(null=True, blank=True)
-    # The jobs created before this time are counted in the rollups' ``enqueued``
-    # (queue/rollups.py); None: none yet, counting starts at the next step.
-    arrivals_until = models.DateTimeField(null=True, blank=True)
-
     objects = LoopStateQuerySet.as_manager()
 
     class Meta:
@@ -73,6 +60,58 @@ class LoopState(models.Model):
 
     def __str__(self) -> str:
         return f"loop {self.state} (generation {self.generation})"
+
+
+class SingletonRow(models.Model):
+    """A table of one row (pk 1), read by the lease's renewal through its primary key."""
+
+    SINGLETON = 1
+
+    id = models.PositiveSmallIntegerField(primary_key=True, default=SINGLETON)
+
+    class Meta:
+        abstract = True
+
+    @classmethod
+    def ensure(cls) -> Self:
+        """Return the row, created if it does not exist yet."""
+        row, _created = cls._default_manager.get_or_create(pk=cls.SINGLETON)
+        return row
+
+
+class RuntimeLimits(SingletonRow):
+    """The environment's limits changed at runtime (queue/control.py, queue/keylimits.py)."""
+
+    # MAX_CONCURRENCY as changed at runtime; None: the setting.
+    max_concurrency = models.PositiveIntegerField(null=True, blank=True)
+    # Counts the changes of keys' limits: a step that sees it move drops its cached ones.
+    key_limits_version = models.BigIntegerField(default=0)
+
+    class Meta:
+        verbose_name = "runtime limits"
+        verbose_name_plural = "runtime limits"
+
+    def __str__(self) -> str:
+        return "runtime limits"
+
+
+class TurnState(SingletonRow):
+    """Where the dispatch's turns over the queues and each queue's keys begin (queue/turns.py).
+
+    Kept in the database so that a new leader goes on where the last one stopped."""
+
+    # Per queue, the concurrency key that got the last start: the next round begins after it.
+    key_cursors = models.JSONField(default=dict, blank=True)
+    # The queue that got the last start: the next step's turn over the queues begins after it.
+    queue_cursor = models.CharField(max_length=200, blank=True, default="")
+    # Per queue, the starts left to the key of key_cursors in its weighted turn (0: none).
+    key_credits = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        verbose_name = "turn state"
+
+    def __str__(self) -> str:
+        return "turn state"
 
 
 class QueueSetting(models.Model):

@@ -11,6 +11,7 @@ from django.db import models
 from ... import clock
 from ...exceptions import JobDoesNotExist
 from ..bounds import later
+from ..heads import LeaseHead, register_lease_head
 from ..retry import Retry
 from .statuses import DEFERRED_STATUSES, FINAL_STATUSES, READY_ORDER, Outcome, Status
 
@@ -275,3 +276,15 @@ class CancelRequest(models.Model):
 
     def __str__(self) -> str:
         return f"cancel {self.job_id or self.queue or 'all jobs'}"
+
+
+# Whether cancel requests wait: the cancel phase reads them only then.
+register_lease_head(
+    LeaseHead(
+        "cancels_waiting",
+        lambda connection: [
+            f"EXISTS (SELECT 1 FROM {connection.ops.quote_name(CancelRequest._meta.db_table)})"
+        ],
+        lambda values: bool(values[0]),
+    )
+)

@@ -103,3 +103,21 @@ class QueueTotal(models.Model):
 for _field in BUCKET_FIELDS:
     QueueMinute.add_to_class(_field, models.PositiveIntegerField(db_default=0))
     QueueTotal.add_to_class(_field, models.PositiveBigIntegerField(db_default=0))
+
+
+class RollupCursor(models.Model):
+    """Until when the rollups counted the arrivals (queue/rollups.py), in one row (pk 1).
+
+    The jobs created before ``arrivals_until`` are counted in ``enqueued``; None: none
+    yet, counting starts at the loop's next step."""
+
+    SINGLETON = 1
+
+    id = models.PositiveSmallIntegerField(primary_key=True, default=SINGLETON)
+    arrivals_until = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        verbose_name = "rollup cursor"
+
+    def __str__(self) -> str:
+        return f"arrivals counted until {self.arrivals_until}"

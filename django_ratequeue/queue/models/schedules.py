@@ -8,6 +8,7 @@ from typing import Any
 from django.db import models
 
 from ..declarations import MISFIRE_POLICIES, NAME_MAX_LENGTH
+from ..heads import LeaseHead, earliest, register_lease_head
 from ..recurrence import Recurrence, parsed
 
 MISFIRE_CHOICES = [
@@ -97,3 +98,15 @@ class Schedule(models.Model):
     def recurrence(self) -> Recurrence:
         """The recurrence in effect (raise ValueError if a bad edit got stored)."""
         return parsed(self.cron or None, self.every, self.timezone)
+
+
+# The earliest next run of a recurring schedule (None: none will run).
+register_lease_head(
+    LeaseHead(
+        "next_schedule",
+        lambda connection: [
+            Schedule.objects.head_sql(connection.ops.quote_name(Schedule._meta.db_table))
+        ],
+        earliest,
+    )
+)

@@ -102,10 +102,14 @@ def empty_tables() -> None:
         Job,
         LoopState,
         OutputChunk,
+        RollupCursor,
+        RuntimeLimits,
+        TurnState,
         WorkerHeartbeat,
     )
 
     models = [Attempt, OutputChunk, Job, CancelRequest, LoopState, WorkerHeartbeat]
+    models += [TurnState, RuntimeLimits, RollupCursor]  # what LoopState held before 0024
     models += [OrmQ, Task, DBTaskResult, JobStart]
     tables = ", ".join(connection.ops.quote_name(m._meta.db_table) for m in models)
     with connection.cursor() as cursor:

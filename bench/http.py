@@ -248,9 +248,19 @@ def bench_token() -> str:
 def empty_tables() -> None:
     from django.db import connection
 
-    from django_ratequeue.models import Attempt, CancelRequest, Job, LoopState, OutputChunk
+    from django_ratequeue.models import (
+        Attempt,
+        CancelRequest,
+        Job,
+        LoopState,
+        OutputChunk,
+        RollupCursor,
+        RuntimeLimits,
+        TurnState,
+    )
 
     models = [OutputChunk, Attempt, Job, CancelRequest, LoopState]
+    models += [TurnState, RuntimeLimits, RollupCursor]
     tables = ", ".join(connection.ops.quote_name(m._meta.db_table) for m in models)
     with connection.cursor() as cursor:
         cursor.execute(f"TRUNCATE {tables}")

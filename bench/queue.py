@@ -480,11 +480,19 @@ def forget_cycles() -> None:
     keeping the backlog."""
     from django_q.models import OrmQ
 
-    from django_ratequeue.queue.models import Attempt, Job, LoopState
+    from django_ratequeue.queue.models import (
+        Attempt,
+        Job,
+        LoopState,
+        RollupCursor,
+        RuntimeLimits,
+        TurnState,
+    )
 
     Attempt.objects.all().delete()
     Job.objects.filter(priority=0).delete()
-    LoopState.objects.all().delete()
+    for loop_row in (LoopState, TurnState, RuntimeLimits, RollupCursor):
+        loop_row.objects.all().delete()
     OrmQ.objects.all().delete()
 
 

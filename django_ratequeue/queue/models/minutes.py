@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from django.db import models
 
+from .cluster import SingletonRow
+
 # The histograms' bucket bounds, in seconds: 1 ms doubling up to 2**22 ms (about 70 min).
 # Bucket 0 holds the samples under 1 ms, bucket i (1 to 22) those in [bound i-1, bound i),
 # and bucket 23 those of 2**22 ms and more. Fixed, so that any minutes' buckets add up.
@@ -105,15 +107,12 @@ for _field in BUCKET_FIELDS:
     QueueTotal.add_to_class(_field, models.PositiveBigIntegerField(db_default=0))
 
 
-class RollupCursor(models.Model):
+class RollupCursor(SingletonRow):
     """Until when the rollups counted the arrivals (queue/rollups.py), in one row (pk 1).
 
     The jobs created before ``arrivals_until`` are counted in ``enqueued``; None: none
     yet, counting starts at the loop's next step."""
 
-    SINGLETON = 1
-
-    id = models.PositiveSmallIntegerField(primary_key=True, default=SINGLETON)
     arrivals_until = models.DateTimeField(null=True, blank=True)
 
     class Meta:

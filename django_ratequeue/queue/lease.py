@@ -8,8 +8,10 @@ from datetime import datetime
 from typing import Any
 from zlib import crc32
 
-from ..db import execute, server_statement
-from .heads import lease_heads
+from django.db.backends.base.base import BaseDatabaseWrapper
+
+from ..db import ServerStatement, execute, server_statement
+from .heads import LeaseHead, lease_heads
 from .models import LoopState, queue_connection
 from .wakeup import lease_end
 
@@ -59,24 +61,40 @@ def renew_lease(generation: int, now: datetime) -> dict[str, Any] | None:
     adds its columns to the UPDATE's RETURNING (each read through an index); on
     PostgreSQL it also applies :data:`STEP_SETTINGS` to the step's transaction."""
     connection = queue_connection()
-    table = connection.ops.quote_name(LoopState._meta.db_table)
-    heads = lease_heads()
-    columns = [list(head.columns(connection)) for head in heads]
-    returning = ["1", *(f"({sql})" for sqls in columns for sql in sqls)]
-    if connection.vendor == "postgresql":
-        returning += [f"set_config('{name}', '{value}', true)" for name, value in STEP_SETTINGS]
-    sql = (
-        f"UPDATE {table} SET lease_expires_at = %s, updated_at = %s"
-        f" WHERE id = %s AND generation = %s RETURNING {', '.join(returning)}"
-    )
+    heads = tuple(lease_heads())
+    statement, widths = renewal_statement(connection, heads)
     adapt = connection.ops.adapt_datetimefield_value
     params = [adapt(lease_end(now)), adapt(now), LoopState.SINGLETON, generation]
-    # Named by its text: a head registered later makes another statement, not a stale one.
-    name = f"ratequeue_renew_lease_{crc32(sql.encode()):08x}"
-    rows = execute(connection, server_statement(name, sql), params)
+    rows = execute(connection, statement, params)
     if not rows:
         return None
     values, read = rows[0][1:], {}
-    for head, sqls in zip(heads, columns, strict=True):
-        read[head.name], values = head.decode(values[: len(sqls)]), values[len(sqls) :]
+    for head, width in zip(heads, widths, strict=True):
+        read[head.name], values = head.decode(values[:width]), values[width:]
     return read
+
+
+# The renewal's statement and each head's number of columns, per database and heads.
+_statements: dict[tuple[str, tuple[LeaseHead, ...]], tuple[ServerStatement, list[int]]] = {}
+
+
+def renewal_statement(
+    connection: BaseDatabaseWrapper, heads: tuple[LeaseHead, ...]
+) -> tuple[ServerStatement, list[int]]:
+    """Return the renewal's statement with the columns of ``heads``, built once."""
+    key = (connection.alias, heads)
+    if key not in _statements:
+        table = connection.ops.quote_name(LoopState._meta.db_table)
+        columns = [list(head.columns(connection)) for head in heads]
+        returning = ["1", *(f"({sql})" for sqls in columns for sql in sqls)]
+        if connection.vendor == "postgresql":
+            settings = [f"set_config('{name}', '{value}', true)" for name, value in STEP_SETTINGS]
+            returning += settings
+        sql = (
+            f"UPDATE {table} SET lease_expires_at = %s, updated_at = %s"
+            f" WHERE id = %s AND generation = %s RETURNING {', '.join(returning)}"
+        )
+        # Named by its text: a head registered later makes another statement, not a stale one.
+        name = f"ratequeue_renew_lease_{crc32(sql.encode()):08x}"
+        _statements[key] = (server_statement(name, sql), [len(sqls) for sqls in columns])
+    return _statements[key]

@@ -18,12 +18,11 @@ from .cluster import (
     LoopStateQuerySet,
     QueueSetting,
     RuntimeLimits,
-    TurnState,
     WorkerHeartbeat,
     WorkerKey,
 )
 from .jobs import CancelRequest, Job, JobQuerySet, OutputChunk, QueueDashboard, new_job_id
-from .keylimits import KeyLimit, KeyLimitChange
+from .keylimits import KeyLimit, KeyLimitChange, TurnState
 from .minutes import (
     BUCKET_FIELDS,
     COUNT_FIELDS,

@@ -95,25 +95,6 @@ class RuntimeLimits(SingletonRow):
         return "runtime limits"
 
 
-class TurnState(SingletonRow):
-    """Where the dispatch's turns over the queues and each queue's keys begin (queue/turns.py).
-
-    Kept in the database so that a new leader goes on where the last one stopped."""
-
-    # Per queue, the concurrency key that got the last start: the next round begins after it.
-    key_cursors = models.JSONField(default=dict, blank=True)
-    # The queue that got the last start: the next step's turn over the queues begins after it.
-    queue_cursor = models.CharField(max_length=200, blank=True, default="")
-    # Per queue, the starts left to the key of key_cursors in its weighted turn (0: none).
-    key_credits = models.JSONField(default=dict, blank=True)
-
-    class Meta:
-        verbose_name = "turn state"
-
-    def __str__(self) -> str:
-        return "turn state"
-
-
 class QueueSetting(models.Model):
     """A queue's limits changed at runtime (admin, ``ratequeue_queue``, ``pause_queue``...).
 

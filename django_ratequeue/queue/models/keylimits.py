@@ -1,8 +1,10 @@
-"""Per-key limits of a queue set at runtime, and the record of every change to them."""
+"""Per-key limits of a queue set at runtime, the record of every change to them, the turns."""
 
 from __future__ import annotations
 
 from django.db import models
+
+from .cluster import SingletonRow
 
 
 class KeyLimit(models.Model):
@@ -49,3 +51,22 @@ class KeyLimitChange(models.Model):
 
     def __str__(self) -> str:
         return f"{self.queue} / {self.key or '(no key)'} at {self.changed_at:%Y-%m-%d %H:%M:%S}"
+
+
+class TurnState(SingletonRow):
+    """Where the dispatch's turns over the queues and each queue's keys begin (queue/turns.py).
+
+    Kept in the database so that a new leader goes on where the last one stopped."""
+
+    # Per queue, the concurrency key that got the last start: the next round begins after it.
+    key_cursors = models.JSONField(default=dict, blank=True)
+    # The queue that got the last start: the next step's turn over the queues begins after it.
+    queue_cursor = models.CharField(max_length=200, blank=True, default="")
+    # Per queue, the starts left to the key of key_cursors in its weighted turn (0: none).
+    key_credits = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        verbose_name = "turn state"
+
+    def __str__(self) -> str:
+        return "turn state"

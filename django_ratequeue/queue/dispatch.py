@@ -8,21 +8,18 @@ limit, and creates their attempts for runners to claim. docs/concepts.md tells w
 
 from __future__ import annotations
 
-import math
-from collections import Counter
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import partial
 from typing import Literal
 
 from ..conf import RateQueueSettings
 from ..db import execute, server_statement
-from ..ratelimit.config import KeyedConfig
 from ..ratelimit.decisions import rate_limit
 from .bulk import insert_rows
+from .capacity import Capacity, rate_keyed, rate_row
 from .keys import keys_in_turn, next_jobs, ready_key
 from .keyshares import KeyLimits, weighted_rounds
-from .limits import QueueLimits, Queues, environment_limit
+from .limits import environment_limit
 from .models import (
     Attempt,
     Job,
@@ -43,46 +40,16 @@ TokenGate = Literal["now", "later", "parked", "held", "unfit"]
 READY_AT_KEPT = 100_000
 
 
-@dataclass
-class Places:
-    """Count the places under the limits that running attempts hold.
-
-    In the environment, per queue, per copy: a place under a limit, not a worker
-    process's slot (docs/concepts.md, glossary).
-
-    A copy of a queue is (queue, concurrency key), with the key "" for jobs without
-    one."""
-
-    environment: int
-    per_queue: Counter[str]
-    per_copy: Counter[tuple[str, str]]
-
-    @classmethod
-    def held_by(cls, running: list[Attempt]) -> Places:
-        """Count the places ``running`` hold."""
-        in_queue = [a for a in running if a.holds_queue_slot]
-        return cls(
-            environment=sum(a.holds_environment_slot for a in running),
-            per_queue=Counter(a.queue for a in in_queue),
-            per_copy=Counter((a.queue, a.concurrency_key) for a in in_queue),
-        )
-
-    def take(self, queue: str, key: str) -> None:
-        """Count one more place of ``queue``'s copy for ``key``."""
-        self.per_queue[queue] += 1
-        self.per_copy[(queue, key)] += 1
-
-
 class Dispatch:
     """Start jobs, step after step of one pass, remembering what the next step needs."""
 
     def __init__(self, settings: RateQueueSettings) -> None:
         self.settings = settings
-        # The queues' limits as in force for this step (read_limits).
-        self.queues = Queues(settings.MAX_CONCURRENCY)
-        self.turns = Turns()
         # The keys' own limits, kept across steps (queue/keyshares.py).
         self.keys = KeyLimits()
+        # The limits as in force for this step and the places held (read_limits).
+        self.capacity = Capacity(settings.MAX_CONCURRENCY, self.keys)
+        self.turns = Turns()
         # The credit a job's key has left in its weighted turn once the job starts.
         self.credit_left: dict[str, int] = {}
         # Queues whose rate limit refused a start, and when to try again.
@@ -99,7 +66,7 @@ class Dispatch:
     @property
     def max_concurrency(self) -> int:
         """``MAX_CONCURRENCY`` as in force for this step."""
-        return self.queues.environment
+        return self.capacity.environment
 
     def read_limits(self, changed: int | None, key_limits_version: int | None = None) -> None:
         """Take the queues' limits afresh for a step, once per step.
@@ -107,15 +74,8 @@ class Dispatch:
         ``changed`` is the runtime change of ``MAX_CONCURRENCY`` that the step's renewal
         read (``LoopState.max_concurrency``); the queues' runtime changes are read when
         the step first needs them, the keys' when they moved (``key_limits_version``)."""
-        self.queues = Queues(environment_limit(changed, read=False))
         self.keys.watch(key_limits_version)
-
-    def key_limit(self, name: str, limits: QueueLimits, key: str, own: int | None) -> int:
-        """Return the limit of key ``key``'s copy of queue ``name``.
-
-        The key's own (a KeyLimit row, else the queue's key_limits function), else the
-        queue's (``own`` is the job's own limit, for a queue not configured)."""
-        return self.keys.copy_limit(name, key, limits, own)
+        self.capacity = Capacity(environment_limit(changed, read=False), self.keys)
 
     def wakes(self) -> list[datetime]:
         """Return when a resting loop must look again for the sake of dispatch."""
@@ -135,25 +95,21 @@ class Dispatch:
                 "pk", "max_concurrency"
             )
         )
-        places = Places.held_by(running)
+        capacity = self.capacity
+        places = capacity.hold(running)
         granted = []
         for attempt in resuming:
             needs_queue_slot = not attempt.holds_queue_slot
-            limits = self.queues.limits(attempt.queue)
-            copy = (attempt.queue, attempt.concurrency_key)
+            queue, key = attempt.queue, attempt.concurrency_key
             own = own_limits.get(attempt.job_id)
-            key_limit = self.key_limit(attempt.queue, limits, attempt.concurrency_key, own)
-            if places.environment >= self.max_concurrency or (
+            if capacity.environment_free() <= 0 or (
                 needs_queue_slot
-                and (
-                    places.per_copy[copy] >= key_limit
-                    or places.per_queue[attempt.queue] >= (limits.total_concurrency or math.inf)
-                )
+                and (capacity.copy_full(queue, key, own) or capacity.queue_full(queue))
             ):
                 continue
             places.environment += 1
             if needs_queue_slot:
-                places.take(*copy)
+                capacity.take(queue, key)
             attempt.wait, attempt.wait_queue = Wait.NONE, ""
             granted.append(attempt.pk)
         Attempt.objects.filter(pk__in=granted, wait=Wait.RESUMING).resume()
@@ -176,16 +132,14 @@ class Dispatch:
         queues = waiting_queues(after=self.turns.queue)
         if not queues:
             return [], False
-        places = Places.held_by(running)
-        env_free = self.max_concurrency - places.environment
+        self.capacity.hold(running)
+        env_free = self.capacity.environment_free()
         if env_free <= 0:
             return [], True
         offers: list[tuple[Job, int, int]] = []
         for turn, name in enumerate(queues):
-            limits = self.queues.limits(name)
             offers.extend(
-                (job, round_, turn)
-                for job, round_ in self.queue_candidates(name, limits, places, now, moves)
+                (job, round_, turn) for job, round_ in self.queue_candidates(name, now, moves)
             )
         offers.sort(key=lambda offer: (-offer[0].priority, offer[1], offer[2]))
         chosen = [job for job, _round, _turn in offers[:env_free]]
@@ -217,9 +171,7 @@ class Dispatch:
         Job.objects.filter(pk__in=[job.pk for job in chosen]).start()
         return attempts
 
-    def queue_candidates(
-        self, name: str, limits: QueueLimits, places: Places, now: datetime, moves: Moves
-    ) -> list[tuple[Job, int]]:
+    def queue_candidates(self, name: str, now: datetime, moves: Moves) -> list[tuple[Job, int]]:
         """Return the jobs queue ``name`` can start now, each with its round.
 
         The keys with work ready are visited in turn from the key served last on, and
@@ -227,20 +179,18 @@ class Dispatch:
         key gets a start before any key gets two. Each key is its own copy of the queue,
         under ``max_concurrency``; jobs without a key share the copy ``""``;
         ``total_concurrency`` caps them together. The places offered are counted in
-        ``places``."""
-        env_free = self.max_concurrency - places.environment
-        room = self.room(name, limits, places, now)
+        the step's capacity."""
+        capacity = self.capacity
+        env_free = capacity.environment_free()
+        room = self.room(name, now)
         if room <= 0:
             return []
-        jobs = self.in_rounds(name, limits, places, room)
-        total = limits.total_concurrency or math.inf
+        limits = capacity.limits(name)
         chosen: list[tuple[Job, int]] = []
-        for job, round_ in jobs:
-            if places.per_queue[name] >= total or len(chosen) >= env_free:
+        for job, round_ in self.in_rounds(name, room):
+            if capacity.queue_full(name) or len(chosen) >= env_free:
                 break
-            key = job.concurrency_key
-            key_limit = self.key_limit(name, limits, key, job.max_concurrency)
-            if places.per_copy[(name, key)] >= key_limit:
+            if capacity.copy_full(name, job.concurrency_key, job.max_concurrency):
                 continue
             gate: TokenGate = "now"
             if limits.rate_limit:
@@ -251,25 +201,20 @@ class Dispatch:
                 if gate in ("held", "unfit"):
                     continue
             # A job whose tokens are reserved for later holds its places until then.
-            places.take(name, job.concurrency_key)
+            capacity.take(name, job.concurrency_key)
             if gate == "now":
                 chosen.append((job, round_))
         return chosen
 
-    def room(self, name: str, limits: QueueLimits, places: Places, now: datetime) -> int:
-        """Return how many jobs queue ``name`` may start now, at most (0: none)."""
-        if limits.max_concurrency == 0:
-            return 0
+    def room(self, name: str, now: datetime) -> int:
+        """Return how many jobs queue ``name`` may start now, at most (0 or less: none).
+
+        The capacity's room, none while its rate limit parks the queue."""
         if name in self.rate_limited_until and self.rate_limited_until[name] > now:
             return 0
-        env_free = self.max_concurrency - places.environment
-        if not limits.total_concurrency:  # no cap over the keys
-            return env_free
-        return min(limits.total_concurrency - places.per_queue[name], env_free)
+        return self.capacity.room(name)
 
-    def in_rounds(
-        self, name: str, limits: QueueLimits, places: Places, room: int
-    ) -> list[tuple[Job, int]]:
+    def in_rounds(self, name: str, room: int) -> list[tuple[Job, int]]:
         """Return the next jobs of queue ``name``'s keys in weighted turns, with their round.
 
         They come by priority, then round, then the keys' turn: from the key served last
@@ -281,18 +226,10 @@ class Dispatch:
             keys = [cursor, *(key for key in keys if key != cursor)]
         else:
             credit = 0
-        self.keys.load(name, keys)
-        per_queue = limits.max_concurrency or self.settings.MAX_QUEUE_CONCURRENCY
-        takes = {}
-        for key in keys:
-            own = self.keys.of(name, key).max_concurrency
-            limit = per_queue if own is None else own
-            takes[key] = min(room, limit - places.per_copy[(name, key)])
         by_key: dict[str, list[Job]] = {}
-        for job in sorted(next_jobs(name, takes), key=ready_key):
+        for job in sorted(next_jobs(name, self.capacity.takes(name, keys, room)), key=ready_key):
             by_key.setdefault(job.concurrency_key, []).append(job)
-        weights = {key: self.keys.weight(name, key) for key in keys}
-        offers = weighted_rounds(keys, by_key, weights, credit)
+        offers = weighted_rounds(keys, by_key, self.capacity.weights(name, keys), credit)
         self.credit_left.update((job.pk, left) for job, _round, left in offers)
         return [(job, round_) for job, round_, _left in offers]
 
@@ -311,17 +248,13 @@ class Dispatch:
         if job.cost == 0:
             return "now"
         if not job.tokens_reserved:
-            keyed = isinstance(self.settings.RATE_LIMITS.get(limit_name), KeyedConfig)
+            keyed = rate_keyed(limit_name, self.settings)
             copy = (queue, job.concurrency_key)
             if keyed and self.key_held(copy, now):
                 return "held"
             try:
-                decision = rate_limit(
-                    limit_name,
-                    key=(job.concurrency_key or None) if keyed else None,
-                    count=job.cost,
-                    reserve=True,
-                )
+                row = rate_row(limit_name, job.concurrency_key, self.settings)
+                decision = rate_limit(limit_name, key=row, count=job.cost, reserve=True)
             except ValueError as error:
                 fail_job(
                     job, f"Its cost cannot be reserved from {limit_name!r}: {error}", now, moves

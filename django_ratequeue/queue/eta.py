@@ -19,12 +19,11 @@ from django.db.models import F, Sum
 from .. import clock
 from ..conf import ratequeue_settings
 from ..ratelimit.algebra import window_start
-from ..ratelimit.config import FixedWindow, KeyedConfig, RateLimitConfig
+from ..ratelimit.config import FixedWindow, RateLimitConfig
 from ..ratelimit.decisions import get_rate_limit_config, shard_states
+from .capacity import Capacity, rate_row
 from .heartbeat import queue_served
-from .keyshares import KeyLimits
 from .knowing import Knowing
-from .limits import QueueLimits, Queues
 from .models import (
     DEFERRED_STATUSES,
     FINAL_STATUSES,
@@ -141,8 +140,8 @@ class Estimator:
 
     def __init__(self, now: datetime) -> None:
         self.now = now
-        self.queues = Queues()
-        self.keys = KeyLimits()
+        # The limits in force, asked as the dispatch asks them; its places held once read.
+        self.capacity = Capacity()
         self._running: list[Attempt] | None = None
         self._run_times: dict[str, float | None] = {}
         self._handoffs: dict[str, timedelta] = {}
@@ -158,8 +157,7 @@ class Estimator:
             return self.dispatched_eta(job)
         ahead = jobs_ahead(job)
         position = min(ahead.jobs, POSITION_LIMIT)
-        limits = self.queues.limits(job.queue)
-        if limits.max_concurrency == 0 or self.copy_limit(job, limits) == 0:
+        if self.capacity.paused(job.queue, job.concurrency_key, job.max_concurrency):
             return Eta(position, None, None, "paused", ahead.capped)
         if not self.served(job.queue):
             note = f"no running worker serves queue `{job.queue}`"
@@ -171,12 +169,13 @@ class Estimator:
         if job.status in DEFERRED_STATUSES and job.start_at > self.now:
             earliest = job.start_at
             basis = "schedule" if job.status == Status.SCHEDULED else "retry"
-        if limits.rate_limit and job.cost:
+        rate_limit = self.capacity.limits(job.queue).rate_limit
+        if rate_limit and job.cost:
             needed = ahead.unreserved_cost + job.cost
-            tokens_at = self.tokens_at(limits.rate_limit, job.concurrency_key, needed)
+            tokens_at = self.tokens_at(rate_limit, job.concurrency_key, needed)
             if tokens_at is not None and tokens_at > earliest:
                 earliest, basis = tokens_at, "rate_limit"
-        by_slots = self.slot_free_at(job, limits, position)
+        by_slots = self.slot_free_at(job, position)
         if by_slots is None:
             return Eta(position, earliest, None, "unknown", ahead.capped)
         if by_slots > earliest:
@@ -201,33 +200,32 @@ class Estimator:
         return self._served[queue]
 
     def running(self) -> list[Attempt]:
-        """Return the active attempts (read once: as many as hold slots)."""
+        """Return the active attempts (read once: as many as hold slots), whose places the
+        capacity counts from then on."""
         if self._running is None:
             fields = ("queue", "concurrency_key", "dispatched_at", "started_at", "job", "worker")
             active = Attempt.objects.filter(active=True)
             attempts = active.only(*fields, "remote", "wait", "wait_queue")
             self._running = list(attempts)
+            self.capacity.hold(self._running)
         return self._running
 
-    def slot_free_at(self, job: Job, limits: QueueLimits, position: int) -> datetime | None:
+    def slot_free_at(self, job: Job, position: int) -> datetime | None:
         """Return when a slot of the job's copy of the queue comes to it.
 
         A slot frees a mean run time after its attempt started, and each job it takes
         next starts a hand-off later (a runner's claim) and holds it a run more; the job
         takes the slot that frees ``position``-th. None: a slot is not free now and no
         run time is known."""
-        running = [a for a in self.running() if a.holds_queue_slot]
+        running = self.running()  # the capacity counts their places from then on
         in_copy = [
-            a for a in running if a.queue == job.queue and a.concurrency_key == job.concurrency_key
+            a
+            for a in running
+            if a.holds_queue_slot
+            and a.queue == job.queue
+            and a.concurrency_key == job.concurrency_key
         ]
-        in_queue = sum(a.queue == job.queue for a in running)
-        in_environment = sum(a.holds_environment_slot for a in self.running())
-        free = min(
-            self.copy_limit(job, limits) - len(in_copy),
-            (limits.total_concurrency or math.inf) - in_queue,
-            self.queues.environment - in_environment,
-        )
-        free = max(int(free), 0)
+        free = self.capacity.free(job.queue, job.concurrency_key, job.max_concurrency)
         if position < free:
             return self.now
         run_time = self.run_time(job.queue)
@@ -242,12 +240,6 @@ class Estimator:
             slots = [self.now + mean]
         turn, slot = divmod(position, len(slots))
         return slots[slot] + turn * (handoff + mean) + handoff
-
-    def copy_limit(self, job: Job, limits: QueueLimits) -> int:
-        """Return the limit of the job's copy of its queue: its key's own, else the queue's.
-
-        As the dispatch applies it (a KeyLimit row, else the queue's key_limits function)."""
-        return self.keys.copy_limit(job.queue, job.concurrency_key, limits, job.max_concurrency)
 
     def handoff(self, queue: str) -> timedelta:
         """Return how long ``queue``'s attempts now running waited for a runner to start them.
@@ -282,8 +274,7 @@ class Estimator:
         A keyed limit (plan tiers) is the concurrency ``key``'s own, as the dispatch
         draws from it. None: its configuration cannot be told (a keyed limit's function
         failed: the dispatch fails such a job)."""
-        keyed = isinstance(ratequeue_settings().RATE_LIMITS.get(name), KeyedConfig)
-        row = (key or None) if keyed else None
+        row = rate_row(name, key)
         if (name, row, needed) not in self._token_times:
             now = self.now.timestamp()
             try:

@@ -22,8 +22,7 @@ from asgiref.sync import sync_to_async
 from .. import clock
 from ..conf import ratequeue_settings
 from ..exceptions import RecursiveWaitDeadlock
-from .keyshares import KeyLimits
-from .limits import QueueLimits
+from .capacity import Capacity
 from .models import Attempt, Job, Status, Wait, WorkerHeartbeat
 from .reconnects import job_call
 from .wakeup import LOOP, signal
@@ -56,10 +55,9 @@ def check_wait(parent: Attempt, child: Job) -> None:
         ancestor = (
             Job.objects.filter(pk=ancestor).values_list("parent_id", flat=True).first() or ""
         )
-    limits = QueueLimits.of(child.queue)
-    limit = KeyLimits().copy_limit(
-        child.queue, child.concurrency_key, limits, child.max_concurrency
-    )
+    capacity = Capacity()  # the limits the dispatch applies
+    limits = capacity.limits(child.queue)
+    limit = capacity.limit_of(child.queue, child.concurrency_key, child.max_concurrency)
     if (limit == 0 or limits.max_concurrency == 0) and child.status in NOT_STARTED:
         where = "which is paused" if limits.max_concurrency == 0 else "whose key's limit is 0"
         raise RecursiveWaitDeadlock(

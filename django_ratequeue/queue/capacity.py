@@ -10,6 +10,7 @@ how many places a copy of a queue has. docs/concepts.md tells what a place is.
 
 from __future__ import annotations
 
+import copy
 import math
 from collections import Counter
 from collections.abc import Iterable
@@ -73,6 +74,15 @@ class Capacity:
         """Count the places ``running`` hold, from now on, and return them."""
         self.places = Places.held_by(running)
         return self.places
+
+    def fork(self) -> Capacity:
+        """Return a capacity of the same limits, counting a copy of the places held.
+
+        What a simulated step takes then leaves this one's places as they are."""
+        other = copy.copy(self)
+        held = self.places
+        other.places = Places(held.environment, Counter(held.per_queue), Counter(held.per_copy))
+        return other
 
     def limits(self, queue: str) -> QueueLimits:
         """Return queue ``queue``'s limits."""

@@ -9,7 +9,6 @@ estimates and how accurate it is.
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
@@ -18,8 +17,7 @@ from django.db.models import F, Sum
 
 from .. import clock
 from ..conf import ratequeue_settings
-from ..ratelimit.algebra import window_start
-from ..ratelimit.config import FixedWindow, RateLimitConfig
+from ..ratelimit.algebra import refill_time
 from ..ratelimit.decisions import get_rate_limit_config, shard_states
 from .capacity import Capacity, rate_row
 from .heartbeat import queue_served
@@ -36,6 +34,7 @@ from .models import (
     bucket_field,
     queue_connection,
 )
+from .rounds import NextStep
 
 Basis = Literal[
     "reservation",  # its rate reservation gave the time: exact
@@ -143,6 +142,7 @@ class Estimator:
         # The limits in force, asked as the dispatch asks them; its places held once read.
         self.capacity = Capacity()
         self._running: list[Attempt] | None = None
+        self._next_step: NextStep | None = None
         self._run_times: dict[str, float | None] = {}
         self._handoffs: dict[str, timedelta] = {}
         self._token_times: dict[tuple[str, str | None, int], datetime | None] = {}
@@ -162,15 +162,15 @@ class Estimator:
         if not self.served(job.queue):
             note = f"no running worker serves queue `{job.queue}`"
             return Eta(position, None, None, "no_worker", ahead.capped, note=note)
-        if job.tokens_reserved:
-            start = max(job.start_at, self.now)
-            return Eta(position, start, start, "reservation", ahead.capped)
-        earliest, basis = self.now, "throughput"
+        if job.tokens_reserved and job.start_at > self.now:
+            return Eta(position, job.start_at, job.start_at, "reservation", ahead.capped)
+        # Reserved and due, it starts when the dispatch gives it a place.
+        earliest, basis = self.now, "reservation" if job.tokens_reserved else "throughput"
         if job.status in DEFERRED_STATUSES and job.start_at > self.now:
             earliest = job.start_at
             basis = "schedule" if job.status == Status.SCHEDULED else "retry"
         rate_limit = self.capacity.limits(job.queue).rate_limit
-        if rate_limit and job.cost:
+        if rate_limit and job.cost and not job.tokens_reserved:
             needed = ahead.unreserved_cost + job.cost
             tokens_at = self.tokens_at(rate_limit, job.concurrency_key, needed)
             if tokens_at is not None and tokens_at > earliest:
@@ -226,7 +226,13 @@ class Estimator:
             and a.concurrency_key == job.concurrency_key
         ]
         free = self.capacity.free(job.queue, job.concurrency_key, job.max_concurrency)
-        if position < free:
+        if position < free and job.status == Status.WAITING:
+            # The limits leave it a place: the dispatch's next step says whether it is its.
+            next_step = self.next_step()
+            if job.pk in next_step.placed:
+                return next_step.starts[job.pk]
+            free = next_step.per_copy[(job.queue, job.concurrency_key)]
+        elif position < free:
             return self.now
         run_time = self.run_time(job.queue)
         if run_time is None:
@@ -240,6 +246,12 @@ class Estimator:
             slots = [self.now + mean]
         turn, slot = divmod(position, len(slots))
         return slots[slot] + turn * (handoff + mean) + handoff
+
+    def next_step(self) -> NextStep:
+        """Return what the dispatch's next step starts (simulated once a page)."""
+        if self._next_step is None:
+            self._next_step = NextStep(self.capacity, self.now, self.tokens_at)
+        return self._next_step
 
     def handoff(self, queue: str) -> timedelta:
         """Return how long ``queue``'s attempts now running waited for a runner to start them.
@@ -308,22 +320,6 @@ def mean_run_time(sums: dict[str, Any]) -> float | None:
     if samples <= 0:
         return None
     return float(sums["run_ms"] or 0) / samples / 1000
-
-
-def refill_time(
-    config: RateLimitConfig, value: float, ts: float, needed: float, now: float
-) -> float:
-    """Return when a limit holding ``value`` tokens (as of ``now``) holds ``needed``.
-
-    ``ts`` is the state's time (a fixed window's start). Reservations owed make
-    ``value`` negative."""
-    deficit = needed - value
-    if deficit <= 0:
-        return now
-    if isinstance(config, FixedWindow):
-        start = window_start(config, now, 0.0) if ts > now else ts
-        return start + math.ceil(deficit / config.rate) * config.period_seconds
-    return now + deficit * config.period_seconds / config.rate
 
 
 def jobs_ahead(job: Job) -> Ahead:

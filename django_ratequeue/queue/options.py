@@ -19,7 +19,6 @@ from django.utils import timezone
 
 from ..conf import RateQueueSettings, ratequeue_settings
 from ..exceptions import EnqueueRateLimited
-from ..ratelimit.config import KeyedConfig
 from ..ratelimit.decisions import check_rate_limit, rate_limit
 from ..tracing import current_traceparent
 from .batchscope import current_batch_id
@@ -36,6 +35,7 @@ from .bounds import (
     seconds,
 )
 from .bulk import RowCopy, RowInsert
+from .capacity import rate_row
 from .handles import owner_label
 from .models import Job, Status, new_job_id, queue_connection
 from .registry import function_path
@@ -452,7 +452,5 @@ def check_reservation_room(queue: str, cost: int, key: str | None = None) -> Non
     limit = config.rate_limit if config else None
     if limit is None or cost == 0:
         return
-    keyed = isinstance(settings.RATE_LIMITS.get(limit), KeyedConfig)
-    check_rate_limit(
-        limit, key=(key or None) if keyed else None, count=cost, reserve=True, throws=True
-    )
+    row = rate_row(limit, key or "", settings)
+    check_rate_limit(limit, key=row, count=cost, reserve=True, throws=True)

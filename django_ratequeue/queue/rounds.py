@@ -9,12 +9,14 @@ promises is what the dispatch does. docs/concepts.md tells why the order is so.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Literal
 
 from ..db import execute, server_statement
-from .capacity import Capacity
+from .capacity import Capacity, rate_row
 from .keys import keys_in_turn, next_jobs, ready_key
 from .keyshares import weighted_rounds
 from .models import Job, Status, queue_connection
@@ -28,6 +30,9 @@ KEY_LOOKAHEAD = 100
 TokenGate = Literal["now", "later", "parked", "held", "unfit"]
 # Ask a rate-gated queue's limit about a job: (queue, rate limit's name, job) -> gate.
 Gate = Callable[[str, str, Job], TokenGate]
+# When rate limit (name) will hold (needed) tokens for concurrency key (key), as of now;
+# None: it cannot be told (see eta.Estimator.tokens_at).
+TokensAt = Callable[[str, str, int], datetime | None]
 
 
 @dataclass
@@ -118,6 +123,48 @@ class Rounds:
         offers = weighted_rounds(keys, by_key, self.capacity.weights(name, keys), credit)
         self.credit_left.update((job.pk, left) for job, _round, left in offers)
         return [(job, round_) for job, round_, _left in offers]
+
+
+class NextStep:
+    """Which waiting jobs the dispatch's next step gives a place, by its own rounds.
+
+    Run over a fork of ``capacity`` (its places held by the running attempts) from where
+    the turns begin now, with the reservations simulated: a job's tokens are there now
+    when its rate limit holds them on top of what the jobs before it in the step draw
+    (``tokens_at``), else it keeps its place for later. A leader's memory of refusals
+    (a parked queue, a held key) is not known here."""
+
+    def __init__(self, capacity: Capacity, now: datetime, tokens_at: TokensAt) -> None:
+        self.now, self.tokens_at = now, tokens_at
+        self.drawn: Counter[tuple[str, str | None]] = Counter()
+        # When each job given a place starts: now, or when its tokens are there.
+        self.starts: dict[str, datetime] = {}
+        turns = Turns()
+        turns.load()
+        capacity = capacity.fork()
+        rounds = Rounds(capacity, turns, self.gate)
+        offers = rounds.offers(waiting_queues(after=turns.queue), capacity.room)
+        placed = [*offers.chosen, *offers.later]
+        self.starts.update((job.pk, now) for job in offers.chosen)
+        self.placed = {job.pk for job in placed}
+        self.per_copy = Counter((job.queue, job.concurrency_key) for job in placed)
+
+    def gate(self, queue: str, limit_name: str, job: Job) -> TokenGate:
+        """Say what reserving ``job``'s tokens would, as Dispatch.reserve_tokens does."""
+        if job.cost == 0:
+            return "now"
+        if not job.tokens_reserved:
+            row = (limit_name, rate_row(limit_name, job.concurrency_key))
+            self.drawn[row] += job.cost
+            at = self.tokens_at(limit_name, job.concurrency_key, self.drawn[row])
+            if at is None:
+                return "unfit"
+        else:
+            at = job.start_at
+        if at <= self.now:
+            return "now"
+        self.starts[job.pk] = at
+        return "later"
 
 
 def waiting_queues(after: str = "") -> list[str]:

@@ -207,3 +207,19 @@ def better_shard(a: tuple[int, Decision], b: tuple[int, Decision]) -> int:
     if da.ok or db.ok:
         return shard_a if da.ok else shard_b
     return shard_a if (da.retry_at or 0) <= (db.retry_at or 0) else shard_b
+
+
+def refill_time(
+    config: RateLimitConfig, value: float, ts: float, needed: float, now: float
+) -> float:
+    """Return when a limit holding ``value`` tokens (as of ``now``) holds ``needed``.
+
+    ``ts`` is the state's time (a fixed window's start). Reservations owed make
+    ``value`` negative."""
+    deficit = needed - value
+    if deficit <= 0:
+        return now
+    if isinstance(config, FixedWindow):
+        start = window_start(config, now, 0.0) if ts > now else ts
+        return start + math.ceil(deficit / config.rate) * config.period_seconds
+    return now + deficit * config.period_seconds / config.rate

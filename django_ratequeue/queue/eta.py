@@ -17,9 +17,7 @@ from django.db.models import F, Sum
 
 from .. import clock
 from ..conf import ratequeue_settings
-from ..ratelimit.algebra import refill_time
-from ..ratelimit.decisions import get_rate_limit_config, shard_states
-from .capacity import Capacity, rate_row
+from .capacity import Capacity
 from .heartbeat import queue_served
 from .knowing import Knowing
 from .models import (
@@ -35,6 +33,7 @@ from .models import (
     queue_connection,
 )
 from .rounds import NextStep
+from .tokens import Tokens
 
 Basis = Literal[
     "reservation",  # its rate reservation gave the time: exact
@@ -145,7 +144,7 @@ class Estimator:
         self._next_step: NextStep | None = None
         self._run_times: dict[str, float | None] = {}
         self._handoffs: dict[str, timedelta] = {}
-        self._token_times: dict[tuple[str, str | None, int], datetime | None] = {}
+        self.tokens = Tokens(now)
         self.knowing = Knowing(now)
         self._served: dict[str, bool] = {}
 
@@ -172,7 +171,7 @@ class Estimator:
         rate_limit = self.capacity.limits(job.queue).rate_limit
         if rate_limit and job.cost and not job.tokens_reserved:
             needed = ahead.unreserved_cost + job.cost
-            tokens_at = self.tokens_at(rate_limit, job.concurrency_key, needed)
+            tokens_at = self.tokens.at(rate_limit, job.concurrency_key, needed)
             if tokens_at is not None and tokens_at > earliest:
                 earliest, basis = tokens_at, "rate_limit"
         by_slots = self.slot_free_at(job, position)
@@ -250,7 +249,7 @@ class Estimator:
     def next_step(self) -> NextStep:
         """Return what the dispatch's next step starts (simulated once a page)."""
         if self._next_step is None:
-            self._next_step = NextStep(self.capacity, self.now, self.tokens_at)
+            self._next_step = NextStep(self.capacity, self.tokens)
         return self._next_step
 
     def handoff(self, queue: str) -> timedelta:
@@ -279,27 +278,6 @@ class Estimator:
                 mean = mean_run_time(QueueTotal.objects.filter(queue=queue).aggregate(**RUN_SUMS))
             self._run_times[queue] = mean
         return self._run_times[queue]
-
-    def tokens_at(self, name: str, key: str, needed: int) -> datetime | None:
-        """Return when rate limit ``name`` will hold ``needed`` more tokens than it owes.
-
-        A keyed limit (plan tiers) is the concurrency ``key``'s own, as the dispatch
-        draws from it. None: its configuration cannot be told (a keyed limit's function
-        failed: the dispatch fails such a job)."""
-        row = rate_row(name, key)
-        if (name, row, needed) not in self._token_times:
-            now = self.now.timestamp()
-            try:
-                config = get_rate_limit_config(name, key=row)
-            except ValueError:
-                self._token_times[(name, row, needed)] = None
-                return None
-            states = shard_states(name, config, row, now)
-            value = sum(state.value for state in states.values())
-            ts = min((state.ts for state in states.values()), default=now)
-            at = refill_time(config, value, ts, needed, now)
-            self._token_times[(name, row, needed)] = datetime.fromtimestamp(at, UTC)
-        return self._token_times[(name, row, needed)]
 
 
 # The sums that make a mean run time: the milliseconds, and the samples (every bucket).

@@ -16,11 +16,12 @@ from datetime import datetime
 from typing import Literal
 
 from ..db import execute, server_statement
-from .capacity import Capacity, rate_row
+from .capacity import Capacity, rate_keyed, rate_row
 from .keys import keys_in_turn, next_jobs, ready_key
 from .keyshares import weighted_rounds
 from .models import Job, Status, queue_connection
 from .skipscan import distinct_values
+from .tokens import Tokens
 from .turns import QUEUES_PER_STEP, Turns
 
 # Concurrency keys looked at per queue beyond its free places, to get past busy keys.
@@ -30,9 +31,6 @@ KEY_LOOKAHEAD = 100
 TokenGate = Literal["now", "later", "parked", "held", "unfit"]
 # Ask a rate-gated queue's limit about a job: (queue, rate limit's name, job) -> gate.
 Gate = Callable[[str, str, Job], TokenGate]
-# When rate limit (name) will hold (needed) tokens for concurrency key (key), as of now;
-# None: it cannot be told (see eta.Estimator.tokens_at).
-TokensAt = Callable[[str, str, int], datetime | None]
 
 
 @dataclass
@@ -129,14 +127,16 @@ class NextStep:
     """Which waiting jobs the dispatch's next step gives a place, by its own rounds.
 
     Run over a fork of ``capacity`` (its places held by the running attempts) from where
-    the turns begin now, with the reservations simulated: a job's tokens are there now
-    when its rate limit holds them on top of what the jobs before it in the step draw
-    (``tokens_at``), else it keeps its place for later. A leader's memory of refusals
-    (a parked queue, a held key) is not known here."""
+    the turns begin now, with the reservations simulated on ``tokens``: a job's tokens
+    are there now when its rate limit holds them on top of what the jobs before it in
+    the step draw, else it keeps its place for later; past ``max_reserved`` its key is
+    held (a keyed limit) or its queue parked. A leader's memory of the refusals of its
+    earlier steps is not known here."""
 
-    def __init__(self, capacity: Capacity, now: datetime, tokens_at: TokensAt) -> None:
-        self.now, self.tokens_at = now, tokens_at
+    def __init__(self, capacity: Capacity, tokens: Tokens) -> None:
+        self.now, self.tokens = tokens.now, tokens
         self.drawn: Counter[tuple[str, str | None]] = Counter()
+        self.held: set[tuple[str, str]] = set()
         # When each job given a place starts: now, or when its tokens are there.
         self.starts: dict[str, datetime] = {}
         turns = Turns()
@@ -145,7 +145,7 @@ class NextStep:
         rounds = Rounds(capacity, turns, self.gate)
         offers = rounds.offers(waiting_queues(after=turns.queue), capacity.room)
         placed = [*offers.chosen, *offers.later]
-        self.starts.update((job.pk, now) for job in offers.chosen)
+        self.starts.update((job.pk, self.now) for job in offers.chosen)
         self.placed = {job.pk for job in placed}
         self.per_copy = Counter((job.queue, job.concurrency_key) for job in placed)
 
@@ -153,14 +153,23 @@ class NextStep:
         """Say what reserving ``job``'s tokens would, as Dispatch.reserve_tokens does."""
         if job.cost == 0:
             return "now"
+        at = job.start_at
         if not job.tokens_reserved:
-            row = (limit_name, rate_row(limit_name, job.concurrency_key))
-            self.drawn[row] += job.cost
-            at = self.tokens_at(limit_name, job.concurrency_key, self.drawn[row])
-            if at is None:
+            copy, key = (queue, job.concurrency_key), job.concurrency_key
+            if copy in self.held:
+                return "held"
+            row = (limit_name, rate_row(limit_name, key))
+            needed = self.drawn[row] + job.cost
+            if self.tokens.refused(limit_name, key, needed):
+                if not rate_keyed(limit_name):
+                    return "parked"
+                self.held.add(copy)
+                return "held"
+            self.drawn[row] = needed
+            reserved_at = self.tokens.at(limit_name, key, needed)
+            if reserved_at is None:
                 return "unfit"
-        else:
-            at = job.start_at
+            at = max(at, reserved_at)
         if at <= self.now:
             return "now"
         self.starts[job.pk] = at

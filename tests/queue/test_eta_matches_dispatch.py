@@ -28,8 +28,11 @@ from tests.ratelimit import plans
 KEYS = ["", "a", "b", "c"]
 # Two tokens at once, then one every 20 s: the loop's steps (20 s apart) outrun it.
 TOKENS = {"kind": "token bucket", "rate": 3, "period": 60, "capacity": 2}
+# The same, refusing to reserve more than 2 tokens ahead.
+FEW_AHEAD = {**TOKENS, "max_reserved": 2}
 NAMES = (f"held{n}" for n in itertools.count())
-PLAN_LIMIT = "tests.ratelimit.plans.plan_limit"  # each key's plan: free, pro or metered
+# Each key's plan: free, pro, metered or reserving (at most 1 token ahead).
+PLAN_LIMIT = "tests.ratelimit.plans.plan_limit"
 
 
 @st.composite
@@ -44,10 +47,10 @@ def examples(draw: Any) -> dict[str, Any]:
         }
         for queue in queues
     }
-    gate = draw(st.sampled_from(["", "tokens", "plans"]))
+    gate = draw(st.sampled_from(["", "tokens", "few_ahead", "plans"]))
     if gate:
         limits["q0"]["rate_limit"] = gate
-    tiers = {key: draw(st.sampled_from(["free", "pro", "metered"])) for key in KEYS}
+    tiers = {key: draw(st.sampled_from(["free", "pro", "metered", "reserving"])) for key in KEYS}
     key_limits = draw(
         st.lists(
             st.tuples(
@@ -89,7 +92,11 @@ def configure(example: dict[str, Any], name: str) -> dict[str, Any]:
         if "rate_limit" in config:
             config["rate_limit"] = f"{name}-{config['rate_limit']}"
         queues[f"{name}-{queue}"] = config
-    limits = {f"{name}-tokens": TOKENS, f"{name}-plans": {"per_key": PLAN_LIMIT}}
+    limits = {
+        f"{name}-tokens": TOKENS,
+        f"{name}-few_ahead": FEW_AHEAD,
+        f"{name}-plans": {"per_key": PLAN_LIMIT},
+    }
     return {"MAX_CONCURRENCY": example["environment"], "QUEUES": queues, "RATE_LIMITS": limits}
 
 

@@ -2,9 +2,11 @@
 
 :func:`job_etas` estimates a page of jobs at once. Per job it reads the jobs ahead of it
 in its queue and key (:func:`jobs_ahead`: four bounded ranges of the dispatch index);
-per page, the active attempts, the queues' limits, each queue's recent run time (its
-rollups) and each rate-gated queue's rate limit. docs/eta.md tells how each basis
-estimates and how accurate it is.
+per page, the active attempts, the limits in force (:mod:`.capacity`, as the dispatch
+reads them), each queue's recent run time (its rollups) and each rate-gated queue's rate
+limit; whether a job starts at the next step, it asks the dispatch's own rounds
+(:class:`.rounds.NextStep`). docs/eta.md tells how each basis estimates and how accurate
+it is.
 """
 
 from __future__ import annotations

@@ -31,6 +31,9 @@ TOKENS = {"kind": "token bucket", "rate": 3, "period": 60, "capacity": 2}
 # The same, refusing to reserve more than 2 tokens ahead.
 FEW_AHEAD = {**TOKENS, "max_reserved": 2}
 NAMES = (f"held{n}" for n in itertools.count())
+# A key's own limits: the key, its max_concurrency (0: none start) and weight (None: the
+# queue's).
+KEY_LIMIT = (st.sampled_from(KEYS), st.none() | st.integers(0, 3), st.none() | st.integers(1, 3))
 # Each key's plan: free, pro, metered or reserving (at most 1 token ahead).
 PLAN_LIMIT = "tests.ratelimit.plans.plan_limit"
 
@@ -51,17 +54,7 @@ def examples(draw: Any) -> dict[str, Any]:
     if gate:
         limits["q0"]["rate_limit"] = gate
     tiers = {key: draw(st.sampled_from(["free", "pro", "metered", "reserving"])) for key in KEYS}
-    key_limits = draw(
-        st.lists(
-            st.tuples(
-                st.sampled_from(queues),
-                st.sampled_from(KEYS),
-                st.none() | st.integers(0, 3),
-                st.none() | st.integers(1, 3),
-            ),
-            max_size=4,
-        )
-    )
+    key_limits = draw(st.lists(st.tuples(st.sampled_from(queues), *KEY_LIMIT), max_size=4))
     work = draw(
         st.lists(
             st.tuples(

@@ -20,7 +20,7 @@ from ..conf import RateQueueSettings, ratequeue_settings
 from ..ratelimit.config import KeyedConfig
 from .keyshares import KeyLimits
 from .limits import QueueLimits, Queues
-from .models import Attempt
+from .models import Attempt, Job
 
 
 @dataclass
@@ -151,6 +151,28 @@ class Capacity:
     def take(self, queue: str, key: str) -> None:
         """Count one more place of ``queue``'s copy for ``key``."""
         self.places.take(queue, key)
+
+    def resume(self, resuming: list[Attempt]) -> list[Attempt]:
+        """Give back their places to ``resuming`` attempts (their subtask ended), in order,
+        while the limits leave them; return those granted (their jobs' limits are read)."""
+        if not resuming:
+            return []
+        jobs = Job.objects.filter(pk__in=[a.job_id for a in resuming])
+        own_limits = dict(jobs.values_list("pk", "max_concurrency"))
+        granted = []
+        for attempt in resuming:
+            queue, key = attempt.queue, attempt.concurrency_key
+            needs_queue_slot = not attempt.holds_queue_slot
+            own = own_limits.get(attempt.job_id)
+            if self.environment_free() <= 0 or (
+                needs_queue_slot and (self.copy_full(queue, key, own) or self.queue_full(queue))
+            ):
+                continue
+            self.places.environment += 1
+            if needs_queue_slot:
+                self.take(queue, key)
+            granted.append(attempt)
+        return granted
 
 
 def rate_keyed(limit_name: str, settings: RateQueueSettings | None = None) -> bool:

@@ -77,29 +77,11 @@ class Dispatch:
         resuming = [a for a in running if a.wait == Wait.RESUMING]
         if not resuming:
             return False
-        own_limits = dict(
-            Job.objects.filter(pk__in=[a.job_id for a in resuming]).values_list(
-                "pk", "max_concurrency"
-            )
-        )
-        capacity = self.capacity
-        places = capacity.hold(running)
-        granted = []
-        for attempt in resuming:
-            needs_queue_slot = not attempt.holds_queue_slot
-            queue, key = attempt.queue, attempt.concurrency_key
-            own = own_limits.get(attempt.job_id)
-            if capacity.environment_free() <= 0 or (
-                needs_queue_slot
-                and (capacity.copy_full(queue, key, own) or capacity.queue_full(queue))
-            ):
-                continue
-            places.environment += 1
-            if needs_queue_slot:
-                capacity.take(queue, key)
+        self.capacity.hold(running)
+        granted = self.capacity.resume(resuming)
+        for attempt in granted:
             attempt.wait, attempt.wait_queue = Wait.NONE, ""
-            granted.append(attempt.pk)
-        Attempt.objects.filter(pk__in=granted, wait=Wait.RESUMING).resume()
+        Attempt.objects.filter(pk__in=[a.pk for a in granted], wait=Wait.RESUMING).resume()
         return bool(granted)
 
     def start_ready(

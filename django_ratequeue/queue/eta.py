@@ -251,7 +251,7 @@ class Estimator:
     def next_step(self) -> NextStep:
         """Return what the dispatch's next step starts (simulated once a page)."""
         if self._next_step is None:
-            self._next_step = NextStep(self.capacity, self.tokens)
+            self._next_step = NextStep(self.capacity, self.tokens, self.running())
         return self._next_step
 
     def handoff(self, queue: str) -> timedelta:

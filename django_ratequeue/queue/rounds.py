@@ -19,7 +19,7 @@ from ..db import execute, server_statement
 from .capacity import Capacity, rate_keyed, rate_row
 from .keys import keys_in_turn, next_jobs, ready_key
 from .keyshares import weighted_rounds
-from .models import Job, Status, queue_connection
+from .models import Attempt, Job, Status, Wait, queue_connection
 from .skipscan import distinct_values
 from .tokens import Tokens
 from .turns import QUEUES_PER_STEP, Turns
@@ -126,14 +126,15 @@ class Rounds:
 class NextStep:
     """Which waiting jobs the dispatch's next step gives a place, by its own rounds.
 
-    Run over a fork of ``capacity`` (its places held by the running attempts) from where
-    the turns begin now, with the reservations simulated on ``tokens``: a job's tokens
-    are there now when its rate limit holds them on top of what the jobs before it in
-    the step draw, else it keeps its place for later; past ``max_reserved`` its key is
-    held (a keyed limit) or its queue parked. A leader's memory of the refusals of its
-    earlier steps is not known here."""
+    Run over a fork of ``capacity`` (its places held by the ``running`` attempts, and
+    given back first to those resuming from a subtask wait) from where the turns begin,
+    with the reservations simulated on ``tokens``: a job's tokens are there now when its
+    rate limit holds them on top of what the jobs before it in the step draw, else it
+    keeps its place for later; past ``max_reserved`` its key is held (a keyed limit) or
+    its queue parked. A leader's memory of the refusals of its earlier steps is not
+    known here."""
 
-    def __init__(self, capacity: Capacity, tokens: Tokens) -> None:
+    def __init__(self, capacity: Capacity, tokens: Tokens, running: list[Attempt]) -> None:
         self.now, self.tokens = tokens.now, tokens
         self.drawn: Counter[tuple[str, str | None]] = Counter()
         self.held: set[tuple[str, str]] = set()
@@ -142,6 +143,7 @@ class NextStep:
         turns = Turns()
         turns.load()
         capacity = capacity.fork()
+        capacity.resume([a for a in running if a.wait == Wait.RESUMING])  # first, as the loop
         rounds = Rounds(capacity, turns, self.gate)
         offers = rounds.offers(waiting_queues(after=turns.queue), capacity.room)
         placed = [*offers.chosen, *offers.later]

@@ -38,7 +38,7 @@ def fill(kind: str, count: int) -> Callable[[], bool]:
     from bench.jobs import noop
     from bench.ratequeue_jobs import batch_done
     from django_ratequeue import enqueue_many
-    from django_ratequeue.queue.models import Job, Status
+    from django_ratequeue.engine.models import Job, Status
 
     if kind == PLAIN:
         enqueue_many(noop, [[]] * count)
@@ -51,7 +51,7 @@ def fill(kind: str, count: int) -> Callable[[], bool]:
 def empty() -> None:
     from django.db import connection
 
-    from django_ratequeue.queue.models import Batch
+    from django_ratequeue.plugins.batches.models import Batch
 
     empty_tables()
     with connection.cursor() as cursor:
@@ -73,7 +73,7 @@ def finishing_span() -> float:
     """Return the seconds from the first job finished to the last (the callback included)."""
     from django.db.models import Max, Min
 
-    from django_ratequeue.queue.models import Job
+    from django_ratequeue.engine.models import Job
 
     span = Job.objects.aggregate(first=Min("finished_at"), last=Max("finished_at"))
     return float((span["last"] - span["first"]).total_seconds())

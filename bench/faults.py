@@ -207,7 +207,7 @@ def loop_holders() -> list[int]:
     loop step renews the lease first, so that is the process running the loop."""
     from django.db import connection
 
-    from django_ratequeue.queue.models import LoopState
+    from django_ratequeue.engine.models import LoopState
 
     with connection.cursor() as cursor:
         cursor.execute(
@@ -419,7 +419,7 @@ class KillIdleWorker(Fault):
     name = "an idle worker killed (kill -9)"
 
     def inject(self, drill: Drill) -> Hit:
-        from django_ratequeue.queue.models import WorkerHeartbeat
+        from django_ratequeue.engine.models import WorkerHeartbeat
 
         def find() -> int | None:
             pids = drill.cluster_pids()
@@ -606,7 +606,7 @@ class Drill:
     def run(self, faults: Sequence[Fault]) -> Report:
         from django.conf import settings
 
-        from django_ratequeue.queue.models import Status
+        from django_ratequeue.engine.models import Status
 
         self.started = time.time()
         self.producer.start()
@@ -673,7 +673,7 @@ class Drill:
 
     def strike(self, fault: str) -> Hit:
         """A fault strikes now: note the jobs in flight."""
-        from django_ratequeue.queue.models import Attempt
+        from django_ratequeue.engine.models import Attempt
 
         in_flight = through_outages(
             lambda: list(
@@ -722,7 +722,7 @@ class Drill:
     # -- waiting
 
     def count(self, *statuses: str) -> int:
-        from django_ratequeue.queue.models import Job
+        from django_ratequeue.engine.models import Job
 
         return through_outages(lambda: Job.objects.filter(status__in=statuses).count())
 
@@ -738,7 +738,7 @@ class Drill:
         parks had left RUNNING (None: not within ``recovery_limit``). Confirmed by one more
         probe, enqueued ``confirm_after`` seconds after the fault, completing too (passes a
         runner runs itself keep a cluster going a while without its task queue)."""
-        from django_ratequeue.queue.models import FINAL_STATUSES, Job, Status
+        from django_ratequeue.engine.models import FINAL_STATUSES, Job, Status
 
         ended = set(hit.in_flight) | set(hit.watch)
         confirm = Planned(f"confirm{n}", PROBE_QUEUE, seconds=0.01, priority=10)
@@ -770,7 +770,7 @@ class Drill:
 
     def describe(self, job_id: str) -> str:
         """A job's status and its attempts' outcomes, for the report."""
-        from django_ratequeue.queue.models import Attempt, Job
+        from django_ratequeue.engine.models import Attempt, Job
 
         status = through_outages(
             lambda: Job.objects.filter(pk=job_id).values_list("status", "error").first()
@@ -792,7 +792,7 @@ class Drill:
         """When the first job completed after ``hit`` struck."""
         from django.db.models import Min
 
-        from django_ratequeue.queue.models import Job, Status
+        from django_ratequeue.engine.models import Job, Status
 
         first = through_outages(
             lambda: Job.objects.filter(
@@ -804,7 +804,7 @@ class Drill:
     def settle(self) -> None:
         """Wait until every job of the drill has ended, or nothing ended for
         ``stall_limit`` seconds."""
-        from django_ratequeue.queue.models import FINAL_STATUSES, Job
+        from django_ratequeue.engine.models import FINAL_STATUSES, Job
 
         def ended() -> int:
             return through_outages(
@@ -825,7 +825,7 @@ class Drill:
         """The loop's state, its active attempts and the broker's tasks, for a stuck drill."""
         from django_q.models import OrmQ
 
-        from django_ratequeue.queue.models import Attempt, Job, LoopState
+        from django_ratequeue.engine.models import Attempt, Job, LoopState
 
         def read() -> str:
             now = time.time()
@@ -851,7 +851,7 @@ class Drill:
 
     def lost(self) -> dict[str, float]:
         """The jobs enqueued that are not complete, with when each was last seen."""
-        from django_ratequeue.queue.models import Job, Status
+        from django_ratequeue.engine.models import Job, Status
 
         expected = self.expected()
         rows = {

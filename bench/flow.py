@@ -54,7 +54,7 @@ def reset() -> None:
 
 def run(count: int, timeout: float) -> Rate:
     """Start the workers, wait for ``count`` finished jobs, time first to last."""
-    from django_ratequeue.queue.models import Job, Status
+    from django_ratequeue.engine.models import Job, Status
 
     done = Job.objects.filter(status=Status.COMPLETE).count
     running = Workers([["qcluster"]], {"BENCH_RATEQUEUE": json.dumps(SETTINGS)})

@@ -96,17 +96,17 @@ def empty_tables() -> None:
     from django_tasks_db.models import DBTaskResult
 
     from bench.models import JobStart
-    from django_ratequeue.queue.models import (
+    from django_ratequeue.engine.models import (
         Attempt,
         CancelRequest,
         Job,
         LoopState,
         OutputChunk,
-        RollupCursor,
         RuntimeLimits,
-        TurnState,
         WorkerHeartbeat,
     )
+    from django_ratequeue.plugins.fairness.models import TurnState
+    from django_ratequeue.plugins.rollups.models import RollupCursor
 
     models = [Attempt, OutputChunk, Job, CancelRequest, LoopState, WorkerHeartbeat]
     models += [TurnState, RuntimeLimits, RollupCursor]  # what LoopState held before 0024
@@ -124,7 +124,7 @@ def timeline() -> str:
     """Where a job's time went in the run that just ended, from our own timestamps: waiting
     for the runner after dispatch, running, and waiting for the loop to finish it; and how
     many jobs each loop step dispatched and finished."""
-    from django_ratequeue.queue.models import LoopState
+    from django_ratequeue.engine.models import LoopState
 
     to_start, running, to_finish, jobs, dispatches, finishes = attempts_of_jobs(
         """
@@ -149,7 +149,7 @@ def attempts_of_jobs(columns: str, where: str) -> tuple[Any, ...]:
     """One row of ``columns`` over our attempts joined with their jobs (``a`` and ``j``)."""
     from django.db import connection
 
-    from django_ratequeue.queue.models import Attempt, Job
+    from django_ratequeue.engine.models import Attempt, Job
 
     attempt = connection.ops.quote_name(Attempt._meta.db_table)
     job = connection.ops.quote_name(Job._meta.db_table)

@@ -283,8 +283,8 @@ def run_job(chunks: int, pause: float, stream: bool) -> Streamed:
     from django.utils import timezone
 
     from django_ratequeue import enqueue
+    from django_ratequeue.engine.execution import run_attempt
     from django_ratequeue.models import Attempt, OutputChunk
-    from django_ratequeue.queue.execution import run_attempt
 
     handle = enqueue("bench.ratequeue_jobs.generate", args=[chunks, pause, stream])
     Attempt.objects.create(
@@ -327,8 +327,8 @@ def running_jobs(token: str, count: int) -> list[str]:
     from rest_framework.authtoken.models import Token
 
     from django_ratequeue import enqueue_many
+    from django_ratequeue.engine.models import Status
     from django_ratequeue.models import Job
-    from django_ratequeue.queue.models import Status
 
     user = Token.objects.get(key=token).user
     handles = enqueue_many("bench.jobs.noop", [() for _ in range(count)], owner=user)
@@ -478,7 +478,7 @@ def sse_load(port: int, pid: int, token: str, streams: int, live: int, seconds: 
     writes it (its transaction, its signal to the streams' watchers)."""
     from django.conf import settings
 
-    from django_ratequeue.queue.progress import UNSET, store
+    from django_ratequeue.engine.progress import UNSET, store
 
     interval = settings.RATEQUEUE.get("PROGRESS_INTERVAL", 0.05)
     job_ids = running_jobs(token, streams)

@@ -200,7 +200,7 @@ class Ours(Contender):
         enqueue_many(self.function(variant), [[port, ms]] * count, queue=QUEUE, id=tag)
 
     def counts(self, tag: str) -> tuple[int, int, int]:
-        from django_ratequeue.queue.models import Attempt, Job
+        from django_ratequeue.engine.models import Attempt, Job
 
         job, attempt = (self.connection.ops.quote_name(m._meta.db_table) for m in (Job, Attempt))
         with self.connection.cursor() as cursor:
@@ -227,7 +227,7 @@ class Ours(Contender):
             return int(cursor.fetchone()[0])
 
     def analyze(self) -> None:
-        from django_ratequeue.queue.models import Attempt, Job
+        from django_ratequeue.engine.models import Attempt, Job
 
         tables = ", ".join(
             self.connection.ops.quote_name(m._meta.db_table) for m in (Job, Attempt)

@@ -96,7 +96,7 @@ def scraping(kind: str) -> Iterator[list[int]]:
 
 def run(kind: str, count: int) -> tuple[float, float]:
     """Return the seconds from the workers' start to the end, and from the first job's end."""
-    from django_ratequeue.queue.models import Job, Status
+    from django_ratequeue.engine.models import Job, Status
 
     empty_tables()
     enqueue(kind, count)

@@ -91,7 +91,7 @@ def analyze(contender: str) -> None:
     from django_q.models import OrmQ
     from django_tasks_db.models import DBTaskResult
 
-    from django_ratequeue.queue.models import Attempt, Job
+    from django_ratequeue.engine.models import Attempt, Job
 
     models = {OURS: [Job, Attempt], DJANGO_Q2: [OrmQ], TASKS_DB: [DBTaskResult]}[contender]
     tables = ", ".join(connection.ops.quote_name(m._meta.db_table) for m in models)
@@ -102,7 +102,7 @@ def analyze(contender: str) -> None:
 def done_counter(contender: str, **job_filter: Any) -> Callable[[], int]:
     """How many jobs finished so far, as each contender records it."""
     if contender == OURS:
-        from django_ratequeue.queue.models import Job, Status
+        from django_ratequeue.engine.models import Job, Status
 
         return Job.objects.filter(status=Status.COMPLETE, **job_filter).count
     if contender == DJANGO_Q2:
@@ -431,7 +431,7 @@ def insert_backlog(count: int) -> float:
     from django.db import DatabaseError, connection
 
     from django_ratequeue.conf import ratequeue_settings
-    from django_ratequeue.queue.models import Job, Status
+    from django_ratequeue.engine.models import Job, Status
 
     table = connection.ops.quote_name(Job._meta.db_table)
     retry = ratequeue_settings().DEFAULT_RETRIES.to_json()
@@ -480,14 +480,9 @@ def forget_cycles() -> None:
     keeping the backlog."""
     from django_q.models import OrmQ
 
-    from django_ratequeue.queue.models import (
-        Attempt,
-        Job,
-        LoopState,
-        RollupCursor,
-        RuntimeLimits,
-        TurnState,
-    )
+    from django_ratequeue.engine.models import Attempt, Job, LoopState, RuntimeLimits
+    from django_ratequeue.plugins.fairness.models import TurnState
+    from django_ratequeue.plugins.rollups.models import RollupCursor
 
     Attempt.objects.all().delete()
     Job.objects.filter(priority=0).delete()
@@ -501,7 +496,7 @@ def backlog_end_to_end(count: int, slots: int, repeats: int) -> Runs:
     ``repeats`` times; the backlog stays for the next run."""
     from bench.jobs import noop
     from django_ratequeue import enqueue_many
-    from django_ratequeue.queue.models import Job
+    from django_ratequeue.engine.models import Job
 
     if not Job.objects.filter(priority=-1).exists():
         raise RuntimeError("no backlog: its insertion failed")
@@ -565,8 +560,8 @@ class Cycle:
 def runner_turn(slots: int) -> None:
     """A runner's turn with ``slots`` free slots, in this thread: one claim, the calls, one
     report (a runner's slots report together what ended together)."""
-    from django_ratequeue.queue.execution import run_attempt
-    from django_ratequeue.queue.runner import Runner
+    from django_ratequeue.engine.execution import run_attempt
+    from django_ratequeue.engine.runner import Runner
 
     runner = Runner("bench")
     runner.report([run_attempt(attempt) for attempt in runner.claim(slots)])
@@ -580,8 +575,8 @@ def loop_cycles(slots: int, cycles: int) -> list[Cycle]:
 
     from bench.jobs import noop
     from django_ratequeue import enqueue_many
-    from django_ratequeue.queue.loop import Loop
-    from django_ratequeue.queue.models import LoopState
+    from django_ratequeue.engine.loop import Loop
+    from django_ratequeue.engine.models import LoopState
 
     generation = LoopState.objects.ensure().generation + 1
     LoopState.objects.update(generation=F("generation") + 1)

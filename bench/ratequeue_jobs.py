@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import time
 
-from django_ratequeue import job, stream_output
-
-from .jobs import (
+from bench.jobs import (
     await_on_network,
     exit_worker,
     fail,
@@ -21,6 +19,7 @@ from .jobs import (
     record_start,
     wait_on_network,
 )
+from django_ratequeue import job, stream_output
 
 # bench.http enqueues it over HTTP.
 job(noop, expose=True)

@@ -133,7 +133,7 @@ def serving() -> Iterator[str]:
 
 def end_to_end(key: str, args: argparse.Namespace) -> str:
     from django_ratequeue import enqueue_many
-    from django_ratequeue.queue.models import Job, Status
+    from django_ratequeue.engine.models import Job, Status
 
     empty_tables()
     enqueue_many(NOOP, [() for _ in range(args.jobs)], queue=QUEUE)
@@ -157,7 +157,7 @@ def percentile(values: Sequence[float], p: float) -> float:
 def claim_to_start(key: str, args: argparse.Namespace) -> str:
     """Sequential probes while every worker waits in its claim (see the module)."""
     from django_ratequeue import enqueue
-    from django_ratequeue.queue.models import Attempt
+    from django_ratequeue.engine.models import Attempt
 
     empty_tables()
     with tempfile.TemporaryDirectory() as scratch, serving() as url, cluster():
@@ -198,7 +198,7 @@ def heartbeat_statements(key: str, beats: int) -> str:
     from rest_framework.test import APIClient
 
     from django_ratequeue import enqueue
-    from django_ratequeue.queue.models import Attempt
+    from django_ratequeue.engine.models import Attempt
 
     empty_tables()
     client = APIClient()
@@ -281,8 +281,8 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     django.setup()
     from bench.http import server_command
-    from django_ratequeue.queue.models import WorkerKey
-    from django_ratequeue.queue.workerkeys import create_key
+    from django_ratequeue.engine.models import WorkerKey
+    from django_ratequeue.engine.workerkeys import create_key
 
     database = prepare_database()
     command = " ".join(["python -m bench.remote", *(sys.argv[1:] if argv is None else argv)])

@@ -82,8 +82,8 @@ def new_loop() -> Any:
     """Lead the loop from a new generation, in this process."""
     from django.db.models import F
 
-    from django_ratequeue.queue.loop import Loop
-    from django_ratequeue.queue.models import LoopState
+    from django_ratequeue.engine.loop import Loop
+    from django_ratequeue.engine.models import LoopState
 
     generation = LoopState.objects.ensure().generation + 1
     LoopState.objects.update(generation=F("generation") + 1)
@@ -93,7 +93,8 @@ def new_loop() -> Any:
 def analyze() -> None:
     from django.db import connection
 
-    from django_ratequeue.queue.models import Job, Schedule
+    from django_ratequeue.engine.models import Job
+    from django_ratequeue.plugins.schedules.models import Schedule
 
     with connection.cursor() as cursor:
         for model in (Schedule, Job):
@@ -123,7 +124,7 @@ def statements(loop: Any) -> list[str]:
 
 def due_minute(loop: Any, clock: FrozenClock) -> tuple[list[float], int]:
     """Move the clock to the due minute, step until the loop rests; the steps and the runs."""
-    from django_ratequeue.queue.models import Job
+    from django_ratequeue.engine.models import Job
 
     clock.moment = DUE_AT
     durations = []
@@ -137,7 +138,7 @@ def due_minute(loop: Any, clock: FrozenClock) -> tuple[list[float], int]:
 
 def statement_counts(loop: Any, clock: FrozenClock) -> str:
     """Return the statements of an empty step and of a due minute's steps, per run."""
-    from django_ratequeue.queue.models import Job
+    from django_ratequeue.engine.models import Job
 
     empty = statements(loop)
     clock.moment = DUE_AT
@@ -157,7 +158,8 @@ def statement_counts(loop: Any, clock: FrozenClock) -> str:
 
 def reset(clock: FrozenClock) -> None:
     """Delete the runs, and make the due schedules due at 03:00 again."""
-    from django_ratequeue.queue.models import Job, Schedule
+    from django_ratequeue.engine.models import Job
+    from django_ratequeue.plugins.schedules.models import Schedule
 
     Job.objects.filter(queue=QUEUE).delete()
     Schedule.objects.filter(cron="0 3 * * *").update(next_run_at=DUE_AT, runs=0)
@@ -168,7 +170,7 @@ def reset(clock: FrozenClock) -> None:
 def plain_enqueues(count: int) -> float:
     """Seconds for ``count`` enqueue() calls of the job with ids, as the runs are made."""
     from django_ratequeue import enqueue
-    from django_ratequeue.queue.models import Job
+    from django_ratequeue.engine.models import Job
 
     began = time.perf_counter()
     for n in range(count):
@@ -183,7 +185,7 @@ def measure(args: argparse.Namespace) -> None:
     from django.test import override_settings
 
     from bench.harness import empty_tables
-    from django_ratequeue.queue.models import Schedule
+    from django_ratequeue.plugins.schedules.models import Schedule
 
     configured = {
         **settings.RATEQUEUE,

@@ -14,53 +14,55 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .exceptions import BatchDoesNotExist as BatchDoesNotExist
-    from .exceptions import DuplicateJobId as DuplicateJobId
-    from .exceptions import EnqueueRateLimited as EnqueueRateLimited
-    from .exceptions import JobCanceled as JobCanceled
-    from .exceptions import JobDoesNotExist as JobDoesNotExist
-    from .exceptions import JobFailed as JobFailed
-    from .exceptions import NonRetryableError as NonRetryableError
-    from .exceptions import NotInJob as NotInJob
-    from .exceptions import RateLimited as RateLimited
-    from .exceptions import RateQueueError as RateQueueError
-    from .exceptions import RecursiveWaitDeadlock as RecursiveWaitDeadlock
-    from .exceptions import UnknownJob as UnknownJob
-    from .queue.batches import BatchHandle as BatchHandle
-    from .queue.batches import HandleList as HandleList
-    from .queue.batches import batch as batch
-    from .queue.batches import current_batch as current_batch
-    from .queue.batches import get_batch as get_batch
-    from .queue.control import pause_queue as pause_queue
-    from .queue.control import resume_queue as resume_queue
-    from .queue.control import set_max_concurrency as set_max_concurrency
-    from .queue.control import set_queue_concurrency as set_queue_concurrency
-    from .queue.enqueue import enqueue as enqueue
-    from .queue.enqueue import enqueue_many as enqueue_many
-    from .queue.eta import Eta as Eta
-    from .queue.functions import AsyncJobFunction as AsyncJobFunction
-    from .queue.functions import JobFunction as JobFunction
-    from .queue.functions import job as job
-    from .queue.handles import Handle as Handle
-    from .queue.handles import cancel_all as cancel_all
-    from .queue.handles import get_handle as get_handle
-    from .queue.keylimits import refresh_key_limits as refresh_key_limits
-    from .queue.keylimits import set_key_limit as set_key_limit
-    from .queue.models import Status as Status
-    from .queue.options import EnqueueOptions as EnqueueOptions
-    from .queue.progress import report_progress as report_progress
-    from .queue.progress import stream_output as stream_output
-    from .queue.retry import Retry as Retry
-    from .ratelimit.config import FixedWindow as FixedWindow
-    from .ratelimit.config import KeyedConfig as KeyedConfig
-    from .ratelimit.config import TokenBucket as TokenBucket
-    from .ratelimit.decisions import RateLimitResult as RateLimitResult
-    from .ratelimit.decisions import check_rate_limit as check_rate_limit
-    from .ratelimit.decisions import get_rate_limit_value as get_rate_limit_value
-    from .ratelimit.decisions import rate_limit as rate_limit
-    from .ratelimit.decisions import reset_rate_limit as reset_rate_limit
-    from .ratelimit.defined import define_rate_limits as define_rate_limits
-    from .slots import cancel_requested as cancel_requested
+    from django_ratequeue.engine.control import pause_queue as pause_queue
+    from django_ratequeue.engine.control import resume_queue as resume_queue
+    from django_ratequeue.engine.control import set_max_concurrency as set_max_concurrency
+    from django_ratequeue.engine.control import set_queue_concurrency as set_queue_concurrency
+    from django_ratequeue.engine.enqueue import enqueue as enqueue
+    from django_ratequeue.engine.enqueue import enqueue_many as enqueue_many
+    from django_ratequeue.engine.functions import AsyncJobFunction as AsyncJobFunction
+    from django_ratequeue.engine.functions import JobFunction as JobFunction
+    from django_ratequeue.engine.functions import job as job
+    from django_ratequeue.engine.handles import Handle as Handle
+    from django_ratequeue.engine.handles import cancel_all as cancel_all
+    from django_ratequeue.engine.handles import get_handle as get_handle
+    from django_ratequeue.engine.models import Status as Status
+    from django_ratequeue.engine.options import EnqueueOptions as EnqueueOptions
+    from django_ratequeue.engine.progress import report_progress as report_progress
+    from django_ratequeue.engine.progress import stream_output as stream_output
+    from django_ratequeue.engine.retry import Retry as Retry
+    from django_ratequeue.exceptions import BatchDoesNotExist as BatchDoesNotExist
+    from django_ratequeue.exceptions import DuplicateJobId as DuplicateJobId
+    from django_ratequeue.exceptions import EnqueueRateLimited as EnqueueRateLimited
+    from django_ratequeue.exceptions import JobCanceled as JobCanceled
+    from django_ratequeue.exceptions import JobDoesNotExist as JobDoesNotExist
+    from django_ratequeue.exceptions import JobFailed as JobFailed
+    from django_ratequeue.exceptions import NonRetryableError as NonRetryableError
+    from django_ratequeue.exceptions import NotInJob as NotInJob
+    from django_ratequeue.exceptions import RateLimited as RateLimited
+    from django_ratequeue.exceptions import RateQueueError as RateQueueError
+    from django_ratequeue.exceptions import RecursiveWaitDeadlock as RecursiveWaitDeadlock
+    from django_ratequeue.exceptions import UnknownJob as UnknownJob
+    from django_ratequeue.plugins.batches.grouping import BatchHandle as BatchHandle
+    from django_ratequeue.plugins.batches.grouping import HandleList as HandleList
+    from django_ratequeue.plugins.batches.grouping import batch as batch
+    from django_ratequeue.plugins.batches.grouping import current_batch as current_batch
+    from django_ratequeue.plugins.batches.grouping import get_batch as get_batch
+    from django_ratequeue.plugins.eta.estimates import Eta as Eta
+    from django_ratequeue.plugins.fairness.keylimits import (
+        refresh_key_limits as refresh_key_limits,
+    )
+    from django_ratequeue.plugins.fairness.keylimits import set_key_limit as set_key_limit
+    from django_ratequeue.ratelimit.config import FixedWindow as FixedWindow
+    from django_ratequeue.ratelimit.config import KeyedConfig as KeyedConfig
+    from django_ratequeue.ratelimit.config import TokenBucket as TokenBucket
+    from django_ratequeue.ratelimit.decisions import RateLimitResult as RateLimitResult
+    from django_ratequeue.ratelimit.decisions import check_rate_limit as check_rate_limit
+    from django_ratequeue.ratelimit.decisions import get_rate_limit_value as get_rate_limit_value
+    from django_ratequeue.ratelimit.decisions import rate_limit as rate_limit
+    from django_ratequeue.ratelimit.decisions import reset_rate_limit as reset_rate_limit
+    from django_ratequeue.ratelimit.defined import define_rate_limits as define_rate_limits
+    from django_ratequeue.slots import cancel_requested as cancel_requested
 
 __version__ = "0.1.0"
 

@@ -11,12 +11,12 @@ class RateQueueConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from . import checks  # noqa: F401  (registers the system checks)
-        from .queue import (
+        from django_ratequeue import checks  # noqa: F401  (registers the system checks)
+        from django_ratequeue.engine import (
             agent,  # noqa: F401  (starts an agent thread in each django-q2 worker)
             host,  # noqa: F401  (starts a runner thread in each django-q2 worker)
         )
-        from .queue.registry import autodiscover
+        from django_ratequeue.engine.registry import autodiscover
 
         # Only registered jobs run: register them in every process, web and worker alike.
         autodiscover()

@@ -23,16 +23,21 @@ from django.core.checks import CheckMessage, Error, register
 from django.core.exceptions import ImproperlyConfigured
 from django.utils import timezone
 
-from . import check_ids as ids
-from . import plain
-from .exceptions import JobCanceled, UnknownJob, class_path
-from .queue.enqueue import enqueue_job
-from .queue.functions import JobFunction, job
-from .queue.models import Attempt, Job, Outcome, Status
-from .queue.options import JobOptions, QueueChoice
-from .queue.protocol import check_result_size
-from .queue.registry import BACKEND_PATH, function_path, register_task, registered_task
-from .queue.subtasks import current_attempt
+from django_ratequeue import check_ids as ids
+from django_ratequeue import plain
+from django_ratequeue.engine.enqueue import enqueue_job
+from django_ratequeue.engine.functions import JobFunction, job
+from django_ratequeue.engine.models import Attempt, Job, Outcome, Status
+from django_ratequeue.engine.options import JobOptions, QueueChoice
+from django_ratequeue.engine.protocol import check_result_size
+from django_ratequeue.engine.registry import (
+    BACKEND_PATH,
+    function_path,
+    register_task,
+    registered_task,
+)
+from django_ratequeue.engine.subtasks import current_attempt
+from django_ratequeue.exceptions import JobCanceled, UnknownJob, class_path
 
 # The jobs the backend enqueues: run_task, arun_task for an ``async def`` task.
 TASK_JOBS = ("django_ratequeue.backends.run_task", "django_ratequeue.backends.arun_task")

@@ -19,15 +19,15 @@ from django.core.exceptions import ImproperlyConfigured
 from django.urls import URLResolver, get_resolver
 from django.utils.module_loading import import_string
 
-from . import backends as tasks_backend_checks  # noqa: F401
-from . import check_ids as ids
-from .conf import parse_settings
-from .decorators import limit_names
-from .queue.keyshares import key_limits_problems
-from .queue.models import queue_db
-from .queue.schedule_sync import schedule_problems
-from .ratelimit.config import KeyedConfig
-from .ratelimit.storage import rate_limit_db
+from django_ratequeue import backends as tasks_backend_checks  # noqa: F401
+from django_ratequeue import check_ids as ids
+from django_ratequeue.conf import parse_settings
+from django_ratequeue.decorators import limit_names
+from django_ratequeue.engine.models import queue_db
+from django_ratequeue.plugins.fairness.shares import key_limits_problems
+from django_ratequeue.plugins.schedules.sync import schedule_problems
+from django_ratequeue.ratelimit.config import KeyedConfig
+from django_ratequeue.ratelimit.storage import rate_limit_db
 
 # The Q_CLUSTER keys that choose django-q2's broker; without any, it connects to Redis on
 # localhost (django_q.brokers.get_broker).
@@ -381,7 +381,7 @@ def throttle_problems(views: list[Any]) -> list[CheckMessage]:
     """Return a problem for each throttle scope a view's ``RateLimitThrottle`` looks up in
     vain (a class that finds its limit its own way, or has a ``rate``, is left alone)."""
     try:
-        from .contrib.drf import RateLimitThrottle
+        from django_ratequeue.contrib.drf import RateLimitThrottle
     except ImproperlyConfigured:  # no Django REST framework: no throttles
         return []
     own = ("get_limit", "get_scope", "get_rate")

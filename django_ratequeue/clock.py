@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from django.apps import apps
 from django.db import DatabaseError, connections, router
 
-from .conf import ratequeue_settings
+from django_ratequeue.conf import ratequeue_settings
 
 # Seconds between two measurements of the offset; and the jump of the local clock against
 # the monotonic one that makes us measure again at once.

@@ -27,10 +27,10 @@ from django.http.response import ResponseHeaders
 from django.utils.decorators import method_decorator
 from django.utils.module_loading import import_string
 
-from .conf import ratequeue_settings
-from .exceptions import RateLimited
-from .ratelimit.decisions import check_rate_limit, rate_limit, reset_rate_limit
-from .ratelimit.status import quota_headers
+from django_ratequeue.conf import ratequeue_settings
+from django_ratequeue.exceptions import RateLimited
+from django_ratequeue.ratelimit.decisions import check_rate_limit, rate_limit, reset_rate_limit
+from django_ratequeue.ratelimit.status import quota_headers
 
 KeyFunc = Callable[[HttpRequest], str | None]
 ResponsePredicate = Callable[[HttpRequest, HttpResponse], bool]

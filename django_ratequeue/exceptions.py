@@ -11,7 +11,7 @@ from datetime import datetime
 
 from django.core.exceptions import ObjectDoesNotExist
 
-from . import plain
+from django_ratequeue import plain
 
 
 class RateQueueError(Exception):
@@ -42,7 +42,7 @@ class JobDoesNotExist(JobError, ObjectDoesNotExist):
     """There is no such job, or none the handle's owner may see (the two look the same).
 
     It is also the job model's own ``Job.DoesNotExist`` (see
-    :mod:`django_ratequeue.queue.models`), so ``except Job.DoesNotExist`` catches it, and a
+    :mod:`django_ratequeue.engine.models`), so ``except Job.DoesNotExist`` catches it, and a
     failed ``Job.objects.get()`` raises it."""
 
 

@@ -1,28 +1,24 @@
 """The app's models, defined beside the code that owns them."""
 
-from .queue.models import (
+from django_ratequeue.engine.models import (
     Attempt,
-    Batch,
     CancelRequest,
     Job,
-    KeyLimit,
-    KeyLimitChange,
     LoopState,
     OutputChunk,
     QueueDashboard,
-    QueueMinute,
     QueueSetting,
-    QueueTotal,
-    RollupCursor,
     RuntimeLimits,
-    Schedule,
-    TurnState,
-    UniqueClaim,
     WorkerHeartbeat,
     WorkerKey,
 )
-from .queue.seats import RequestSeat
-from .ratelimit.models import RateLimitDecisionTotal, RateLimitState
+from django_ratequeue.engine.seats import RequestSeat
+from django_ratequeue.plugins.batches.models import Batch
+from django_ratequeue.plugins.fairness.models import KeyLimit, KeyLimitChange, TurnState
+from django_ratequeue.plugins.rollups.models import QueueMinute, QueueTotal, RollupCursor
+from django_ratequeue.plugins.schedules.models import Schedule
+from django_ratequeue.plugins.unique.models import UniqueClaim
+from django_ratequeue.ratelimit.models import RateLimitDecisionTotal, RateLimitState
 
 __all__ = [
     "Attempt",

@@ -6,7 +6,7 @@ extra): without it, including these URLs raises ImproperlyConfigured saying so.
 
 from django.urls import path
 
-from .api import batches, views, workers
+from django_ratequeue.api import batches, views, workers
 
 app_name = "ratequeue"
 

@@ -19,9 +19,9 @@ import pytest
 from django.utils import timezone
 
 from django_ratequeue import TokenBucket, enqueue, rate_limit
+from django_ratequeue.engine.agent import take_lapsed_lease
+from django_ratequeue.engine.heartbeat import beat
 from django_ratequeue.models import Attempt, LoopState, WorkerHeartbeat
-from django_ratequeue.queue.agent import take_lapsed_lease
-from django_ratequeue.queue.heartbeat import beat
 from django_ratequeue.ratelimit.prune import prune_full_rows
 from tests.cluster import wait_for
 from tests.queue import jobs

@@ -19,10 +19,9 @@ from django_ratequeue import (
     enqueue,
     get_handle,
 )
+from django_ratequeue.engine.handles import Handle, missing_job
 from django_ratequeue.models import Attempt, Job
-from django_ratequeue.queue.handles import Handle, missing_job
-
-from .queue import jobs
+from tests.queue import jobs
 
 
 def package_modules() -> list[str]:

@@ -1,6 +1,6 @@
 """Admin pages of django-ratequeue, one module per area."""
 
-from . import (  # noqa: F401
+from django_ratequeue.admin import (  # noqa: F401
     batches,
     jobs,
     keylimits,
@@ -10,6 +10,6 @@ from . import (  # noqa: F401
     uniqueclaims,
     workers,
 )
-from .placement import hide_django_q_admin
+from django_ratequeue.admin.placement import hide_django_q_admin
 
 hide_django_q_admin()

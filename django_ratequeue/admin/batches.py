@@ -9,13 +9,14 @@ from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
-from ..queue.batches import BatchHandle, status_counts
-from ..queue.models import FINAL_STATUSES, Batch, Job, batch_jobs
-from .actions import PermittedActionsMixin
-from .display import moment, shortened
-from .jobfields import json_block, progress_bar
-from .objectids import StorableIdsMixin
-from .viewonly import ViewOnlyMixin
+from django_ratequeue.admin.actions import PermittedActionsMixin
+from django_ratequeue.admin.display import moment, shortened
+from django_ratequeue.admin.jobfields import json_block, progress_bar
+from django_ratequeue.admin.objectids import StorableIdsMixin
+from django_ratequeue.admin.viewonly import ViewOnlyMixin
+from django_ratequeue.engine.models import FINAL_STATUSES, Job
+from django_ratequeue.plugins.batches.grouping import BatchHandle, status_counts
+from django_ratequeue.plugins.batches.models import Batch, batch_jobs
 
 # The most jobs a batch's page lists.
 JOBS_SHOWN = 50

@@ -19,13 +19,13 @@ from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils.safestring import SafeString
 
-from ..monitor.counts import COLUMNS
-from ..monitor.ratelimits import KEYS_READ
-from ..monitor.series import DEFAULT_WINDOW, WINDOWS, Window
-from ..monitor.snapshot import QueueState, Snapshot, snapshot
-from ..queue.models import Job, QueueDashboard
-from .charts import Series, line_chart
-from .viewonly import ViewOnlyMixin
+from django_ratequeue.admin.charts import Series, line_chart
+from django_ratequeue.admin.viewonly import ViewOnlyMixin
+from django_ratequeue.engine.models import Job, QueueDashboard
+from django_ratequeue.monitor.counts import COLUMNS
+from django_ratequeue.monitor.ratelimits import KEYS_READ
+from django_ratequeue.monitor.series import DEFAULT_WINDOW, WINDOWS, Window
+from django_ratequeue.monitor.snapshot import QueueState, Snapshot, snapshot
 
 # How often the page asks for a fresh body, in milliseconds, per window: a day's points
 # are 15 minutes wide and cost more to read.

@@ -14,9 +14,9 @@ from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.views.decorators.http import require_POST
 
-from ..monitor.failures import failed_jobs, failure_groups
-from ..queue.bounds import check_text
-from ..queue.failed import discard, retry
+from django_ratequeue.engine.bounds import check_text
+from django_ratequeue.engine.failed import discard, retry
+from django_ratequeue.monitor.failures import failed_jobs, failure_groups
 
 # The jobs one post retries or discards at most: a bigger group takes several posts.
 MAX_PER_POST = 1000

@@ -14,9 +14,9 @@ from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from ..queue.handles import AttemptInfo
-from ..queue.models import Job
-from ..queue.retry import Retry
+from django_ratequeue.engine.handles import AttemptInfo
+from django_ratequeue.engine.models import Job
+from django_ratequeue.engine.retry import Retry
 
 # A traceback's frame in django-ratequeue's own code (any host's copy of it).
 OWN_FRAME = re.compile(r'  File ".*[/\\]django_ratequeue[/\\][^"]*", line \d+')

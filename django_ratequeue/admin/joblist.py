@@ -21,9 +21,9 @@ from django.utils.functional import cached_property
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
-from ..monitor import counts
-from ..queue.models import FINAL_STATUSES, Job, Status
-from .display import moment
+from django_ratequeue.admin.display import moment
+from django_ratequeue.engine.models import FINAL_STATUSES, Job, Status
+from django_ratequeue.monitor import counts
 
 # The statuses whose job waits for its start_at, shown under the status.
 WAITS_FOR_START = (Status.SCHEDULED, Status.RETRYING)

@@ -25,17 +25,10 @@ from django.utils.html import conditional_escape, format_html
 from django.utils.safestring import SafeString
 from django.views.decorators.http import require_POST
 
-from .. import clock
-from ..monitor.counts import COLUMNS
-from ..monitor.overview import queue_overview
-from ..queue.failed import RETRYABLE_STATUSES, retry
-from ..queue.handles import Handle
-from ..queue.knowing import job_note
-from ..queue.models import FINAL_STATUSES, Job, OutputChunk, Status
-from ..queue.retry import Retry
-from . import dashboard, failed, related, timeline
-from .actions import PermittedActionsMixin
-from .jobfields import (
+from django_ratequeue import clock
+from django_ratequeue.admin import dashboard, failed, related, timeline
+from django_ratequeue.admin.actions import PermittedActionsMixin
+from django_ratequeue.admin.jobfields import (
     JobPageFields,
     describe_retry,
     json_block,
@@ -44,14 +37,21 @@ from .jobfields import (
     time_of_day,
     without_own_frames,
 )
-from .joblist import (
+from django_ratequeue.admin.joblist import (
     LIST_DISPLAY,
     CappedCountPaginator,
     ConcurrencyKeyFilter,
     JobListColumns,
     QueueFilter,
 )
-from .objectids import StorableIdsMixin
+from django_ratequeue.admin.objectids import StorableIdsMixin
+from django_ratequeue.engine.failed import RETRYABLE_STATUSES, retry
+from django_ratequeue.engine.handles import Handle
+from django_ratequeue.engine.knowing import job_note
+from django_ratequeue.engine.models import FINAL_STATUSES, Job, OutputChunk, Status
+from django_ratequeue.engine.retry import Retry
+from django_ratequeue.monitor.counts import COLUMNS
+from django_ratequeue.monitor.overview import queue_overview
 
 # A job's page shows the end of its output, this many characters at most (the output may
 # be a megabyte: RATEQUEUE["MAX_OUTPUT_LENGTH"]).

@@ -13,16 +13,16 @@ from django.contrib import admin
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
-from ..queue.keylimits import (
+from django_ratequeue.admin.placement import OffTheIndexMixin
+from django_ratequeue.admin.viewonly import ViewOnlyMixin
+from django_ratequeue.plugins.fairness.keylimits import (
     check_key,
     check_key_concurrency,
     check_key_weight,
     check_queue_name,
     store_key_limit,
 )
-from ..queue.models import KeyLimit, KeyLimitChange
-from .placement import OffTheIndexMixin
-from .viewonly import ViewOnlyMixin
+from django_ratequeue.plugins.fairness.models import KeyLimit, KeyLimitChange
 
 
 class KeyLimitForm(forms.ModelForm):

@@ -12,7 +12,7 @@ from django.contrib import admin
 from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest
 
-from ..conf import ratequeue_settings
+from django_ratequeue.conf import ratequeue_settings
 
 
 def hide_django_q_admin(site: admin.AdminSite = admin.site) -> None:

@@ -15,17 +15,17 @@ from django.http import HttpRequest, HttpResponse
 from django.urls import reverse
 from django.utils.http import urlencode
 
-from ..conf import ratequeue_settings
-from ..queue.control import (
+from django_ratequeue.admin.actions import PermittedActionsMixin
+from django_ratequeue.admin.objectids import StorableIdsMixin
+from django_ratequeue.conf import ratequeue_settings
+from django_ratequeue.engine.control import (
     change_queue,
     check_queue_concurrency,
     check_queue_name,
     check_total_concurrency,
 )
-from ..queue.limits import Queues
-from ..queue.models import QueueSetting
-from .actions import PermittedActionsMixin
-from .objectids import StorableIdsMixin
+from django_ratequeue.engine.limits import Queues
+from django_ratequeue.engine.models import QueueSetting
 
 
 class QueueSettingForm(forms.ModelForm):

@@ -14,13 +14,13 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils.safestring import SafeString
 
-from ..conf import ratequeue_settings
-from ..ratelimit.config import KeyedConfig
-from ..ratelimit.decisions import project_row_value, reset_rate_limit
-from ..ratelimit.models import RateLimitState
-from ..ratelimit.status import config_for, describe
-from .actions import PermittedActionsMixin
-from .display import moment
+from django_ratequeue.admin.actions import PermittedActionsMixin
+from django_ratequeue.admin.display import moment
+from django_ratequeue.conf import ratequeue_settings
+from django_ratequeue.ratelimit.config import KeyedConfig
+from django_ratequeue.ratelimit.decisions import project_row_value, reset_rate_limit
+from django_ratequeue.ratelimit.models import RateLimitState
+from django_ratequeue.ratelimit.status import config_for, describe
 
 
 @admin.register(RateLimitState)

@@ -14,15 +14,19 @@ from django.http import HttpRequest
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from .. import clock
-from ..exceptions import RateQueueError
-from ..queue.models import Schedule
-from ..queue.models.schedules import MISFIRE_CHOICES
-from ..queue.recurrence import Recurrence
-from ..queue.scheduling import change_recurrence, pause_schedule, resume_schedule, run_now
-from .actions import PermittedActionsMixin
-from .display import moment
-from .objectids import StorableIdsMixin
+from django_ratequeue import clock
+from django_ratequeue.admin.actions import PermittedActionsMixin
+from django_ratequeue.admin.display import moment
+from django_ratequeue.admin.objectids import StorableIdsMixin
+from django_ratequeue.exceptions import RateQueueError
+from django_ratequeue.plugins.schedules.models import MISFIRE_CHOICES, Schedule
+from django_ratequeue.plugins.schedules.recurrence import Recurrence
+from django_ratequeue.plugins.schedules.runs import (
+    change_recurrence,
+    pause_schedule,
+    resume_schedule,
+    run_now,
+)
 
 MISFIRE_LABELS = dict(MISFIRE_CHOICES)
 

@@ -13,12 +13,12 @@ from django.urls import reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from .. import clock
-from ..queue.models import UniqueClaim
-from .actions import PermittedActionsMixin
-from .display import moment
-from .objectids import StorableIdsMixin
-from .placement import OffTheIndexMixin
+from django_ratequeue import clock
+from django_ratequeue.admin.actions import PermittedActionsMixin
+from django_ratequeue.admin.display import moment
+from django_ratequeue.admin.objectids import StorableIdsMixin
+from django_ratequeue.admin.placement import OffTheIndexMixin
+from django_ratequeue.plugins.unique.models import UniqueClaim
 
 
 @admin.register(UniqueClaim)

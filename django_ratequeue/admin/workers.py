@@ -13,9 +13,9 @@ from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 
-from ..queue.models import Attempt, WorkerKey
-from ..queue.workerkeys import create_key, revoke
-from .actions import PermittedActionsMixin
+from django_ratequeue.admin.actions import PermittedActionsMixin
+from django_ratequeue.engine.models import Attempt, WorkerKey
+from django_ratequeue.engine.workerkeys import create_key, revoke
 
 
 class WorkerKeyForm(forms.ModelForm):

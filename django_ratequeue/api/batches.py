@@ -16,15 +16,16 @@ from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from ..queue.batches import BatchHandle, status_counts
-from ..queue.models import FINAL_STATUSES, Batch
-from .batchevents import FINAL_ID, BatchWatch, abatch_stream, batch_stream
-from .ids import shown_outcome
-from .permissions import request_owner
-from .schema import USER_ERRORS, ApiSchema, EventStreamSchema
-from .sse import event_response
-from .streamcaps import take_stream_seat
-from .views import ApiView, EventStreamRenderer
+from django_ratequeue.api.batchevents import FINAL_ID, BatchWatch, abatch_stream, batch_stream
+from django_ratequeue.api.ids import shown_outcome
+from django_ratequeue.api.permissions import request_owner
+from django_ratequeue.api.schema import USER_ERRORS, ApiSchema, EventStreamSchema
+from django_ratequeue.api.sse import event_response
+from django_ratequeue.api.streamcaps import take_stream_seat
+from django_ratequeue.api.views import ApiView, EventStreamRenderer
+from django_ratequeue.engine.models import FINAL_STATUSES
+from django_ratequeue.plugins.batches.grouping import BatchHandle, status_counts
+from django_ratequeue.plugins.batches.models import Batch
 
 
 class BatchSerializer(serializers.Serializer[Any]):

@@ -17,10 +17,11 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 
-from ..queue.batches import status_counts
-from ..queue.models import FINAL_STATUSES, Batch
-from .ids import shown_outcome
-from .sse import HEARTBEAT, LIFETIME, OPENING, release_connections
+from django_ratequeue.api.ids import shown_outcome
+from django_ratequeue.api.sse import HEARTBEAT, LIFETIME, OPENING, release_connections
+from django_ratequeue.engine.models import FINAL_STATUSES
+from django_ratequeue.plugins.batches.grouping import status_counts
+from django_ratequeue.plugins.batches.models import Batch
 
 # Seconds between two looks at a followed batch.
 BATCH_LOOK = 1.0

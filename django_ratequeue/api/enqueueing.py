@@ -14,10 +14,10 @@ from rest_framework import status
 from rest_framework.exceptions import APIException, Throttled, ValidationError
 from rest_framework.settings import api_settings
 
-from .. import clock
-from ..exceptions import DuplicateJobId, RateLimited
-from ..queue.registry import Registered
-from .ids import shown_id, stored_id
+from django_ratequeue import clock
+from django_ratequeue.api.ids import shown_id, stored_id
+from django_ratequeue.engine.registry import Registered
+from django_ratequeue.exceptions import DuplicateJobId, RateLimited
 
 
 class Conflict(APIException):

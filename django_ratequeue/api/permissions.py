@@ -16,10 +16,10 @@ from rest_framework.exceptions import AuthenticationFailed, PermissionDenied
 from rest_framework.permissions import SAFE_METHODS, BasePermission
 from rest_framework.request import Request
 
-from ..conf import ratequeue_settings
-from ..queue.handles import owner_label
-from ..queue.models import WorkerKey
-from ..queue.workerkeys import find_key
+from django_ratequeue.conf import ratequeue_settings
+from django_ratequeue.engine.handles import owner_label
+from django_ratequeue.engine.models import WorkerKey
+from django_ratequeue.engine.workerkeys import find_key
 
 
 class ApiAccess(BasePermission):

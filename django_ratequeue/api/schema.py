@@ -18,7 +18,7 @@ from rest_framework import serializers
 from rest_framework.schemas.openapi import AutoSchema
 from rest_framework.serializers import BaseSerializer
 
-from .serializers import StrictSerializer
+from django_ratequeue.api.serializers import StrictSerializer
 
 # One shape for every error: a "detail" message, or the refused fields, each with its
 # messages (a list of strings; an object for a nested field such as "options"; a list of

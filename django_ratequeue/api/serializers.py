@@ -13,15 +13,15 @@ from typing import Any, TypeVar, get_args
 
 from rest_framework import serializers
 
-from ..conf import ratequeue_settings
-from ..exceptions import JobCanceled
-from ..queue.bounds import MAX_DELAY, NUL_REFUSED, check_json, seconds
-from ..queue.eta import Basis, Eta, job_eta, owner_view
-from ..queue.models import Job, OutputChunk, Status
-from ..queue.options import OPTION_NAMES, parse_start_at
-from ..ratelimit.config import MAX_TOKENS
-from .ids import CLIENT_ID_MAX_LENGTH, shown_id
-from .jsontypes import type_problems
+from django_ratequeue.api.ids import CLIENT_ID_MAX_LENGTH, shown_id
+from django_ratequeue.api.jsontypes import type_problems
+from django_ratequeue.conf import ratequeue_settings
+from django_ratequeue.engine.bounds import MAX_DELAY, NUL_REFUSED, check_json, seconds
+from django_ratequeue.engine.models import Job, OutputChunk, Status
+from django_ratequeue.engine.options import OPTION_NAMES, parse_start_at
+from django_ratequeue.exceptions import JobCanceled
+from django_ratequeue.plugins.eta.estimates import Basis, Eta, job_eta, owner_view
+from django_ratequeue.ratelimit.config import MAX_TOKENS
 
 S = TypeVar("S", bound=serializers.BaseSerializer[Any])
 
@@ -292,9 +292,9 @@ class OutputChunkSerializer(serializers.Serializer[Any]):
 
 
 class EtaSerializer(serializers.Serializer[Eta]):
-    """When a job will start (:class:`~django_ratequeue.queue.eta.Eta`, docs/eta.md)."""
+    """When a job will start (:class:`~.plugins.eta.estimates.Eta`, docs/eta.md)."""
 
-    # null: not shown to the job's owner (queue/eta.py owner_view; docs/eta.md).
+    # null: not shown to the job's owner (plugins/eta/estimates.py owner_view; docs/eta.md).
     position = serializers.IntegerField(read_only=True, allow_null=True)
     position_capped = serializers.BooleanField(read_only=True, allow_null=True)
     earliest_start = serializers.DateTimeField(read_only=True, allow_null=True)

@@ -24,10 +24,10 @@ from django.db import connections
 from django.http import StreamingHttpResponse
 from rest_framework.request import Request
 
-from ..queue.models import FINAL_STATUSES, Status
-from .serializers import eta_data
-from .streamcaps import LIFETIME, StreamHold
-from .watch import Look, watcher
+from django_ratequeue.api.serializers import eta_data
+from django_ratequeue.api.streamcaps import LIFETIME, StreamHold
+from django_ratequeue.api.watch import Look, watcher
+from django_ratequeue.engine.models import FINAL_STATUSES, Status
 
 # A comment line this often keeps proxies from closing a quiet stream.
 HEARTBEAT = 15.0

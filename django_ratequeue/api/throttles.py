@@ -14,11 +14,11 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.request import Request
 from rest_framework.settings import api_settings
 
-from ..conf import ratequeue_settings
-from ..contrib.drf import RateLimitThrottle
-from ..decorators import add_quota_headers
-from ..ratelimit.config import RateLimitConfig
-from ..ratelimit.decisions import rate_limit
+from django_ratequeue.conf import ratequeue_settings
+from django_ratequeue.contrib.drf import RateLimitThrottle
+from django_ratequeue.decorators import add_quota_headers
+from django_ratequeue.ratelimit.config import RateLimitConfig
+from django_ratequeue.ratelimit.decisions import rate_limit
 
 
 class ApiThrottle(RateLimitThrottle):

@@ -29,22 +29,14 @@ from rest_framework.response import Response
 from rest_framework.schemas.openapi import SchemaGenerator
 from rest_framework.views import APIView
 
-from .. import clock
-from ..conf import ratequeue_settings
-from ..decorators import KEY_SHORTHANDS
-from ..queue.bounds import storable
-from ..queue.handles import Handle
-from ..queue.models import FINAL_STATUSES, Job
-from ..queue.submit import atomically, submit, submit_batch, submit_many
-from ..ratelimit.decisions import check_rate_limit
-from ..ratelimit.resolve import get_rate_limit_config
-from .enqueueing import check_call, check_calls, client_options, refusals
-from .exposure import exposed
-from .ids import shown_id, stored_id
-from .parsers import CappedJSONParser, RequestTooLarge
-from .permissions import ApiAccess, SchemaAccess, WorkerKeyAuth, request_owner
-from .schema import BODY_ERRORS, USER_ERRORS, ApiSchema, EventStreamSchema
-from .serializers import (
+from django_ratequeue import clock
+from django_ratequeue.api.enqueueing import check_call, check_calls, client_options, refusals
+from django_ratequeue.api.exposure import exposed
+from django_ratequeue.api.ids import shown_id, stored_id
+from django_ratequeue.api.parsers import CappedJSONParser, RequestTooLarge
+from django_ratequeue.api.permissions import ApiAccess, SchemaAccess, WorkerKeyAuth, request_owner
+from django_ratequeue.api.schema import BODY_ERRORS, USER_ERRORS, ApiSchema, EventStreamSchema
+from django_ratequeue.api.serializers import (
     BulkEnqueueSerializer,
     EnqueueSerializer,
     JobDetailSerializer,
@@ -56,9 +48,17 @@ from .serializers import (
     shared,
     validated,
 )
-from .sse import JobWatch, Resume, astream, event_response, stream
-from .streamcaps import take_stream_seat
-from .throttles import ApiThrottle
+from django_ratequeue.api.sse import JobWatch, Resume, astream, event_response, stream
+from django_ratequeue.api.streamcaps import take_stream_seat
+from django_ratequeue.api.throttles import ApiThrottle
+from django_ratequeue.conf import ratequeue_settings
+from django_ratequeue.decorators import KEY_SHORTHANDS
+from django_ratequeue.engine.bounds import storable
+from django_ratequeue.engine.handles import Handle
+from django_ratequeue.engine.models import FINAL_STATUSES, Job
+from django_ratequeue.engine.submit import atomically, submit, submit_batch, submit_many
+from django_ratequeue.ratelimit.decisions import check_rate_limit
+from django_ratequeue.ratelimit.resolve import get_rate_limit_config
 
 
 class EventStreamRenderer(BaseRenderer):

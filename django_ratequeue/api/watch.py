@@ -22,13 +22,19 @@ from django.db import DatabaseError, connections
 from django.db.models import F, OuterRef, Q, Subquery, Window
 from django.db.models.functions import RowNumber
 
-from .. import clock
-from ..conf import ratequeue_settings
-from ..queue.eta import ETA_FIELDS, Eta, job_etas, moved_materially, owner_view
-from ..queue.models import DEFERRED_STATUSES, Job, OutputChunk, Status
-from ..queue.wakeup import JOBS, Waiter
-from ..threads import IdleExitThread
-from .serializers import job_error
+from django_ratequeue import clock
+from django_ratequeue.api.serializers import job_error
+from django_ratequeue.conf import ratequeue_settings
+from django_ratequeue.engine.models import DEFERRED_STATUSES, Job, OutputChunk, Status
+from django_ratequeue.engine.wakeup import JOBS, Waiter
+from django_ratequeue.plugins.eta.estimates import (
+    ETA_FIELDS,
+    Eta,
+    job_etas,
+    moved_materially,
+    owner_view,
+)
+from django_ratequeue.threads import IdleExitThread
 
 logger = logging.getLogger("django_ratequeue.api")
 

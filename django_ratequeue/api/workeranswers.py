@@ -10,7 +10,7 @@ from typing import Any
 
 from rest_framework import serializers
 
-from .schema import WORKER_ERRORS, ApiSchema
+from django_ratequeue.api.schema import WORKER_ERRORS, ApiSchema
 
 # An attempt's id in its URL: digits (an id past MAX_ID names no attempt held: a 409).
 ATTEMPT_ID = {"attempt_id": {"type": "integer", "minimum": 0}}

@@ -20,24 +20,24 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.validators import ProhibitSurrogateCharactersValidator
 
-from .. import clock
-from ..conf import ratequeue_settings
-from ..exceptions import LeaseLost
-from ..queue import protocol
-from ..queue.bell import bell
-from ..queue.models import WorkerKey, queue_db
-from ..queue.seats import free_seat, take_seat
-from ..queue.workerkeys import MAX_CLAIM_WAIT, renew_after_outage, seen
-from ..worker import AWAY_HEADER, BACKOFF_MAX
-from .permissions import WorkerKeyAuth
-from .serializers import StrictSerializer
-from .views import ApiView
-from .workeranswers import (
+from django_ratequeue import clock
+from django_ratequeue.api.permissions import WorkerKeyAuth
+from django_ratequeue.api.serializers import StrictSerializer
+from django_ratequeue.api.views import ApiView
+from django_ratequeue.api.workeranswers import (
     CLAIM_SCHEMA,
     HEARTBEAT_SCHEMA,
     ClaimedAttemptSerializer,
     report_schema,
 )
+from django_ratequeue.conf import ratequeue_settings
+from django_ratequeue.engine import protocol
+from django_ratequeue.engine.bell import bell
+from django_ratequeue.engine.models import WorkerKey, queue_db
+from django_ratequeue.engine.seats import free_seat, take_seat
+from django_ratequeue.engine.workerkeys import MAX_CLAIM_WAIT, renew_after_outage, seen
+from django_ratequeue.exceptions import LeaseLost
+from django_ratequeue.worker import AWAY_HEADER, BACKOFF_MAX
 
 # The longest a claim may wait for work, and the most attempts it may take.
 MAX_WAIT = MAX_CLAIM_WAIT

@@ -16,8 +16,14 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 
-from .parser import DURATIONS, parse_settings
-from .values import DEFAULTS, Problem, PublicRateLimit, QueueConfig, RateQueueSettings
+from django_ratequeue.conf.parser import DURATIONS, parse_settings
+from django_ratequeue.conf.values import (
+    DEFAULTS,
+    Problem,
+    PublicRateLimit,
+    QueueConfig,
+    RateQueueSettings,
+)
 
 __all__ = [
     "DEFAULTS",

@@ -8,24 +8,9 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from .. import check_ids as ids
-from ..queue.bounds import (
-    MAX_DELAY,
-    MAX_INT,
-    integer,
-    seconds,
-)
-from ..queue.declarations import ScheduleSpec, parse_spec
-from ..queue.retry import Retry
-from ..ratelimit.config import (
-    LimitConfig,
-    RateLimitConfig,
-    check_limit_name,
-    parse_config,
-    parse_limit,
-)
-from .queues import parse_queues
-from .values import (
+from django_ratequeue import check_ids as ids
+from django_ratequeue.conf.queues import parse_queues
+from django_ratequeue.conf.values import (
     CLOCKS,
     DEFAULTS,
     PUBLIC_KEYS,
@@ -33,6 +18,16 @@ from .values import (
     Problem,
     PublicRateLimit,
     RateQueueSettings,
+)
+from django_ratequeue.engine.bounds import MAX_DELAY, MAX_INT, integer, seconds
+from django_ratequeue.engine.retry import Retry
+from django_ratequeue.plugins.schedules.declarations import ScheduleSpec, parse_spec
+from django_ratequeue.ratelimit.config import (
+    LimitConfig,
+    RateLimitConfig,
+    check_limit_name,
+    parse_config,
+    parse_limit,
 )
 
 POSITIVE_INTEGERS = (

@@ -6,15 +6,15 @@ from collections.abc import Mapping
 from dataclasses import fields
 from typing import Any, Protocol
 
-from .. import check_ids as ids
-from ..queue.bounds import (
+from django_ratequeue import check_ids as ids
+from django_ratequeue.conf.values import QueueConfig
+from django_ratequeue.engine.bounds import (
     MAX_INT,
     MAX_KEY_WEIGHT,
     check_queue_concurrency,
     check_queue_name,
     integer,
 )
-from .values import QueueConfig
 
 QUEUE_OPTIONS = {f.name for f in fields(QueueConfig)}
 QUEUES_EXAMPLE = '{"emails": {"max_concurrency": 2}}'

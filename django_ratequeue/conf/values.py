@@ -6,9 +6,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from ..queue.declarations import ScheduleSpec
-from ..queue.retry import Retry
-from ..ratelimit.config import LimitConfig, RateLimitConfig
+from django_ratequeue.engine.retry import Retry
+from django_ratequeue.plugins.schedules.declarations import ScheduleSpec
+from django_ratequeue.ratelimit.config import LimitConfig, RateLimitConfig
 
 # What each setting means and what it becomes when read: RateQueueSettings below.
 DEFAULTS: dict[str, Any] = {
@@ -64,7 +64,7 @@ CLOCKS = ("database", "local")
 
 @dataclass(frozen=True)
 class QueueConfig:
-    """One entry of ``QUEUES``; runtime changes override it (see queue/control.py)."""
+    """One entry of ``QUEUES``; runtime changes override it (see engine/control.py)."""
 
     # Jobs of the queue running at once (0 pauses it), at most MAX_QUEUE_CONCURRENCY. Each
     # concurrency_key is its own copy of the queue, with this limit.
@@ -129,7 +129,8 @@ class RateQueueSettings:
     # jobs they register, besides each installed app's jobs.py: only registered jobs run.
     JOB_MODULES: tuple[str, ...]
     # Recurring schedules declared in settings: name -> the parsed declaration
-    # (docs/schedules.md); those of @job(schedule=...) are found in queue/declarations.py.
+    # (docs/schedules.md); those of @job(schedule=...) are found in
+    # plugins/schedules/declarations.py.
     SCHEDULES: Mapping[str, ScheduleSpec]
     # Retries of a job that sets none (the setting: an int, or a dict of Retry fields).
     DEFAULT_RETRIES: Retry
@@ -144,7 +145,7 @@ class RateQueueSettings:
     RETENTION: float
     # How long failed jobs are kept, in seconds (the setting None: as long as RETENTION).
     FAILED_RETENTION: float
-    # How long the queues' per-minute figures (queue/rollups.py) are kept, in seconds.
+    # How long the queues' per-minute figures (plugins/rollups/counting.py) are kept, in seconds.
     ROLLUP_RETENTION: float
     # Main loop timing, in seconds. SEGMENT: the loop's time slice (wake-ups are rounded
     # up to it; runners report completions at most this often).
@@ -172,7 +173,7 @@ class RateQueueSettings:
     MAX_RESULT_BYTES: int
     MAX_ERROR_BYTES: int
     # A running job's progress and output are written at most once per PROGRESS_INTERVAL
-    # seconds (queue/progress.py); the JSON of its progress is at most MAX_PROGRESS_BYTES,
+    # seconds (engine/progress.py); the JSON of its progress is at most MAX_PROGRESS_BYTES,
     # one stream_output() at most MAX_OUTPUT_CHUNK_LENGTH characters, and the output of
     # all its attempts together at most MAX_OUTPUT_LENGTH.
     PROGRESS_INTERVAL: float

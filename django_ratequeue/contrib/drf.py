@@ -23,10 +23,10 @@ except ImportError as exc:  # an extra: pip install django-ratequeue[drf]
         "pip install 'django-ratequeue[drf]'."
     ) from exc
 
-from ..conf import ratequeue_settings
-from ..decorators import add_quota_headers, address_identity
-from ..ratelimit.config import TokenBucket
-from ..ratelimit.decisions import RateLimitResult, rate_limit
+from django_ratequeue.conf import ratequeue_settings
+from django_ratequeue.decorators import add_quota_headers, address_identity
+from django_ratequeue.ratelimit.config import TokenBucket
+from django_ratequeue.ratelimit.decisions import RateLimitResult, rate_limit
 
 if TYPE_CHECKING:  # rest_framework.views imports DEFAULT_THROTTLE_CLASSES, i.e. this module
     from rest_framework.request import Request

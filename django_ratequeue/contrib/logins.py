@@ -17,8 +17,14 @@ from django.contrib.auth.signals import user_logged_in
 from django.dispatch import receiver
 from django.http import HttpRequest
 
-from ..decorators import LimitedView, ViewOrClass, address_identity, hashed_if_long, ratelimit
-from ..ratelimit.decisions import reset_rate_limit
+from django_ratequeue.decorators import (
+    LimitedView,
+    ViewOrClass,
+    address_identity,
+    hashed_if_long,
+    ratelimit,
+)
+from django_ratequeue.ratelimit.decisions import reset_rate_limit
 
 # The (limit name, key) pairs a request was counted under, for the user_logged_in receiver.
 _COUNTED = "_ratequeue_login_attempts"

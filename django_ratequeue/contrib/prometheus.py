@@ -31,20 +31,18 @@ except ImportError as exc:  # an extra: pip install django-ratequeue[prometheus]
         "pip install 'django-ratequeue[prometheus]'."
     ) from exc
 
-from .. import clock
-from ..conf import ratequeue_settings
-from ..monitor.counts import COLUMNS, COUNT_LIMIT, QueueCounts
-from ..monitor.figures import totals
-from ..monitor.overview import LoopInfo, QueueOverview, queue_overview
-from ..queue.models import (
-    FINAL_STATUSES,
+from django_ratequeue import clock
+from django_ratequeue.conf import ratequeue_settings
+from django_ratequeue.engine.models import FINAL_STATUSES, LoopStatus, Status
+from django_ratequeue.monitor.counts import COLUMNS, COUNT_LIMIT, QueueCounts
+from django_ratequeue.monitor.figures import totals
+from django_ratequeue.monitor.overview import LoopInfo, QueueOverview, queue_overview
+from django_ratequeue.plugins.rollups.models import (
     HISTOGRAM_BOUNDS,
     HISTOGRAM_BUCKETS,
-    LoopStatus,
-    Status,
     bucket_field,
 )
-from ..ratelimit.counting import decision_totals
+from django_ratequeue.ratelimit.counting import decision_totals
 
 # The statuses ratequeue_jobs_unfinished counts: the finished jobs are in
 # ratequeue_jobs_total (a family of its own name: OpenMetrics gives ratequeue_jobs_total's

@@ -7,8 +7,8 @@ from datetime import datetime
 
 from django.db.models import Count, Max, Min, QuerySet
 
-from ..queue.failed import not_retried
-from ..queue.models import Job, Status
+from django_ratequeue.engine.failed import not_retried
+from django_ratequeue.engine.models import Job, Status
 
 # The groups a page shows at most, the most recent failures first.
 MAX_GROUPS = 200

@@ -11,7 +11,10 @@ from typing import Any
 from django.db import NotSupportedError
 from django.db.models import F, Func, IntegerField, Sum
 
-from ..queue.models import (
+from django_ratequeue.engine.models import queue_connection
+from django_ratequeue.engine.skipscan import distinct_values
+from django_ratequeue.plugins.rollups.counting import floor_minute
+from django_ratequeue.plugins.rollups.models import (
     BUCKET_FIELDS,
     COUNT_FIELDS,
     HISTOGRAM_BOUNDS,
@@ -19,10 +22,7 @@ from ..queue.models import (
     QueueMinute,
     QueueTotal,
     bucket_field,
-    queue_connection,
 )
-from ..queue.rollups import floor_minute
-from ..queue.skipscan import distinct_values
 
 # The most points one series may have (a day by the minute is 1,440).
 MAX_POINTS = 10_000

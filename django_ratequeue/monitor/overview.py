@@ -10,11 +10,18 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from .. import clock
-from ..queue.models import LoopState, Status
-from . import counts
-from .counts import COLUMNS, COUNT_LIMIT, QueueCounts, queue_counts
-from .workers import NoWorker, RemoteWorker, Worker, live_workers, no_worker, remote_workers
+from django_ratequeue import clock
+from django_ratequeue.engine.models import LoopState, Status
+from django_ratequeue.monitor import counts
+from django_ratequeue.monitor.counts import COLUMNS, COUNT_LIMIT, QueueCounts, queue_counts
+from django_ratequeue.monitor.workers import (
+    NoWorker,
+    RemoteWorker,
+    Worker,
+    live_workers,
+    no_worker,
+    remote_workers,
+)
 
 
 @dataclass(frozen=True)

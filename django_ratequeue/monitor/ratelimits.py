@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .. import clock
-from ..conf import ratequeue_settings
-from ..ratelimit.config import KeyedConfig, RateLimitConfig
-from ..ratelimit.decisions import project_row_value
-from ..ratelimit.models import RateLimitState
-from ..ratelimit.resolve import configured_config
-from ..ratelimit.status import KeysNow, describe, keys_now
+from django_ratequeue import clock
+from django_ratequeue.conf import ratequeue_settings
+from django_ratequeue.ratelimit.config import KeyedConfig, RateLimitConfig
+from django_ratequeue.ratelimit.decisions import project_row_value
+from django_ratequeue.ratelimit.models import RateLimitState
+from django_ratequeue.ratelimit.resolve import configured_config
+from django_ratequeue.ratelimit.status import KeysNow, describe, keys_now
 
 # The keys of a rate limit read at most (its rows with a key, projected to now).
 KEYS_READ = 1_000

@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Literal
 
-from .figures import Figures
+from django_ratequeue.monitor.figures import Figures
 
 Window = Literal["hour", "day"]
 # The windows the charts cover, and the width of one bucket in each.

@@ -8,19 +8,16 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
 
-from .. import clock
-from ..conf import ratequeue_settings
-from ..queue.keyshares import default_weight, key_settings
-from ..queue.knowing import unknown_functions
-from ..queue.limits import QueueLimits, Queues
-from ..queue.models import Attempt, Status, Wait
-from ..queue.rollups import uncounted_arrivals
-from ..ratelimit.status import describe
-from .counts import COLUMNS, QueueCounts, effective_limit
-from .figures import Figures, queues_with_figures, series, series_by_queue
-from .overview import QueueOverview, queue_overview
-from .ratelimits import RateLimitUse, rate_limit_uses
-from .series import (
+from django_ratequeue import clock
+from django_ratequeue.conf import ratequeue_settings
+from django_ratequeue.engine.knowing import unknown_functions
+from django_ratequeue.engine.limits import QueueLimits, Queues
+from django_ratequeue.engine.models import Attempt, Status, Wait
+from django_ratequeue.monitor.counts import COLUMNS, QueueCounts, effective_limit
+from django_ratequeue.monitor.figures import Figures, queues_with_figures, series, series_by_queue
+from django_ratequeue.monitor.overview import QueueOverview, queue_overview
+from django_ratequeue.monitor.ratelimits import RateLimitUse, rate_limit_uses
+from django_ratequeue.monitor.series import (
     DEFAULT_WINDOW,
     WINDOWS,
     Depth,
@@ -29,7 +26,10 @@ from .series import (
     window_bounds,
     with_arrivals,
 )
-from .workers import NoWorker, RemoteWorker, Worker
+from django_ratequeue.monitor.workers import NoWorker, RemoteWorker, Worker
+from django_ratequeue.plugins.fairness.shares import default_weight, key_settings
+from django_ratequeue.plugins.rollups.counting import uncounted_arrivals
+from django_ratequeue.ratelimit.status import describe
 
 # The busiest concurrency keys shown.
 BUSIEST_KEYS = 10

@@ -7,11 +7,11 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from .. import clock
-from ..conf import ratequeue_settings
-from ..queue.heartbeat import any_alive, declared, served_queues
-from ..queue.models import Job, Status, WorkerHeartbeat, WorkerKey
-from ..queue.workerkeys import running_per_instance
+from django_ratequeue import clock
+from django_ratequeue.conf import ratequeue_settings
+from django_ratequeue.engine.heartbeat import any_alive, declared, served_queues
+from django_ratequeue.engine.models import Job, Status, WorkerHeartbeat, WorkerKey
+from django_ratequeue.engine.workerkeys import running_per_instance
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .config import MAX_TOKENS, FixedWindow, RateLimitConfig, TokenBucket
+from django_ratequeue.ratelimit.config import MAX_TOKENS, FixedWindow, RateLimitConfig, TokenBucket
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,7 +23,7 @@ from typing import Any, ClassVar, Self, cast
 from django.db import DatabaseError
 from django.utils.module_loading import import_string
 
-from ..columns import check_name
+from django_ratequeue.columns import check_name
 
 # The most tokens a limit adds, holds, reserves or is asked for at once.
 MAX_TOKENS = 1e15

@@ -23,9 +23,9 @@ from functools import partial
 from django.db import DatabaseError, connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from .algebra import Decision
-from .models import RateLimitDecisionTotal
-from .storage import rate_limit_db
+from django_ratequeue.ratelimit.algebra import Decision
+from django_ratequeue.ratelimit.models import RateLimitDecisionTotal
+from django_ratequeue.ratelimit.storage import rate_limit_db
 
 # Seconds between two writes of one process's counts.
 FLUSH_EVERY = 5.0

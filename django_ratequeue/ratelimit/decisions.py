@@ -19,11 +19,11 @@ from datetime import UTC, datetime, timedelta
 from django.db import transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from .. import clock
-from ..conf import ratequeue_settings
-from ..exceptions import RateLimited
-from . import sql, storage, tally
-from .algebra import (
+from django_ratequeue import clock
+from django_ratequeue.conf import ratequeue_settings
+from django_ratequeue.exceptions import RateLimited
+from django_ratequeue.ratelimit import sql, storage, tally
+from django_ratequeue.ratelimit.algebra import (
     Decision,
     State,
     better_shard,
@@ -33,11 +33,11 @@ from .algebra import (
     two_choices,
     with_jitter,
 )
-from .config import RateLimitConfig, check_limit_name
-from .counting import count_decision
-from .models import RateLimitState
-from .resolve import ConfigLike, configured_config, get_rate_limit_config
-from .resolve import row_key as _row_key
+from django_ratequeue.ratelimit.config import RateLimitConfig, check_limit_name
+from django_ratequeue.ratelimit.counting import count_decision
+from django_ratequeue.ratelimit.models import RateLimitState
+from django_ratequeue.ratelimit.resolve import ConfigLike, configured_config, get_rate_limit_config
+from django_ratequeue.ratelimit.resolve import row_key as _row_key
 
 logger = logging.getLogger(__name__)
 

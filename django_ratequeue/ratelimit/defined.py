@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from .config import LimitConfig, check_limit_name, parse_limit
-from .decisions import (
+from django_ratequeue.ratelimit.config import LimitConfig, check_limit_name, parse_limit
+from django_ratequeue.ratelimit.decisions import (
     ConfigLike,
     RateLimitResult,
     check_rate_limit,

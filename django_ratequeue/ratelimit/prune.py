@@ -12,12 +12,12 @@ from django.db import router, transaction
 from django.db.models import F, FloatField, Value
 from django.db.models.functions import Cast
 
-from .. import clock
-from ..conf import ratequeue_settings
-from .algebra import State, project
-from .config import KeyedConfig, RateLimitConfig
-from .decisions import _phase
-from .models import RateLimitState
+from django_ratequeue import clock
+from django_ratequeue.conf import ratequeue_settings
+from django_ratequeue.ratelimit.algebra import State, project
+from django_ratequeue.ratelimit.config import KeyedConfig, RateLimitConfig
+from django_ratequeue.ratelimit.decisions import _phase
+from django_ratequeue.ratelimit.models import RateLimitState
 
 BATCH_SIZE = 1000
 

@@ -12,9 +12,15 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from ..conf import ratequeue_settings
-from .config import KeyedConfig, LimitConfig, RateLimitConfig, check_limit_name, parse_limit
-from .models import RateLimitState
+from django_ratequeue.conf import ratequeue_settings
+from django_ratequeue.ratelimit.config import (
+    KeyedConfig,
+    LimitConfig,
+    RateLimitConfig,
+    check_limit_name,
+    parse_limit,
+)
+from django_ratequeue.ratelimit.models import RateLimitState
 
 logger = logging.getLogger(__name__)
 

@@ -14,10 +14,10 @@ from typing import Any
 
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from ..db import ServerStatement, sql_to_run
-from .algebra import State
-from .config import FixedWindow, RateLimitConfig
-from .models import RateLimitState
+from django_ratequeue.db import ServerStatement, sql_to_run
+from django_ratequeue.ratelimit.algebra import State
+from django_ratequeue.ratelimit.config import FixedWindow, RateLimitConfig
+from django_ratequeue.ratelimit.models import RateLimitState
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,12 +13,17 @@ from dataclasses import dataclass
 from itertools import groupby
 from typing import Any
 
-from .. import clock
-from .algebra import State
-from .config import FixedWindow, KeyedConfig, LimitConfig, RateLimitConfig
-from .decisions import project_row_value, shard_states
-from .models import RateLimitState
-from .resolve import configured_config, get_rate_limit_config
+from django_ratequeue import clock
+from django_ratequeue.ratelimit.algebra import State
+from django_ratequeue.ratelimit.config import (
+    FixedWindow,
+    KeyedConfig,
+    LimitConfig,
+    RateLimitConfig,
+)
+from django_ratequeue.ratelimit.decisions import project_row_value, shard_states
+from django_ratequeue.ratelimit.models import RateLimitState
+from django_ratequeue.ratelimit.resolve import configured_config, get_rate_limit_config
 
 _PERIOD_NAMES = {1: "second", 60: "minute", 3600: "hour", 86400: "day", 604800: "week"}
 

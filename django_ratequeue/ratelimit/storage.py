@@ -14,8 +14,8 @@ from collections.abc import Iterable, Mapping
 from django.db import connections, router
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from .algebra import State
-from .models import RateLimitState
+from django_ratequeue.ratelimit.algebra import State
+from django_ratequeue.ratelimit.models import RateLimitState
 
 
 def rate_limit_db() -> str:

@@ -15,8 +15,8 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 
-from ..exceptions import RateLimited
-from .config import RateLimitConfig
+from django_ratequeue.exceptions import RateLimited
+from django_ratequeue.ratelimit.config import RateLimitConfig
 
 
 @dataclass

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from django import template
 
-from ..monitor.counts import COLUMNS, QueueCounts, column_status
-from ..monitor.snapshot import Condition, QueueState
-from ..monitor.workers import NoWorker, no_worker
+from django_ratequeue.monitor.counts import COLUMNS, QueueCounts, column_status
+from django_ratequeue.monitor.snapshot import Condition, QueueState
+from django_ratequeue.monitor.workers import NoWorker, no_worker
 
 register = template.Library()
 

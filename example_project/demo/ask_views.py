@@ -23,11 +23,10 @@ from django.urls import reverse
 from django.utils import timezone
 
 from django_ratequeue.contrib.logins import protect_login
+from django_ratequeue.engine.handles import owner_label
 from django_ratequeue.models import Job
-from django_ratequeue.queue.handles import owner_label
-
-from . import accounts, jobs
-from .jobs import ASK_COST, MODEL_BUDGET, PROMPT_MAX_LENGTH, USER_BUDGET
+from example_project.demo import accounts, jobs
+from example_project.demo.jobs import ASK_COST, MODEL_BUDGET, PROMPT_MAX_LENGTH, USER_BUDGET
 
 # The questions the page lists again when it loads: the latest, of the last day.
 RECENT_QUESTIONS = 10

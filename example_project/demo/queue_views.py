@@ -19,8 +19,7 @@ from django.views.decorators.http import require_GET, require_POST
 from django_ratequeue import Handle, JobDoesNotExist, batch, get_batch, get_handle
 from django_ratequeue.models import Batch, Job
 from django_ratequeue.monitor.overview import queue_overview
-
-from . import jobs
+from example_project.demo import jobs
 
 RECENT_JOBS = 40
 

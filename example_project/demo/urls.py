@@ -1,7 +1,7 @@
 from django.contrib.auth.views import LogoutView
 from django.urls import path
 
-from . import ask_views, queue_views, ratelimit_views, views
+from example_project.demo import ask_views, queue_views, ratelimit_views, views
 
 app_name = "demo"
 

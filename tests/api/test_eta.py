@@ -13,10 +13,10 @@ from rest_framework.test import APIClient
 
 from django_ratequeue.api import sse
 from django_ratequeue.api.watch import ETA_EVERY, Look, Subscription, Watcher
-from django_ratequeue.queue.eta import Eta, moved_materially
-from django_ratequeue.queue.handles import Handle
-from django_ratequeue.queue.heartbeat import beat
-from django_ratequeue.queue.models import Job
+from django_ratequeue.engine.handles import Handle
+from django_ratequeue.engine.heartbeat import beat
+from django_ratequeue.engine.models import Job
+from django_ratequeue.plugins.eta.estimates import Eta, moved_materially
 from tests.api.conftest import API, enqueue
 from tests.api.test_events import events, read
 

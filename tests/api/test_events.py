@@ -24,9 +24,9 @@ from rest_framework.test import APIClient
 
 from django_ratequeue.api import sse
 from django_ratequeue.api.watch import CONNECTIONS
+from django_ratequeue.engine.models import Status
+from django_ratequeue.engine.wakeup import JOBS, signal
 from django_ratequeue.models import Job, OutputChunk
-from django_ratequeue.queue.models import Status
-from django_ratequeue.queue.wakeup import JOBS, signal
 from tests.api.conftest import API, enqueue, logged_in
 from tests.cluster import wait_for
 

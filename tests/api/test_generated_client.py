@@ -20,7 +20,7 @@ from django.contrib.auth.models import User
 from rest_framework.authtoken.models import Token
 
 from django_ratequeue import enqueue
-from django_ratequeue.queue.workerkeys import create_key
+from django_ratequeue.engine.workerkeys import create_key
 from tests.api.conftest import API
 from tests.remote.conftest import REMOTE_QUEUES
 from tests.remote.test_protocol import dispatch

@@ -10,8 +10,8 @@ from rest_framework.test import APIClient
 
 from django_ratequeue import enqueue as enqueue_job
 from django_ratequeue.api.serializers import OUTPUT_PER_RESPONSE
+from django_ratequeue.engine.models import Status
 from django_ratequeue.models import CancelRequest, Job, OutputChunk
-from django_ratequeue.queue.models import Status
 from tests.api import jobs
 from tests.api.conftest import API, enqueue
 

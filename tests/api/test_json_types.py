@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 from rest_framework.test import APIClient
 
+from django_ratequeue.engine.workerkeys import create_key
 from django_ratequeue.models import Job
-from django_ratequeue.queue.workerkeys import create_key
 from tests.api.conftest import API, enqueue
 
 pytestmark = pytest.mark.django_db

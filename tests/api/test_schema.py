@@ -12,7 +12,7 @@ import pytest
 from rest_framework.test import APIClient
 
 from django_ratequeue.api.serializers import bulk_id_max_length
-from django_ratequeue.queue.workerkeys import create_key
+from django_ratequeue.engine.workerkeys import create_key
 from django_ratequeue.ratelimit.config import MAX_TOKENS
 from tests.api.conftest import API
 

@@ -13,9 +13,9 @@ import pytest
 from rest_framework.test import APIClient
 
 from django_ratequeue.api.parsers import MAX_BODY_DEPTH
+from django_ratequeue.engine.bounds import MAX_JSON_DEPTH
+from django_ratequeue.engine.workerkeys import create_key
 from django_ratequeue.models import Job
-from django_ratequeue.queue.bounds import MAX_JSON_DEPTH
-from django_ratequeue.queue.workerkeys import create_key
 from tests.api.conftest import API
 from tests.remote.conftest import keyed
 

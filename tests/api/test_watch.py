@@ -17,9 +17,9 @@ from django.utils import timezone
 from django_ratequeue import enqueue
 from django_ratequeue.api import watch
 from django_ratequeue.api.watch import Look, Subscription, Watcher
+from django_ratequeue.engine.models import Status
+from django_ratequeue.engine.progress import UNSET, store
 from django_ratequeue.models import Job, OutputChunk
-from django_ratequeue.queue.models import Status
-from django_ratequeue.queue.progress import UNSET, store
 from tests.cluster import wait_for
 
 pytestmark = [

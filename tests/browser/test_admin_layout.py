@@ -18,9 +18,9 @@ from django.db.models import F
 from django.test import Client, override_settings
 
 from django_ratequeue import Retry, clock, enqueue, pause_queue
+from django_ratequeue.engine.workerkeys import create_key
 from django_ratequeue.models import Job, WorkerHeartbeat
-from django_ratequeue.queue.schedule_sync import sync_schedules
-from django_ratequeue.queue.workerkeys import create_key
+from django_ratequeue.plugins.schedules.sync import sync_schedules
 from example_project.demo.accounts import create_demo_accounts
 from example_project.settings import RATEQUEUE as EXAMPLE_SETTINGS
 from tests.browser.pages import layout_problems, shows

@@ -21,8 +21,8 @@ from django.contrib.auth.models import User
 
 from django_ratequeue import clock, enqueue, pause_queue, rate_limit
 from django_ratequeue.models import QueueMinute
-from django_ratequeue.queue.models import HISTOGRAM_BUCKETS, bucket_field
-from django_ratequeue.queue.rollups import bucket_of, floor_minute
+from django_ratequeue.plugins.rollups.counting import bucket_of, floor_minute
+from django_ratequeue.plugins.rollups.models import HISTOGRAM_BUCKETS, bucket_field
 from tests.browser.pages import shows
 from tests.queue import jobs
 

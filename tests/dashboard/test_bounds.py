@@ -12,7 +12,7 @@ from django.test.utils import CaptureQueriesContext
 from django_ratequeue import clock, enqueue_many
 from django_ratequeue.models import QueueMinute
 from django_ratequeue.monitor.snapshot import CHARTED_QUEUES
-from django_ratequeue.queue.rollups import floor_minute
+from django_ratequeue.plugins.rollups.counting import floor_minute
 from tests.dashboard.test_views import DASHBOARD, LIVE
 from tests.queue import jobs
 

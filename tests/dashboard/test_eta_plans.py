@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from django_ratequeue import Status
+from django_ratequeue.engine.heartbeat import beat
 from django_ratequeue.models import Attempt, Job, QueueMinute
-from django_ratequeue.queue.eta import ETA_FIELDS, job_etas
-from django_ratequeue.queue.heartbeat import beat
+from django_ratequeue.plugins.eta.estimates import ETA_FIELDS, job_etas
 from tests.dashboard.plans import assert_no_seq_scan
 
 pytestmark = [

@@ -9,12 +9,12 @@ import pytest
 from django.test import Client
 
 from django_ratequeue import clock, enqueue, rate_limit, set_queue_concurrency
+from django_ratequeue.engine.workerkeys import create_key
 from django_ratequeue.models import QueueMinute
 from django_ratequeue.monitor.figures import Figures
 from django_ratequeue.monitor.series import depth_series, window_bounds
 from django_ratequeue.monitor.snapshot import snapshot
-from django_ratequeue.queue.rollups import ARRIVALS_SETTLE
-from django_ratequeue.queue.workerkeys import create_key
+from django_ratequeue.plugins.rollups.counting import ARRIVALS_SETTLE
 from django_ratequeue.ratelimit.status import KeysNow
 from django_ratequeue.templatetags.ratequeue_admin import badges, capped_count
 from example_project.demo.accounts import create_demo_accounts

@@ -11,11 +11,11 @@ from django.contrib.auth.models import Permission, User
 from django.test import Client
 
 from django_ratequeue import Status, clock, enqueue, pause_queue
+from django_ratequeue.engine import protocol
+from django_ratequeue.engine.heartbeat import beat
+from django_ratequeue.engine.workerkeys import create_key
 from django_ratequeue.models import Attempt, Job, QueueMinute, WorkerHeartbeat, WorkerKey
-from django_ratequeue.queue import protocol
-from django_ratequeue.queue.heartbeat import beat
-from django_ratequeue.queue.rollups import floor_minute
-from django_ratequeue.queue.workerkeys import create_key
+from django_ratequeue.plugins.rollups.counting import floor_minute
 from tests.queue import jobs
 from tests.queue.steps import leading_loop
 

@@ -11,8 +11,8 @@ from django.contrib.auth.models import Permission, User
 from django.test import Client
 
 from django_ratequeue import enqueue, pause_queue
+from django_ratequeue.engine.limits import QueueLimits
 from django_ratequeue.models import CancelRequest, QueueSetting
-from django_ratequeue.queue.limits import QueueLimits
 from tests.queue import jobs
 
 QUEUES = "/admin/django_ratequeue/queuesetting/"

@@ -18,10 +18,10 @@ from django_ratequeue import Status, enqueue
 from django_ratequeue.admin import related
 from django_ratequeue.admin.jobfields import progress_fraction
 from django_ratequeue.admin.jobs import LIVE_FIELDS
+from django_ratequeue.engine.models import new_job_id
+from django_ratequeue.engine.transitions import create_callbacks
+from django_ratequeue.engine.workerkeys import create_key
 from django_ratequeue.models import Attempt, Job, OutputChunk
-from django_ratequeue.queue.models import new_job_id
-from django_ratequeue.queue.transitions import create_callbacks
-from django_ratequeue.queue.workerkeys import create_key
 from tests.dashboard.test_views import claim_remote
 from tests.queue import jobs
 from tests.queue.steps import run_pass

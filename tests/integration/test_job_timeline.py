@@ -7,7 +7,7 @@ import xml.etree.ElementTree as ET
 from datetime import UTC, datetime, timedelta
 
 from django_ratequeue.admin import timeline
-from django_ratequeue.queue.handles import AttemptInfo
+from django_ratequeue.engine.handles import AttemptInfo
 
 SVG = "{http://www.w3.org/2000/svg}"
 T0 = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)

@@ -16,7 +16,7 @@ from django_ratequeue.management.commands import ratequeue_status
 from django_ratequeue.management.commands.ratequeue_status import CLEAR
 from django_ratequeue.models import Attempt, Job, QueueMinute
 from django_ratequeue.monitor import counts as monitor_counts
-from django_ratequeue.queue.rollups import floor_minute
+from django_ratequeue.plugins.rollups.counting import floor_minute
 from tests.cluster import wait_for
 from tests.queue import jobs
 from tests.queue.steps import leading_loop

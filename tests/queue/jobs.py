@@ -23,7 +23,7 @@ from django_ratequeue import (
     report_progress,
     stream_output,
 )
-from django_ratequeue.queue.subtasks import current_job_id
+from django_ratequeue.engine.subtasks import current_job_id
 
 
 @job

@@ -7,10 +7,10 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from django_ratequeue import clock
+from django_ratequeue.engine.heartbeat import beat
+from django_ratequeue.engine.loop import Loop
+from django_ratequeue.engine.runner import Runner
 from django_ratequeue.models import LoopState
-from django_ratequeue.queue.heartbeat import beat
-from django_ratequeue.queue.loop import Loop
-from django_ratequeue.queue.runner import Runner
 
 
 def leading_loop() -> Loop:

@@ -8,10 +8,9 @@ from django.urls import reverse
 
 from django_ratequeue import batch
 from django_ratequeue.models import Batch
-from django_ratequeue.queue.models import batch_callback_id
-
-from . import batch_jobs, jobs
-from .steps import run_pass
+from django_ratequeue.plugins.batches.models import batch_callback_id
+from tests.queue import batch_jobs, jobs
+from tests.queue.steps import run_pass
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -27,19 +27,19 @@ from django_ratequeue import (
     enqueue_many,
     get_batch,
 )
+from django_ratequeue.engine.heartbeat import beat
+from django_ratequeue.engine.models import FINAL_STATUSES
+from django_ratequeue.engine.runner import Runner
 from django_ratequeue.models import Batch, Job
-from django_ratequeue.queue import batchends
-from django_ratequeue.queue import models as queue_models
-from django_ratequeue.queue.batches import seal
-from django_ratequeue.queue.batchscope import joining
-from django_ratequeue.queue.heartbeat import beat
-from django_ratequeue.queue.models import FINAL_STATUSES, UNFINISHED_STATUSES, batch_callback_id
-from django_ratequeue.queue.retention import prune
-from django_ratequeue.queue.runner import Runner
+from django_ratequeue.plugins.batches import ends as batchends
+from django_ratequeue.plugins.batches import models as batch_models
+from django_ratequeue.plugins.batches.grouping import seal
+from django_ratequeue.plugins.batches.models import UNFINISHED_STATUSES, batch_callback_id
+from django_ratequeue.plugins.batches.scope import joining
+from django_ratequeue.plugins.retention.pruning import prune
 from tests.cluster import wait_for
-
-from . import batch_jobs, jobs
-from .steps import Clock, freeze, leading_loop, run_pass
+from tests.queue import batch_jobs, jobs
+from tests.queue.steps import Clock, freeze, leading_loop, run_pass
 
 pytestmark = pytest.mark.django_db(transaction=True)
 R = TypeVar("R")
@@ -298,7 +298,7 @@ def test_every_unfinished_status_sorts_after_every_final_one() -> None:
 
 
 def test_a_batchs_jobs_are_read_through_the_partial_index() -> None:
-    highest = queue_models.batch_jobs("some-batch").values("batch_id").annotate(h=Max("status"))
+    highest = batch_models.batch_jobs("some-batch").values("batch_id").annotate(h=Max("status"))
     sql, params = highest.values("h").query.sql_with_params()
     with transaction.atomic(), connection.cursor() as cursor:
         if connection.vendor == "postgresql":

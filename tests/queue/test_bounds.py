@@ -19,8 +19,8 @@ from django.core.exceptions import ImproperlyConfigured
 from django.utils import timezone
 
 from django_ratequeue import Retry, Status, enqueue, enqueue_many, get_handle
+from django_ratequeue.engine.bounds import LATEST, clip, later, nested_deeper
 from django_ratequeue.models import Attempt, Job, WorkerHeartbeat
-from django_ratequeue.queue.bounds import LATEST, clip, later, nested_deeper
 from tests.cluster import wait_for
 from tests.queue import jobs
 from tests.queue.steps import freeze, leading_loop, run_pass

@@ -10,10 +10,10 @@ import pytest
 from django.utils import timezone
 
 from django_ratequeue import JobCanceled, Status, enqueue
+from django_ratequeue.engine.handles import Handle
+from django_ratequeue.engine.models import LoopStatus
+from django_ratequeue.engine.options import JobOptions
 from django_ratequeue.models import Job, LoopState
-from django_ratequeue.queue.handles import Handle
-from django_ratequeue.queue.models import LoopStatus
-from django_ratequeue.queue.options import JobOptions
 from tests.cluster import wait_for
 from tests.queue import jobs
 

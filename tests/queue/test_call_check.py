@@ -10,8 +10,8 @@ from django.test import Client
 
 from django_ratequeue import Status, enqueue, enqueue_many
 from django_ratequeue.api.enqueueing import call_problem
+from django_ratequeue.engine.registry import registered_job
 from django_ratequeue.models import Job
-from django_ratequeue.queue.registry import registered_job
 from tests.integration.test_queue_admin import run_action
 from tests.queue import jobs
 

@@ -10,11 +10,11 @@ from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
 
 from django_ratequeue import enqueue_many
+from django_ratequeue.engine.execution import run_attempt
+from django_ratequeue.engine.heartbeat import beat
+from django_ratequeue.engine.lease import STEP_SETTINGS
+from django_ratequeue.engine.runner import Runner
 from django_ratequeue.models import Attempt, Job
-from django_ratequeue.queue.execution import run_attempt
-from django_ratequeue.queue.heartbeat import beat
-from django_ratequeue.queue.lease import STEP_SETTINGS
-from django_ratequeue.queue.runner import Runner
 from tests.queue import jobs
 from tests.queue.steps import leading_loop
 

@@ -10,9 +10,9 @@ import pytest
 from django.test import override_settings
 
 from django_ratequeue import RecursiveWaitDeadlock
+from django_ratequeue.engine.models import Wait
+from django_ratequeue.engine.subtasks import check_wait
 from django_ratequeue.models import Attempt, Job
-from django_ratequeue.queue.models import Wait
-from django_ratequeue.queue.subtasks import check_wait
 from tests.queue.backlog import waiting
 from tests.queue.steps import leading_loop
 

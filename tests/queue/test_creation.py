@@ -14,12 +14,11 @@ from django.test import override_settings
 
 from django_ratequeue import Status, batch, enqueue
 from django_ratequeue.models import Batch, Job, Schedule
-from django_ratequeue.queue.declarations import run_id
-from django_ratequeue.queue.models import batch_callback_id
+from django_ratequeue.plugins.batches.models import batch_callback_id
+from django_ratequeue.plugins.schedules.declarations import run_id
 from django_ratequeue.signals import job_enqueued
-
-from . import jobs
-from .steps import Clock, freeze, leading_loop, run_pass
+from tests.queue import jobs
+from tests.queue.steps import Clock, freeze, leading_loop, run_pass
 
 # Real commits: the announcements wait for them.
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -19,18 +19,17 @@ from django.test import Client
 
 from django_ratequeue import Status, UnknownJob
 from django_ratequeue.conf import ratequeue_settings
+from django_ratequeue.engine import registry
+from django_ratequeue.engine.heartbeat import beat
+from django_ratequeue.engine.knowing import unknown_functions
+from django_ratequeue.engine.models import Outcome
+from django_ratequeue.engine.protocol import claim_local
+from django_ratequeue.engine.runner import Runner
 from django_ratequeue.exceptions import class_path
 from django_ratequeue.models import Attempt, Job
-from django_ratequeue.queue import registry
-from django_ratequeue.queue.heartbeat import beat
-from django_ratequeue.queue.knowing import unknown_functions
-from django_ratequeue.queue.models import Outcome
-from django_ratequeue.queue.protocol import claim_local
-from django_ratequeue.queue.runner import Runner
 from tests.cluster import ROOT, wait_for
 from tests.queue import deploy_jobs, jobs
-
-from .steps import Clock, freeze, leading_loop
+from tests.queue.steps import Clock, freeze, leading_loop
 
 NEW = "tests.queue.deploy_jobs.new_job"
 NOTE = f"no running worker knows `{NEW}`"
@@ -143,7 +142,7 @@ def test_start_up_registers_the_jobs_of_installed_apps_tasks_modules() -> None:
     """A fresh process: django.setup() alone registers the jobs of an app's tasks.py."""
     script = (
         "import django, json; django.setup(); "
-        "from django_ratequeue.queue.registry import registered_job; "
+        "from django_ratequeue.engine.registry import registered_job; "
         "print(json.dumps(registered_job('tests.tasks_app.tasks.tidy').path))"
     )
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings", "PYTHONPATH": str(ROOT)}

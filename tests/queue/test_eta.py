@@ -14,14 +14,14 @@ from asgiref.sync import async_to_sync
 from django.test import override_settings
 
 from django_ratequeue import Eta, Handle, Status, enqueue
+from django_ratequeue.engine.control import pause_queue, resume_queue
+from django_ratequeue.engine.heartbeat import beat
 from django_ratequeue.exceptions import JobDoesNotExist
 from django_ratequeue.models import Attempt, Job
-from django_ratequeue.queue.control import pause_queue, resume_queue
-from django_ratequeue.queue.eta import RUN_TIME_WINDOW, job_etas
-from django_ratequeue.queue.heartbeat import beat
-from django_ratequeue.queue.keylimits import set_key_limit
-from django_ratequeue.queue.keys import ready_key
-from django_ratequeue.queue.rollups import Tally
+from django_ratequeue.plugins.eta.estimates import RUN_TIME_WINDOW, job_etas
+from django_ratequeue.plugins.fairness.keylimits import set_key_limit
+from django_ratequeue.plugins.fairness.keys import ready_key
+from django_ratequeue.plugins.rollups.counting import Tally
 from tests.queue import jobs
 from tests.queue.steps import Clock, freeze, leading_loop
 from tests.ratelimit import plans

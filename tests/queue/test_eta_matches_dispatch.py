@@ -18,9 +18,9 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from django_ratequeue import Status, enqueue, set_key_limit
+from django_ratequeue.engine.heartbeat import beat
 from django_ratequeue.models import Attempt, Job
-from django_ratequeue.queue.eta import Eta, job_etas
-from django_ratequeue.queue.heartbeat import beat
+from django_ratequeue.plugins.eta.estimates import Eta, job_etas
 from tests.queue import jobs
 from tests.queue.steps import Clock, freeze, leading_loop
 from tests.ratelimit import plans

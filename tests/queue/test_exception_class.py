@@ -13,10 +13,10 @@ from django.utils import timezone
 
 from django_ratequeue import Handle, JobFailed, enqueue
 from django_ratequeue.conf import ratequeue_settings
+from django_ratequeue.engine.heartbeat import beat
+from django_ratequeue.engine.runner import Runner
 from django_ratequeue.exceptions import AttemptTimedOut, WorkerLost, class_path
 from django_ratequeue.models import Attempt, Job
-from django_ratequeue.queue.heartbeat import beat
-from django_ratequeue.queue.runner import Runner
 from tests.queue import jobs
 from tests.queue.steps import leading_loop, run_pass
 

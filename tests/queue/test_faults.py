@@ -17,10 +17,10 @@ from django.db import connection, connections, transaction
 
 from bench.faults import SETTINGS, Drill, KillLoop, KillWorker, TerminateConnections, plan
 from django_ratequeue import Status, enqueue, enqueue_many
+from django_ratequeue.engine.heartbeat import beat
+from django_ratequeue.engine.loop import Loop
+from django_ratequeue.engine.runner import Runner
 from django_ratequeue.models import Job, LoopState
-from django_ratequeue.queue.heartbeat import beat
-from django_ratequeue.queue.loop import Loop
-from django_ratequeue.queue.runner import Runner
 from tests.cluster import child_pids, wait_for
 from tests.queue import jobs
 

@@ -23,9 +23,9 @@ from django_ratequeue import (
     resume_queue,
     set_queue_concurrency,
 )
+from django_ratequeue.engine.limits import QueueLimits
 from django_ratequeue.models import Attempt, Job, QueueSetting
 from django_ratequeue.monitor.overview import queue_overview
-from django_ratequeue.queue.limits import QueueLimits
 from django_ratequeue.ratelimit.decisions import rate_limit
 from tests.queue import jobs
 from tests.queue.steps import run_pass

@@ -1,5 +1,5 @@
 """A worker process's id, one for all its threads, and a restarted host's takeover of its
-gone predecessors (queue/heartbeat.py)."""
+gone predecessors (engine/heartbeat.py)."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 from django_ratequeue import clock
+from django_ratequeue.engine import heartbeat
+from django_ratequeue.engine.heartbeat import beat, take_over_gone_here, worker_id
 from django_ratequeue.models import WorkerHeartbeat
-from django_ratequeue.queue import heartbeat
-from django_ratequeue.queue.heartbeat import beat, take_over_gone_here, worker_id
 
 
 def test_the_threads_of_a_process_share_one_worker_id(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -21,11 +21,11 @@ from django_ratequeue import (
     refresh_key_limits,
     set_key_limit,
 )
+from django_ratequeue.engine.heartbeat import beat
+from django_ratequeue.engine.models import Wait
+from django_ratequeue.engine.runner import Runner
+from django_ratequeue.engine.subtasks import check_wait
 from django_ratequeue.models import Attempt, Job, KeyLimit, KeyLimitChange, RuntimeLimits
-from django_ratequeue.queue.heartbeat import beat
-from django_ratequeue.queue.models import Wait
-from django_ratequeue.queue.runner import Runner
-from django_ratequeue.queue.subtasks import check_wait
 from tests.cluster import wait_for
 from tests.queue import jobs, key_plans
 from tests.queue.backlog import waiting

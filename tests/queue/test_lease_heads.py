@@ -9,12 +9,11 @@ from django.db import connections, transaction
 from django.test.utils import CaptureQueriesContext
 
 from django_ratequeue import clock, enqueue, set_max_concurrency
+from django_ratequeue.engine.heads import LEASE_HEADS, LeaseHead, register_lease_head
+from django_ratequeue.engine.lease import Lease, Renewal
+from django_ratequeue.engine.models import queue_db
 from django_ratequeue.models import Job, LoopState
-from django_ratequeue.queue.heads import LEASE_HEADS, LeaseHead, register_lease_head
-from django_ratequeue.queue.lease import Lease, Renewal
-from django_ratequeue.queue.models import queue_db
-
-from . import jobs
+from tests.queue import jobs
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -13,11 +13,11 @@ from django.db.migrations.executor import MigrationExecutor
 
 from django_ratequeue import clock
 from django_ratequeue.conf import ratequeue_settings
+from django_ratequeue.engine.lease import Lease
+from django_ratequeue.engine.limits import environment_limit
 from django_ratequeue.models import LoopState
-from django_ratequeue.queue.lease import Lease
-from django_ratequeue.queue.limits import environment_limit
-from django_ratequeue.queue.rollups import counted_arrivals
-from django_ratequeue.queue.turns import Turns
+from django_ratequeue.plugins.fairness.turns import Turns
+from django_ratequeue.plugins.rollups.counting import counted_arrivals
 
 BEFORE = [("django_ratequeue", "0023_workerheartbeat_functions")]
 AFTER = [("django_ratequeue", "0024_loop_state_holds_the_lease")]

@@ -7,9 +7,9 @@ from django.test import override_settings
 from django.utils import timezone
 
 from django_ratequeue import Retry, Status
+from django_ratequeue.engine.dispatch import QUEUES_PER_STEP
+from django_ratequeue.engine.models import Outcome
 from django_ratequeue.models import Attempt, Job
-from django_ratequeue.queue.dispatch import QUEUES_PER_STEP
-from django_ratequeue.queue.models import Outcome
 from tests.queue.steps import leading_loop
 
 

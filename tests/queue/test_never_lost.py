@@ -21,9 +21,9 @@ from django.utils import timezone
 
 from django_ratequeue import JobFailed, Status, enqueue, enqueue_many
 from django_ratequeue.conf import ratequeue_settings
+from django_ratequeue.engine.heartbeat import beat
+from django_ratequeue.engine.runner import Runner
 from django_ratequeue.models import Attempt, Job
-from django_ratequeue.queue.heartbeat import beat
-from django_ratequeue.queue.runner import Runner
 from tests.cluster import wait_for
 from tests.queue import jobs
 from tests.queue.steps import leading_loop, run_pass

@@ -11,9 +11,9 @@ import pytest
 from django.db.models import F
 
 from django_ratequeue import enqueue
+from django_ratequeue.engine.heartbeat import beat
+from django_ratequeue.engine.workerkeys import create_key, seen
 from django_ratequeue.models import WorkerHeartbeat
-from django_ratequeue.queue.heartbeat import beat
-from django_ratequeue.queue.workerkeys import create_key, seen
 from tests.queue import jobs
 
 pytestmark = pytest.mark.django_db

@@ -20,9 +20,9 @@ from hypothesis import strategies as st
 
 from django_ratequeue import Handle, JobFailed, Status, enqueue, enqueue_many
 from django_ratequeue.db import _sessions
+from django_ratequeue.engine.bounds import MAX_JSON_DEPTH
+from django_ratequeue.engine.runner import Runner
 from django_ratequeue.models import Job
-from django_ratequeue.queue.bounds import MAX_JSON_DEPTH
-from django_ratequeue.queue.runner import Runner
 from tests.queue import jobs
 from tests.queue.steps import leading_loop
 

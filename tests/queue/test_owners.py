@@ -10,9 +10,9 @@ import pytest
 from django.contrib.auth.models import AnonymousUser, User
 
 from django_ratequeue import DuplicateJobId, Handle, Status, enqueue, enqueue_many, get_handle
+from django_ratequeue.engine.handles import missing_job
+from django_ratequeue.engine.runner import Runner
 from django_ratequeue.models import CancelRequest, Job
-from django_ratequeue.queue.handles import missing_job
-from django_ratequeue.queue.runner import Runner
 from tests.queue import jobs
 from tests.queue.steps import leading_loop
 

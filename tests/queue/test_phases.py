@@ -11,11 +11,10 @@ from django.db import transaction
 
 from django_ratequeue import cancel_all, enqueue
 from django_ratequeue.conf import ratequeue_settings
-from django_ratequeue.models import Attempt, Job, LoopState, QueueMinute
-from django_ratequeue.queue.dispatch import Dispatch
-from django_ratequeue.queue.lease import Lease
-from django_ratequeue.queue.models import LoopStatus, Status, queue_db
-from django_ratequeue.queue.phases import (
+from django_ratequeue.engine.dispatch import Dispatch
+from django_ratequeue.engine.lease import Lease
+from django_ratequeue.engine.models import LoopStatus, Status, queue_db
+from django_ratequeue.engine.phases import (
     Recovery,
     Rest,
     Start,
@@ -25,9 +24,9 @@ from django_ratequeue.queue.phases import (
     promote,
     read_active,
 )
-
-from . import jobs
-from .steps import Clock, freeze, leading_loop
+from django_ratequeue.models import Attempt, Job, LoopState, QueueMinute
+from tests.queue import jobs
+from tests.queue.steps import Clock, freeze, leading_loop
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -124,7 +123,7 @@ def test_recovery_looks_at_most_once_per_watchdog_interval(
 ) -> None:
     looked: list[Any] = []
     monkeypatch.setattr(
-        "django_ratequeue.queue.phases.recover", lambda *args: looked.append(args) or False
+        "django_ratequeue.engine.phases.recover", lambda *args: looked.append(args) or False
     )
     recovery = Recovery(ratequeue_settings())
     for _ in range(3):

@@ -11,9 +11,9 @@ import pytest
 from django.utils import timezone
 
 from django_ratequeue import Retry, Status
+from django_ratequeue.engine.models import WorkerHeartbeat
+from django_ratequeue.engine.runner import Runner
 from django_ratequeue.models import Attempt, Job
-from django_ratequeue.queue.models import WorkerHeartbeat
-from django_ratequeue.queue.runner import Runner
 from tests.queue.steps import leading_loop
 
 

@@ -35,10 +35,10 @@ from django_ratequeue import (
     stream_output,
 )
 from django_ratequeue.conf import ratequeue_settings
+from django_ratequeue.engine import progress
+from django_ratequeue.engine.execution import run_attempt
 from django_ratequeue.models import Attempt, Job, OutputChunk
-from django_ratequeue.queue import progress
-from django_ratequeue.queue.execution import run_attempt
-from django_ratequeue.queue.retention import prune
+from django_ratequeue.plugins.retention.pruning import prune
 from tests.cluster import wait_for
 from tests.queue import jobs
 

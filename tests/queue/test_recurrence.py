@@ -12,9 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from django_ratequeue.queue.catchup import ALL_LIMIT, MISFIRE_GRACE, catch_up
-from django_ratequeue.queue.declarations import parse_spec, run_id
-from django_ratequeue.queue.recurrence import Recurrence
+from django_ratequeue.plugins.schedules.catchup import ALL_LIMIT, MISFIRE_GRACE, catch_up
+from django_ratequeue.plugins.schedules.declarations import parse_spec, run_id
+from django_ratequeue.plugins.schedules.recurrence import Recurrence
 
 ZONES = [
     "UTC",

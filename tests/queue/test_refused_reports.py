@@ -11,10 +11,10 @@ import pytest
 from django.db import connection
 
 from django_ratequeue import JobFailed, enqueue, get_handle
+from django_ratequeue.engine.execution import run_attempt
+from django_ratequeue.engine.heartbeat import beat
+from django_ratequeue.engine.runner import Runner
 from django_ratequeue.models import Attempt
-from django_ratequeue.queue.execution import run_attempt
-from django_ratequeue.queue.heartbeat import beat
-from django_ratequeue.queue.runner import Runner
 from tests.queue import jobs
 from tests.queue.steps import leading_loop
 

@@ -18,10 +18,10 @@ from django.test import Client, override_settings
 
 from django_ratequeue import Status, enqueue, enqueue_many, job
 from django_ratequeue.checks import check_settings
+from django_ratequeue.engine.execution import run_attempt
+from django_ratequeue.engine.models import Outcome
+from django_ratequeue.engine.registry import autodiscover, registered_job
 from django_ratequeue.models import Attempt, Job
-from django_ratequeue.queue.execution import run_attempt
-from django_ratequeue.queue.models import Outcome
-from django_ratequeue.queue.registry import autodiscover, registered_job
 from tests.cluster import ROOT, wait_for
 from tests.integration.test_queue_admin import run_action
 from tests.queue import jobs
@@ -137,7 +137,7 @@ def test_start_up_registers_installed_apps_jobs_and_job_modules() -> None:
     """A fresh process: django.setup() alone registers them, before anything imports them."""
     script = (
         "import django, json, sys; django.setup(); "
-        "from django_ratequeue.queue.registry import registered_job; "
+        "from django_ratequeue.engine.registry import registered_job; "
         "names = ['example_project.demo.jobs.fast', 'tests.queue.jobs.add']; "
         "print(json.dumps([registered_job(name).path for name in names]))"
     )

@@ -17,11 +17,11 @@ from django.db import connection
 from django.utils import timezone
 
 from django_ratequeue import Status, enqueue, enqueue_many
+from django_ratequeue.engine.agent import take_lapsed_lease
+from django_ratequeue.engine.heartbeat import beat
+from django_ratequeue.engine.models import LoopStatus
+from django_ratequeue.engine.runner import Runner
 from django_ratequeue.models import Attempt, Job, LoopState
-from django_ratequeue.queue.agent import take_lapsed_lease
-from django_ratequeue.queue.heartbeat import beat
-from django_ratequeue.queue.models import LoopStatus
-from django_ratequeue.queue.runner import Runner
 from tests.cluster import wait_for
 from tests.queue import jobs
 from tests.queue.steps import leading_loop, run_pass

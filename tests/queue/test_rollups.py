@@ -16,6 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from django_ratequeue import enqueue
+from django_ratequeue.engine.models import FINAL_STATUSES
+from django_ratequeue.engine.phases import Rest
 from django_ratequeue.models import Attempt, Job, QueueMinute, RollupCursor
 from django_ratequeue.monitor.figures import (
     MAX_POINTS,
@@ -25,21 +27,19 @@ from django_ratequeue.monitor.figures import (
     series,
     series_by_queue,
 )
-from django_ratequeue.queue.models import (
-    FINAL_STATUSES,
-    HISTOGRAM_BOUNDS,
-    HISTOGRAM_BUCKETS,
-    bucket_field,
-)
-from django_ratequeue.queue.phases import Rest
-from django_ratequeue.queue.retention import prune_rollups
-from django_ratequeue.queue.rollups import (
+from django_ratequeue.plugins.retention.pruning import prune_rollups
+from django_ratequeue.plugins.rollups.counting import (
     ARRIVALS_SETTLE,
     FINAL_FIGURES,
     Tally,
     bucket_of,
     floor_minute,
     settled_until,
+)
+from django_ratequeue.plugins.rollups.models import (
+    HISTOGRAM_BOUNDS,
+    HISTOGRAM_BUCKETS,
+    bucket_field,
 )
 from tests.cluster import wait_for
 from tests.queue import jobs

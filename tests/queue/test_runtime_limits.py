@@ -12,9 +12,9 @@ from django.test import override_settings
 
 from django_ratequeue import enqueue, enqueue_many, set_max_concurrency
 from django_ratequeue.conf import ratequeue_settings
+from django_ratequeue.engine.control import change_queue
+from django_ratequeue.engine.limits import QueueLimits
 from django_ratequeue.models import Attempt, QueueSetting, RuntimeLimits
-from django_ratequeue.queue.control import change_queue
-from django_ratequeue.queue.limits import QueueLimits
 from tests.queue import jobs
 from tests.queue.steps import leading_loop
 

@@ -16,9 +16,8 @@ from django.core.management import CommandError, call_command
 from django.test import Client, override_settings
 
 from django_ratequeue.models import Job, Schedule
-from django_ratequeue.queue.schedule_sync import sync_schedules
-
-from .steps import Clock, freeze
+from django_ratequeue.plugins.schedules.sync import sync_schedules
+from tests.queue.steps import Clock, freeze
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -15,13 +15,13 @@ from hypothesis import HealthCheck, given
 from hypothesis import settings as settings_for_hypothesis
 from hypothesis import strategies as st
 
+from django_ratequeue.engine.models import LoopStatus, Status, queue_db
+from django_ratequeue.engine.wakeup import segment_ceiling
 from django_ratequeue.models import Attempt, Job, LoopState, Schedule
-from django_ratequeue.queue.catchup import ALL_LIMIT
-from django_ratequeue.queue.declarations import manual_run_id, run_id
-from django_ratequeue.queue.models import LoopStatus, Status, queue_db
-from django_ratequeue.queue.recurrence import Recurrence
-from django_ratequeue.queue.schedule_sync import sync_schedules
-from django_ratequeue.queue.scheduling import (
+from django_ratequeue.plugins.schedules.catchup import ALL_LIMIT
+from django_ratequeue.plugins.schedules.declarations import manual_run_id, run_id
+from django_ratequeue.plugins.schedules.recurrence import Recurrence
+from django_ratequeue.plugins.schedules.runs import (
     EnqueueSchedules,
     change_recurrence,
     pause_schedule,
@@ -29,12 +29,11 @@ from django_ratequeue.queue.scheduling import (
     run_due,
     run_now,
 )
-from django_ratequeue.queue.wakeup import segment_ceiling
+from django_ratequeue.plugins.schedules.sync import sync_schedules
 from tests.cluster import wait_for
+from tests.queue.steps import Clock, freeze, leading_loop
+from tests.queue.test_recurrence import model_policy, runs_between
 from tests.threads import run_in_threads
-
-from .steps import Clock, freeze, leading_loop
-from .test_recurrence import model_policy, runs_between
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -6,9 +6,9 @@ import pytest
 
 from django_ratequeue import enqueue
 from django_ratequeue.db import execute, server_statement
+from django_ratequeue.engine.models import Status, queue_connection
+from django_ratequeue.engine.skipscan import distinct_values
 from django_ratequeue.models import Job
-from django_ratequeue.queue.models import Status, queue_connection
-from django_ratequeue.queue.skipscan import distinct_values
 from tests.queue import jobs
 
 pytestmark = pytest.mark.django_db

@@ -12,14 +12,13 @@ from typing import Any
 import pytest
 
 from django_ratequeue import JobCanceled, JobFailed, Status, enqueue
-from django_ratequeue.queue.heartbeat import beat
-from django_ratequeue.queue.models import Attempt
-from django_ratequeue.queue.runner import Runner
+from django_ratequeue.engine.heartbeat import beat
+from django_ratequeue.engine.models import Attempt
+from django_ratequeue.engine.runner import Runner
 from django_ratequeue.slots import Slots
 from tests.cluster import wait_for
 from tests.queue import jobs
-
-from .steps import leading_loop
+from tests.queue.steps import leading_loop
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -10,14 +10,13 @@ from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
 from django_ratequeue import DuplicateJobId, Status, enqueue, enqueue_many, job
+from django_ratequeue.engine.models import JobQuerySet
+from django_ratequeue.engine.transitions import promote_due
 from django_ratequeue.models import Job, UniqueClaim
-from django_ratequeue.queue.models import JobQuerySet
-from django_ratequeue.queue.retention import prune
-from django_ratequeue.queue.transitions import promote_due
-from django_ratequeue.queue.uniqueclaims import CLAIM_GRACE, prune_claims
-
-from . import jobs
-from .steps import Clock, freeze, run_pass
+from django_ratequeue.plugins.retention.pruning import prune
+from django_ratequeue.plugins.unique.claims import CLAIM_GRACE, prune_claims
+from tests.queue import jobs
+from tests.queue.steps import Clock, freeze, run_pass
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

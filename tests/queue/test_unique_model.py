@@ -12,11 +12,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from django_ratequeue import Status, enqueue
+from django_ratequeue.engine.transitions import promote_due
 from django_ratequeue.models import Job, UniqueClaim
-from django_ratequeue.queue.transitions import promote_due
-
-from . import jobs
-from .steps import freeze
+from tests.queue import jobs
+from tests.queue.steps import freeze
 
 WINDOW = 30
 DEBOUNCE = 10

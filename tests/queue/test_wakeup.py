@@ -15,14 +15,14 @@ from django.db import connection, transaction
 
 from django_ratequeue import enqueue, enqueue_many
 from django_ratequeue.conf import ratequeue_settings
+from django_ratequeue.engine.agent import Agent
+from django_ratequeue.engine.dispatch import Dispatch
+from django_ratequeue.engine.heartbeat import beat, mark_serving
+from django_ratequeue.engine.models import LoopStatus
+from django_ratequeue.engine.runner import Runner
+from django_ratequeue.engine.wakeup import LOOP, WORK, Waiter, signal
 from django_ratequeue.models import Attempt, LoopState
 from django_ratequeue.monitor.overview import queue_overview
-from django_ratequeue.queue.agent import Agent
-from django_ratequeue.queue.dispatch import Dispatch
-from django_ratequeue.queue.heartbeat import beat, mark_serving
-from django_ratequeue.queue.models import LoopStatus
-from django_ratequeue.queue.runner import Runner
-from django_ratequeue.queue.wakeup import LOOP, WORK, Waiter, signal
 from tests.queue import jobs
 from tests.queue.steps import Clock, freeze, leading_loop
 

@@ -12,14 +12,13 @@ from typing import Any
 import pytest
 
 from django_ratequeue import Handle, JobFailed, Status
-from django_ratequeue.queue import runner as runner_module
-from django_ratequeue.queue.models import Attempt
-from django_ratequeue.queue.runner import Runner
+from django_ratequeue.engine import runner as runner_module
+from django_ratequeue.engine.models import Attempt
+from django_ratequeue.engine.runner import Runner
 from tests.cluster import Cluster, wait_for
 from tests.hostile import EXPECTED, KINDS, OUTPUT
 from tests.queue import hostile_jobs
-
-from .test_slots_runner import runner_with, serve_until
+from tests.queue.test_slots_runner import runner_with, serve_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -12,7 +12,7 @@ from django.db.models import F
 from django.test import override_settings
 
 from django_ratequeue import TokenBucket, clock, get_rate_limit_value, rate_limit
-from django_ratequeue.queue import retention
+from django_ratequeue.plugins.retention import pruning as retention
 from django_ratequeue.ratelimit.models import RateLimitState
 from django_ratequeue.ratelimit.prune import prune_all_full_rows, prune_full_rows
 

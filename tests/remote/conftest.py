@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 from rest_framework.test import APIClient
 
-from django_ratequeue.queue.models import WorkerKey
-from django_ratequeue.queue.workerkeys import create_key
+from django_ratequeue.engine.models import WorkerKey
+from django_ratequeue.engine.workerkeys import create_key
 
 API = "/ratequeue/workers/"
 # "gpu" and "cpu" run only on remote workers; "local" on the cluster's runners.

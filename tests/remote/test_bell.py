@@ -1,5 +1,5 @@
 """The waiting claims' bell, step by step: a ``WORK`` signal wakes the claims one after
-the other, each once, instead of all of them at once (queue/bell.py, ``WorkBell``).
+the other, each once, instead of all of them at once (engine/bell.py, ``WorkBell``).
 
 The test plays the listener: it rings the bell itself, and no thread listens."""
 
@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from django_ratequeue.queue.bell import WorkBell
+from django_ratequeue.engine.bell import WorkBell
 from tests.cluster import wait_for
 
 # Long enough never to run out in a passing test.

@@ -10,8 +10,8 @@ import pytest
 from django.db import connections
 
 from django_ratequeue import enqueue_many
-from django_ratequeue.queue import protocol
-from django_ratequeue.queue.workerkeys import create_key
+from django_ratequeue.engine import protocol
+from django_ratequeue.engine.workerkeys import create_key
 from tests.queue.steps import leading_loop
 
 pytestmark = pytest.mark.usefixtures("remote_queues")

@@ -13,13 +13,12 @@ from django.core.management import CommandError, call_command
 from django.test import Client
 
 from django_ratequeue import enqueue
-from django_ratequeue.queue.heartbeat import beat, worker_id
-from django_ratequeue.queue.models import Attempt, WorkerKey
-from django_ratequeue.queue.runner import Runner
-from django_ratequeue.queue.workerkeys import create_key, find_key
-
-from .conftest import keyed
-from .test_protocol import claim, dispatch
+from django_ratequeue.engine.heartbeat import beat, worker_id
+from django_ratequeue.engine.models import Attempt, WorkerKey
+from django_ratequeue.engine.runner import Runner
+from django_ratequeue.engine.workerkeys import create_key, find_key
+from tests.remote.conftest import keyed
+from tests.remote.test_protocol import claim, dispatch
 
 pytestmark = pytest.mark.django_db
 

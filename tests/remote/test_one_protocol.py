@@ -11,13 +11,12 @@ import pytest
 from rest_framework.test import APIClient
 
 from django_ratequeue import JobFailed, enqueue, get_handle
-from django_ratequeue.queue import protocol
-from django_ratequeue.queue.execution import run_attempt
-from django_ratequeue.queue.heartbeat import beat
-from django_ratequeue.queue.models import Attempt, Outcome, WorkerKey
-
-from .conftest import API
-from .test_protocol import claim, dispatch
+from django_ratequeue.engine import protocol
+from django_ratequeue.engine.execution import run_attempt
+from django_ratequeue.engine.heartbeat import beat
+from django_ratequeue.engine.models import Attempt, Outcome, WorkerKey
+from tests.remote.conftest import API
+from tests.remote.test_protocol import claim, dispatch
 
 pytestmark = pytest.mark.usefixtures("remote_queues")
 # What os.fsdecode() gives for a file name that is not UTF-8: jsonb cannot hold it.

@@ -12,9 +12,8 @@ from django.test import Client
 from rest_framework.test import APIClient
 
 from django_ratequeue import enqueue
-from django_ratequeue.queue.models import WorkerKey
-
-from .test_protocol import claim, dispatch
+from django_ratequeue.engine.models import WorkerKey
+from tests.remote.test_protocol import claim, dispatch
 
 pytestmark = pytest.mark.usefixtures("remote_queues")
 

@@ -11,13 +11,12 @@ from rest_framework.test import APIClient
 
 from django_ratequeue import clock, enqueue
 from django_ratequeue.conf import ratequeue_settings
-from django_ratequeue.queue.heartbeat import beat
-from django_ratequeue.queue.models import Attempt, Job, Outcome, Status, WorkerKey
-from django_ratequeue.queue.runner import Runner
-from django_ratequeue.queue.workerkeys import SILENT_LEASES, create_key, revoke
+from django_ratequeue.engine.heartbeat import beat
+from django_ratequeue.engine.models import Attempt, Job, Outcome, Status, WorkerKey
+from django_ratequeue.engine.runner import Runner
+from django_ratequeue.engine.workerkeys import SILENT_LEASES, create_key, revoke
 from tests.queue.steps import leading_loop
-
-from .conftest import API, keyed
+from tests.remote.conftest import API, keyed
 
 pytestmark = pytest.mark.usefixtures("remote_queues")
 

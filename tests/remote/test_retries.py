@@ -11,13 +11,12 @@ from django.db.models import F
 from rest_framework.test import APIClient
 
 from django_ratequeue import clock, enqueue
-from django_ratequeue.queue.bell import bell
-from django_ratequeue.queue.handles import Handle
-from django_ratequeue.queue.models import Attempt, Job
-from django_ratequeue.queue.protocol import RETRY_ELSEWHERE
+from django_ratequeue.engine.bell import bell
+from django_ratequeue.engine.handles import Handle
+from django_ratequeue.engine.models import Attempt, Job
+from django_ratequeue.engine.protocol import RETRY_ELSEWHERE
 from tests.cluster import wait_for
-
-from .test_protocol import claim, dispatch, report
+from tests.remote.test_protocol import claim, dispatch, report
 
 pytestmark = pytest.mark.usefixtures("remote_queues")
 

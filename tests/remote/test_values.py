@@ -14,13 +14,12 @@ import pytest
 from rest_framework.test import APIClient
 
 from django_ratequeue import JobFailed, enqueue
-from django_ratequeue.queue import protocol
-from django_ratequeue.queue.bounds import MAX_JSON_DEPTH
-from django_ratequeue.queue.models import Attempt, Outcome, WorkerKey
+from django_ratequeue.engine import protocol
+from django_ratequeue.engine.bounds import MAX_JSON_DEPTH
+from django_ratequeue.engine.models import Attempt, Outcome, WorkerKey
 from tests.queue.jobs import return_nested
-
-from .conftest import API
-from .test_protocol import claim, dispatch, report
+from tests.remote.conftest import API
+from tests.remote.test_protocol import claim, dispatch, report
 
 pytestmark = pytest.mark.usefixtures("remote_queues")
 

@@ -12,8 +12,7 @@ from tests.cluster import wait_for
 from tests.hostile import EXPECTED, KINDS
 from tests.queue import hostile_jobs
 from tests.queue.test_wall import all_ended, ended_as_expected
-
-from .test_workers import Remote, start_remote  # noqa: F401  (a fixture)
+from tests.remote.test_workers import Remote, start_remote  # noqa: F401  (a fixture)
 
 # A result over the server's request size is refused before MAX_RESULT_BYTES is read.
 REMOTE_EXPECTED = {**EXPECTED, "ten megabytes": ("failed", "API_MAX_BODY_BYTES")}

@@ -11,9 +11,8 @@ from django.db.migrations.executor import MigrationExecutor
 from rest_framework.test import APIClient
 
 from django_ratequeue import enqueue
-from django_ratequeue.queue.models import Attempt, WorkerKey
-
-from .test_protocol import claim, dispatch
+from django_ratequeue.engine.models import Attempt, WorkerKey
+from tests.remote.test_protocol import claim, dispatch
 
 pytestmark = pytest.mark.usefixtures("remote_queues")
 BEFORE = [("django_ratequeue", "0013_request_seats")]

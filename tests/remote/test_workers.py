@@ -30,12 +30,11 @@ from opentelemetry import trace
 from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 
 from django_ratequeue import JobFailed, clock, enqueue, enqueue_many
-from django_ratequeue.queue.models import Attempt, Job, Outcome, Status
-from django_ratequeue.queue.workerkeys import create_key
+from django_ratequeue.engine.models import Attempt, Job, Outcome, Status
+from django_ratequeue.engine.workerkeys import create_key
 from django_ratequeue.worker import KEY_VARIABLE
 from tests.cluster import FAST_TIMINGS, ROOT, Cluster, database_url, wait_for
-
-from .conftest import REMOTE_QUEUES
+from tests.remote.conftest import REMOTE_QUEUES
 
 OPTIONS = {"QUEUES": REMOTE_QUEUES, "REMOTE_LEASE": 1.0}
 

@@ -21,8 +21,7 @@ from django_ratequeue.backends import TASK_JOBS, arun_task, run_task
 from django_ratequeue.models import Job
 from tests.cluster import wait_for
 from tests.queue.steps import run_pass
-
-from . import tasks
+from tests.tasks_backend import tasks
 
 # The async tasks' queries run in asgiref's thread for sync code: the tests commit.
 pytestmark = pytest.mark.django_db(transaction=True)

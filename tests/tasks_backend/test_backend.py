@@ -23,12 +23,11 @@ from django.utils import timezone
 
 from django_ratequeue import Status, enqueue, get_handle
 from django_ratequeue.backends import BACKEND_PATH, RateQueueBackend, attempt_error
+from django_ratequeue.engine.runner import Runner
 from django_ratequeue.models import Attempt, Job
-from django_ratequeue.queue.runner import Runner
 from tests.cluster import wait_for
 from tests.queue.steps import leading_loop, run_pass
-
-from . import tasks
+from tests.tasks_backend import tasks
 
 pytestmark = pytest.mark.django_db
 

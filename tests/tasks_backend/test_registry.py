@@ -17,13 +17,12 @@ from django.tasks.exceptions import InvalidTask
 from django.test import override_settings
 
 from django_ratequeue.backends import run_task
+from django_ratequeue.engine.execution import run_attempt
+from django_ratequeue.engine.models import Outcome
+from django_ratequeue.engine.registry import TASK_FIX, registered_task
 from django_ratequeue.exceptions import UnknownJob
 from django_ratequeue.models import Attempt, Job
-from django_ratequeue.queue.execution import run_attempt
-from django_ratequeue.queue.models import Outcome
-from django_ratequeue.queue.registry import TASK_FIX, registered_task
-
-from . import tasks
+from tests.tasks_backend import tasks
 
 SIDE_EFFECT = "tests.queue.side_effect"
 

@@ -12,13 +12,13 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 from django.db.models import Count
 
-from ... import clock
-from ...conf import ratequeue_settings
-from ...ratelimit.config import LimitConfig
-from ...ratelimit.decisions import project_row_value, reset_rate_limit
-from ...ratelimit.models import RateLimitState
-from ...ratelimit.prune import BATCH_SIZE, prune_all_full_rows
-from ...ratelimit.status import config_for, describe
+from django_ratequeue import clock
+from django_ratequeue.conf import ratequeue_settings
+from django_ratequeue.ratelimit.config import LimitConfig
+from django_ratequeue.ratelimit.decisions import project_row_value, reset_rate_limit
+from django_ratequeue.ratelimit.models import RateLimitState
+from django_ratequeue.ratelimit.prune import BATCH_SIZE, prune_all_full_rows
+from django_ratequeue.ratelimit.status import config_for, describe
 
 
 class Command(BaseCommand):

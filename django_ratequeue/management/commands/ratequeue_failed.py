@@ -11,8 +11,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from ...monitor.failures import failed_jobs, failure_groups
-from ...queue import failed
+from django_ratequeue.engine import failed
+from django_ratequeue.monitor.failures import failed_jobs, failure_groups
 
 
 class Command(BaseCommand):

@@ -9,7 +9,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from ...queue.retention import prune
+from django_ratequeue.plugins.retention.pruning import prune
 
 
 class Command(BaseCommand):

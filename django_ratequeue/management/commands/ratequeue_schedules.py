@@ -12,10 +12,11 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import transaction
 
-from ... import clock
-from ...queue.models import Schedule, queue_db
-from ...queue.schedule_sync import declared_schedules, sync_schedules
-from ...queue.wakeup import LOOP, signal
+from django_ratequeue import clock
+from django_ratequeue.engine.models import queue_db
+from django_ratequeue.engine.wakeup import LOOP, signal
+from django_ratequeue.plugins.schedules.models import Schedule
+from django_ratequeue.plugins.schedules.sync import declared_schedules, sync_schedules
 
 MAX_NEXT = 1000
 

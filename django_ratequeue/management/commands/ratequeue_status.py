@@ -14,12 +14,12 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from ... import clock
-from ...conf import ratequeue_settings
-from ...monitor.counts import COLUMNS, QueueCounts
-from ...monitor.figures import Figures, by_queue
-from ...monitor.overview import QueueOverview, queue_overview
-from ...queue.models import Status
+from django_ratequeue import clock
+from django_ratequeue.conf import ratequeue_settings
+from django_ratequeue.engine.models import Status
+from django_ratequeue.monitor.counts import COLUMNS, QueueCounts
+from django_ratequeue.monitor.figures import Figures, by_queue
+from django_ratequeue.monitor.overview import QueueOverview, queue_overview
 
 # --watch redraws at least this often, and at most once an hour.
 MAX_INTERVAL = 3600.0

@@ -2,7 +2,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand
 
-from ...accounts import ADMIN, USERS, create_demo_accounts
+from example_project.demo.accounts import ADMIN, USERS, create_demo_accounts
 
 
 class Command(BaseCommand):

@@ -1,0 +1,456 @@
+"""What an enqueue asks for: its options, checked once per function into a template.
+
+:class:`JobOptions` merges a call's options over a function's defaults and validates
+them, before anything is written, into a :class:`JobTemplate` that knows the job row's
+columns and its prepared INSERT (:class:`.bulk.RowInsert`). The enqueue rate limit and
+the rate-gated queues' room are checked here too. docs/api.md lists the options.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from functools import cached_property
+from typing import Any, Literal, NamedTuple, Required, TypedDict
+
+from django.utils import timezone
+
+from django_ratequeue.conf import RateQueueSettings, ratequeue_settings
+from django_ratequeue.engine.bounds import (
+    MAX_DELAY,
+    MAX_INT,
+    MAX_TIMEOUT,
+    MIN_INT,
+    check_json,
+    check_queue_concurrency,
+    check_queue_name,
+    check_text,
+    integer,
+    seconds,
+)
+from django_ratequeue.engine.bulk import RowCopy, RowInsert
+from django_ratequeue.engine.capacity import rate_row
+from django_ratequeue.engine.handles import owner_label
+from django_ratequeue.engine.models import Job, Status, new_job_id, queue_connection
+from django_ratequeue.engine.registry import function_path
+from django_ratequeue.engine.retry import Retry
+from django_ratequeue.engine.subtasks import current_job_id
+from django_ratequeue.engine.wakeup import LOOP, notify_clause
+from django_ratequeue.exceptions import EnqueueRateLimited
+from django_ratequeue.plugins.batches.scope import current_batch_id
+from django_ratequeue.plugins.unique.policy import Uniqueness, check_uniqueness
+from django_ratequeue.ratelimit.decisions import check_rate_limit, rate_limit
+from django_ratequeue.tracing import current_traceparent
+
+
+class QueueSpec(TypedDict, total=False):
+    """A queue named with the limit it gets: ``queue={"name": "llm", "max_concurrency": 4}``."""
+
+    name: Required[str]
+    max_concurrency: int
+
+
+class RetryOptions(TypedDict, total=False):
+    """The fields of :class:`.retry.Retry`, as a dict for the ``retries`` option."""
+
+    retry_count: int
+    initial_interval: float
+    max_interval: float
+    backoff_factor: float
+    randomize_interval: bool
+
+
+class EnqueueOptions(TypedDict, total=False):
+    """The options of a job, as ``@job``, ``.using()`` and the enqueue functions take them.
+
+    Those are ``enqueue()`` and ``enqueue_many()`` (see docs/api.md); a name that is not
+    one of these is a ValueError."""
+
+    queue: str | QueueSpec | None
+    concurrency_key: str
+    start_at: datetime | str | None
+    run_after: timedelta | float | None
+    retries: int | RetryOptions | Retry | None
+    id: str | None
+    on_duplicate_id: Literal["error", "ignore"]
+    priority: int
+    timeout: timedelta | float | None
+    on_complete: Callable[..., Any] | str | None
+    context: Any
+    owner: Any
+    cost: int
+    unique_for: timedelta | float | None
+    debounce: timedelta | float | None
+    unique_key: str | None
+
+
+OPTION_NAMES = frozenset(EnqueueOptions.__optional_keys__)
+# Merged options kept per JobOptions (see JobOptions.merge).
+MERGES_KEPT = 1000
+DEFAULT_QUEUE = "default"
+OWNER_MAX_LENGTH = Job._meta.get_field("owner").max_length or 255
+
+
+def parse_start_at(value: Any) -> datetime:
+    """Return ``start_at`` as an aware datetime at most MAX_DELAY ahead, or raise ValueError."""
+    if isinstance(value, str):
+        try:
+            value = datetime.fromisoformat(value)
+        except ValueError:
+            raise ValueError(
+                f"start_at {value!r} is not an ISO-8601 date and time, "
+                "e.g. '2026-04-03T12:00:00Z'."
+            ) from None
+    if not isinstance(value, datetime):
+        raise ValueError(f"start_at must be a datetime or an ISO-8601 string, not {value!r}.")
+    try:
+        if timezone.is_naive(value):
+            value = timezone.make_aware(value)
+        ahead = value.astimezone(UTC) - timezone.now()
+    except (OverflowError, ValueError):  # at the very ends of the datetime range
+        raise ValueError(f"start_at {value!r} is out of range.") from None
+    if ahead > MAX_DELAY:
+        raise ValueError(
+            f"start_at {value.isoformat()} is too far ahead: a job may be scheduled at most "
+            f"{MAX_DELAY.days} days ahead."
+        )
+    return value
+
+
+@dataclass(frozen=True)
+class QueueChoice:
+    name: str = DEFAULT_QUEUE
+    max_concurrency: int | None = None
+
+    @classmethod
+    def coerce(cls, value: Any) -> QueueChoice:
+        if value is None:
+            return cls()
+        if isinstance(value, str):
+            value = {"name": value}
+        if not isinstance(value, Mapping):
+            raise ValueError(
+                f"queue must be a name or {{'name': ..., 'max_concurrency': n}}, not {value!r}."
+            )
+        unknown = sorted(set(value) - {"name", "max_concurrency"})
+        if unknown:
+            raise ValueError(f"Unknown queue option(s): {', '.join(unknown)}.")
+        name = check_queue_name(value.get("name"))
+        limit = value.get("max_concurrency")
+        if limit is not None:
+            check_queue_concurrency(name, limit, ratequeue_settings().MAX_QUEUE_CONCURRENCY)
+        return cls(name=name, max_concurrency=limit)
+
+
+class JobStamp(NamedTuple):
+    """The columns of a new job that neither its options nor its arguments decide."""
+
+    id: str
+    status: Status
+    start_at: datetime
+    created_at: datetime
+    parent_id: str
+    batch_id: str = ""
+    # The W3C trace context the job was enqueued in (docs/tracing.md), "" without one.
+    traceparent: str = ""
+
+
+# What differs from job to job of one template, in the order JobTemplate.insert sends it.
+PER_JOB_COLUMNS = ("args", "kwargs", *JobStamp._fields)
+
+
+@dataclass(frozen=True)
+class JobTemplate:
+    """What a job's options decide, checked once.
+
+    A job is a template plus its arguments, an id and the time it was enqueued.
+    ``start_at`` is fixed, ``run_after`` counts from the enqueue."""
+
+    func: str
+    queue: str
+    max_concurrency: int | None
+    concurrency_key: str
+    priority: int
+    start_at: datetime | None
+    run_after: timedelta | None
+    retry: dict[str, Any]
+    timeout: float | None
+    on_complete: str
+    context: Any
+    owner: str
+    cost: int
+    id: str | None
+    ignore_duplicates: bool
+    # The length of the context's JSON, which counts towards MAX_ARGUMENTS_BYTES.
+    context_size: int
+    # unique_for or debounce, if asked for (docs/deduplication.md).
+    unique: Uniqueness | None = None
+
+    def check_size(self, args: str, kwargs: str, what: str = "") -> None:
+        """Refuse arguments (JSON text) that with the context exceed MAX_ARGUMENTS_BYTES.
+
+        Rows that big would slow every read of the queue's tables."""
+        limit = ratequeue_settings().MAX_ARGUMENTS_BYTES
+        size = len(args) + len(kwargs) + self.context_size
+        if size > limit:
+            raise ValueError(
+                f"The job's arguments{what} and context are {size} bytes of JSON; the most "
+                f'is RATEQUEUE["MAX_ARGUMENTS_BYTES"] ({limit}). Pass a reference instead, '
+                "such as the id of a row or the name of a file."
+            )
+
+    def __post_init__(self) -> None:
+        """Refuse what no database column could store as given, on every database alike."""
+        for name in ("queue", "concurrency_key", "owner", "id"):
+            check_text(name, getattr(self, name) or "")
+
+    @cached_property
+    def columns(self) -> dict[str, Any]:
+        """The job's columns that every job of this template shares.
+
+        That is what the options decide, and the model's defaults for the rest (no
+        attempts yet, no result...)."""
+        decided = {
+            "func": self.func,
+            "queue": self.queue,
+            "max_concurrency": self.max_concurrency,
+            "concurrency_key": self.concurrency_key,
+            "priority": self.priority,
+            "retry": self.retry,
+            "timeout": self.timeout,
+            "on_complete": self.on_complete,
+            "context": self.context,
+            "owner": self.owner,
+            "cost": self.cost,
+        }
+        defaults = {
+            field.attname: field.get_default()
+            for field in Job._meta.concrete_fields
+            if field.attname not in decided and field.attname not in PER_JOB_COLUMNS
+        }
+        return {**defaults, **decided}
+
+    @cached_property
+    def row_copy(self) -> RowCopy:
+        return RowCopy(Job, self.columns, PER_JOB_COLUMNS)
+
+    @cached_property
+    def row_insert(self) -> RowInsert:
+        return RowInsert(Job, self.columns, PER_JOB_COLUMNS, returning=notify_clause(LOOP))
+
+    def stamp(self, now: datetime, job_id: str | None = None) -> JobStamp:
+        """Return the id, status and times of a job enqueued ``now``."""
+        start_at = self.start_at or (now + self.run_after if self.run_after else now)
+        status = Status.SCHEDULED if start_at > now else Status.WAITING
+        return JobStamp(
+            job_id or self.id or new_job_id(),
+            status,
+            start_at,
+            now,
+            current_job_id(),
+            current_batch_id(),
+            current_traceparent(),
+        )
+
+    def job(self, args: list[Any], kwargs: dict[str, Any], stamp: JobStamp) -> Job:
+        """Return an unsaved Job."""
+        return Job(**self.columns, args=args, kwargs=kwargs, **stamp._asdict())
+
+    def insert(self, args: str, kwargs: str, stamp: JobStamp, async_commit: bool) -> bool:
+        """INSERT a job whose arguments are given as JSON text, without building a Job.
+
+        A job with the caller's id is not inserted when the id is taken: return whether
+        it was."""
+        adapt = queue_connection().ops.adapt_datetimefield_value
+        return self.row_insert.execute(
+            (
+                args,
+                kwargs,
+                stamp.id,
+                stamp.status,
+                adapt(stamp.start_at),
+                adapt(stamp.created_at),
+                stamp.parent_id,
+                stamp.batch_id,
+                stamp.traceparent,
+            ),
+            async_commit,
+            skip_taken=self.id is not None,
+        )
+
+
+@dataclass(frozen=True)
+class JobOptions:
+    """Merge and validate the enqueue options.
+
+    ``merge`` applies a call's options over defaults, ``template`` validates them for
+    one function."""
+
+    values: Mapping[str, Any] = field(default_factory=dict)
+    # path -> (the settings it was checked under, its template)
+    _templates: dict[str, tuple[RateQueueSettings, JobTemplate]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+    # The JSON of options merged over these -> the result, so that the same call's options
+    # (the HTTP API's owner, say) are checked once, not at every enqueue.
+    _merged: dict[str, JobOptions] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+
+    def __post_init__(self) -> None:
+        unknown = sorted(set(self.values) - OPTION_NAMES)
+        if unknown:
+            raise ValueError(
+                f"Unknown enqueue option(s): {', '.join(unknown)}; "
+                f"known: {', '.join(sorted(OPTION_NAMES))}."
+            )
+
+    def merge(self, other: Mapping[str, Any]) -> JobOptions:
+        if not other:
+            return self
+        try:
+            key = json.dumps(other, sort_keys=True, allow_nan=False)
+        except (TypeError, ValueError, RecursionError):  # a callable...: checked each time
+            return JobOptions({**self.values, **other})
+        merged = self._merged.get(key)
+        if merged is None:
+            if len(self._merged) >= MERGES_KEPT:
+                self._merged.clear()
+            merged = self._merged[key] = JobOptions({**self.values, **other})
+        return merged
+
+    def template(self, path: str) -> JobTemplate:
+        """Return the options checked for the function at ``path``, or raise ValueError.
+
+        The error names what to fix. The template is kept while the settings stay the
+        same: a function's own options (``@job``) are checked once, not at every
+        enqueue."""
+        settings = ratequeue_settings()
+        known = self._templates.get(path)
+        if known is not None and known[0] is settings:
+            return known[1]
+        template = self._check(path)
+        self._templates[path] = (settings, template)
+        return template
+
+    def _check(self, path: str) -> JobTemplate:
+        """Check every option, in a fixed order, and return the template they make."""
+        options = self.values
+        queue = QueueChoice.coerce(options.get("queue"))
+        key = _concurrency_key(options.get("concurrency_key") or "")
+        start_at, run_after = _start(options.get("start_at"), options.get("run_after"))
+        retries = options.get("retries")
+        retry = ratequeue_settings().DEFAULT_RETRIES if retries is None else Retry.coerce(retries)
+        priority = integer("priority", options.get("priority", 0), MIN_INT, MAX_INT)
+        timeout = options.get("timeout")
+        if timeout is not None:
+            timeout = seconds("timeout", timeout, MAX_TIMEOUT, allow_zero=False)
+        on_complete = options.get("on_complete")
+        on_complete_path = (
+            "" if on_complete is None else function_path(on_complete, "on_complete callback")
+        )
+        context = options.get("context")
+        context_size = len(check_json("context", context))
+        cost = integer("cost", options.get("cost", 1), 0, MAX_INT)
+        owner = _owner(options.get("owner"))
+        on_duplicate_id = options.get("on_duplicate_id", "error")
+        job_id, ignore_duplicates = _job_id(options.get("id"), on_duplicate_id)
+        unique = check_uniqueness(options)
+        if unique is not None and unique.mode == "debounce":
+            run_after = unique.window  # a debounced job starts once the burst is quiet
+        return JobTemplate(
+            func=path,
+            queue=queue.name,
+            max_concurrency=queue.max_concurrency,
+            concurrency_key=key,
+            priority=priority,
+            start_at=start_at,
+            run_after=run_after,
+            retry=retry.to_json(),
+            timeout=timeout,
+            on_complete=on_complete_path,
+            context=context,
+            owner=owner,
+            cost=cost,
+            id=job_id,
+            ignore_duplicates=ignore_duplicates,
+            context_size=context_size,
+            unique=unique,
+        )
+
+
+def _concurrency_key(key: Any) -> str:
+    """Return ``key`` if it can be a concurrency key, else raise a ValueError."""
+    if not isinstance(key, str) or len(key) > 255:
+        raise ValueError(
+            f"concurrency_key must be a string of at most 255 characters, not {key!r}."
+        )
+    return key
+
+
+def _start(start_at: Any, run_after: Any) -> tuple[datetime | None, timedelta | None]:
+    """Return (``start_at``, ``run_after``) checked: one of them at most."""
+    if start_at is not None and run_after is not None:
+        raise ValueError("Give start_at or run_after, not both.")
+    if start_at is not None:
+        return parse_start_at(start_at), None
+    if run_after is not None:
+        return None, timedelta(seconds=seconds("run_after", run_after, MAX_DELAY))
+    return None, None
+
+
+def _owner(owner: Any) -> str:
+    """Return the stored form of ``owner``, if it fits its column."""
+    label = owner_label(owner)
+    if len(label) > OWNER_MAX_LENGTH:
+        raise ValueError(
+            f"owner must be at most {OWNER_MAX_LENGTH} characters, got {len(label)}; "
+            "pass a shorter identity, such as a user or its primary key."
+        )
+    return label
+
+
+def _job_id(job_id: Any, on_duplicate_id: Any) -> tuple[str | None, bool]:
+    """Return the custom ``id`` (None: a new one) and whether a duplicate is ignored."""
+    if job_id is not None and (not isinstance(job_id, str) or not job_id or len(job_id) > 200):
+        raise ValueError(
+            f"id must be a non-empty string of at most 200 characters, not {job_id!r}."
+        )
+    if on_duplicate_id not in ("error", "ignore"):
+        raise ValueError("on_duplicate_id must be 'error' or 'ignore'.")
+    return job_id, on_duplicate_id == "ignore"
+
+
+ENQUEUE_LIMIT_NAME = "ratequeue:enqueue"
+
+
+def check_enqueue_rate(count: int) -> None:
+    """Draw ``count`` from ENQUEUE_RATE_LIMIT, or raise :class:`EnqueueRateLimited`.
+
+    ENQUEUE_RATE_LIMIT is a leaky bucket, drawn before anything is written; off when the
+    setting is None. It is drawn in the caller's transaction, so a rolled-back enqueue
+    gives its tokens back.
+    """
+    config = ratequeue_settings().ENQUEUE_RATE_LIMIT
+    if config is None:
+        return
+    decision = rate_limit(ENQUEUE_LIMIT_NAME, count=count, config=config)
+    if not decision.ok:
+        raise EnqueueRateLimited(ENQUEUE_LIMIT_NAME, None, decision.retry_at)
+
+
+def check_reservation_room(queue: str, cost: int, key: str | None = None) -> None:
+    """Refuse work for a rate-gated queue whose limit has reserved ``max_reserved`` tokens.
+
+    Those are tokens reserved ahead already: :class:`RateLimited` says when it would be
+    admitted. Only a read; the loop reserves the tokens when the job could start. A keyed
+    limit (plan tiers) is read for the job's concurrency ``key``, as the loop draws it."""
+    settings = ratequeue_settings()
+    config = settings.QUEUES.get(queue)
+    limit = config.rate_limit if config else None
+    if limit is None or cost == 0:
+        return
+    row = rate_row(limit, key or "", settings)
+    check_rate_limit(limit, key=row, count=cost, reserve=True, throws=True)

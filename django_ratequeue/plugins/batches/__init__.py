@@ -1,0 +1,1 @@
+"""Batches: groups of jobs with one completion and its callback."""

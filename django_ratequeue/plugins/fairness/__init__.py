@@ -1,0 +1,1 @@
+"""Fair starts across concurrency keys: turns, weights and per-key limits."""

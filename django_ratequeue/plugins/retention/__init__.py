@@ -1,0 +1,1 @@
+"""The pruning of finished jobs and old per-minute figures."""

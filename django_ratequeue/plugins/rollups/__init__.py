@@ -1,0 +1,1 @@
+"""Each queue's per-minute figures, counted as the loop moves jobs."""

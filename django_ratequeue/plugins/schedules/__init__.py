@@ -1,0 +1,1 @@
+"""Recurring schedules: declared, synced into their table, and run when due."""

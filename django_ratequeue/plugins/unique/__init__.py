@@ -1,0 +1,1 @@
+"""Unique and debounced enqueues: one job per unique key at a time."""

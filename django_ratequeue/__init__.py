@@ -14,23 +14,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from django_ratequeue.engine.control import pause_queue as pause_queue
-    from django_ratequeue.engine.control import resume_queue as resume_queue
-    from django_ratequeue.engine.control import set_max_concurrency as set_max_concurrency
-    from django_ratequeue.engine.control import set_queue_concurrency as set_queue_concurrency
-    from django_ratequeue.engine.enqueue import enqueue as enqueue
-    from django_ratequeue.engine.enqueue import enqueue_many as enqueue_many
-    from django_ratequeue.engine.functions import AsyncJobFunction as AsyncJobFunction
-    from django_ratequeue.engine.functions import JobFunction as JobFunction
-    from django_ratequeue.engine.functions import job as job
-    from django_ratequeue.engine.handles import Handle as Handle
-    from django_ratequeue.engine.handles import cancel_all as cancel_all
-    from django_ratequeue.engine.handles import get_handle as get_handle
-    from django_ratequeue.engine.models import Status as Status
-    from django_ratequeue.engine.options import EnqueueOptions as EnqueueOptions
-    from django_ratequeue.engine.progress import report_progress as report_progress
-    from django_ratequeue.engine.progress import stream_output as stream_output
-    from django_ratequeue.engine.retry import Retry as Retry
     from django_ratequeue.exceptions import BatchDoesNotExist as BatchDoesNotExist
     from django_ratequeue.exceptions import DuplicateJobId as DuplicateJobId
     from django_ratequeue.exceptions import EnqueueRateLimited as EnqueueRateLimited
@@ -43,16 +26,31 @@ if TYPE_CHECKING:
     from django_ratequeue.exceptions import RateQueueError as RateQueueError
     from django_ratequeue.exceptions import RecursiveWaitDeadlock as RecursiveWaitDeadlock
     from django_ratequeue.exceptions import UnknownJob as UnknownJob
-    from django_ratequeue.plugins.batches.grouping import BatchHandle as BatchHandle
-    from django_ratequeue.plugins.batches.grouping import HandleList as HandleList
-    from django_ratequeue.plugins.batches.grouping import batch as batch
-    from django_ratequeue.plugins.batches.grouping import current_batch as current_batch
-    from django_ratequeue.plugins.batches.grouping import get_batch as get_batch
-    from django_ratequeue.plugins.eta.estimates import Eta as Eta
-    from django_ratequeue.plugins.fairness.keylimits import (
-        refresh_key_limits as refresh_key_limits,
-    )
-    from django_ratequeue.plugins.fairness.keylimits import set_key_limit as set_key_limit
+    from django_ratequeue.jobs import AsyncJobFunction as AsyncJobFunction
+    from django_ratequeue.jobs import BatchHandle as BatchHandle
+    from django_ratequeue.jobs import EnqueueOptions as EnqueueOptions
+    from django_ratequeue.jobs import Eta as Eta
+    from django_ratequeue.jobs import Handle as Handle
+    from django_ratequeue.jobs import HandleList as HandleList
+    from django_ratequeue.jobs import JobFunction as JobFunction
+    from django_ratequeue.jobs import Retry as Retry
+    from django_ratequeue.jobs import Status as Status
+    from django_ratequeue.jobs import batch as batch
+    from django_ratequeue.jobs import cancel_all as cancel_all
+    from django_ratequeue.jobs import current_batch as current_batch
+    from django_ratequeue.jobs import enqueue as enqueue
+    from django_ratequeue.jobs import enqueue_many as enqueue_many
+    from django_ratequeue.jobs import get_batch as get_batch
+    from django_ratequeue.jobs import get_handle as get_handle
+    from django_ratequeue.jobs import job as job
+    from django_ratequeue.jobs import pause_queue as pause_queue
+    from django_ratequeue.jobs import refresh_key_limits as refresh_key_limits
+    from django_ratequeue.jobs import report_progress as report_progress
+    from django_ratequeue.jobs import resume_queue as resume_queue
+    from django_ratequeue.jobs import set_key_limit as set_key_limit
+    from django_ratequeue.jobs import set_max_concurrency as set_max_concurrency
+    from django_ratequeue.jobs import set_queue_concurrency as set_queue_concurrency
+    from django_ratequeue.jobs import stream_output as stream_output
     from django_ratequeue.ratelimit.config import FixedWindow as FixedWindow
     from django_ratequeue.ratelimit.config import KeyedConfig as KeyedConfig
     from django_ratequeue.ratelimit.config import TokenBucket as TokenBucket

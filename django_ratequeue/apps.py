@@ -17,6 +17,10 @@ class RateQueueConfig(AppConfig):
             host,  # noqa: F401  (starts a runner thread in each django-q2 worker)
         )
         from django_ratequeue.engine.registry import autodiscover
+        from django_ratequeue.plugins import load
+
+        # The plug-ins declare their phases of the loop's steps.
+        load()
 
         # Only registered jobs run: register them in every process, web and worker alike.
         autodiscover()

@@ -2,8 +2,9 @@
 
 One process at a time leads it, owning a ``generation`` of ``LoopState`` (:mod:`.agent`
 elects it). Each step is one transaction that renews the lease first (:mod:`.lease`),
-then runs the phases of :mod:`.phases` in order. docs/concepts.md ("The queue engine")
-tells the design: who writes which table, the statuses, the loop states, the invariants.
+then runs the phases of :mod:`.phases` in order, with the plug-ins' (:mod:`.hooks`).
+docs/concepts.md ("The queue engine") tells the design: who writes which table, the
+statuses, the loop states, the invariants.
 """
 
 from __future__ import annotations
@@ -16,11 +17,11 @@ from django.db import transaction
 
 from django_ratequeue import clock
 from django_ratequeue.conf import ratequeue_settings
+from django_ratequeue.engine import hooks
 from django_ratequeue.engine.dispatch import Dispatch
 from django_ratequeue.engine.lease import Lease
 from django_ratequeue.engine.models import queue_db
 from django_ratequeue.engine.phases import (
-    EndBatches,
     Recovery,
     Rest,
     Resume,
@@ -34,9 +35,6 @@ from django_ratequeue.engine.phases import (
     read_active,
     ring,
 )
-from django_ratequeue.plugins.batches.ends import BatchEnds
-from django_ratequeue.plugins.retention.pruning import prune_in_background
-from django_ratequeue.plugins.schedules.runs import EnqueueSchedules
 
 
 class Loop:
@@ -48,22 +46,21 @@ class Loop:
         self.dispatch = Dispatch(settings)
         self.recovery = Recovery(settings)
         self.rest = Rest(self.dispatch, settings)
-        batch_ends = BatchEnds(settings)
-        self.phases: tuple[Callable[[Step], None], ...] = (
-            self.recovery,
-            cancel,  # before finish_ended: a cancel wins over an end not taken in yet
-            read_active,
-            finish_ended,
-            Resume(self.dispatch),  # before start: waits resume before anything new starts
-            promote,
-            EnqueueSchedules(),  # before start: a run due now starts in this step
-            EndBatches(batch_ends),  # before start: the batches' callbacks start at once
-            Start(self.dispatch),
-            EndBatches(batch_ends, after_start=True),
-            ring,
-            self.rest,
-            count,
-            announce_moves,
+        engine_phases: list[tuple[str, hooks.Phase]] = [
+            ("recovery", self.recovery),
+            ("cancel", cancel),  # before finish_ended: a cancel wins over an end not taken in yet
+            ("read_active", read_active),
+            ("finish_ended", finish_ended),
+            ("resume", Resume(self.dispatch)),  # before start: waits resume before anything new
+            ("promote", promote),
+            ("start", Start(self.dispatch)),
+            ("ring", ring),
+            ("rest", self.rest),
+            ("count", count),
+            ("announce", announce_moves),
+        ]
+        self.phases: tuple[Callable[[Step], None], ...] = tuple(
+            hooks.place(engine_phases, settings)
         )
         # What the last step found: it hit a per-step limit (more_work), or left the loop
         # resting, and when the resting loop wants waking.
@@ -100,5 +97,5 @@ class Loop:
                 phase(step)
         self.more_work, self.rested, self.next_wake = step.more_work, step.rested, step.wake
         if not step.did_work:
-            prune_in_background()
+            hooks.do_idle_work()
         return step.did_work

@@ -1,8 +1,8 @@
-"""The phases of a loop step, in the order :class:`.loop.Loop` runs them.
+"""The engine's phases of a loop step, in the order :class:`.loop.Loop` runs them.
 
 Each phase is a small unit that takes the :class:`Step` the phases share, reads what the
-earlier ones left in it and adds what it did. docs/concepts.md ("The main loop") tells
-why they come in this order.
+earlier ones left in it and adds what it did; the plug-ins' phases (:mod:`.hooks`) run
+among them. docs/concepts.md ("The main loop") tells why they come in this order.
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ from django_ratequeue.engine.transitions import (
     recover,
 )
 from django_ratequeue.engine.wakeup import JOBS, WORK, segment_ceiling, signal
-from django_ratequeue.plugins.batches.ends import BatchEnds
 from django_ratequeue.plugins.rollups.counting import ARRIVALS_SETTLE, ArrivalsWindow, Tally
 from django_ratequeue.signals import announce, listened
 
@@ -62,11 +61,11 @@ class Step:
     waiting_left: bool = False
     # The earliest start of a deferred job after this step (None: none).
     deferred: datetime | None = None
+    # When the phases want the resting loop woken (a plug-in's next due work, say).
+    wakes: list[datetime] = field(default_factory=list)
     # Set by the rest phase: nothing is left to do now; when to wake (None: on a signal).
     rested: bool = False
     wake: datetime | None = None
-    # The earliest next run of a recurring schedule (None: none will run).
-    next_schedule: datetime | None = None
     # The arrivals the step counts in the rollups.
     arrivals: ArrivalsWindow = field(init=False)
 
@@ -74,7 +73,6 @@ class Step:
         self.arrivals = ArrivalsWindow.at(self.now, self.renewal.arrivals_until)
         self.more_work = self.arrivals.behind
         self.deferred = self.renewal.next_deferred
-        self.next_schedule = self.renewal.next_schedule
 
 
 class Recovery:
@@ -156,23 +154,6 @@ class Start:
         step.did_work |= bool(step.started)
 
 
-class EndBatches:
-    """Finish the batches whose last job ended in the step (docs/batches.md).
-
-    Run before the starts, so that their callbacks start in the same step, and again
-    after them (``after_start``), for the jobs the dispatch failed: then the loop steps
-    again at once to start those callbacks."""
-
-    def __init__(self, ends: BatchEnds, after_start: bool = False) -> None:
-        self.ends = ends
-        self.after_start = after_start
-
-    def __call__(self, step: Step) -> None:
-        if self.ends(step.now, step.moves):
-            step.did_work = True
-            step.more_work |= self.after_start
-
-
 def ring(step: Step) -> None:
     """Signal the runners if attempts started, the jobs' watchers if anything moved.
 
@@ -207,11 +188,9 @@ class Rest:
     def resting_state(self, step: Step) -> tuple[str, datetime | None]:
         """Return the state of the resting loop and when it wants waking.
 
-        It wakes for the next deferred start, schedule's run, rate-limit time, count of
-        arrivals, or look for lost attempts."""
-        wakes = [step.deferred] if step.deferred is not None else []
-        if step.next_schedule is not None:
-            wakes.append(step.next_schedule)
+        It wakes for the next deferred start, rate-limit time, count of arrivals, look
+        for lost attempts, or time a phase asked for (``Step.wakes``)."""
+        wakes = [*step.wakes, *([step.deferred] if step.deferred is not None else [])]
         wakes.extend(self.dispatch.wakes())
         # Count the jobs not counted yet, once they are settled.
         uncounted = self.first_uncounted_arrival(step.arrivals.until)

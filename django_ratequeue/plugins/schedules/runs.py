@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any
 
 from django.db import transaction
 
@@ -20,6 +20,7 @@ from django_ratequeue.engine.creation import Created, create_jobs, job_target
 from django_ratequeue.engine.handles import Handle
 from django_ratequeue.engine.heads import aware
 from django_ratequeue.engine.models import queue_db
+from django_ratequeue.engine.phases import Step
 from django_ratequeue.engine.wakeup import LOOP, signal
 from django_ratequeue.exceptions import RateQueueError
 from django_ratequeue.plugins.schedules.catchup import CatchUp, catch_up
@@ -104,17 +105,8 @@ def outcome(
     return changes
 
 
-class ScheduleStep(Protocol):
-    """What the phase reads and writes of the loop's step (:class:`.phases.Step`)."""
-
-    now: datetime
-    did_work: bool
-    more_work: bool
-    next_schedule: datetime | None
-
-
 class EnqueueSchedules:
-    """Enqueue the schedules' due runs, and record when the next is due.
+    """Enqueue the schedules' due runs, and ask to be woken for the next (a loop phase).
 
     At its first step, the loop's new leader syncs the declared schedules into the
     table."""
@@ -122,13 +114,20 @@ class EnqueueSchedules:
     def __init__(self) -> None:
         self.synced = False
 
-    def __call__(self, step: ScheduleStep) -> None:
+    def __call__(self, step: Step) -> None:
+        next_run = step.renewal.next_schedule
         if not self.synced:
             step.did_work |= bool(sync_schedules(step.now))
-            step.next_schedule = next_schedule_time()
+            next_run = next_schedule_time()
             self.synced = True
-        if step.next_schedule is None or step.next_schedule > step.now:
-            return
+        if next_run is not None and next_run <= step.now:
+            self.run_due(step)
+            next_run = next_schedule_time()
+        if next_run is not None:
+            step.wakes.append(next_run)
+
+    def run_due(self, step: Step) -> None:
+        """Enqueue the runs due now, at most RUNS_PER_STEP of SCHEDULES_PER_STEP schedules."""
         due = list(Schedule.objects.due(step.now)[:SCHEDULES_PER_STEP])
         enqueued = 0
         for row in due:
@@ -140,7 +139,6 @@ class EnqueueSchedules:
             step.more_work |= not done
         step.more_work |= len(due) == SCHEDULES_PER_STEP
         step.did_work |= bool(due)
-        step.next_schedule = next_schedule_time()
 
 
 def _wake_loop() -> None:

@@ -1,0 +1,85 @@
+"""A plug-in joins the loop through declared hooks: its phases run where it placed them."""
+
+from __future__ import annotations
+
+import pytest
+
+from django_ratequeue.conf import ratequeue_settings
+from django_ratequeue.engine import hooks
+from django_ratequeue.engine.phases import Step
+from django_ratequeue.plugins import PLUGINS
+from tests.queue import jobs
+from tests.queue.steps import Clock, freeze, leading_loop
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+class Probe:
+    """A plug-in's phase that notes each step it saw, and what the phases before it did."""
+
+    def __init__(self, seen: list[tuple[str, int]], label: str) -> None:
+        self.seen, self.label = seen, label
+
+    def __call__(self, step: Step) -> None:
+        self.seen.append((self.label, len(step.started)))
+
+
+def test_a_plugins_phases_run_just_before_and_after_the_phase_it_names(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    seen: list[tuple[str, int]] = []
+
+    def phases(settings: object) -> list[hooks.Placed]:
+        return [
+            hooks.Placed(Probe(seen, "before start"), before="start"),
+            hooks.Placed(Probe(seen, "after start"), after="start"),
+        ]
+
+    monkeypatch.setitem(hooks._phase_builders, "probe", phases)
+    freeze(monkeypatch)
+    jobs.add.enqueue(1, 2)
+    loop = leading_loop()
+    names = [getattr(p, "__name__", type(p).__name__) for p in loop.phases]
+    start = names.index("Start")
+    # After the batches' phases placed at the same sides (declared earlier), before start
+    # and right after it.
+    assert names[start - 1] == "Probe" and names[start + 2] == "Probe"
+    loop.step()
+    assert seen == [("before start", 0), ("after start", 1)]
+
+
+def test_a_phase_placed_at_a_phase_the_engine_has_not_is_refused_by_name(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def phases(settings: object) -> list[hooks.Placed]:
+        return [hooks.Placed(Probe([], "x"), after="dispatch")]
+
+    monkeypatch.setitem(hooks._phase_builders, "probe", phases)
+    with pytest.raises(LookupError, match=r"'probe' places a phase at 'dispatch'.*start"):
+        hooks.place([("start", Probe([], "start"))], ratequeue_settings())
+
+
+def test_a_phase_is_placed_on_one_side_of_one_phase() -> None:
+    with pytest.raises(ValueError, match="either before or after"):
+        hooks.Placed(Probe([], "x"), before="start", after="rest")
+    with pytest.raises(ValueError, match="either before or after"):
+        hooks.Placed(Probe([], "x"))
+
+
+def test_idle_work_runs_after_a_step_that_did_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    frozen: Clock = freeze(monkeypatch)
+    calls: list[int] = []
+    monkeypatch.setitem(hooks._idle_work, "probe", lambda: calls.append(1))
+    loop = leading_loop()
+    loop.step()  # the new leader's first step syncs the schedules: it may do work
+    loop.step()
+    assert calls
+    calls.clear()
+    jobs.add.enqueue(1, 2)
+    frozen.advance(1)
+    assert loop.step() is True
+    assert calls == []
+
+
+def test_the_loaded_plugins_are_the_ones_that_declare_hooks() -> None:
+    assert set(PLUGINS) <= set(hooks._phase_builders) | set(hooks._idle_work)

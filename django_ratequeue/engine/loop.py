@@ -29,7 +29,6 @@ from django_ratequeue.engine.phases import (
     Step,
     announce_moves,
     cancel,
-    count,
     finish_ended,
     promote,
     read_active,
@@ -56,7 +55,6 @@ class Loop:
             ("start", Start(self.dispatch)),
             ("ring", ring),
             ("rest", self.rest),
-            ("count", count),
             ("announce", announce_moves),
         ]
         self.phases: tuple[Callable[[Step], None], ...] = tuple(

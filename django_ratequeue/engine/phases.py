@@ -8,6 +8,7 @@ among them. docs/concepts.md ("The main loop") tells why they come in this order
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -26,7 +27,6 @@ from django_ratequeue.engine.transitions import (
     recover,
 )
 from django_ratequeue.engine.wakeup import JOBS, WORK, segment_ceiling, signal
-from django_ratequeue.plugins.rollups.counting import ARRIVALS_SETTLE, ArrivalsWindow, Tally
 from django_ratequeue.signals import announce, listened
 
 # What a step reads of each active attempt.
@@ -61,17 +61,14 @@ class Step:
     waiting_left: bool = False
     # The earliest start of a deferred job after this step (None: none).
     deferred: datetime | None = None
-    # When the phases want the resting loop woken (a plug-in's next due work, say).
-    wakes: list[datetime] = field(default_factory=list)
+    # When the phases want the resting loop woken (a plug-in's next due work, say): a
+    # time, or a function that tells it, asked only if the loop rests.
+    wakes: list[datetime | Callable[[], datetime | None]] = field(default_factory=list)
     # Set by the rest phase: nothing is left to do now; when to wake (None: on a signal).
     rested: bool = False
     wake: datetime | None = None
-    # The arrivals the step counts in the rollups.
-    arrivals: ArrivalsWindow = field(init=False)
 
     def __post_init__(self) -> None:
-        self.arrivals = ArrivalsWindow.at(self.now, self.renewal.arrivals_until)
-        self.more_work = self.arrivals.behind
         self.deferred = self.renewal.next_deferred
 
 
@@ -172,8 +169,6 @@ class Rest:
         self.dead_after = timedelta(seconds=settings.WORKER_DEAD_AFTER)
         # The state and wake-up time the last step wrote.
         self.recorded: tuple[str, datetime | None] | None = None
-        # The creation of the first job not counted yet, as last read (None: not known).
-        self.first_uncounted: datetime | None = None
 
     def __call__(self, step: Step) -> None:
         # Rest as soon as nothing is left to do right now, even after doing some work.
@@ -188,14 +183,13 @@ class Rest:
     def resting_state(self, step: Step) -> tuple[str, datetime | None]:
         """Return the state of the resting loop and when it wants waking.
 
-        It wakes for the next deferred start, rate-limit time, count of arrivals, look
-        for lost attempts, or time a phase asked for (``Step.wakes``)."""
-        wakes = [*step.wakes, *([step.deferred] if step.deferred is not None else [])]
+        It wakes for the next deferred start, rate-limit time, look for lost attempts, or
+        time a phase asked for (``Step.wakes``)."""
+        asked = (wake() if callable(wake) else wake for wake in step.wakes)
+        wakes = [wake for wake in asked if wake is not None]
+        if step.deferred is not None:
+            wakes.append(step.deferred)
         wakes.extend(self.dispatch.wakes())
-        # Count the jobs not counted yet, once they are settled.
-        uncounted = self.first_uncounted_arrival(step.arrivals.until)
-        if uncounted is not None:
-            wakes.append(uncounted.replace(microsecond=0) + timedelta(seconds=1) + ARRIVALS_SETTLE)
         if step.running:
             # Look again for dead workers and overruns even if no completion arrives.
             wakes.append(step.now + self.dead_after)
@@ -206,25 +200,6 @@ class Rest:
         if wake is not None or step.waiting_left:
             return LoopStatus.SCHEDULED, wake
         return LoopStatus.IDLE, None
-
-    def first_uncounted_arrival(self, counted_until: datetime) -> datetime | None:
-        """Return the creation of the first job the rollups have not counted yet, if any.
-
-        Read again only once that job is counted (a later one cannot wake the loop
-        sooner)."""
-        known = self.first_uncounted
-        if known is None or known < counted_until:
-            self.first_uncounted = known = first_arrival_since(counted_until)
-        return known
-
-
-def count(step: Step) -> None:
-    """Add the step's arrivals and moves to the rollups; move the arrivals' cursor."""
-    tally = Tally(step.now)
-    tally.count_arrivals(step.arrivals.since, step.arrivals.until)
-    tally.record(step.moves)
-    tally.write()
-    step.arrivals.record()
 
 
 def announce_moves(step: Step) -> None:
@@ -264,15 +239,3 @@ def job_record(job: Job) -> dict[str, Any]:
         "status": str(job.status),
         "attempts": job.attempts,
     }
-
-
-def first_arrival_since(moment: datetime) -> datetime | None:
-    """Return the creation time of the first job created at ``moment`` or later.
-
-    Read through the jobs' creation index."""
-    return (
-        Job.objects.filter(created_at__gte=moment)
-        .order_by("created_at")
-        .values_list("created_at", flat=True)
-        .first()
-    )

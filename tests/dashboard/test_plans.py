@@ -9,11 +9,11 @@ from functools import partial
 import pytest
 from django.utils import timezone
 
-from django_ratequeue.engine.phases import first_arrival_since
 from django_ratequeue.models import Attempt, Job, QueueMinute
 from django_ratequeue.monitor.figures import by_queue, queues_with_figures, series, series_by_queue
 from django_ratequeue.monitor.overview import queue_overview
 from django_ratequeue.plugins.rollups.counting import Tally
+from django_ratequeue.plugins.rollups.plugin import first_arrival_since
 from tests.dashboard.plans import JOBS, assert_no_seq_scan
 
 pytestmark = [

@@ -54,7 +54,7 @@ def test_a_phase_placed_at_a_phase_the_engine_has_not_is_refused_by_name(
     def phases(settings: object) -> list[hooks.Placed]:
         return [hooks.Placed(Probe([], "x"), after="dispatch")]
 
-    monkeypatch.setitem(hooks._phase_builders, "probe", phases)
+    monkeypatch.setattr(hooks, "_phase_builders", {"probe": phases})
     with pytest.raises(LookupError, match=r"'probe' places a phase at 'dispatch'.*start"):
         hooks.place([("start", Probe([], "start"))], ratequeue_settings())
 

@@ -20,11 +20,11 @@ from django_ratequeue.engine.phases import (
     Start,
     Step,
     cancel,
-    count,
     promote,
     read_active,
 )
 from django_ratequeue.models import Attempt, Job, LoopState, QueueMinute
+from django_ratequeue.plugins.rollups.plugin import Rollups
 from tests.queue import jobs
 from tests.queue.steps import Clock, freeze, leading_loop
 
@@ -96,10 +96,12 @@ def test_start_dispatches_and_records_the_starts(frozen: Clock) -> None:
 def test_count_writes_the_moves_of_the_step(frozen: Clock) -> None:
     enqueue(jobs.add, args=[1, 1])
     dispatch = Dispatch(ratequeue_settings())
+    rollups = Rollups()
     for step in renewed_step(frozen):
+        rollups.arrivals(step)
         read_active(step)
         Start(dispatch)(step)
-        count(step)
+        rollups.count(step)
     assert QueueMinute.objects.get(queue="default").started == 1
 
 
@@ -146,6 +148,7 @@ def test_the_loop_runs_its_phases_in_order() -> None:
         "Start",
         "EndBatches",
         "ring",
+        "arrivals",
         "Rest",
         "count",
         "announce_moves",

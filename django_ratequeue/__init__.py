@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from django_ratequeue.engine.pool import cancel_requested as cancel_requested
     from django_ratequeue.exceptions import BatchDoesNotExist as BatchDoesNotExist
     from django_ratequeue.exceptions import DuplicateJobId as DuplicateJobId
     from django_ratequeue.exceptions import EnqueueRateLimited as EnqueueRateLimited
@@ -60,7 +61,6 @@ if TYPE_CHECKING:
     from django_ratequeue.ratelimit.decisions import rate_limit as rate_limit
     from django_ratequeue.ratelimit.decisions import reset_rate_limit as reset_rate_limit
     from django_ratequeue.ratelimit.defined import define_rate_limits as define_rate_limits
-    from django_ratequeue.slots import cancel_requested as cancel_requested
 
 __version__ = "0.1.0"
 

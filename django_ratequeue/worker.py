@@ -56,12 +56,12 @@ from collections.abc import Callable, Hashable
 from pathlib import Path
 from typing import Any
 
-try:
+if __package__:  # django_ratequeue.worker, in the installed package
     from django_ratequeue import plain
-    from django_ratequeue.slots import Call, Finished, Slots
-except ImportError:  # this file copied alone, with slots.py and plain.py beside it
+    from django_ratequeue.engine.pool import Call, Finished, Pool
+else:  # worker.py in the zipapp (manage.py ratequeue_worker_app), pool.py and plain.py beside it
     import plain  # type: ignore[no-redef]
-    from slots import Call, Finished, Slots  # type: ignore[no-redef]
+    from pool import Call, Finished, Pool  # type: ignore[no-redef]
 
 try:  # spans that continue the enqueuing request's trace, when OpenTelemetry is installed
     from django_ratequeue.tracing import end_attempt, start_attempt
@@ -463,7 +463,7 @@ class Worker:
         self.outbox: list[tuple[RemoteAttempt, dict[str, Any]]] = []
         self.slots = threading.Condition()
         self.stopping = client.stopping
-        self.calls = Slots(concurrency, self.call_ended, name="worker-slot")
+        self.calls = Pool(concurrency, self.call_ended, name="worker-slot")
         self.calls_ending: dict[Hashable, threading.Event] = {}
         self.calls_ended: dict[Hashable, Finished] = {}
 

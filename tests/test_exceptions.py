@@ -39,7 +39,7 @@ def package_modules() -> list[str]:
 def test_every_exception_lives_in_exceptions_py_and_derives_from_the_base() -> None:
     """But the HTTP API's answers: DRF's APIException subclasses that views raise to send
     a status code (413, 409), never raised by the library to its callers; and those of
-    the remote worker program and its slots, which run without Django (exceptions.py
+    the remote worker program and its pool, which run without Django (exceptions.py
     needs it)."""
     defined = {
         value
@@ -49,7 +49,7 @@ def test_every_exception_lives_in_exceptions_py_and_derives_from_the_base() -> N
         and issubclass(value, BaseException)
         and not issubclass(value, APIException)
         and value.__module__.startswith("django_ratequeue")
-        and value.__module__ not in ("django_ratequeue.worker", "django_ratequeue.slots")
+        and value.__module__ not in ("django_ratequeue.worker", "django_ratequeue.engine.pool")
     }
     assert len(defined) > 10
     assert {cls.__module__ for cls in defined} == {"django_ratequeue.exceptions"}

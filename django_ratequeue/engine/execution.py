@@ -1,7 +1,7 @@
 """Running claimed attempts, and recording what came of them.
 
 :func:`prepare` gives the call that runs an attempt's job, for a slot
-(:mod:`django_ratequeue.slots`); :func:`settle` makes how it ended a plain report, in that
+(:mod:`.pool`); :func:`settle` makes how it ended a plain report, in that
 slot; :func:`finish` records the report on the attempt for the runner to report, with the
 job's pending progress and output written first (:mod:`.progress`). Whatever a job raises is its
 outcome, ``SystemExit`` included (docs/concepts.md, "Recovery").
@@ -18,12 +18,12 @@ from typing import Any
 from django_ratequeue import clock, plain
 from django_ratequeue.engine.bounds import MAX_TIMEOUT
 from django_ratequeue.engine.models import Attempt, Job
+from django_ratequeue.engine.pool import Call, Finished, Pool
 from django_ratequeue.engine.progress import write_rest
 from django_ratequeue.engine.protocol import Ended, Report
 from django_ratequeue.engine.registry import is_async, registered_job
 from django_ratequeue.engine.subtasks import current_attempt
 from django_ratequeue.exceptions import AttemptTimedOut, NonRetryableError
-from django_ratequeue.slots import Call, Finished, Slots
 from django_ratequeue.tracing import end_attempt, start_attempt
 
 logger = logging.getLogger(__name__)
@@ -121,7 +121,7 @@ def finish(attempt: Attempt, report: Report, ended_at: datetime | None = None) -
 
 
 # Runs an attempt in the calling thread (run_attempt): tests, and nothing else.
-_here = Slots(0, lambda finished: None, name="ratequeue-here", interrupt_with=AttemptTimedOut)
+_here = Pool(0, lambda finished: None, name="ratequeue-here", interrupt_with=AttemptTimedOut)
 
 
 def run_attempt(attempt: Attempt) -> Ended:

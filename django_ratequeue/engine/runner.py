@@ -1,7 +1,7 @@
 """Runners: what serves the queue in each django-q2 worker process.
 
 A runner is a thread that :mod:`.host` starts beside the agent. It claims dispatched
-attempts for the free slots of its process (:mod:`django_ratequeue.slots`), starts them,
+attempts for the free slots of its process's pool (:mod:`.pool`), starts them,
 and reports their outcomes before it claims again, through the attempt protocol
 (:mod:`.protocol`). docs/concepts.md ("Runners") tells when it claims, waits and stops.
 """
@@ -19,6 +19,7 @@ from django_ratequeue import clock
 from django_ratequeue.conf import ratequeue_settings
 from django_ratequeue.engine.execution import finish, prepare, run_attempt, settle
 from django_ratequeue.engine.models import Attempt, Job
+from django_ratequeue.engine.pool import Finished, Pool
 from django_ratequeue.engine.protocol import (
     Claimant,
     Ended,
@@ -31,7 +32,6 @@ from django_ratequeue.engine.protocol import (
 from django_ratequeue.engine.registry import known_paths
 from django_ratequeue.engine.wakeup import WORK, Waiter
 from django_ratequeue.exceptions import AttemptTimedOut, UnknownJob, describe
-from django_ratequeue.slots import Finished, Slots
 
 logger = logging.getLogger(__name__)
 # How often a runner with attempts in its slots looks for cancels of their jobs.
@@ -40,32 +40,32 @@ CANCEL_LOOK = 1.0
 IDLE_LOOK = 5.0
 
 
-_slots: Slots | None = None
-_slots_lock = threading.Lock()
+_pool: Pool | None = None
+_pool_lock = threading.Lock()
 
 
-def process_slots() -> Slots:
-    """Return the slots of this process, shared by its runners one after the other."""
-    global _slots
-    with _slots_lock:
-        if _slots is None:
-            _slots = Slots(
+def process_pool() -> Pool:
+    """Return the pool of this process, shared by its runners one after the other."""
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = Pool(
                 ratequeue_settings().SLOTS,
                 on_finish=lambda finished: None,
                 name="ratequeue-slot",
                 interrupt_with=AttemptTimedOut,
             )
-        return _slots
+        return _pool
 
 
 class Runner:
     """Claim attempts for the free slots, start them, and report them as they end."""
 
-    def __init__(self, worker: str, slots: Slots | None = None) -> None:
+    def __init__(self, worker: str, pool: Pool | None = None) -> None:
         self.worker = worker
         self.claimant = Claimant(worker)
-        self.slots = slots or process_slots()
-        self.slots.on_finish = self.ended
+        self.pool = pool or process_pool()
+        self.pool.on_finish = self.ended
         self.held: dict[Hashable, Attempt] = {}
         # The ends of calls, made plain in their slots: (key, report, ended, heard), the
         # last two ``time.monotonic()`` readings.
@@ -113,7 +113,7 @@ class Runner:
         Return whether it took all it asked for (more may wait)."""
         self.report_ended()
         self.look_for_cancels()
-        free = self.slots.free
+        free = self.pool.free
         if free <= 0 or not self.may_have_work:
             return False
         claimed = self.claim(free)
@@ -138,7 +138,7 @@ class Runner:
             self.report([finish(attempt, settle(Finished(attempt.pk, error=exc)))])
             return
         self.held[attempt.pk] = attempt
-        self.slots.start(call)
+        self.pool.start(call)
 
     def report_ended(self) -> int:
         """Report the attempts whose calls ended since the last report; return how many.
@@ -183,7 +183,7 @@ class Runner:
         for job_id in through_reconnects(lambda: list(asked)):
             if keys[job_id] not in self.canceled:
                 self.canceled.add(keys[job_id])
-                self.slots.cancel(keys[job_id])
+                self.pool.cancel(keys[job_id])
 
     def finish_held(self, deadline: float) -> None:
         """Report the attempts in the slots as they end, taking no more, until ``deadline``.

@@ -19,10 +19,10 @@ from django.db import connections
 
 from django_ratequeue import JobFailed, Status, enqueue, job
 from django_ratequeue.engine.functions import AsyncJobFunction, JobFunction
+from django_ratequeue.engine.pool import Call, Pool
 from django_ratequeue.engine.registry import is_async
 from django_ratequeue.engine.subtasks import current_attempt
 from django_ratequeue.models import Job
-from django_ratequeue.slots import Call, Slots
 from tests.queue import jobs
 from tests.queue.steps import run_pass
 
@@ -127,7 +127,7 @@ def test_coroutine_functions_run_as_such_behind_partials_and_wrappers() -> None:
         context = contextvars.copy_context()
         context.run(current_attempt.set, "the attempt")  # type: ignore[arg-type]
         call = Call("key", functools.partial(func, *args), is_async(func), None, context)
-        return Slots(0, print).run_here(call).value
+        return Pool(0, print).run_here(call).value
 
     assert call_job(double, [1]) == {"x": 2, "attempt": "the attempt"}
     assert call_job(functools.partial(double, 2), [])["x"] == 4

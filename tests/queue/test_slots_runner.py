@@ -14,8 +14,8 @@ import pytest
 from django_ratequeue import JobCanceled, JobFailed, Status, enqueue
 from django_ratequeue.engine.heartbeat import beat
 from django_ratequeue.engine.models import Attempt
+from django_ratequeue.engine.pool import Pool
 from django_ratequeue.engine.runner import Runner
-from django_ratequeue.slots import Slots
 from tests.cluster import wait_for
 from tests.queue import jobs
 from tests.queue.steps import leading_loop
@@ -24,7 +24,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def runner_with(size: int) -> Runner:
-    return Runner(beat(force=True), Slots(size, lambda finished: None, name="ratequeue-test"))
+    return Runner(beat(force=True), Pool(size, lambda finished: None, name="ratequeue-test"))
 
 
 def serve_until(runner: Runner, condition: Any, message: str) -> None:
@@ -64,7 +64,7 @@ def test_a_runner_claims_no_more_than_its_free_slots(tmp_path: Path) -> None:
     leading_loop().step()
     runner = runner_with(3)
     runner.turn()
-    assert len(runner.held) == 3 and runner.slots.free == 0
+    assert len(runner.held) == 3 and runner.pool.free == 0
     assert Attempt.objects.filter(worker="").count() == 1  # left for another runner
     release.touch()
     serve_until(runner, lambda: not Attempt.objects.filter(ended_at=None).exists(), "all four")
@@ -79,7 +79,7 @@ def test_a_job_past_its_timeout_ends_timed_out_and_frees_its_slot(func: Any) -> 
     assert attempt.outcome == "timed_out"
     with pytest.raises(JobFailed, match=r"timeout of 0\.3 seconds"):
         handle.result(timeout=0)
-    assert runner.slots.free == 1
+    assert runner.pool.free == 1
 
 
 @pytest.mark.parametrize(("func", "args"), [(jobs.sleep_later, [30]), (jobs.wait_for_cancel, [])])
@@ -93,4 +93,4 @@ def test_a_cancel_reaches_a_running_job(func: Any, args: list[Any]) -> None:
     with pytest.raises(JobCanceled):
         handle.result(timeout=0)
     assert time.monotonic() - canceled_at < 25  # it stopped: it did not run its 30 s
-    assert runner.slots.free == 1
+    assert runner.pool.free == 1

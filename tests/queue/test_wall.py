@@ -75,7 +75,7 @@ def test_every_hostile_kind_ends_its_own_attempt_and_the_slots_go_on() -> None:
     runner.may_have_work = True  # as the WORK signal tells a serving runner
     serve_until(runner, all_ended([after]), "a job after the catalogue")
     assert after.result(timeout=0) == "after"
-    assert runner.slots.free == 8
+    assert runner.pool.free == 8
 
 
 def test_one_attempt_whose_end_cannot_be_recorded_hides_no_other(

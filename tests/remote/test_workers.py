@@ -363,13 +363,13 @@ def record(path, label):
 
 
 def test_worker_py_copied_alone_runs_with_a_plain_python(remote: Remote, tmp_path: Path) -> None:
-    """As docs/remote-workers.md says: worker.py, slots.py and plain.py copied next to a handlers
+    """As docs/remote-workers.md says: worker.py, pool.py and plain.py copied next to a handlers
     module, run by an interpreter that has neither Django nor the package (no
     site-packages, no PYTHONPATH), its key in a file."""
     host = tmp_path / "host"
     host.mkdir()
-    for name in ("worker.py", "slots.py", "plain.py"):
-        shutil.copy(ROOT / "django_ratequeue" / name, host / name)
+    for path in ("worker.py", "engine/pool.py", "plain.py"):
+        shutil.copy(ROOT / "django_ratequeue" / path, host / Path(path).name)
     (host / "gpu_handlers.py").write_text(ALONE)
     (host / "key").write_text(remote.key + "\n")
     with (tmp_path / "alone.log").open("wb") as log:

@@ -1,9 +1,10 @@
-"""Slots: many calls at once in one process, sync ones on threads, async ones on one loop.
+"""The pool: many calls at once in one process, sync ones on threads, async ones on one loop.
 
-A :class:`Slots` runs up to ``size`` calls at a time; a call past its time limit is
-interrupted, and one that does not stop is *stuck*. docs/concepts.md ("Runners", "Time
-limits in slots") tells how. This module is the standard library only: the remote worker
-program (``worker.py``) uses it too, copied beside it.
+A :class:`Pool` runs up to ``size`` calls at a time, each in a slot (one place of the
+pool); a call past its time limit is interrupted, and one that does not stop is *stuck*.
+docs/concepts.md ("Runners", "Time limits in slots") tells how. This module is the
+standard library only: the remote worker program (``worker.py``) uses it too, beside it
+in the zipapp that ``manage.py ratequeue_worker_app`` builds.
 """
 
 from __future__ import annotations
@@ -85,20 +86,20 @@ _current: contextvars.ContextVar[_Running | None] = contextvars.ContextVar(
 
 
 def cancel_requested() -> bool:
-    """Return whether the call running here was asked to stop (see :meth:`Slots.cancel`).
+    """Return whether the call running here was asked to stop (see :meth:`Pool.cancel`).
 
     A plain function checks it between steps of its work, and returns or raises."""
     running = _current.get()
     return running is not None and running.cancel.is_set()
 
 
-class Slots:
+class Pool:
     """Run up to ``size`` calls at once, and tell ``on_finish`` of each call's end.
 
     A plain function runs on a thread of its own, taken from the threads that finished a
     call in the last :data:`IDLE_EXIT` seconds (each keeps its database connections while
     it lives, and closes them as it ends); a coroutine function runs as a task on the one
-    event loop of the ``Slots``, on a thread of its own. ``on_finish`` is called from the
+    event loop of the pool, on a thread of its own. ``on_finish`` is called from the
     thread or loop that ran the call. A call that has not ended :data:`STOP_WAIT` seconds
     after its interruption is reported timed out all the same and keeps its slot until it
     does end: the attempt is over, the thread is not."""
@@ -364,8 +365,8 @@ class Slots:
 class _Watchdog:
     """Interrupt calls at their time limits, from one thread."""
 
-    def __init__(self, slots: Slots) -> None:
-        self.slots = slots
+    def __init__(self, pool: Pool) -> None:
+        self.pool = pool
         self.condition = threading.Condition()
         self.deadlines: list[tuple[float, int, bool, _Running]] = []
         self.order = itertools.count()
@@ -375,7 +376,7 @@ class _Watchdog:
         with self.condition:
             heapq.heappush(self.deadlines, (deadline, next(self.order), giving_up, running))
             if self.thread is None:
-                name = f"{self.slots.name}-watchdog"
+                name = f"{self.pool.name}-watchdog"
                 self.thread = threading.Thread(target=self._watch, name=name, daemon=True)
                 self.thread.start()
             self.condition.notify()
@@ -401,8 +402,8 @@ class _Watchdog:
                     self.condition.wait(self.deadlines[0][0] - time.monotonic())
                 _deadline, _order, giving_up, running = heapq.heappop(self.deadlines)
             if giving_up:
-                self.slots._give_up(running)
-            elif self.slots._interrupt(running):
+                self.pool._give_up(running)
+            elif self.pool._interrupt(running):
                 self.add(time.monotonic() + STOP_WAIT, running, giving_up=True)
 
 

@@ -5,8 +5,9 @@
         [--concurrency 4] [--queues gpu ...]
 
 (or ``--key-file PATH``; ``--key KEY`` works too, but shows the key in the process list).
-It needs Python's standard library only (no Django): this file, copied alone as
-``worker.py``, runs as ``python worker.py`` with handler modules that import ``worker``.
+It needs Python's standard library only (no Django): ``manage.py ratequeue_worker_app``
+builds it, with ``pool.py`` and ``plain.py``, into one file that runs as ``python
+ratequeue-worker.pyz`` with handler modules that import ``worker``.
 It claims attempts over HTTP (docs/remote-workers.md), runs the handler registered for
 each job's function name, and reports the outcome, several outcomes per request under load
 (:class:`Worker`). While an attempt runs, a thread of its own sends its output and progress
@@ -65,7 +66,7 @@ else:  # worker.py in the zipapp (manage.py ratequeue_worker_app), pool.py and p
 
 try:  # spans that continue the enqueuing request's trace, when OpenTelemetry is installed
     from django_ratequeue.tracing import end_attempt, start_attempt
-except ImportError:  # this file copied alone
+except ImportError:  # the zipapp, on a host without the package
 
     def start_attempt(
         traceparent: str, attributes: dict[str, Any], run_in: contextvars.Context
@@ -78,7 +79,7 @@ except ImportError:  # this file copied alone
 
 try:  # the package's own class, so that handlers shared with local jobs raise one class
     from django_ratequeue.exceptions import NonRetryableError
-except ImportError:  # a host without Django (or this file copied alone)
+except ImportError:  # a host without Django (the zipapp)
 
     class NonRetryableError(Exception):  # type: ignore[no-redef]
         """Raise in a handler to fail the job at once, with no further attempts."""
@@ -773,7 +774,9 @@ def read_key(parser: argparse.ArgumentParser, args: argparse.Namespace) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m django_ratequeue.worker")
+    # In the zipapp, the program is the archive's name.
+    prog = "python -m django_ratequeue.worker" if __package__ else None
+    parser = argparse.ArgumentParser(prog=prog)
     parser.add_argument("--url", required=True, help="Where the ratequeue URLs are mounted.")
     parser.add_argument(
         "--key-file", help=f"A file holding the worker key (or set {KEY_VARIABLE})."
@@ -813,7 +816,7 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     # Run as a program, this file is ``__main__``, while handler modules import it by its
-    # name (``django_ratequeue.worker``; ``worker`` when copied alone): run main from the
+    # name (``django_ratequeue.worker``; ``worker`` in the zipapp): run main from the
     # module of that name, where they register.
     name = __spec__.name if __spec__ is not None else Path(__file__).stem
     raise SystemExit(importlib.import_module(name).main())

@@ -1,5 +1,5 @@
-"""Remote worker processes (``python -m django_ratequeue.worker``, or ``worker.py`` copied
-alone) against a real server process and a real cluster: work shared and never run twice,
+"""Remote worker processes (``python -m django_ratequeue.worker``, or the zipapp on a Python
+without Django) against a real server process and a real cluster: work shared and never run twice,
 a killed worker's attempt taken over once its lease lapses, a stopped worker's attempt
 handed back at once; a worker that waits for its server, one given a wrong URL, one whose
 report the server fails on."""
@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -16,6 +15,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+import venv
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.core.management import call_command
 from django.db import connection
 from opentelemetry import context as otel_context
 from opentelemetry import trace
@@ -342,7 +343,7 @@ def command_line(process: subprocess.Popen[bytes]) -> str:
     return Path(f"/proc/{process.pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
 
 
-# A handlers module for a host with worker.py alone: it imports the copy as ``worker``.
+# A handlers module for a host with the zipapp alone: it imports the worker as ``worker``.
 ALONE = """
 import importlib.util
 import os
@@ -362,19 +363,18 @@ def record(path, label):
 """
 
 
-def test_worker_py_copied_alone_runs_with_a_plain_python(remote: Remote, tmp_path: Path) -> None:
-    """As docs/remote-workers.md says: worker.py, pool.py and plain.py copied next to a handlers
-    module, run by an interpreter that has neither Django nor the package (no
-    site-packages, no PYTHONPATH), its key in a file."""
+def test_the_worker_app_runs_on_a_python_without_django(remote: Remote, tmp_path: Path) -> None:
+    """As docs/remote-workers.md says: the zipapp that ``ratequeue_worker_app`` builds, run
+    by the Python of a new virtual environment (neither Django nor the package, no
+    PYTHONPATH) beside a handlers module, its key in a file."""
     host = tmp_path / "host"
-    host.mkdir()
-    for path in ("worker.py", "engine/pool.py", "plain.py"):
-        shutil.copy(ROOT / "django_ratequeue" / path, host / Path(path).name)
+    venv.create(host / "venv", with_pip=False)
+    call_command("ratequeue_worker_app", "--output", str(host / "ratequeue-worker.pyz"))
     (host / "gpu_handlers.py").write_text(ALONE)
     (host / "key").write_text(remote.key + "\n")
     with (tmp_path / "alone.log").open("wb") as log:
         process = subprocess.Popen(
-            [sys.executable, "-S", "-E", "worker.py", "--url", remote.url,
+            [str(host / "venv" / "bin" / "python"), "ratequeue-worker.pyz", "--url", remote.url,
              "--key-file", "key", "--handlers", "gpu_handlers"],
             cwd=host, env={"PATH": os.environ["PATH"]}, stdout=log, stderr=subprocess.STDOUT,
             start_new_session=True,

@@ -1,7 +1,7 @@
 """The pool: many calls at once in one process, sync ones on threads, async ones on one loop.
 
-A :class:`Pool` runs up to ``size`` calls at a time, each in a slot (one place of the
-pool); a call past its time limit is interrupted, and one that does not stop is *stuck*.
+A :class:`Pool` runs up to ``size`` calls at a time, each in a slot of the pool; a call
+past its time limit is interrupted, and one that does not stop is *stuck*.
 docs/concepts.md ("Runners", "Time limits in slots") tells how. This module is the
 standard library only: the remote worker program (``worker.py``) uses it too, beside it
 in the zipapp that ``manage.py ratequeue_worker_app`` builds.

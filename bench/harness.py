@@ -96,6 +96,7 @@ def empty_tables() -> None:
     from django_tasks_db.models import DBTaskResult
 
     from bench.models import JobStart
+    from django_ratequeue.engine.fairness.models import TurnState
     from django_ratequeue.engine.models import (
         Attempt,
         CancelRequest,
@@ -105,7 +106,6 @@ def empty_tables() -> None:
         RuntimeLimits,
         WorkerHeartbeat,
     )
-    from django_ratequeue.plugins.fairness.models import TurnState
     from django_ratequeue.plugins.rollups.models import RollupCursor
 
     models = [Attempt, OutputChunk, Job, CancelRequest, LoopState, WorkerHeartbeat]

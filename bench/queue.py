@@ -480,8 +480,8 @@ def forget_cycles() -> None:
     keeping the backlog."""
     from django_q.models import OrmQ
 
+    from django_ratequeue.engine.fairness.models import TurnState
     from django_ratequeue.engine.models import Attempt, Job, LoopState, RuntimeLimits
-    from django_ratequeue.plugins.fairness.models import TurnState
     from django_ratequeue.plugins.rollups.models import RollupCursor
 
     Attempt.objects.all().delete()

@@ -23,8 +23,8 @@ from django_ratequeue import backends as tasks_backend_checks  # noqa: F401
 from django_ratequeue import check_ids as ids
 from django_ratequeue.conf import parse_settings
 from django_ratequeue.decorators import limit_names
+from django_ratequeue.engine.fairness.shares import key_limits_problems
 from django_ratequeue.engine.models import queue_db
-from django_ratequeue.plugins.fairness.shares import key_limits_problems
 from django_ratequeue.plugins.schedules.sync import schedule_problems
 from django_ratequeue.ratelimit.config import KeyedConfig
 from django_ratequeue.ratelimit.storage import rate_limit_db

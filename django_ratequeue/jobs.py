@@ -14,6 +14,7 @@ from django_ratequeue.engine.control import (
     set_queue_concurrency,
 )
 from django_ratequeue.engine.enqueue import enqueue, enqueue_many
+from django_ratequeue.engine.fairness.keylimits import refresh_key_limits, set_key_limit
 from django_ratequeue.engine.functions import AsyncJobFunction, JobFunction, job
 from django_ratequeue.engine.handles import Handle, cancel_all, get_handle
 from django_ratequeue.engine.models import Status
@@ -29,7 +30,6 @@ from django_ratequeue.plugins.batches.grouping import (
     get_batch,
 )
 from django_ratequeue.plugins.eta.estimates import Eta
-from django_ratequeue.plugins.fairness.keylimits import refresh_key_limits, set_key_limit
 
 __all__ = [
     "AsyncJobFunction",

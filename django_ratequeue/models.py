@@ -1,5 +1,6 @@
 """The app's models, defined beside the code that owns them."""
 
+from django_ratequeue.engine.fairness.models import KeyLimit, KeyLimitChange, TurnState
 from django_ratequeue.engine.models import (
     Attempt,
     CancelRequest,
@@ -14,7 +15,6 @@ from django_ratequeue.engine.models import (
 )
 from django_ratequeue.engine.seats import RequestSeat
 from django_ratequeue.plugins.batches.models import Batch
-from django_ratequeue.plugins.fairness.models import KeyLimit, KeyLimitChange, TurnState
 from django_ratequeue.plugins.rollups.models import QueueMinute, QueueTotal, RollupCursor
 from django_ratequeue.plugins.schedules.models import Schedule
 from django_ratequeue.plugins.unique.models import UniqueClaim

@@ -17,9 +17,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from django_ratequeue.conf import RateQueueSettings, ratequeue_settings
+from django_ratequeue.engine.fairness.shares import KeyLimits
 from django_ratequeue.engine.limits import QueueLimits, Queues
 from django_ratequeue.engine.models import Attempt, Job
-from django_ratequeue.plugins.fairness.shares import KeyLimits
 from django_ratequeue.ratelimit.config import KeyedConfig
 
 

@@ -14,13 +14,13 @@ from functools import partial
 from django_ratequeue.conf import RateQueueSettings
 from django_ratequeue.engine.bulk import insert_rows
 from django_ratequeue.engine.capacity import Capacity, rate_keyed, rate_row
+from django_ratequeue.engine.fairness.shares import KeyLimits
+from django_ratequeue.engine.fairness.turns import QUEUES_PER_STEP, Turns
 from django_ratequeue.engine.limits import environment_limit
 from django_ratequeue.engine.models import Attempt, Job, Wait
 from django_ratequeue.engine.moves import Moves
 from django_ratequeue.engine.rounds import Rounds, TokenGate, waiting_queues
 from django_ratequeue.engine.transitions import fail_job, isolated
-from django_ratequeue.plugins.fairness.shares import KeyLimits
-from django_ratequeue.plugins.fairness.turns import QUEUES_PER_STEP, Turns
 from django_ratequeue.ratelimit.decisions import rate_limit
 
 __all__ = ["QUEUES_PER_STEP", "Dispatch", "is_remote", "waiting_queues"]
@@ -34,7 +34,7 @@ class Dispatch:
 
     def __init__(self, settings: RateQueueSettings) -> None:
         self.settings = settings
-        # The keys' own limits, kept across steps (plugins/fairness/shares.py).
+        # The keys' own limits, kept across steps (engine/fairness/shares.py).
         self.keys = KeyLimits()
         # The limits as in force for this step and the places held (read_limits).
         self.capacity = Capacity(settings.MAX_CONCURRENCY, self.keys)

@@ -17,12 +17,12 @@ from typing import Literal
 
 from django_ratequeue.db import execute, server_statement
 from django_ratequeue.engine.capacity import Capacity, rate_keyed, rate_row
+from django_ratequeue.engine.fairness.keys import keys_in_turn, next_jobs, ready_key
+from django_ratequeue.engine.fairness.shares import weighted_rounds
+from django_ratequeue.engine.fairness.turns import QUEUES_PER_STEP, Turns
 from django_ratequeue.engine.models import Attempt, Job, Status, Wait, queue_connection
 from django_ratequeue.engine.skipscan import distinct_values
 from django_ratequeue.engine.tokens import Tokens
-from django_ratequeue.plugins.fairness.keys import keys_in_turn, next_jobs, ready_key
-from django_ratequeue.plugins.fairness.shares import weighted_rounds
-from django_ratequeue.plugins.fairness.turns import QUEUES_PER_STEP, Turns
 
 # Concurrency keys looked at per queue beyond its free places, to get past busy keys.
 KEY_LOOKAHEAD = 100

@@ -9,11 +9,11 @@ from dataclasses import dataclass
 from django.db.models import Count
 
 from django_ratequeue.conf import ratequeue_settings
+from django_ratequeue.engine.fairness.keys import ready_order
 from django_ratequeue.engine.limits import QueueLimits, Queues
 from django_ratequeue.engine.models import Attempt, Job, Status, queue_connection
 from django_ratequeue.engine.options import DEFAULT_QUEUE
 from django_ratequeue.engine.skipscan import distinct_values
-from django_ratequeue.plugins.fairness.keys import ready_order
 
 # Counts stop here (the admin shows "10000+"): counting further would read the whole history.
 COUNT_LIMIT = 10_000

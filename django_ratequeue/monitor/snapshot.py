@@ -10,6 +10,7 @@ from enum import StrEnum
 
 from django_ratequeue import clock
 from django_ratequeue.conf import ratequeue_settings
+from django_ratequeue.engine.fairness.shares import default_weight, key_settings
 from django_ratequeue.engine.knowing import unknown_functions
 from django_ratequeue.engine.limits import QueueLimits, Queues
 from django_ratequeue.engine.models import Attempt, Status, Wait
@@ -27,7 +28,6 @@ from django_ratequeue.monitor.series import (
     with_arrivals,
 )
 from django_ratequeue.monitor.workers import NoWorker, RemoteWorker, Worker
-from django_ratequeue.plugins.fairness.shares import default_weight, key_settings
 from django_ratequeue.plugins.rollups.counting import uncounted_arrivals
 from django_ratequeue.ratelimit.status import describe
 

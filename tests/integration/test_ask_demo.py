@@ -16,8 +16,8 @@ from django.test import Client, RequestFactory, override_settings
 
 from django_ratequeue import get_rate_limit_value, rate_limit
 from django_ratequeue.decorators import user_key
+from django_ratequeue.engine.fairness.shares import KeyLimits
 from django_ratequeue.models import Job
-from django_ratequeue.plugins.fairness.shares import KeyLimits
 from example_project.demo.accounts import USERS
 from example_project.demo.jobs import ASK_COST, MODEL_BUDGET, USER_BUDGET, ask_model
 

@@ -15,12 +15,12 @@ from django.test import override_settings
 
 from django_ratequeue import Eta, Handle, Status, enqueue
 from django_ratequeue.engine.control import pause_queue, resume_queue
+from django_ratequeue.engine.fairness.keylimits import set_key_limit
+from django_ratequeue.engine.fairness.keys import ready_key
 from django_ratequeue.engine.heartbeat import beat
 from django_ratequeue.exceptions import JobDoesNotExist
 from django_ratequeue.models import Attempt, Job
 from django_ratequeue.plugins.eta.estimates import RUN_TIME_WINDOW, job_etas
-from django_ratequeue.plugins.fairness.keylimits import set_key_limit
-from django_ratequeue.plugins.fairness.keys import ready_key
 from django_ratequeue.plugins.rollups.counting import Tally
 from tests.queue import jobs
 from tests.queue.steps import Clock, freeze, leading_loop

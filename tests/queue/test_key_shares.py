@@ -14,8 +14,8 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from django_ratequeue import set_key_limit
+from django_ratequeue.engine.fairness.shares import weighted_rounds
 from django_ratequeue.models import Attempt, Job
-from django_ratequeue.plugins.fairness.shares import weighted_rounds
 from tests.queue.test_key_limits import starts, waiting
 
 WEIGHTS = st.lists(st.integers(1, 6), min_size=1, max_size=8)

@@ -13,10 +13,10 @@ from django.db.migrations.executor import MigrationExecutor
 
 from django_ratequeue import clock
 from django_ratequeue.conf import ratequeue_settings
+from django_ratequeue.engine.fairness.turns import Turns
 from django_ratequeue.engine.lease import Lease
 from django_ratequeue.engine.limits import environment_limit
 from django_ratequeue.models import LoopState
-from django_ratequeue.plugins.fairness.turns import Turns
 from django_ratequeue.plugins.rollups.counting import counted_arrivals
 
 BEFORE = [("django_ratequeue", "0023_workerheartbeat_functions")]

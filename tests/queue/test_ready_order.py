@@ -15,8 +15,8 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from django_ratequeue import Handle, Status, enqueue, enqueue_many
+from django_ratequeue.engine.fairness.keys import next_jobs
 from django_ratequeue.models import Attempt, Job
-from django_ratequeue.plugins.fairness.keys import next_jobs
 from tests.cluster import wait_for
 from tests.queue import jobs
 from tests.queue.steps import leading_loop, run_pass

@@ -14,10 +14,10 @@ from django_ratequeue import clock
 from django_ratequeue.checks import check_broker_database
 from django_ratequeue.engine import dispatch, wakeup
 from django_ratequeue.engine.bulk import update_rows
+from django_ratequeue.engine.fairness import keys
 from django_ratequeue.engine.models import Job, queue_db
 from django_ratequeue.engine.runner import Runner
 from django_ratequeue.monitor import counts
-from django_ratequeue.plugins.fairness import keys
 
 ROUTER = f"{__name__}.QueueElsewhere"
 

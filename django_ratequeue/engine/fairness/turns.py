@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from django_ratequeue.engine.fairness.models import TurnState
 from django_ratequeue.engine.models import Job
-from django_ratequeue.plugins.fairness.models import TurnState
 
 # Queues with waiting work looked at per step, in turns from TurnState.queue_cursor.
 QUEUES_PER_STEP = 1000

@@ -10,8 +10,8 @@ from django_ratequeue.engine.models.cluster import SingletonRow
 class KeyLimit(models.Model):
     """One concurrency key's own limits in a queue, overriding the queue's defaults.
 
-    Written by ``set_key_limit`` and the admin (plugins/fairness/keylimits.py), read by the loop
-    through a per-process cache (plugins/fairness/shares.py). None: not overridden (the queue's
+    Written by ``set_key_limit`` and the admin (engine/fairness/keylimits.py), read by the loop
+    through a per-process cache (engine/fairness/shares.py). None: not overridden (the queue's
     ``key_limits`` function, else the queue's defaults)."""
 
     queue = models.CharField(max_length=200)

@@ -16,9 +16,9 @@ from django.db.models import F
 from django_ratequeue import clock
 from django_ratequeue.conf import ratequeue_settings
 from django_ratequeue.engine.bounds import MAX_KEY_WEIGHT, check_queue_name, check_text, integer
+from django_ratequeue.engine.fairness.models import KeyLimit, KeyLimitChange
 from django_ratequeue.engine.models import RuntimeLimits, queue_db
 from django_ratequeue.engine.wakeup import LOOP, signal
-from django_ratequeue.plugins.fairness.models import KeyLimit, KeyLimitChange
 
 # The longest concurrency key (Job.concurrency_key).
 MAX_KEY_LENGTH = 255

@@ -22,10 +22,10 @@ from django.utils.module_loading import import_string
 
 from django_ratequeue.conf import ratequeue_settings
 from django_ratequeue.engine.bounds import MAX_KEY_WEIGHT
+from django_ratequeue.engine.fairness.models import KeyLimit
 from django_ratequeue.engine.heads import LeaseHead, register_lease_head
 from django_ratequeue.engine.limits import QueueLimits, runtime_limit_sql
 from django_ratequeue.engine.models import Job
-from django_ratequeue.plugins.fairness.models import KeyLimit
 
 logger = logging.getLogger("django_ratequeue.queue")
 
@@ -219,7 +219,7 @@ def key_limits_problems() -> list[tuple[str, str]]:
     return problems
 
 
-# RuntimeLimits.key_limits_version: moves when keys' limits change (plugins/fairness/keylimits.py).
+# RuntimeLimits.key_limits_version: moves when keys' limits change (engine/fairness/keylimits.py).
 register_lease_head(
     LeaseHead(
         "key_limits_version",

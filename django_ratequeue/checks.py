@@ -121,7 +121,7 @@ def check_sqlite_locking(
                 'that decide on a limit at once then fail with "database is locked" '
                 "instead of waiting their turn.",
                 hint=f'Set DATABASES[{alias!r}]["OPTIONS"]["transaction_mode"] = "IMMEDIATE" '
-                '(with "timeout": 30 and WAL; see "SQLite" in docs/operations.md).',
+                '(with "timeout": 30 and WAL; see "Operations > SQLite" in the documentation).',
                 id=ids.SQLITE_LOCKING,
             )
         )
@@ -148,8 +148,8 @@ def check_cluster_broker(
             f"Q_CLUSTER {problem}: django-q2 would look for Redis on localhost:6379 to run "
             "ratequeue's jobs.",
             hint='Set Q_CLUSTER = {"name": "mysite", "orm": "default"} to keep the queue in '
-            'your database (or name your Redis with "redis": {...}); see "The cluster" in '
-            "docs/quickstart.md.",
+            'your database (or name your Redis with "redis": {...}); '
+            'see "Quick start > The cluster" in the documentation.',
             id=ids.CLUSTER_BROKER,
         )
     ]
@@ -252,7 +252,7 @@ def asgi_connection_warnings(databases: dict[str, Any]) -> list[CheckMessage]:
             "under an ASGI server each request's thread leaves its connection open, until "
             'the database refuses more ("too many clients").',
             hint='Set "CONN_MAX_AGE": 0, or a connection pool (OPTIONS["pool"]); see '
-            '"Database connections" in docs/operations.md.',
+            '"Operations > Database connections" in the documentation.',
             id=ids.ASGI_PERSISTENT_CONNECTIONS,
         )
         for alias, database in databases.items()
@@ -283,8 +283,8 @@ def check_django_q_installed(
         Error(
             '"django_q" is not in INSTALLED_APPS: ratequeue\'s jobs run on a django-q2 '
             "cluster, and without it manage.py qcluster is an unknown command.",
-            hint='Add "django_q" to INSTALLED_APPS, beside "django_ratequeue" (see '
-            "docs/quickstart.md).",
+            hint='Add "django_q" to INSTALLED_APPS, beside "django_ratequeue"; '
+            'see "Quick start > A project and its settings" in the documentation.',
             id=ids.DJANGO_Q_NOT_INSTALLED,
         )
     ]

@@ -1,9 +1,12 @@
 """The documentation site (mkdocs.yml) builds with --strict: every page is in the
-navigation, and every link and anchor between pages resolves."""
+navigation, and every link and anchor between pages resolves; the package's messages point
+into it by page and section."""
 
 from __future__ import annotations
 
+import ast
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -12,6 +15,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+NAV = ROOT / "mkdocs.yml"
 
 
 def test_the_docs_site_builds_strictly(tmp_path: Path) -> None:
@@ -28,3 +32,57 @@ def test_the_docs_site_builds_strictly(tmp_path: Path) -> None:
     assert built.returncode == 0, built.stderr
     assert (tmp_path / "concepts" / "index.html").exists()
     assert (tmp_path / "search" / "search_index.json").exists()
+
+
+# A pointer into the documentation, as hints and error messages give it.
+PLACE = re.compile(r'see "([^">]+) > ([^">]+)" in the documentation')
+
+
+def package_strings() -> list[tuple[str, str]]:
+    """Return ``(where, text)`` for each string literal of the package but its docstrings."""
+    found = []
+    for path in sorted((ROOT / "django_ratequeue").rglob("*.py")):
+        if "migrations" in path.parts:
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        docstrings = {
+            id(node.body[0].value)
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+            and node.body
+            and isinstance(node.body[0], ast.Expr)
+            and isinstance(node.body[0].value, ast.Constant)
+        }
+        found += [
+            (f"{path.relative_to(ROOT)}:{node.lineno}", node.value)
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and id(node) not in docstrings
+        ]
+    return found
+
+
+def headings(page: Path) -> list[str]:
+    """Return the headings of a docs page as the site shows them, numbering dropped."""
+    return [
+        re.sub(r"^\d+\.\s+", "", line.lstrip("#").strip()).replace("`", "")
+        for line in page.read_text(encoding="utf-8").splitlines()
+        if line.startswith("#") and not line.startswith("#!")
+    ]
+
+
+def test_messages_name_a_page_and_section_of_the_site_never_a_repository_path() -> None:
+    """A pip user has the docs site, not the repository: hints say "see "Operations >
+    SQLite" in the documentation", and that page (its title in the navigation or its own)
+    has that section."""
+    strings = package_strings()
+    assert [where for where, text in strings if re.search(r"docs/|\.md\b", text)] == []
+    pages: dict[str, Path] = {}
+    for label, name in re.findall(r"-\s+([^:\n]+):\s+(\S+\.md)\s*$", NAV.read_text(), re.M):
+        pages[label.strip()] = pages[headings(ROOT / "docs" / name)[0]] = ROOT / "docs" / name
+    places = [(where, m.groups()) for where, text in strings for m in PLACE.finditer(text)]
+    assert len(places) >= 7
+    for where, (page, section) in places:
+        assert page in pages, f"{where}: no page {page!r} in the navigation"
+        assert section in headings(pages[page]), f"{where}: no section {section!r} in {page}"

@@ -121,14 +121,16 @@ def check_flags(name: str, config: QueueConfig, problem: Report) -> None:
         problem(
             ids.QUEUE_REMOTE,
             f"{where}['remote'] must be True or False.",
-            "True: only remote workers (docs/remote-workers.md) run its jobs.",
+            'True: only remote workers run its jobs; see "Remote workers > Setting it up" in the '
+            "documentation.",
         )
     if not isinstance(config.public_position, bool):
         problem(
             ids.QUEUE_PUBLIC_POSITION,
             f"{where}['public_position'] must be True or False.",
             "True: the HTTP API shows each job's position to its owner, which counts "
-            "other owners' jobs (docs/eta.md).",
+            'other owners\' jobs; see "The promised start > What an estimate tells" in the '
+            "documentation.",
         )
 
 

@@ -311,7 +311,7 @@ def not_finished(job: Job, timeout: float | None) -> str:
         message += (
             f": no remote worker that claims from queue {job.queue!r} has been seen "
             "lately. Start one: python -m django_ratequeue.worker --url URL --key KEY "
-            "--handlers MODULE (docs/remote-workers.md)"
+            '--handlers MODULE (see "Remote workers > Setting it up" in the documentation)'
         )
     elif not queue_served(job.queue):
         message += (

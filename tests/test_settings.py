@@ -12,7 +12,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.test import override_settings
 
 from django_ratequeue import Retry, TokenBucket, enqueue, set_queue_concurrency
-from django_ratequeue.checks import check_settings
+from django_ratequeue.checks.config import check_settings
 from django_ratequeue.conf import (
     DEFAULTS,
     DURATIONS,

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from django.test import override_settings
 
-from django_ratequeue import checks
+from django_ratequeue.checks import services
 
 ROOT = Path(__file__).resolve().parents[1]
 ORM_CLUSTER = {"name": "mysite", "orm": "default", "timeout": 300, "retry": 360}
@@ -94,7 +94,7 @@ def test_a_cluster_without_a_broker_fails_the_check(
         del settings.Q_CLUSTER
     else:
         settings.Q_CLUSTER = cluster
-    [error] = checks.check_cluster_broker()
+    [error] = services.check_cluster_broker()
     assert error.id == "django_ratequeue.E307"
     assert problem in error.msg
     assert "Redis on localhost:6379" in error.msg
@@ -104,7 +104,7 @@ def test_a_cluster_without_a_broker_fails_the_check(
 @pytest.mark.parametrize("broker", ["orm", "redis", "django_redis", "sqs", "broker_class"])
 def test_any_broker_named_passes(broker: str) -> None:
     with override_settings(Q_CLUSTER={"name": "mysite", broker: "x"}):
-        assert checks.check_cluster_broker() == []
+        assert services.check_cluster_broker() == []
 
 
 def test_qcluster_stops_at_the_check_instead_of_a_redis_traceback(tmp_path: Path) -> None:
@@ -139,7 +139,7 @@ def test_persistent_connections_under_asgi_are_a_warning(
     """Told from an ASGI entry point: ASGI_APPLICATION, or an asgi module beside the WSGI
     application's (example_project has one, tests has none)."""
     with override_settings(**{"ASGI_APPLICATION": None, **entry}):
-        found = checks.asgi_connection_warnings({"default": database})
+        found = services.asgi_connection_warnings({"default": database})
     assert [problem.id for problem in found] == ["django_ratequeue.W320"] * warned
     if found:
         assert "too many clients" in found[0].msg

@@ -137,7 +137,8 @@ def check_flags(name: str, config: QueueConfig, problem: Report) -> None:
 def check_key_options(name: str, config: QueueConfig, problem: Report) -> None:
     """Check queue ``name``'s ``key_weight`` and the form of its ``key_limits`` path.
 
-    Whether the path imports is checked by ``checks.py``, once the apps are ready."""
+    Whether the path imports is checked by :mod:`django_ratequeue.checks.config`, once the
+    apps are ready."""
     where = f'RATEQUEUE["QUEUES"][{name!r}]'
     try:
         integer(f"{where}['key_weight']", config.key_weight, 1, MAX_KEY_WEIGHT)

@@ -7,7 +7,8 @@ from typing import Any
 import pytest
 from django.test import override_settings
 
-from django_ratequeue.checks import check_anonymous_api, check_settings
+from django_ratequeue.checks.config import check_settings
+from django_ratequeue.checks.services import check_anonymous_api
 
 pytestmark = pytest.mark.django_db  # Django 6.1's checks query the database
 

@@ -13,7 +13,7 @@ from django.test import override_settings
 from rest_framework.test import APIClient
 
 from django_ratequeue import rate_limit
-from django_ratequeue.checks import check_settings
+from django_ratequeue.checks.config import check_settings
 from django_ratequeue.conf import ratequeue_settings
 from tests.api.conftest import API
 

@@ -17,7 +17,7 @@ from django.test import RequestFactory, override_settings
 from rest_framework.test import APIClient
 
 from django_ratequeue import rate_limit
-from django_ratequeue.checks import check_per_key_rate_limits, check_settings
+from django_ratequeue.checks.config import check_per_key_rate_limits, check_settings
 from django_ratequeue.conf import ratequeue_settings
 from django_ratequeue.decorators import ratelimit
 from django_ratequeue.monitor.ratelimits import rate_limit_uses

@@ -17,7 +17,7 @@ from django.db import transaction
 from django.test import Client, override_settings
 
 from django_ratequeue import Status, enqueue, enqueue_many, job
-from django_ratequeue.checks import check_settings
+from django_ratequeue.checks.config import check_settings
 from django_ratequeue.engine.execution import run_attempt
 from django_ratequeue.engine.models import Outcome
 from django_ratequeue.engine.registry import autodiscover, registered_job

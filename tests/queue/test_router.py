@@ -11,7 +11,7 @@ from django.db.utils import ConnectionDoesNotExist
 from django.test import override_settings
 
 from django_ratequeue import clock
-from django_ratequeue.checks import check_broker_database
+from django_ratequeue.checks.services import check_broker_database
 from django_ratequeue.engine import dispatch, wakeup
 from django_ratequeue.engine.bulk import update_rows
 from django_ratequeue.engine.fairness import keys

@@ -10,7 +10,7 @@ from django.conf import settings
 from django.test import override_settings
 
 from django_ratequeue import check_ids, job
-from django_ratequeue.checks import check_schedules, check_settings
+from django_ratequeue.checks.config import check_schedules, check_settings
 from django_ratequeue.plugins.schedules import declarations
 
 ADD = "tests.queue.jobs.add"

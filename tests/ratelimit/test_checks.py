@@ -8,7 +8,7 @@ import pytest
 from django.core.checks import run_checks
 from django.test import override_settings
 
-from django_ratequeue.checks import check_settings
+from django_ratequeue.checks.config import check_settings
 
 
 def errors_for(limits: Any) -> list[tuple[str, str]]:

@@ -10,6 +10,7 @@ import re
 import shutil
 import subprocess
 import sys
+from importlib.util import find_spec
 from pathlib import Path
 
 import pytest
@@ -19,8 +20,12 @@ NAV = ROOT / "mkdocs.yml"
 
 
 def test_the_docs_site_builds_strictly(tmp_path: Path) -> None:
-    if shutil.which("mkdocs", path=str(Path(sys.executable).parent)) is None:
-        pytest.skip('mkdocs is not installed: pip install "django-ratequeue[docs]"')
+    if shutil.which("mkdocs", path=str(Path(sys.executable).parent)) is None or not find_spec(
+        "mkdocstrings_handlers"
+    ):
+        pytest.skip(
+            'mkdocs or mkdocstrings is not installed: pip install "django-ratequeue[docs]"'
+        )
     built = subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path)],
         cwd=ROOT,
@@ -32,6 +37,18 @@ def test_the_docs_site_builds_strictly(tmp_path: Path) -> None:
     assert built.returncode == 0, built.stderr
     assert (tmp_path / "concepts" / "index.html").exists()
     assert (tmp_path / "search" / "search_index.json").exists()
+    reference = (tmp_path / "reference" / "index.html").read_text(encoding="utf-8")
+    assert 'id="django_ratequeue.enqueue"' in reference
+    assert ":class:`" not in reference and "docs/" not in reference
+
+
+def test_the_python_reference_has_every_public_name() -> None:
+    """docs/reference.md renders the docstring of each name ``django_ratequeue`` exports."""
+    import django_ratequeue
+
+    page = (ROOT / "docs" / "reference.md").read_text(encoding="utf-8")
+    shown = set(re.findall(r"^::: django_ratequeue\.(\w+)$", page, re.M))
+    assert set(django_ratequeue.__all__) - shown == set()
 
 
 # A pointer into the documentation, as hints and error messages give it.

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it:
 #   ruff (lint + format), mypy, and lint-imports (the import layers in pyproject.toml);
+#   the docs site built with `mkdocs build --strict` (a broken link or anchor, or a page
+#   missing from the navigation, fails it), once;
 #   pytest on SQLite and on PostgreSQL, with two Django versions (the legs below);
 #   the release check (tests/test_release.py: the wheel and the sdist built, installed in a
 #   new virtual environment, and checked and migrated by a new project), once.
@@ -63,7 +65,9 @@ pytest_on() {
     local venv=$1 django=$2 selection=$3 url=${4:-}
     # The release check does not depend on the database or Django's version: it runs once,
     # as a step of its own (release).
+    # So does the docs site's strict build (the docs step).
     local args=(--deselect tests/test_release.py)
+    args+=(--deselect tests/test_docs_site.py::test_the_docs_site_builds_strictly)
     [ -z "$selection" ] || args+=(-m "$selection")
     args+=("${pytest_args[@]}")
     if [ -n "$url" ]; then
@@ -90,6 +94,17 @@ lint() {
     step "ruff format" .venv/bin/ruff format --check . || true
     step "mypy" .venv/bin/mypy || true
     step "lint-imports" .venv/bin/lint-imports --no-logo || true
+    step "docs site (mkdocs build --strict)" docs_site || true
+}
+
+# docs_site: the documentation site, its Python reference included, built strictly into a
+# directory that is then removed (tests/test_docs_site.py does the same for a local run).
+docs_site() {
+    local site status=0
+    site=$(mktemp -d)
+    NO_MKDOCS_2_WARNING=1 .venv/bin/python -m mkdocs build --strict --site-dir "$site" || status=$?
+    rm -rf "$site"
+    return "$status"
 }
 
 # release: the wheel and the sdist, installed from pip's cache or the package index.
@@ -98,7 +113,8 @@ release() {
     step "release check (wheel and sdist)" .venv/bin/pytest -m release tests/test_release.py || true
 }
 
-# beside_the_tests: the linters, then the release check, while Django 5.2's tests run.
+# beside_the_tests: the linters and the docs site, then the release check, while Django
+# 5.2's tests run.
 beside_the_tests() {
     lint
     release

@@ -22,6 +22,18 @@ from django_ratequeue.exceptions import AttemptTimedOut, UnknownJob, WorkerLost,
 
 logger = logging.getLogger("django_ratequeue.queue")
 
+# What recovery reads of each active attempt to judge it.
+CANDIDATE_FIELDS = (
+    "job",
+    "worker",
+    "worker_key",
+    "started_at",
+    "timeout",
+    "dispatched_at",
+    "remote",
+    "lease_expires_at",
+)
+
 
 def recover(now: datetime, dead_after: timedelta) -> bool:
     """End the attempts that were lost or overran; return whether any was ended.
@@ -30,20 +42,9 @@ def recover(now: datetime, dead_after: timedelta) -> bool:
     within ``WORKER_DEAD_AFTER`` of their dispatch although a live worker that knows their
     function runs none of our jobs (the pass holding their batch died, or the broker lost
     its task; while every worker is busy, a task simply waits in the broker). An attempt
-    that never started is not a try: :func:`.transitions.finish` puts its job back to WAITING. One
-    that no live worker knows waits for one that does (:func:`unclaimed`)."""
-    candidates = list(
-        Attempt.objects.filter(active=True, ended_at=None).only(
-            "job",
-            "worker",
-            "worker_key",
-            "started_at",
-            "timeout",
-            "dispatched_at",
-            "remote",
-            "lease_expires_at",
-        )
-    )
+    that never started is not a try: :func:`.transitions.finish` puts its job back to
+    WAITING. One that no live worker knows waits for one that does (:func:`unclaimed`)."""
+    candidates = list(Attempt.objects.filter(active=True, ended_at=None).only(*CANDIDATE_FIELDS))
     if not candidates:
         return False
     alive = set(

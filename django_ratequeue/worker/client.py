@@ -98,17 +98,7 @@ class Client:
                 headers[AWAY_HEADER] = f"{time.monotonic() - away_since:.3f}"
             connection, reused = self.connect()
             try:
-                connection.timeout = timeout
-                if connection.sock is None:
-                    connection.connect()
-                sock: socket.socket = connection.sock
-                # http.client sends the headers and the body apart: without this, Nagle's
-                # algorithm holds the body back until the server's delayed ACK.
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                sock.settimeout(timeout)
-                connection.request("POST", self.path + path, data, headers)
-                response = connection.getresponse()
-                payload = response.read()
+                response, payload = self.request(connection, path, data, headers, timeout)
             except (OSError, http.client.HTTPException) as error:
                 connection.close()
                 if reused and not isinstance(error, TimeoutError):
@@ -126,6 +116,27 @@ class Client:
                 with self.lock:
                     self.idle.append(connection)
             return self.answer(path, response.status, payload)
+
+    def request(
+        self,
+        connection: http.client.HTTPConnection,
+        path: str,
+        data: bytes,
+        headers: dict[str, str],
+        timeout: float,
+    ) -> tuple[http.client.HTTPResponse, bytes]:
+        """POST ``data`` to ``path`` on ``connection``; return the response and its body."""
+        connection.timeout = timeout
+        if connection.sock is None:
+            connection.connect()
+        sock: socket.socket = connection.sock
+        # http.client sends the headers and the body apart: without this, Nagle's
+        # algorithm holds the body back until the server's delayed ACK.
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.settimeout(timeout)
+        connection.request("POST", self.path + path, data, headers)
+        response = connection.getresponse()
+        return response, response.read()
 
     def went_away(self) -> None:
         """Note that the server is away: since now, unless since earlier.

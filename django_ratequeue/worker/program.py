@@ -47,7 +47,8 @@ def read_key(parser: argparse.ArgumentParser, args: argparse.Namespace) -> str:
     return key.strip()
 
 
-def main(argv: list[str] | None = None) -> int:
+def arguments() -> argparse.ArgumentParser:
+    """Return the parser of the worker's command line."""
     # In the zipapp, the program is the archive's name.
     prog = (
         "python -m django_ratequeue.worker" if __package__ == "django_ratequeue.worker" else None
@@ -62,6 +63,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrency", type=int, default=1)
     parser.add_argument("--queues", nargs="*", help="Only these of the key's queues.")
     parser.add_argument("--grace", type=float, default=30.0, help="Seconds, on SIGTERM.")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the worker as its command line ``argv`` says; return its exit status."""
+    parser = arguments()
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     key = read_key(parser, args)

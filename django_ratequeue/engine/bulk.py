@@ -55,16 +55,14 @@ def update_rows(
         for field, name in zip(columns[1:], names[1:], strict=True)
     )
     where = f"t.{quote(str(columns[0].column))} = v.{names[0]}"
-    if condition:
-        where += f" AND {condition}"
+    where += f" AND {condition}" if condition else ""
+    tail = f" RETURNING {returning}" if returning else ""
     changed = 0
     for chunk in chunks:
         source, params = _row_source(connection, columns, chunk)
         sql = f"UPDATE {quote(meta.db_table)} AS t SET {assignments} FROM {source} WHERE {where}"
-        if returning:
-            sql += f" RETURNING {returning}"
         with connection.cursor() as cursor:
-            cursor.execute(sql, [*params, *condition_params])
+            cursor.execute(sql + tail, [*params, *condition_params])
             changed += cursor.rowcount
     return changed
 

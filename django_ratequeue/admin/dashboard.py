@@ -21,7 +21,7 @@ from django.utils.safestring import SafeString
 
 from django_ratequeue.admin.charts import Series, line_chart
 from django_ratequeue.admin.viewonly import ViewOnlyMixin
-from django_ratequeue.engine.models import Job, QueueDashboard
+from django_ratequeue.models import Job, QueueDashboard
 from django_ratequeue.monitor.counts import COLUMNS
 from django_ratequeue.monitor.ratelimits import KEYS_READ
 from django_ratequeue.monitor.series import DEFAULT_WINDOW, WINDOWS, Window

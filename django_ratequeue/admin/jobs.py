@@ -45,11 +45,9 @@ from django_ratequeue.admin.joblist import (
     QueueFilter,
 )
 from django_ratequeue.admin.objectids import StorableIdsMixin
-from django_ratequeue.engine.failed import RETRYABLE_STATUSES, retry
-from django_ratequeue.engine.handles import Handle
-from django_ratequeue.engine.knowing import job_note
-from django_ratequeue.engine.models import FINAL_STATUSES, Job, OutputChunk, Status
-from django_ratequeue.engine.retry import Retry
+from django_ratequeue.failed import RETRYABLE_STATUSES, retry
+from django_ratequeue.jobs import Handle, Retry, Status, job_note
+from django_ratequeue.models import FINAL_STATUSES, Job, OutputChunk
 from django_ratequeue.monitor.counts import COLUMNS
 from django_ratequeue.monitor.overview import queue_overview
 

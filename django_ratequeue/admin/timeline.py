@@ -19,8 +19,8 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString, mark_safe
 from django.utils.text import Truncator
 
-from django_ratequeue.engine.handles import AttemptInfo
-from django_ratequeue.engine.models import Outcome
+from django_ratequeue.jobs import AttemptInfo
+from django_ratequeue.models import Outcome
 
 # The most attempts drawn: the latest ones (a job may retry dozens of times; the table
 # lists them all).

@@ -25,8 +25,8 @@ from django.db.models.functions import RowNumber
 from django_ratequeue import clock
 from django_ratequeue.api.serializers import job_error
 from django_ratequeue.conf import ratequeue_settings
-from django_ratequeue.engine.models import DEFERRED_STATUSES, Job, OutputChunk, Status
-from django_ratequeue.engine.wakeup import JOBS, Waiter
+from django_ratequeue.jobs import JOBS, Status, Waiter
+from django_ratequeue.models import DEFERRED_STATUSES, Job, OutputChunk
 from django_ratequeue.plugins.eta.estimates import (
     ETA_FIELDS,
     Eta,

@@ -10,10 +10,15 @@ from enum import StrEnum
 
 from django_ratequeue import clock
 from django_ratequeue.conf import ratequeue_settings
-from django_ratequeue.engine.fairness.shares import default_weight, key_settings
-from django_ratequeue.engine.knowing import unknown_functions
-from django_ratequeue.engine.limits import QueueLimits, Queues
-from django_ratequeue.engine.models import Attempt, Status, Wait
+from django_ratequeue.jobs import (
+    QueueLimits,
+    Queues,
+    Status,
+    default_weight,
+    key_settings,
+    unknown_functions,
+)
+from django_ratequeue.models import Attempt, Wait
 from django_ratequeue.monitor.counts import COLUMNS, QueueCounts, effective_limit
 from django_ratequeue.monitor.figures import Figures, queues_with_figures, series, series_by_queue
 from django_ratequeue.monitor.overview import QueueOverview, queue_overview

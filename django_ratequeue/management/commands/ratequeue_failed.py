@@ -11,7 +11,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from django_ratequeue.engine import failed
+from django_ratequeue import failed
 from django_ratequeue.monitor.failures import failed_jobs, failure_groups
 
 

@@ -2,7 +2,7 @@
 
 Retry needs the permission to add jobs, discard the one to delete them; both act on a
 whole group, as it is when the form is posted, and a retry copies each job once
-(:func:`..queue.failed.retry`). docs/admin.md ("Failed jobs") shows the page.
+(:func:`django_ratequeue.failed.retry`). docs/admin.md ("Failed jobs") shows the page.
 """
 
 from __future__ import annotations

@@ -15,6 +15,16 @@ from django_ratequeue.control import (
     set_max_concurrency,
     set_queue_concurrency,
 )
+from django_ratequeue.engine.bounds import (
+    MAX_DELAY,
+    MAX_JSON_DEPTH,
+    NUL_REFUSED,
+    check_json,
+    check_text,
+    nested_deeper,
+    seconds,
+    storable,
+)
 from django_ratequeue.engine.enqueue import JOB_ID_MAX_LENGTH, enqueue, enqueue_many
 from django_ratequeue.engine.fairness.keylimits import (
     check_key,
@@ -98,6 +108,17 @@ __all__ = [
 ]
 
 # Not for apps: what the admin, the API, the dashboard and the commands read of the engine.
+# The checks every entry point applies to what it is given (lengths, depths, NULs).
+__all__ += [
+    "MAX_DELAY",
+    "MAX_JSON_DEPTH",
+    "NUL_REFUSED",
+    "check_json",
+    "check_text",
+    "nested_deeper",
+    "seconds",
+    "storable",
+]
 # Enqueueing over HTTP: the exposed functions, the options a body may carry.
 __all__ += [
     "JOB_ID_MAX_LENGTH",

@@ -14,8 +14,8 @@ from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.views.decorators.http import require_POST
 
-from django_ratequeue.engine.bounds import check_text
 from django_ratequeue.failed import discard, retry
+from django_ratequeue.jobs import check_text
 from django_ratequeue.monitor.failures import failed_jobs, failure_groups
 
 # The jobs one post retries or discards at most: a bigger group takes several posts.

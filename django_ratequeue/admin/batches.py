@@ -14,7 +14,7 @@ from django_ratequeue.admin.display import moment, shortened
 from django_ratequeue.admin.jobfields import json_block, progress_bar
 from django_ratequeue.admin.objectids import StorableIdsMixin
 from django_ratequeue.admin.viewonly import ViewOnlyMixin
-from django_ratequeue.engine.models import FINAL_STATUSES, Job
+from django_ratequeue.models import FINAL_STATUSES, Job
 from django_ratequeue.plugins.batches.grouping import BatchHandle, status_counts
 from django_ratequeue.plugins.batches.models import Batch, batch_jobs
 

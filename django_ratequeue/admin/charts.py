@@ -221,23 +221,11 @@ def line_chart(
     ``series`` has one value per bucket of ``starts``. ``chart_id`` must be unique in
     the page (it names the title and description); every other argument may hold
     anything, it is escaped."""
-    if len(series) > MAX_SERIES:
-        raise ValueError(f"A chart draws at most {MAX_SERIES} series, not {len(series)}.")
-    for line in series:
-        if len(line.values) != len(starts):
-            raise ValueError(
-                f"Series {line.label!r} has {len(line.values)} values for {len(starts)} buckets."
-            )
+    _check(starts, series)
     top = _scale(series)
     buckets = max(len(starts), 1)
     lines = SafeString(
         "".join(_line(i + 1, line.values, top, buckets) for i, line in enumerate(series))
-    )
-    legend = format_html_join(
-        "",
-        '<li><svg class="rq-swatch" viewBox="0 0 24 8" aria-hidden="true" focusable="false">'
-        '<g class="rq-series rq-s{}"><line x1="0" x2="24" y1="4" y2="4"></line></g></svg>{}</li>',
-        ((i + 1, line.label) for i, line in enumerate(series)),
     )
     return format_html(
         '<figure class="rq-chart">'
@@ -257,6 +245,27 @@ def line_chart(
         _axes(top, starts, kind),
         lines,
         title,
-        legend,
+        _legend(series),
         _table(title, starts, series, kind),
+    )
+
+
+def _check(starts: Sequence[datetime], series: Sequence[Series]) -> None:
+    """Raise ValueError unless ``series`` are few enough, each a value per bucket."""
+    if len(series) > MAX_SERIES:
+        raise ValueError(f"A chart draws at most {MAX_SERIES} series, not {len(series)}.")
+    for line in series:
+        if len(line.values) != len(starts):
+            raise ValueError(
+                f"Series {line.label!r} has {len(line.values)} values for {len(starts)} buckets."
+            )
+
+
+def _legend(series: Sequence[Series]) -> SafeString:
+    """Return the legend's items: each series' swatch and label."""
+    return format_html_join(
+        "",
+        '<li><svg class="rq-swatch" viewBox="0 0 24 8" aria-hidden="true" focusable="false">'
+        '<g class="rq-series rq-s{}"><line x1="0" x2="24" y1="4" y2="4"></line></g></svg>{}</li>',
+        ((i + 1, line.label) for i, line in enumerate(series)),
     )

@@ -21,7 +21,7 @@ from django.utils.safestring import SafeString
 
 from django_ratequeue.admin.charts import Series, line_chart
 from django_ratequeue.admin.viewonly import ViewOnlyMixin
-from django_ratequeue.engine.models import Job, QueueDashboard
+from django_ratequeue.models import Job, QueueDashboard
 from django_ratequeue.monitor.counts import COLUMNS
 from django_ratequeue.monitor.ratelimits import KEYS_READ
 from django_ratequeue.monitor.series import DEFAULT_WINDOW, WINDOWS, Window
@@ -46,59 +46,69 @@ def charts_for(state: QueueState, number: int, window: str) -> QueueCharts:
 
     ``number`` makes the charts' ids unique in the page: a queue's name may hold
     anything."""
-    starts: list[datetime] = [f.start for f in state.series]
-    figures, depth = state.series, state.depth
     span = "the last hour" if window == "hour" else "the last day"
-    name = state.name
     prefix = f"rq-chart-{number}"
     return QueueCharts(
-        state,
-        [
-            line_chart(
-                f"{prefix}-throughput",
-                f"{name}: jobs started, completed and failed per interval, {span}",
-                starts,
-                [
-                    Series("started", [f.started for f in figures]),
-                    Series("completed", [f.completed for f in figures]),
-                    Series("failed", [f.failed for f in figures]),
-                ],
-                "count",
-            ),
-            line_chart(
-                f"{prefix}-depth",
-                f"{name}: jobs not finished and jobs running, {span}",
-                [d.start for d in depth],
-                [
-                    Series("not finished", [d.unfinished for d in depth]),
-                    Series("running", [d.running for d in depth]),
-                ],
-                "level",
-            ),
-            line_chart(
-                f"{prefix}-wait",
-                f"{name}: wait before start, percentiles in seconds, {span}",
-                starts,
-                [
-                    Series("p50", [f.wait_p50 for f in figures]),
-                    Series("p95", [f.wait_p95 for f in figures]),
-                    Series("p99", [f.wait_p99 for f in figures]),
-                ],
-                "seconds",
-            ),
-            line_chart(
-                f"{prefix}-run",
-                f"{name}: run time, percentiles in seconds, {span}",
-                starts,
-                [
-                    Series("p50", [f.run_p50 for f in figures]),
-                    Series("p95", [f.run_p95 for f in figures]),
-                    Series("p99", [f.run_p99 for f in figures]),
-                ],
-                "seconds",
-            ),
-        ],
+        state, [*_flow_charts(state, prefix, span), *_time_charts(state, prefix, span)]
     )
+
+
+def _flow_charts(state: QueueState, prefix: str, span: str) -> list[SafeString]:
+    """Return the charts of jobs started, completed and failed, and of jobs not finished."""
+    figures, depth, name = state.series, state.depth, state.name
+    return [
+        line_chart(
+            f"{prefix}-throughput",
+            f"{name}: jobs started, completed and failed per interval, {span}",
+            [f.start for f in figures],
+            [
+                Series("started", [f.started for f in figures]),
+                Series("completed", [f.completed for f in figures]),
+                Series("failed", [f.failed for f in figures]),
+            ],
+            "count",
+        ),
+        line_chart(
+            f"{prefix}-depth",
+            f"{name}: jobs not finished and jobs running, {span}",
+            [d.start for d in depth],
+            [
+                Series("not finished", [d.unfinished for d in depth]),
+                Series("running", [d.running for d in depth]),
+            ],
+            "level",
+        ),
+    ]
+
+
+def _time_charts(state: QueueState, prefix: str, span: str) -> list[SafeString]:
+    """Return the charts of the wait before start and of the run time, by percentile."""
+    figures, name = state.series, state.name
+    starts: list[datetime] = [f.start for f in figures]
+    return [
+        line_chart(
+            f"{prefix}-wait",
+            f"{name}: wait before start, percentiles in seconds, {span}",
+            starts,
+            [
+                Series("p50", [f.wait_p50 for f in figures]),
+                Series("p95", [f.wait_p95 for f in figures]),
+                Series("p99", [f.wait_p99 for f in figures]),
+            ],
+            "seconds",
+        ),
+        line_chart(
+            f"{prefix}-run",
+            f"{name}: run time, percentiles in seconds, {span}",
+            starts,
+            [
+                Series("p50", [f.run_p50 for f in figures]),
+                Series("p95", [f.run_p95 for f in figures]),
+                Series("p99", [f.run_p99 for f in figures]),
+            ],
+            "seconds",
+        ),
+    ]
 
 
 def body_context(data: Snapshot) -> dict[str, object]:

@@ -2,7 +2,7 @@
 
 Retry needs the permission to add jobs, discard the one to delete them; both act on a
 whole group, as it is when the form is posted, and a retry copies each job once
-(:func:`..queue.failed.retry`). docs/admin.md ("Failed jobs") shows the page.
+(:func:`django_ratequeue.failed.retry`). docs/admin.md ("Failed jobs") shows the page.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.views.decorators.http import require_POST
 
-from django_ratequeue.engine.bounds import check_text
-from django_ratequeue.engine.failed import discard, retry
+from django_ratequeue.failed import discard, retry
+from django_ratequeue.jobs import check_text
 from django_ratequeue.monitor.failures import failed_jobs, failure_groups
 
 # The jobs one post retries or discards at most: a bigger group takes several posts.

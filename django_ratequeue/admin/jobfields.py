@@ -14,9 +14,8 @@ from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from django_ratequeue.engine.handles import AttemptInfo
-from django_ratequeue.engine.models import Job
-from django_ratequeue.engine.retry import Retry
+from django_ratequeue.jobs import AttemptInfo, Retry
+from django_ratequeue.models import Job
 
 # A traceback's frame in django-ratequeue's own code (any host's copy of it).
 OWN_FRAME = re.compile(r'  File ".*[/\\]django_ratequeue[/\\][^"]*", line \d+')

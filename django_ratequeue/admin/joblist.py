@@ -22,7 +22,8 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
 from django_ratequeue.admin.display import moment
-from django_ratequeue.engine.models import FINAL_STATUSES, Job, Status
+from django_ratequeue.jobs import Status
+from django_ratequeue.models import FINAL_STATUSES, Job
 from django_ratequeue.monitor import counts
 
 # The statuses whose job waits for its start_at, shown under the status.

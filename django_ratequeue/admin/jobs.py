@@ -1,7 +1,7 @@
 """The admin for jobs: what is queued, running, retrying and failed, and why.
 
 Jobs are never edited by hand: the page offers what the public API offers, cancel and
-retry (a copy, once: :mod:`..queue.failed`). docs/concepts.md ("Jobs and their
+retry (a copy, once: admin/jobcontrols.py). docs/concepts.md ("Jobs and their
 statuses") tells why; docs/admin.md ("The job page") what the page shows.
 """
 
@@ -9,25 +9,24 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-from django.contrib import admin, messages
+from django.contrib import admin
 from django.contrib.admin.utils import display_for_field
 from django.core.exceptions import PermissionDenied
-from django.db.models import Count, Field, QuerySet, Sum
+from django.db.models import Count, Field, Sum
 from django.db.models.functions import Length
-from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.template.defaultfilters import linebreaksbr
 from django.template.loader import render_to_string
 from django.template.response import TemplateResponse
-from django.urls import URLPattern, path, reverse
+from django.urls import URLPattern, path
 from django.utils import timezone
-from django.utils.decorators import method_decorator
 from django.utils.html import conditional_escape, format_html
 from django.utils.safestring import SafeString
-from django.views.decorators.http import require_POST
 
 from django_ratequeue import clock
-from django_ratequeue.admin import dashboard, failed, related, timeline
+from django_ratequeue.admin import attemptwords, dashboard, failed, related, timeline
 from django_ratequeue.admin.actions import PermittedActionsMixin
+from django_ratequeue.admin.jobcontrols import JobControls
 from django_ratequeue.admin.jobfields import (
     JobPageFields,
     describe_retry,
@@ -45,11 +44,8 @@ from django_ratequeue.admin.joblist import (
     QueueFilter,
 )
 from django_ratequeue.admin.objectids import StorableIdsMixin
-from django_ratequeue.engine.failed import RETRYABLE_STATUSES, retry
-from django_ratequeue.engine.handles import Handle
-from django_ratequeue.engine.knowing import job_note
-from django_ratequeue.engine.models import FINAL_STATUSES, Job, OutputChunk, Status
-from django_ratequeue.engine.retry import Retry
+from django_ratequeue.jobs import Handle, Retry, Status, job_note
+from django_ratequeue.models import FINAL_STATUSES, Job, OutputChunk
 from django_ratequeue.monitor.counts import COLUMNS
 from django_ratequeue.monitor.overview import queue_overview
 
@@ -81,7 +77,12 @@ POLL_WAITING = 2.0
 
 @admin.register(Job)
 class JobAdmin(
-    JobListColumns, JobPageFields, StorableIdsMixin, PermittedActionsMixin, admin.ModelAdmin
+    JobListColumns,
+    JobPageFields,
+    JobControls,
+    StorableIdsMixin,
+    PermittedActionsMixin,
+    admin.ModelAdmin,
 ):
     list_display = LIST_DISPLAY
     list_filter = ["status", QueueFilter, ConcurrencyKeyFilter]
@@ -219,8 +220,8 @@ class JobAdmin(
                 "started": time_of_day(a.started_at),
                 "ended": time_of_day(a.ended_at),
                 "duration": run_seconds(a),
-                "outcome": timeline.outcome_label(a),
-                "worker": timeline.worker_shown(a.worker, a.remote),
+                "outcome": attemptwords.outcome_label(a),
+                "worker": attemptwords.worker_shown(a.worker, a.remote),
                 "traceback": without_own_frames(a.traceback),
             }
             for a in attempts
@@ -235,62 +236,6 @@ class JobAdmin(
         """Show links to the job's parent, children and callback (admin/related.py)."""
         context = {"related": related.related(job), "original": job}
         return SafeString(render_to_string("admin/django_ratequeue/job/related.html", context))
-
-    # -- actions -------------------------------------------------------------------------
-
-    @admin.action(description="Cancel the selected jobs", permissions=["cancel"])
-    def cancel_selected(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
-        ids = list(queryset.exclude(status__in=FINAL_STATUSES).values_list("id", "owner"))
-        for job_id, owner in ids:  # staff act for every owner
-            Handle(job_id, owner=owner).cancel()
-        message = f"Asked to cancel {len(ids)} job(s)"
-        skipped = queryset.count() - len(ids)
-        if skipped:
-            message += f"; {skipped} already finished job(s) left as they are"
-        self.message_user(
-            request,
-            message + ". Waiting jobs are canceled at once, running ones when their attempt ends.",
-            messages.SUCCESS,
-        )
-
-    @admin.action(
-        description="Retry the selected failed or canceled jobs (as new jobs)",
-        permissions=["retry"],
-    )
-    def retry_selected(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
-        copies: dict[bool, list[str]] = {True: [], False: []}
-        for job in queryset.filter(status__in=RETRYABLE_STATUSES).order_by("created_at"):
-            try:
-                done = retry(job)
-            except (TypeError, ValueError) as exc:  # e.g. its call no longer fits the function
-                self.message_user(request, f"Could not retry {job.id}: {exc}", messages.ERROR)
-                continue
-            copies[done.enqueued].append(f"{job.id} → {done.handle.id}")
-        skipped = queryset.exclude(status__in=RETRYABLE_STATUSES).count()
-        if copies[True]:
-            self.message_user(
-                request,
-                f"Enqueued {len(copies[True])} new job(s): {', '.join(copies[True])}.",
-                messages.SUCCESS,
-            )
-        if copies[False]:
-            self.message_user(
-                request,
-                f"Retried before, nothing enqueued: {', '.join(copies[False])}.",
-                messages.WARNING,
-            )
-        if skipped:
-            self.message_user(
-                request,
-                f"{skipped} selected job(s) are not failed or canceled and were not retried.",
-                messages.WARNING,
-            )
-
-    def has_cancel_permission(self, request: HttpRequest) -> bool:
-        return request.user.has_perm("django_ratequeue.change_job")
-
-    def has_retry_permission(self, request: HttpRequest) -> bool:
-        return request.user.has_perm("django_ratequeue.add_job")
 
     # -- read-only -----------------------------------------------------------------------
 
@@ -311,16 +256,6 @@ class JobAdmin(
             self.admin_site.admin_view(self.overview_view),
             name="django_ratequeue_job_overview",
         )
-        cancel = path(
-            "<path:object_id>/cancel/",
-            self.admin_site.admin_view(self.cancel_view),
-            name="django_ratequeue_job_cancel",
-        )
-        retry = path(
-            "<path:object_id>/retry/",
-            self.admin_site.admin_view(self.retry_view),
-            name="django_ratequeue_job_retry",
-        )
         live = path(
             "<path:object_id>/live/",
             self.admin_site.admin_view(self.live_view),
@@ -330,13 +265,12 @@ class JobAdmin(
             overview,
             *dashboard.urls(self),
             *failed.urls(self),
-            cancel,
-            retry,
+            *self.control_urls(),
             live,
             *super().get_urls(),
         ]
 
-    # -- a job's own page: its cancel and retry buttons ----------------------------------
+    # -- a job's own page: its buttons and its live view ---------------------------------
 
     def change_view(
         self,
@@ -374,16 +308,6 @@ class JobAdmin(
             }
         return super().render_change_form(request, context, add, change, form_url, obj)
 
-    def _buttons(self, request: HttpRequest, job: Job) -> dict[str, bool]:
-        """Return which of its buttons the job's page shows now.
-
-        Both are on the page for whoever may use them; the live page shows the one that
-        fits the job's status."""
-        return {
-            "can_cancel": job.status not in FINAL_STATUSES and self.has_cancel_permission(request),
-            "can_retry": job.status in RETRYABLE_STATUSES and self.has_retry_permission(request),
-        }
-
     def live_view(self, request: HttpRequest, object_id: str) -> JsonResponse:
         """Return the parts of a job's page that change while it runs, as JSON.
 
@@ -418,51 +342,6 @@ class JobAdmin(
         field = cast("Field[Any, Any]", Job._meta.get_field(name))
         shown = display_for_field(getattr(job, name), field, self.get_empty_value_display())
         return str(linebreaksbr(shown))
-
-    def _job_page(self, job_id: str) -> HttpResponseRedirect:
-        return HttpResponseRedirect(reverse("admin:django_ratequeue_job_change", args=[job_id]))
-
-    @method_decorator(require_POST)
-    def cancel_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
-        job = self.get_object(request, object_id)
-        if job is None or not self.has_cancel_permission(request):
-            raise PermissionDenied
-        if job.status in FINAL_STATUSES:
-            self.message_user(request, f"Job {job.id} is already {job.status}.", messages.WARNING)
-        else:
-            Handle(job.id, owner=job.owner).cancel()  # staff act for every owner
-            self.message_user(
-                request,
-                f"Asked to cancel {job.id}: canceled at once if it has not started, "
-                "when its attempt ends if it is running.",
-                messages.SUCCESS,
-            )
-        return self._job_page(job.id)
-
-    @method_decorator(require_POST)
-    def retry_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
-        job = self.get_object(request, object_id)
-        if job is None or not self.has_retry_permission(request):
-            raise PermissionDenied
-        if job.status not in RETRYABLE_STATUSES:
-            self.message_user(
-                request,
-                f"Job {job.id} is {job.status}: only failed or canceled jobs are retried.",
-                messages.WARNING,
-            )
-            return self._job_page(job.id)
-        try:
-            done = retry(job)
-        except (TypeError, ValueError) as exc:
-            self.message_user(request, f"Could not retry {job.id}: {exc}", messages.ERROR)
-            return self._job_page(job.id)
-        if done.enqueued:
-            message = f"Enqueued {done.handle.id}, a copy of {job.id}."
-            self.message_user(request, message, messages.SUCCESS)
-        else:
-            message = f"{job.id} was retried before, as {done.handle.id}: nothing enqueued."
-            self.message_user(request, message, messages.WARNING)
-        return self._job_page(done.handle.id)
 
     def overview_view(self, request: HttpRequest) -> HttpResponse:
         if not self.has_view_permission(request):

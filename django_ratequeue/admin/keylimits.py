@@ -15,14 +15,14 @@ from django.http import HttpRequest
 
 from django_ratequeue.admin.placement import OffTheIndexMixin
 from django_ratequeue.admin.viewonly import ViewOnlyMixin
-from django_ratequeue.engine.fairness.keylimits import (
+from django_ratequeue.control import check_queue_name
+from django_ratequeue.jobs import (
     check_key,
     check_key_concurrency,
     check_key_weight,
-    check_queue_name,
     store_key_limit,
 )
-from django_ratequeue.engine.fairness.models import KeyLimit, KeyLimitChange
+from django_ratequeue.models import KeyLimit, KeyLimitChange
 
 
 class KeyLimitForm(forms.ModelForm):

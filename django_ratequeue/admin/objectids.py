@@ -7,7 +7,7 @@ from typing import Any
 from django.contrib import admin
 from django.http import Http404, HttpRequest
 
-from django_ratequeue.engine.bounds import storable
+from django_ratequeue.jobs import storable
 
 
 class StorableIdsMixin(admin.ModelAdmin):

@@ -18,14 +18,14 @@ from django.utils.http import urlencode
 from django_ratequeue.admin.actions import PermittedActionsMixin
 from django_ratequeue.admin.objectids import StorableIdsMixin
 from django_ratequeue.conf import ratequeue_settings
-from django_ratequeue.engine.control import (
+from django_ratequeue.control import (
     change_queue,
     check_queue_concurrency,
     check_queue_name,
     check_total_concurrency,
 )
-from django_ratequeue.engine.limits import Queues
-from django_ratequeue.engine.models import QueueSetting
+from django_ratequeue.jobs import Queues
+from django_ratequeue.models import QueueSetting
 
 
 class QueueSettingForm(forms.ModelForm):

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import timedelta
 
-from django_ratequeue.engine.models import Job
+from django_ratequeue.models import Job
 
 # The most children listed.
 CHILDREN_SHOWN = 20

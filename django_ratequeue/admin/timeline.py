@@ -8,19 +8,17 @@ from the database is escaped. docs/admin.md ("The job page") tells what it draws
 from __future__ import annotations
 
 import math
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from itertools import pairwise
 
-from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.safestring import SafeString, mark_safe
-from django.utils.text import Truncator
 
-from django_ratequeue.engine.handles import AttemptInfo
-from django_ratequeue.engine.models import Outcome
+from django_ratequeue.admin.attemptwords import duration, outcome_label, summary
+from django_ratequeue.admin.jobfields import time_of_day
+from django_ratequeue.jobs import AttemptInfo
+from django_ratequeue.models import Outcome
 
 # The most attempts drawn: the latest ones (a job may retry dozens of times; the table
 # lists them all).
@@ -38,10 +36,6 @@ MIN_BAR = 2.0
 MIN_LABEL_WIDTH = 56
 # Error texts in tooltips are cut to this many characters.
 TOOLTIP_LENGTH = 200
-# The table shows a local worker's id (a uuid's hex) and a remote worker's key name and
-# instance cut to this many characters; the cell's tooltip holds the whole name.
-LOCAL_WORKER_SHOWN = 9
-REMOTE_WORKER_SHOWN = 24
 # Tick spacings to choose from, in seconds: the first giving at most MAX_TICKS ticks.
 TICK_STEPS = (
     0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5,
@@ -79,32 +73,6 @@ class Scale:
         return round(self.left + (self.right - self.left) * offset / self.seconds, 1)
 
 
-def duration(seconds: float) -> str:
-    """Return a short, readable length of time: "0 s", "250 ms", "1.5 s", "2 min 30 s", "3 h"."""
-    if seconds <= 0:
-        return "0 s"
-    if seconds < 1:
-        return f"{seconds * 1000:.0f} ms"
-    if seconds < 60:
-        return f"{seconds:.3g} s"
-    if seconds < 3600:
-        minutes, rest = divmod(round(seconds), 60)
-        return f"{minutes} min {rest} s" if rest else f"{minutes} min"
-    hours, rest = divmod(round(seconds / 60), 60)
-    if hours >= 48:
-        return f"{seconds / 86400:.3g} d"
-    return f"{hours} h {rest} min" if rest else f"{hours} h"
-
-
-def outcome_label(attempt: AttemptInfo) -> str:
-    """Return what became of the attempt, in words."""
-    if attempt.outcome:
-        return str(Outcome(attempt.outcome).label)
-    if attempt.ended_at is not None:
-        return "ended before it started"
-    return "running" if attempt.started_at else "waiting for a runner"
-
-
 def tick_step(seconds: float) -> float:
     for step in TICK_STEPS:
         if seconds / step <= MAX_TICKS:
@@ -136,33 +104,6 @@ def _ends(attempt: AttemptInfo, now: datetime) -> tuple[datetime, datetime | Non
     started = None if attempt.started_at is None else max(attempt.started_at, dispatched)
     ended = attempt.ended_at or max(now, started or dispatched)
     return dispatched, started, max(ended, started or dispatched)
-
-
-def summary(attempts: Sequence[AttemptInfo], next_start: datetime | None) -> str:
-    """Return the timeline in one sentence, for screen readers.
-
-    How many attempts, how they ended, and what comes next."""
-    if not attempts:
-        return "No attempt yet."
-    counts = Counter(outcome_label(a).lower() for a in attempts)
-    parts = ", ".join(f"{n} {label}" for label, n in counts.items())
-    plural = "attempt" if len(attempts) == 1 else "attempts"
-    text = f"{len(attempts)} {plural}: {parts}."
-    backoffs = [
-        (later.dispatched_at - earlier.ended_at).total_seconds()
-        for earlier, later in pairwise(attempts)
-        if earlier.ended_at is not None
-    ]
-    if len(backoffs) > 4:
-        text += (
-            f" Back-off between attempts: from {duration(min(backoffs))} "
-            f"to {duration(max(backoffs))}."
-        )
-    elif backoffs:
-        text += f" Back-off between attempts: {', '.join(duration(s) for s in backoffs)}."
-    if next_start is not None:
-        text += f" Next attempt at {timezone.localtime(next_start):%H:%M:%S}."
-    return text
 
 
 def _text(x: float, y: float, text: str, css: str, anchor: str = "start") -> SafeString:
@@ -206,10 +147,6 @@ def _cut(text: str) -> str:
     return text if len(text) <= TOOLTIP_LENGTH else f"{text[: TOOLTIP_LENGTH - 1]}…"
 
 
-def _clock(moment: datetime) -> str:
-    return timezone.localtime(moment).strftime("%H:%M:%S.%f")[:-3]
-
-
 def _row(attempt: AttemptInfo, y: float, scale: Scale, now: datetime) -> list[SafeString]:
     """Draw one attempt: its wait for a runner, its run, and its outcome written at the end."""
     dispatched, started, ended = _ends(attempt, now)
@@ -222,14 +159,16 @@ def _row(attempt: AttemptInfo, y: float, scale: Scale, now: datetime) -> list[Sa
             scale.x(waited_until),
             y,
             "rq-wait" if started or not attempt.ended_at else "rq-wait rq-unstarted",
-            f"Attempt {attempt.number}: dispatched at {_clock(dispatched)}, "
+            f"Attempt {attempt.number}: dispatched at {time_of_day(dispatched)}, "
             f"waited {duration(waited)} for a runner",
         )
     )
     label = outcome_label(attempt)
     if started is not None:
         ran = (ended - started).total_seconds()
-        tooltip = f"Attempt {attempt.number}: ran {duration(ran)} from {_clock(started)}, {label}"
+        tooltip = (
+            f"Attempt {attempt.number}: ran {duration(ran)} from {time_of_day(started)}, {label}"
+        )
         if attempt.error:
             tooltip += f": {_cut(attempt.error)}"
         css = "rq-run rq-" + OUTCOME_CLASS.get(attempt.outcome, "failed")
@@ -256,7 +195,7 @@ def _axis(scale: Scale, bottom: float) -> list[SafeString]:
     for n in range(count + 1):
         offset = n * step
         x = scale.left + (scale.right - scale.left) * offset / scale.seconds
-        label = _clock(scale.start) if n == 0 else tick_label(offset, step)
+        label = time_of_day(scale.start) if n == 0 else tick_label(offset, step)
         anchor = "start" if n == 0 else ("end" if x > scale.right - 30 else "middle")
         parts.append(
             format_html(
@@ -358,9 +297,9 @@ def _next_row(row: int, since: datetime, next_start: datetime, scale: Scale) -> 
             scale.x(next_start),
             y,
             seconds,
-            f"Back-off of {duration(seconds)}: next attempt at {_clock(next_start)}",
+            f"Back-off of {duration(seconds)}: next attempt at {time_of_day(next_start)}",
         ),
-        _text(scale.right + 8, y + BAR_HEIGHT - 2, f"due {_clock(next_start)}", "rq-outcome"),
+        _text(scale.right + 8, y + BAR_HEIGHT - 2, f"due {time_of_day(next_start)}", "rq-outcome"),
     ]
 
 
@@ -372,7 +311,7 @@ def _now_line(x: float, height: int, now: datetime) -> SafeString:
         x=x,
         top=AXIS_HEIGHT - 6,
         bottom=height - 4,
-        clock=_clock(now),
+        clock=time_of_day(now),
     )
 
 
@@ -390,14 +329,6 @@ def _svg(parts: list[SafeString], height: int, rows: int, described: str) -> Saf
         w=WIDTH,
         h=height,
     )
-
-
-def worker_shown(worker: str, remote: bool) -> str:
-    """Return who ran an attempt (its worker label), in short.
-
-    A remote worker's key name and instance, the start of a local worker's id, or "-"
-    for nobody yet."""
-    return Truncator(worker).chars(REMOTE_WORKER_SHOWN if remote else LOCAL_WORKER_SHOWN) or "-"
 
 
 def legend() -> SafeString:

@@ -14,8 +14,8 @@ from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 
 from django_ratequeue.admin.actions import PermittedActionsMixin
-from django_ratequeue.engine.models import Attempt, WorkerKey
-from django_ratequeue.engine.workerkeys import create_key, revoke
+from django_ratequeue.jobs import create_key, revoke
+from django_ratequeue.models import Attempt, WorkerKey
 
 
 class WorkerKeyForm(forms.ModelForm):

@@ -23,7 +23,7 @@ from django_ratequeue.api.schema import USER_ERRORS, ApiSchema, EventStreamSchem
 from django_ratequeue.api.sse import event_response
 from django_ratequeue.api.streamcaps import take_stream_seat
 from django_ratequeue.api.views import ApiView, EventStreamRenderer
-from django_ratequeue.engine.models import FINAL_STATUSES
+from django_ratequeue.models import FINAL_STATUSES
 from django_ratequeue.plugins.batches.grouping import BatchHandle, status_counts
 from django_ratequeue.plugins.batches.models import Batch
 

@@ -19,7 +19,7 @@ from asgiref.sync import sync_to_async
 
 from django_ratequeue.api.ids import shown_outcome
 from django_ratequeue.api.sse import HEARTBEAT, LIFETIME, OPENING, release_connections
-from django_ratequeue.engine.models import FINAL_STATUSES
+from django_ratequeue.models import FINAL_STATUSES
 from django_ratequeue.plugins.batches.grouping import status_counts
 from django_ratequeue.plugins.batches.models import Batch
 

@@ -16,8 +16,8 @@ from rest_framework.settings import api_settings
 
 from django_ratequeue import clock
 from django_ratequeue.api.ids import shown_id, stored_id
-from django_ratequeue.engine.registry import Registered
 from django_ratequeue.exceptions import DuplicateJobId, RateLimited
+from django_ratequeue.jobs import Registered
 
 
 class Conflict(APIException):

@@ -10,9 +10,8 @@ from typing import Any
 from rest_framework.exceptions import NotFound, PermissionDenied
 from rest_framework.request import Request
 
-from django_ratequeue.engine.registry import Registered, exposed_job
-from django_ratequeue.engine.submit import CallOptions
 from django_ratequeue.exceptions import UnknownJob
+from django_ratequeue.jobs import CallOptions, Registered, exposed_job
 
 # May this request enqueue the job? (``@job(permission=...)``)
 Permission = Callable[[Request], bool]

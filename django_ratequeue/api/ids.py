@@ -11,7 +11,7 @@ import hashlib
 import re
 from typing import Any
 
-from django_ratequeue.engine.enqueue import JOB_ID_MAX_LENGTH
+from django_ratequeue.jobs import JOB_ID_MAX_LENGTH
 
 TAG_LENGTH = 12
 SCOPED = re.compile(rf"~[0-9a-f]{{{TAG_LENGTH}}}~")

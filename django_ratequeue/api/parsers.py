@@ -14,7 +14,7 @@ from rest_framework.exceptions import APIException, ParseError
 from rest_framework.parsers import JSONParser
 
 from django_ratequeue.conf import ratequeue_settings
-from django_ratequeue.engine.bounds import MAX_JSON_DEPTH, nested_deeper
+from django_ratequeue.jobs import MAX_JSON_DEPTH, nested_deeper
 
 # How deep a body may nest: a value of MAX_JSON_DEPTH where it sits deepest (a claim's
 # report's result), so that each value is refused by its own field's check, naming it.

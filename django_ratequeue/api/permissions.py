@@ -17,9 +17,8 @@ from rest_framework.permissions import SAFE_METHODS, BasePermission
 from rest_framework.request import Request
 
 from django_ratequeue.conf import ratequeue_settings
-from django_ratequeue.engine.handles import owner_label
-from django_ratequeue.engine.models import WorkerKey
-from django_ratequeue.engine.workerkeys import find_key
+from django_ratequeue.jobs import find_key, owner_label
+from django_ratequeue.models import WorkerKey
 
 
 class ApiAccess(BasePermission):

@@ -16,10 +16,17 @@ from rest_framework import serializers
 from django_ratequeue.api.ids import CLIENT_ID_MAX_LENGTH, shown_id
 from django_ratequeue.api.jsontypes import type_problems
 from django_ratequeue.conf import ratequeue_settings
-from django_ratequeue.engine.bounds import MAX_DELAY, NUL_REFUSED, check_json, seconds
-from django_ratequeue.engine.models import Job, OutputChunk, Status
-from django_ratequeue.engine.options import OPTION_NAMES, parse_start_at
 from django_ratequeue.exceptions import JobCanceled
+from django_ratequeue.jobs import (
+    MAX_DELAY,
+    NUL_REFUSED,
+    OPTION_NAMES,
+    Status,
+    check_json,
+    parse_start_at,
+    seconds,
+)
+from django_ratequeue.models import Job, OutputChunk
 from django_ratequeue.plugins.eta.estimates import Basis, Eta, job_eta, owner_view
 from django_ratequeue.ratelimit.config import MAX_TOKENS
 

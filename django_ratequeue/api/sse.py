@@ -27,7 +27,8 @@ from rest_framework.request import Request
 from django_ratequeue.api.serializers import eta_data
 from django_ratequeue.api.streamcaps import LIFETIME, StreamHold
 from django_ratequeue.api.watch import Look, watcher
-from django_ratequeue.engine.models import FINAL_STATUSES, Status
+from django_ratequeue.jobs import Status
+from django_ratequeue.models import FINAL_STATUSES
 
 # A comment line this often keeps proxies from closing a quiet stream.
 HEARTBEAT = 15.0

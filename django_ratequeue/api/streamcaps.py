@@ -23,7 +23,7 @@ from rest_framework.request import Request
 from django_ratequeue.conf import ratequeue_settings
 from django_ratequeue.contrib.drf import RateLimitThrottle
 from django_ratequeue.decorators import address_identity
-from django_ratequeue.engine.seats import free_seat, take_seat
+from django_ratequeue.seats import free_seat, take_seat
 
 # A stream ends after this long; the client reconnects and goes on from its last id.
 LIFETIME = 300.0

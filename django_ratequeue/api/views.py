@@ -53,10 +53,8 @@ from django_ratequeue.api.streamcaps import take_stream_seat
 from django_ratequeue.api.throttles import ApiThrottle
 from django_ratequeue.conf import ratequeue_settings
 from django_ratequeue.decorators import KEY_SHORTHANDS
-from django_ratequeue.engine.bounds import storable
-from django_ratequeue.engine.handles import Handle
-from django_ratequeue.engine.models import FINAL_STATUSES, Job
-from django_ratequeue.engine.submit import atomically, submit, submit_batch, submit_many
+from django_ratequeue.jobs import Handle, atomically, storable, submit, submit_batch, submit_many
+from django_ratequeue.models import FINAL_STATUSES, Job
 from django_ratequeue.ratelimit.decisions import check_rate_limit
 from django_ratequeue.ratelimit.resolve import get_rate_limit_config
 

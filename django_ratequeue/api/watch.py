@@ -25,8 +25,8 @@ from django.db.models.functions import RowNumber
 from django_ratequeue import clock
 from django_ratequeue.api.serializers import job_error
 from django_ratequeue.conf import ratequeue_settings
-from django_ratequeue.engine.models import DEFERRED_STATUSES, Job, OutputChunk, Status
-from django_ratequeue.engine.wakeup import JOBS, Waiter
+from django_ratequeue.jobs import JOBS, Status, Waiter
+from django_ratequeue.models import DEFERRED_STATUSES, Job, OutputChunk
 from django_ratequeue.plugins.eta.estimates import (
     ETA_FIELDS,
     Eta,
@@ -91,19 +91,7 @@ def read(cursors: dict[str, int], estimate: Iterable[str] = ()) -> dict[str, Loo
         for job_id, job in jobs.items()
         if job.last_chunk is not None and job.last_chunk > cursors[job_id]
     }
-    chunks: dict[str, list[tuple[int, str]]] = {job_id: [] for job_id in jobs}
-    if unread:
-        after = reduce(or_, (Q(job_id=job_id, index__gt=n) for job_id, n in unread.items()))
-        rank = Window(RowNumber(), partition_by=[F("job_id")], order_by=F("index").asc())
-        rows = (
-            OutputChunk.objects.filter(after)
-            .annotate(rank=rank)
-            .filter(rank__lte=CHUNKS_PER_LOOK + 1)
-            .order_by("job_id", "index")
-            .values_list("job_id", "index", "text")
-        )
-        for job_id, index, text in rows:
-            chunks[job_id].append((index, text))
+    chunks = _chunks_after(unread, jobs)
     looks: dict[str, Look | None] = dict.fromkeys(cursors)
     for job_id, job in jobs.items():
         looks[job_id] = Look(
@@ -117,6 +105,24 @@ def read(cursors: dict[str, int], estimate: Iterable[str] = ()) -> dict[str, Loo
             eta=owner_view(etas[job_id], job) if job_id in etas else None,
         )
     return looks
+
+
+def _chunks_after(unread: dict[str, int], jobs: Iterable[str]) -> dict[str, list[tuple[int, str]]]:
+    """Return the chunks after each cursor of ``unread``, a look's worth and one more."""
+    chunks: dict[str, list[tuple[int, str]]] = {job_id: [] for job_id in jobs}
+    if unread:
+        after = reduce(or_, (Q(job_id=job_id, index__gt=n) for job_id, n in unread.items()))
+        rank = Window(RowNumber(), partition_by=[F("job_id")], order_by=F("index").asc())
+        rows = (
+            OutputChunk.objects.filter(after)
+            .annotate(rank=rank)
+            .filter(rank__lte=CHUNKS_PER_LOOK + 1)
+            .order_by("job_id", "index")
+            .values_list("job_id", "index", "text")
+        )
+        for job_id, index, text in rows:
+            chunks[job_id].append((index, text))
+    return chunks
 
 
 @dataclass(eq=False)

@@ -33,10 +33,10 @@ from django_ratequeue.api.workeranswers import (
 from django_ratequeue.conf import ratequeue_settings
 from django_ratequeue.engine import protocol
 from django_ratequeue.engine.bell import bell
-from django_ratequeue.engine.models import WorkerKey, queue_db
-from django_ratequeue.engine.seats import free_seat, take_seat
 from django_ratequeue.engine.workerkeys import MAX_CLAIM_WAIT, renew_after_outage, seen
 from django_ratequeue.exceptions import LeaseLost
+from django_ratequeue.models import WorkerKey, queue_db
+from django_ratequeue.seats import free_seat, take_seat
 from django_ratequeue.worker import AWAY_HEADER, BACKOFF_MAX
 
 # The longest a claim may wait for work, and the most attempts it may take.

@@ -9,11 +9,15 @@ from dataclasses import dataclass
 from django.db.models import Count
 
 from django_ratequeue.conf import ratequeue_settings
-from django_ratequeue.engine.fairness.keys import ready_order
-from django_ratequeue.engine.limits import QueueLimits, Queues
-from django_ratequeue.engine.models import Attempt, Job, Status, queue_connection
-from django_ratequeue.engine.options import DEFAULT_QUEUE
-from django_ratequeue.engine.skipscan import distinct_values
+from django_ratequeue.jobs import (
+    DEFAULT_QUEUE,
+    QueueLimits,
+    Queues,
+    Status,
+    distinct_values,
+    ready_order,
+)
+from django_ratequeue.models import Attempt, Job, queue_connection
 
 # Counts stop here (the admin shows "10000+"): counting further would read the whole history.
 COUNT_LIMIT = 10_000

@@ -7,8 +7,9 @@ from datetime import datetime
 
 from django.db.models import Count, Max, Min, QuerySet
 
-from django_ratequeue.engine.failed import not_retried
-from django_ratequeue.engine.models import Job, Status
+from django_ratequeue.failed import not_retried
+from django_ratequeue.jobs import Status
+from django_ratequeue.models import Job
 
 # The groups a page shows at most, the most recent failures first.
 MAX_GROUPS = 200

@@ -11,8 +11,8 @@ from typing import Any
 from django.db import NotSupportedError
 from django.db.models import F, Func, IntegerField, Sum
 
-from django_ratequeue.engine.models import queue_connection
-from django_ratequeue.engine.skipscan import distinct_values
+from django_ratequeue.jobs import distinct_values
+from django_ratequeue.models import queue_connection
 from django_ratequeue.plugins.rollups.counting import floor_minute
 from django_ratequeue.plugins.rollups.models import (
     BUCKET_FIELDS,

@@ -11,7 +11,8 @@ from datetime import datetime
 from typing import Any
 
 from django_ratequeue import clock
-from django_ratequeue.engine.models import LoopState, Status
+from django_ratequeue.jobs import Status
+from django_ratequeue.models import LoopState
 from django_ratequeue.monitor import counts
 from django_ratequeue.monitor.counts import COLUMNS, COUNT_LIMIT, QueueCounts, queue_counts
 from django_ratequeue.monitor.workers import (

@@ -10,10 +10,15 @@ from enum import StrEnum
 
 from django_ratequeue import clock
 from django_ratequeue.conf import ratequeue_settings
-from django_ratequeue.engine.fairness.shares import default_weight, key_settings
-from django_ratequeue.engine.knowing import unknown_functions
-from django_ratequeue.engine.limits import QueueLimits, Queues
-from django_ratequeue.engine.models import Attempt, Status, Wait
+from django_ratequeue.jobs import (
+    QueueLimits,
+    Queues,
+    Status,
+    default_weight,
+    key_settings,
+    unknown_functions,
+)
+from django_ratequeue.models import Attempt, Wait
 from django_ratequeue.monitor.counts import COLUMNS, QueueCounts, effective_limit
 from django_ratequeue.monitor.figures import Figures, queues_with_figures, series, series_by_queue
 from django_ratequeue.monitor.overview import QueueOverview, queue_overview
@@ -189,13 +194,7 @@ def _queue_state(
     """Return one queue's state: its slots in use, what holds it back, its series."""
     name = counts.name
     in_use = active.per_queue[name]
-    copies = [n for (queue, _key), n in active.per_copy.items() if queue == name]
-    if limits.total_concurrency is not None and in_use >= limits.total_concurrency:
-        saturated = True
-    else:
-        # Each concurrency key is its own copy of the queue: saturated when every copy
-        # running is at the limit (a queue without keys has the one copy "").
-        saturated = bool(copies) and counts.limit > 0 and all(n >= counts.limit for n in copies)
+    saturated = _saturated(counts, limits, active)
     waiting = counts.counts[Status.WAITING] > 0
     rate_bound = bool(
         limits.rate_limit
@@ -223,6 +222,17 @@ def _queue_state(
         depth=depth_series(figures, unfinished, running),
         unserved=name in missing.remote_queues if remote else missing.local,
     )
+
+
+def _saturated(counts: QueueCounts, limits: QueueLimits, active: _Active) -> bool:
+    """Say whether a queue runs all it may: its total_concurrency, or each key its limit."""
+    total = limits.total_concurrency
+    if total is not None and active.per_queue[counts.name] >= total:
+        return True
+    # Each concurrency key is its own copy of the queue: saturated when every copy
+    # running is at the limit (a queue without keys has the one copy "").
+    copies = [n for (queue, _key), n in active.per_copy.items() if queue == counts.name]
+    return bool(copies) and counts.limit > 0 and all(n >= counts.limit for n in copies)
 
 
 def _total(

@@ -9,9 +9,8 @@ from datetime import datetime, timedelta
 
 from django_ratequeue import clock
 from django_ratequeue.conf import ratequeue_settings
-from django_ratequeue.engine.heartbeat import any_alive, declared, served_queues
-from django_ratequeue.engine.models import Job, Status, WorkerHeartbeat, WorkerKey
-from django_ratequeue.engine.workerkeys import running_per_instance
+from django_ratequeue.jobs import Status, any_alive, declared, running_per_instance, served_queues
+from django_ratequeue.models import Job, WorkerHeartbeat, WorkerKey
 
 
 @dataclass(frozen=True)

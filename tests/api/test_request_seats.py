@@ -22,9 +22,9 @@ from rest_framework.test import APIClient
 
 from django_ratequeue.api.sse import LIFETIME
 from django_ratequeue.engine.bell import bell
-from django_ratequeue.engine.seats import MARGIN, take_seat
 from django_ratequeue.engine.workerkeys import create_key
 from django_ratequeue.models import RequestSeat
+from django_ratequeue.seats import MARGIN, take_seat
 from tests.api.conftest import API, enqueue
 
 GPU = {"gpu": {"max_concurrency": 8, "remote": True}}

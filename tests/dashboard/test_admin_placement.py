@@ -11,7 +11,7 @@ from django.test import Client
 from django_q.models import Failure, OrmQ, Schedule, Success
 
 from django_ratequeue.admin.placement import hide_django_q_admin
-from django_ratequeue.engine.control import change_queue
+from django_ratequeue.control import change_queue
 
 pytestmark = pytest.mark.django_db
 DJANGO_Q_LISTS = ["Successful tasks", "Failed tasks", "Scheduled tasks", "Queued tasks"]

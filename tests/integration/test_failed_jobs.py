@@ -12,7 +12,7 @@ from django.core.management import call_command
 from django.test import Client
 
 from django_ratequeue import Status, enqueue
-from django_ratequeue.engine.failed import retry, retry_id
+from django_ratequeue.failed import retry, retry_id
 from django_ratequeue.models import Attempt, Job
 from tests.queue import jobs
 from tests.queue.steps import run_pass

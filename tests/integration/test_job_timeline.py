@@ -6,7 +6,7 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from datetime import UTC, datetime, timedelta
 
-from django_ratequeue.admin import timeline
+from django_ratequeue.admin import attemptwords, timeline
 from django_ratequeue.engine.handles import AttemptInfo
 
 SVG = "{http://www.w3.org/2000/svg}"
@@ -172,7 +172,7 @@ def test_ticks_are_round_and_readable() -> None:
 
 
 def test_durations_in_words() -> None:
-    assert [timeline.duration(s) for s in (0, 0.25, 1.5, 150, 3600, 5400, 200000)] == [
+    assert [attemptwords.duration(s) for s in (0, 0.25, 1.5, 150, 3600, 5400, 200000)] == [
         "0 s",
         "250 ms",
         "1.5 s",
@@ -185,4 +185,4 @@ def test_durations_in_words() -> None:
 
 def test_no_attempt_draws_nothing() -> None:
     assert timeline.render([], now=T0) == ""
-    assert timeline.summary([], None) == "No attempt yet."
+    assert attemptwords.summary([], None) == "No attempt yet."

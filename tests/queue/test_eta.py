@@ -14,7 +14,7 @@ from asgiref.sync import async_to_sync
 from django.test import override_settings
 
 from django_ratequeue import Eta, Handle, Status, enqueue
-from django_ratequeue.engine.control import pause_queue, resume_queue
+from django_ratequeue.control import pause_queue, resume_queue
 from django_ratequeue.engine.fairness.keylimits import set_key_limit
 from django_ratequeue.engine.fairness.keys import ready_key
 from django_ratequeue.engine.heartbeat import beat

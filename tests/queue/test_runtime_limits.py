@@ -12,7 +12,7 @@ from django.test import override_settings
 
 from django_ratequeue import enqueue, enqueue_many, set_max_concurrency
 from django_ratequeue.conf import ratequeue_settings
-from django_ratequeue.engine.control import change_queue
+from django_ratequeue.control import change_queue
 from django_ratequeue.engine.limits import QueueLimits
 from django_ratequeue.models import Attempt, QueueSetting, RuntimeLimits
 from tests.queue import jobs

@@ -80,7 +80,7 @@ class SingletonRow(models.Model):
 
 
 class RuntimeLimits(SingletonRow):
-    """The environment's limits changed at runtime (engine/control.py, fairness/keylimits.py)."""
+    """The environment's limits changed at runtime (control.py, engine/fairness/keylimits.py)."""
 
     # MAX_CONCURRENCY as changed at runtime; None: the setting.
     max_concurrency = models.PositiveIntegerField(null=True, blank=True)

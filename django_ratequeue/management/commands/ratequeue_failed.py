@@ -3,7 +3,7 @@
 Without an option it lists the groups of failed jobs not retried yet (function and
 exception class); ``--retry`` or ``--discard`` act on the groups ``--function`` and
 ``--exception`` select (all of them when neither is given). A retry copies each job once,
-as the admin's does (:mod:`...queue.failed`)."""
+as the admin's does (:mod:`django_ratequeue.failed`)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from django_ratequeue.engine import failed
+from django_ratequeue import failed
 from django_ratequeue.monitor.failures import failed_jobs, failure_groups
 
 

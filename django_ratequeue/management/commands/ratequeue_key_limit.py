@@ -9,7 +9,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from django_ratequeue.engine.fairness.keylimits import set_key_limit
+from django_ratequeue.jobs import set_key_limit
 
 
 class Command(BaseCommand):

@@ -10,8 +10,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from django_ratequeue.engine.control import change_queue, set_max_concurrency
-from django_ratequeue.engine.limits import QueueLimits, environment_limit
+from django_ratequeue.control import change_queue, set_max_concurrency
+from django_ratequeue.jobs import QueueLimits, environment_limit
 
 
 class Command(BaseCommand):

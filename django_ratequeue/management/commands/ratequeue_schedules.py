@@ -13,8 +13,8 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import transaction
 
 from django_ratequeue import clock
-from django_ratequeue.engine.models import queue_db
-from django_ratequeue.engine.wakeup import LOOP, signal
+from django_ratequeue.jobs import LOOP, signal
+from django_ratequeue.models import queue_db
 from django_ratequeue.plugins.schedules.models import Schedule
 from django_ratequeue.plugins.schedules.sync import declared_schedules, sync_schedules
 

@@ -16,7 +16,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from django_ratequeue import clock
 from django_ratequeue.conf import ratequeue_settings
-from django_ratequeue.engine.models import Status
+from django_ratequeue.jobs import Status
 from django_ratequeue.monitor.counts import COLUMNS, QueueCounts
 from django_ratequeue.monitor.figures import Figures, by_queue
 from django_ratequeue.monitor.overview import QueueOverview, queue_overview

@@ -9,8 +9,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from django_ratequeue.engine.models import WorkerKey
-from django_ratequeue.engine.workerkeys import create_key, revoke
+from django_ratequeue.jobs import create_key, revoke
+from django_ratequeue.models import WorkerKey
 
 
 class Command(BaseCommand):

@@ -1,9 +1,12 @@
-"""The hooks by which a plug-in joins the loop: its phases of a step, and its idle work.
+"""The hooks by which a plug-in joins the engine: the loop, the enqueue, the handle.
 
-The engine names no plug-in. A plug-in declares its phases here, each placed just before
+The engine names no plug-in. A plug-in declares here its phases, each placed just before
 or just after one of the engine's own phases (:data:`.phases.ENGINE_PHASES` names them),
-and its work for a step that did nothing; ``django_ratequeue.plugins`` loads the plug-ins
-as the app starts. docs/concepts.md ("Where the engine lives") tells the design.
+and its work for a step that did nothing; its check of the enqueue options and the hold
+it asks of each job (:func:`add_option_check`), a column stamped from the enqueuing
+context (:func:`add_context_column`), and the estimate ``Handle.eta()`` gives
+(:func:`set_estimator`). ``django_ratequeue.plugins`` loads the plug-ins as the app
+starts. docs/concepts.md ("Where the engine lives") tells the design.
 """
 
 from __future__ import annotations
@@ -13,6 +16,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from django_ratequeue.conf import RateQueueSettings
+from django_ratequeue.engine.handles import Estimate, set_estimator
+from django_ratequeue.engine.options import Hold, add_context_column, add_option_check
 
 if TYPE_CHECKING:
     from django_ratequeue.engine.phases import Step
@@ -74,3 +79,17 @@ def do_idle_work() -> None:
     """Do every plug-in's work for a step that did no work."""
     for work in _idle_work.values():
         work()
+
+
+__all__ = [
+    "Estimate",
+    "Hold",
+    "Placed",
+    "add_context_column",
+    "add_idle_work",
+    "add_option_check",
+    "add_phases",
+    "do_idle_work",
+    "place",
+    "set_estimator",
+]

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from functools import cached_property
-from typing import Any, Literal, NamedTuple, Required, TypedDict
+from typing import Any, Literal, NamedTuple, Protocol, Required, TypedDict
 
 from django.utils import timezone
 
@@ -39,8 +39,6 @@ from django_ratequeue.engine.retry import Retry
 from django_ratequeue.engine.subtasks import current_job_id
 from django_ratequeue.engine.wakeup import LOOP, notify_clause
 from django_ratequeue.exceptions import EnqueueRateLimited
-from django_ratequeue.plugins.batches.scope import current_batch_id
-from django_ratequeue.plugins.unique.policy import Uniqueness, check_uniqueness
 from django_ratequeue.ratelimit.decisions import check_rate_limit, rate_limit
 from django_ratequeue.tracing import current_traceparent
 
@@ -161,6 +159,43 @@ class JobStamp(NamedTuple):
 PER_JOB_COLUMNS = ("args", "kwargs", *JobStamp._fields)
 
 
+class Hold(Protocol):
+    """What a plug-in's enqueue option asks of the jobs an enqueue writes (hooks.py)."""
+
+    @property
+    def delay(self) -> timedelta | None:
+        """Return how long after its enqueue the job starts, if the option decides it."""
+        ...
+
+    def hold(
+        self, template: JobTemplate, args: list[Any], kwargs: dict[str, Any], stamp: JobStamp
+    ) -> str | None:
+        """Return the id of the job that answers the call instead, or None to write it."""
+        ...
+
+
+# A plug-in's check of the options: what they ask of it (None: nothing), or ValueError.
+OptionCheck = Callable[[Mapping[str, Any]], Hold | None]
+# A plug-in's column of a new job, read from the context it is enqueued in.
+ContextColumn = Callable[[], str]
+
+_option_checks: dict[str, OptionCheck] = {}
+# column -> (the plug-in that stamps it, how)
+_context_columns: dict[str, tuple[str, ContextColumn]] = {}
+
+
+def add_option_check(plugin: str, check: OptionCheck) -> None:
+    """Declare ``plugin``'s check of every enqueue's options (declaring again replaces it)."""
+    _option_checks[plugin] = check
+
+
+def add_context_column(plugin: str, column: str, read: ContextColumn) -> None:
+    """Declare that ``plugin`` stamps ``column`` of each new job with ``read()`` at enqueue."""
+    if column not in JobStamp._fields:
+        raise LookupError(f"{column!r} is not one of a new job's stamped columns.")
+    _context_columns[column] = (plugin, read)
+
+
 @dataclass(frozen=True)
 class JobTemplate:
     """What a job's options decide, checked once.
@@ -185,8 +220,8 @@ class JobTemplate:
     ignore_duplicates: bool
     # The length of the context's JSON, which counts towards MAX_ARGUMENTS_BYTES.
     context_size: int
-    # unique_for or debounce, if asked for (docs/deduplication.md).
-    unique: Uniqueness | None = None
+    # What the plug-ins' options ask of each job (add_option_check), in PLUGINS' order.
+    holds: tuple[Hold, ...] = ()
 
     def check_size(self, args: str, kwargs: str, what: str = "") -> None:
         """Refuse arguments (JSON text) that with the context exceed MAX_ARGUMENTS_BYTES.
@@ -250,8 +285,8 @@ class JobTemplate:
             start_at,
             now,
             current_job_id(),
-            current_batch_id(),
-            current_traceparent(),
+            traceparent=current_traceparent(),
+            **{column: read() for column, (_, read) in _context_columns.items()},
         )
 
     def job(self, args: list[Any], kwargs: dict[str, Any], stamp: JobStamp) -> Job:
@@ -357,9 +392,9 @@ class JobOptions:
         owner = _owner(options.get("owner"))
         on_duplicate_id = options.get("on_duplicate_id", "error")
         job_id, ignore_duplicates = _job_id(options.get("id"), on_duplicate_id)
-        unique = check_uniqueness(options)
-        if unique is not None and unique.mode == "debounce":
-            run_after = unique.window  # a debounced job starts once the burst is quiet
+        holds = tuple(hold for check in _option_checks.values() if (hold := check(options)))
+        for hold in holds:
+            run_after = run_after if hold.delay is None else hold.delay
         return JobTemplate(
             func=path,
             queue=queue.name,
@@ -377,7 +412,7 @@ class JobOptions:
             id=job_id,
             ignore_duplicates=ignore_duplicates,
             context_size=context_size,
-            unique=unique,
+            holds=holds,
         )
 
 

@@ -21,6 +21,7 @@ from django.db import IntegrityError, transaction
 
 from django_ratequeue import clock
 from django_ratequeue.conf import ratequeue_settings
+from django_ratequeue.engine.admission import check_enqueue_rate, check_reservation_room
 from django_ratequeue.engine.bounds import check_json
 from django_ratequeue.engine.limits import store_queue_changes
 from django_ratequeue.engine.models import Job, QueueSetting, queue_connection, queue_db
@@ -29,8 +30,6 @@ from django_ratequeue.engine.options import (
     JobOptions,
     JobStamp,
     JobTemplate,
-    check_enqueue_rate,
-    check_reservation_room,
 )
 from django_ratequeue.engine.registry import Registered, check_call, registered_job
 from django_ratequeue.engine.wakeup import LOOP, signal

@@ -12,7 +12,7 @@ from django_ratequeue.conf import ratequeue_settings
 from django_ratequeue.engine.fairness.keys import ready_order
 from django_ratequeue.engine.limits import QueueLimits, Queues
 from django_ratequeue.engine.models import Attempt, Job, Status, queue_connection
-from django_ratequeue.engine.options import DEFAULT_QUEUE
+from django_ratequeue.engine.optionvalues import DEFAULT_QUEUE
 from django_ratequeue.engine.skipscan import distinct_values
 
 # Counts stop here (the admin shows "10000+"): counting further would read the whole history.

@@ -133,13 +133,11 @@ class Hold(Protocol):
     @property
     def delay(self) -> timedelta | None:
         """Return how long after its enqueue the job starts, if the option decides it."""
-        ...
 
     def hold(
         self, template: JobTemplate, args: list[Any], kwargs: dict[str, Any], stamp: JobStamp
     ) -> str | None:
         """Return the id of the job that answers the call instead, or None to write it."""
-        ...
 
 
 # A plug-in's check of the options: what they ask of it (None: nothing), or ValueError.
@@ -148,8 +146,9 @@ OptionCheck = Callable[[Mapping[str, Any]], Hold | None]
 ContextColumn = Callable[[], str]
 
 _option_checks: dict[str, OptionCheck] = {}
-# column -> (the plug-in that stamps it, how)
+# column -> (the plug-in that stamps it, how); and each as (its place in a JobStamp, how).
 _context_columns: dict[str, tuple[str, ContextColumn]] = {}
+_context_slots: list[tuple[int, ContextColumn]] = []
 
 
 def add_option_check(plugin: str, check: OptionCheck) -> None:
@@ -162,6 +161,7 @@ def add_context_column(plugin: str, column: str, read: ContextColumn) -> None:
     if column not in JobStamp._fields:
         raise LookupError(f"{column!r} is not one of a new job's stamped columns.")
     _context_columns[column] = (plugin, read)
+    _context_slots[:] = [(JobStamp._fields.index(c), r) for c, (_, r) in _context_columns.items()]
 
 
 @dataclass(frozen=True)
@@ -247,15 +247,19 @@ class JobTemplate:
         """Return the id, status and times of a job enqueued ``now``."""
         start_at = self.start_at or (now + self.run_after if self.run_after else now)
         status = Status.SCHEDULED if start_at > now else Status.WAITING
-        return JobStamp(
+        # In JobStamp's order; the plug-ins' context columns ("" by default) filled in.
+        values = [
             job_id or self.id or new_job_id(),
             status,
             start_at,
             now,
             current_job_id(),
-            traceparent=current_traceparent(),
-            **{column: read() for column, (_, read) in _context_columns.items()},
-        )
+            "",
+            current_traceparent(),
+        ]
+        for index, read in _context_slots:
+            values[index] = read()
+        return JobStamp._make(values)
 
     def job(self, args: list[Any], kwargs: dict[str, Any], stamp: JobStamp) -> Job:
         """Return an unsaved Job."""

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
-from dataclasses import fields
-from datetime import datetime
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, cast
 
 import django
@@ -27,18 +25,13 @@ from django_ratequeue import check_ids as ids
 from django_ratequeue import plain
 from django_ratequeue.engine.enqueue import enqueue_job
 from django_ratequeue.engine.functions import JobFunction, job
-from django_ratequeue.engine.models import Attempt, Job, Outcome, Status
+from django_ratequeue.engine.models import Attempt, Job, Status
 from django_ratequeue.engine.options import JobOptions
 from django_ratequeue.engine.optionvalues import QueueChoice
 from django_ratequeue.engine.protocol import check_result_size
-from django_ratequeue.engine.registry import (
-    BACKEND_PATH,
-    function_path,
-    register_task,
-    registered_task,
-)
+from django_ratequeue.engine.registry import BACKEND_PATH, function_path, register_task
 from django_ratequeue.engine.subtasks import current_attempt
-from django_ratequeue.exceptions import JobCanceled, UnknownJob, class_path
+from django_ratequeue.task_results import resolve_task, task_result
 
 # The jobs the backend enqueues: run_task, arun_task for an ``async def`` task.
 TASK_JOBS = ("django_ratequeue.backends.run_task", "django_ratequeue.backends.arun_task")
@@ -194,89 +187,6 @@ def check_findable(task: Task[..., Any]) -> None:
             f"{task.module_path!r} is not a task a worker can find: define the task with @task "
             "at the top level of a module, under the name of its function."
         )
-
-
-def resolve_task(path: str) -> Task[..., Any]:
-    """Return the task registered at ``path`` (:class:`UnknownJob` if none); import nothing."""
-    found = registered_task(path)
-    if not isinstance(found, Task):
-        raise UnknownJob(f"{path!r} is not a task.")
-    return found
-
-
-def as_enqueued(task: Task[_P, _R], **values: Any) -> Task[_P, _R]:
-    """Return a copy of ``task`` with the values its job was enqueued with, unvalidated.
-
-    The values are the queue, priority and backend, not validated again (as ``Task.using``
-    would): a result read back describes the task that ran, even after its queue or
-    priority stopped being valid in the settings."""
-    copy = object.__new__(type(task))
-    for field in fields(task):
-        object.__setattr__(copy, field.name, values.get(field.name, getattr(task, field.name)))
-    return copy
-
-
-def result_status(status: str) -> TaskResultStatus:
-    """Return our status in the framework's terms.
-
-    Waiting or retrying is READY, canceled FAILED."""
-    if status == Status.RUNNING:
-        return TaskResultStatus.RUNNING
-    if status == Status.COMPLETE:
-        return TaskResultStatus.SUCCESSFUL
-    if status in (Status.FAILED, Status.CANCELED):
-        return TaskResultStatus.FAILED
-    return TaskResultStatus.READY
-
-
-def task_result(
-    job: Job, attempts: list[Attempt], task: Task[..., Any] | None = None
-) -> TaskResult[..., Any]:
-    """Return the framework's view of a job enqueued by the backend, and its attempts.
-
-    ``task`` is rebuilt from the job unless given."""
-    call = job.kwargs
-    if task is None:
-        run_after = call.get("run_after")  # None in rows enqueued before it was kept
-        task = as_enqueued(
-            resolve_task(call["task"]),
-            priority=job.priority,
-            queue_name=job.queue,
-            backend=call["backend"],
-            run_after=datetime.fromisoformat(run_after) if run_after else None,
-        )
-    tries = [a for a in attempts if a.started_at is not None]  # the others never ran
-    errors = [attempt_error(a) for a in tries if a.outcome and a.outcome != Outcome.SUCCEEDED]
-    if job.status == Status.CANCELED:
-        errors.append(TaskError(exception_class_path=class_path(JobCanceled), traceback=""))
-    result = TaskResult(
-        task=task,
-        id=job.id,
-        status=result_status(job.status),
-        enqueued_at=job.created_at,
-        started_at=tries[0].started_at if tries else None,
-        finished_at=job.finished_at,
-        last_attempted_at=tries[-1].started_at if tries else None,
-        args=call["args"],
-        kwargs=call["kwargs"],
-        backend=call["backend"],
-        errors=errors,
-        worker_ids=[a.worker for a in tries],
-    )
-    if job.status == Status.COMPLETE:
-        object.__setattr__(result, "_return_value", job.result)
-    return result
-
-
-def attempt_error(attempt: Attempt) -> TaskError:
-    """Return a failed attempt as a TaskError: the class its job raised, and its traceback.
-
-    The class is as recorded when the attempt ended (``builtins.Exception`` for one that
-    ended before rows kept it)."""
-    return TaskError(
-        exception_class_path=attempt.exception_class_path or class_path(Exception),
-        traceback=attempt.traceback or attempt.error,
-    )
 
 
 def run_task(

@@ -49,7 +49,8 @@ def test_every_exception_lives_in_exceptions_py_and_derives_from_the_base() -> N
         and issubclass(value, BaseException)
         and not issubclass(value, APIException)
         and value.__module__.startswith("django_ratequeue")
-        and value.__module__ not in ("django_ratequeue.worker", "django_ratequeue.engine.pool")
+        and value.__module__
+        not in ("django_ratequeue.worker.client", "django_ratequeue.engine.pool")
     }
     assert len(defined) > 10
     assert {cls.__module__ for cls in defined} == {"django_ratequeue.exceptions"}

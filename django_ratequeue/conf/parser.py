@@ -10,25 +10,20 @@ from typing import Any
 
 from django_ratequeue import check_ids as ids
 from django_ratequeue.conf.queues import parse_queues
+from django_ratequeue.conf.ratelimits import (
+    parse_api_throttles,
+    parse_enqueue_rate_limit,
+    parse_rate_limits,
+)
 from django_ratequeue.conf.values import (
     CLOCKS,
     DEFAULTS,
-    PUBLIC_KEYS,
-    KeyRule,
     Problem,
-    PublicRateLimit,
     RateQueueSettings,
 )
 from django_ratequeue.engine.bounds import MAX_DELAY, MAX_INT, integer, seconds
 from django_ratequeue.engine.retry import Retry
 from django_ratequeue.plugins.schedules.declarations import ScheduleSpec, parse_spec
-from django_ratequeue.ratelimit.config import (
-    LimitConfig,
-    RateLimitConfig,
-    check_limit_name,
-    parse_config,
-    parse_limit,
-)
 
 POSITIVE_INTEGERS = (
     "MAX_CONCURRENCY",
@@ -72,10 +67,6 @@ FLAGS = {
     "API_ALLOW_ANONYMOUS": ids.API_ALLOW_ANONYMOUS,
     "DJANGO_Q_ADMIN": ids.DJANGO_Q_ADMIN,
 }
-RATE_LIMITS_EXAMPLE = '{"login": {"kind": "token bucket", "rate": 10, "period": 3600}}'
-ENQUEUE_RATE_LIMIT_EXAMPLE = '{"rate": 200, "period": 1, "capacity": 600}'
-API_THROTTLE_SCOPES = ("enqueue", "read")
-API_THROTTLES_EXAMPLE = '{"enqueue": {"rate": 100, "period": 60, "capacity": 1000}, "read": None}'
 
 
 @dataclass
@@ -145,127 +136,12 @@ class _Parser:
             self.problem(FLAGS[name], f'RATEQUEUE["{name}"] must be True or False, got {value!r}.')
         return bool(value)
 
-    def rate_limits(self) -> tuple[dict[str, LimitConfig], dict[str, KeyRule]]:
-        """Return the limits, and the key rule of each public one."""
-        limits = self.values["RATE_LIMITS"]
-        hint = f'For example RATEQUEUE["RATE_LIMITS"] = {RATE_LIMITS_EXAMPLE}.'
-        if not isinstance(limits, Mapping):
-            self.problem(
-                ids.RATE_LIMITS_NOT_A_DICT,
-                f'RATEQUEUE["RATE_LIMITS"] must be a dict of name -> config, got {limits!r}.',
-                hint,
-            )
-            return {}, {}
-        parsed: dict[str, LimitConfig] = {}
-        public: dict[str, KeyRule] = {}
-        for name, config in limits.items():
-            try:
-                check_limit_name(name)
-            except ValueError as error:
-                self.problem(
-                    ids.RATE_LIMIT_NAME, f'RATEQUEUE["RATE_LIMITS"] has an invalid name: {error}'
-                )
-                continue
-            if isinstance(config, Mapping) and {"public", "key"} & set(config):
-                config = dict(config)
-                exposure = self.public_limit(name, config.pop("public", False), config)
-                config.pop("key", None)
-                if exposure is not None:
-                    public[name] = exposure.key
-            try:
-                parsed[name] = parse_limit(config)
-            except ValueError as error:
-                self.problem(
-                    ids.RATE_LIMIT_CONFIG,
-                    f'RATEQUEUE["RATE_LIMITS"][{name!r}] is invalid: {error}',
-                    hint,
-                )
-        return parsed, public
-
-    def public_limit(
-        self, name: str, public: Any, config: Mapping[str, Any]
-    ) -> PublicRateLimit | None:
-        """Return the limit ``name`` as the HTTP API shows it, or None if it is not public.
-
-        A public limit has ``"public": True``, and the rule that gives the key of the
-        requesting user (``"key"``, "user" when not given)."""
-        where = f'RATEQUEUE["RATE_LIMITS"][{name!r}]'
-        if not isinstance(public, bool):
-            self.problem(
-                ids.RATE_LIMIT_PUBLIC, f"{where}['public'] must be True or False, got {public!r}."
-            )
-            return None
-        if not public:
-            if "key" in config:
-                self.problem(
-                    ids.RATE_LIMIT_PUBLIC,
-                    f"{where}['key'] is the key rule of a public limit, but the limit is "
-                    "not public.",
-                    'Add "public": True, or remove "key" (give key= where it is consumed).',
-                )
-            return None
-        key = config.get("key", "user")
-        if not (key is None or callable(key) or key in PUBLIC_KEYS):
-            self.problem(
-                ids.RATE_LIMIT_PUBLIC,
-                f"{where}['key'] must be None (one value for everybody), "
-                f"{', '.join(map(repr, PUBLIC_KEYS))} or a callable (request) -> str, "
-                f"got {key!r}.",
-                "A header is not a key rule here: the client would choose its own key.",
-            )
-            return None
-        return PublicRateLimit(key)
-
     def default_retries(self) -> Retry:
         try:
             return Retry.coerce(self.values["DEFAULT_RETRIES"])
         except (ValueError, TypeError) as error:
             self.problem(ids.DEFAULT_RETRIES, f'RATEQUEUE["DEFAULT_RETRIES"] is invalid: {error}')
             return Retry()
-
-    def enqueue_rate_limit(self) -> RateLimitConfig | None:
-        value = self.values["ENQUEUE_RATE_LIMIT"]
-        if value is None:
-            return None
-        if not isinstance(value, Mapping):
-            self.problem(
-                ids.ENQUEUE_RATE_LIMIT,
-                'RATEQUEUE["ENQUEUE_RATE_LIMIT"] must be None or a dict.',
-                ENQUEUE_RATE_LIMIT_EXAMPLE,
-            )
-            return None
-        try:
-            return parse_config({"kind": "token bucket", **value})
-        except ValueError as error:
-            self.problem(
-                ids.ENQUEUE_RATE_LIMIT,
-                f'RATEQUEUE["ENQUEUE_RATE_LIMIT"]: {error}',
-                ENQUEUE_RATE_LIMIT_EXAMPLE,
-            )
-            return None
-
-    def api_throttles(self) -> dict[str, RateLimitConfig | None]:
-        """Return each scope's token bucket, or None (off)."""
-        value = self.values["API_THROTTLES"]
-        if not isinstance(value, Mapping) or set(value) - set(API_THROTTLE_SCOPES):
-            self.problem(
-                ids.API_THROTTLES,
-                'RATEQUEUE["API_THROTTLES"] must be a dict of "enqueue" and "read", each a '
-                f"rate limit or None, got {value!r}.",
-                API_THROTTLES_EXAMPLE,
-            )
-            return {}
-        parsed: dict[str, RateLimitConfig | None] = {}
-        for scope in API_THROTTLE_SCOPES:
-            config = value.get(scope)
-            try:
-                parsed[scope] = (
-                    None if config is None else parse_config({"kind": "token bucket", **config})
-                )
-            except (TypeError, ValueError) as error:
-                where = f'RATEQUEUE["API_THROTTLES"][{scope!r}]'
-                self.problem(ids.API_THROTTLES, f"{where}: {error}", API_THROTTLES_EXAMPLE)
-        return parsed
 
     def job_modules(self) -> tuple[str, ...]:
         value = self.values["JOB_MODULES"]
@@ -346,7 +222,9 @@ class _Parser:
                     ids.LOOP_LEASE,
                     'RATEQUEUE["LOOP_LEASE"] must be longer than WATCHDOG_INTERVAL.',
                 )
-        rate_limits, public_rate_limits = self.rate_limits()
+        rate_limits, public_rate_limits = parse_rate_limits(
+            self.values["RATE_LIMITS"], self.problem
+        )
         retention = self.duration("RETENTION", ids.RETENTION, allow_zero=True)
         limits_given = isinstance(self.values["RATE_LIMITS"], Mapping)
         return RateQueueSettings(
@@ -365,7 +243,9 @@ class _Parser:
             JOB_MODULES=self.job_modules(),
             SCHEDULES=MappingProxyType(self.schedules()),
             DEFAULT_RETRIES=self.default_retries(),
-            ENQUEUE_RATE_LIMIT=self.enqueue_rate_limit(),
+            ENQUEUE_RATE_LIMIT=parse_enqueue_rate_limit(
+                self.values["ENQUEUE_RATE_LIMIT"], self.problem
+            ),
             ENQUEUE_ASYNC_COMMIT=self.flag("ENQUEUE_ASYNC_COMMIT"),
             RETENTION=retention,
             FAILED_RETENTION=self.failed_retention(retention),
@@ -394,7 +274,9 @@ class _Parser:
             API_ALLOW_ANONYMOUS=self.flag("API_ALLOW_ANONYMOUS"),
             API_MAX_BODY_BYTES=numbers["API_MAX_BODY_BYTES"],
             API_MAX_BULK_ITEMS=numbers["API_MAX_BULK_ITEMS"],
-            API_THROTTLES=MappingProxyType(self.api_throttles()),
+            API_THROTTLES=MappingProxyType(
+                parse_api_throttles(self.values["API_THROTTLES"], self.problem)
+            ),
             API_MAX_STREAMS_PER_USER=numbers["API_MAX_STREAMS_PER_USER"],
             API_MAX_WAITING_CLAIMS_PER_KEY=numbers["API_MAX_WAITING_CLAIMS_PER_KEY"],
             API_MAX_STREAMS_PER_ADDRESS=numbers["API_MAX_STREAMS_PER_ADDRESS"],

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import fields
-from typing import Any, Protocol
+from typing import Any
 
 from django_ratequeue import check_ids as ids
-from django_ratequeue.conf.values import QueueConfig
+from django_ratequeue.conf.values import QueueConfig, Report
 from django_ratequeue.engine.bounds import (
     MAX_INT,
     MAX_KEY_WEIGHT,
@@ -18,12 +18,6 @@ from django_ratequeue.engine.bounds import (
 
 QUEUE_OPTIONS = {f.name for f in fields(QueueConfig)}
 QUEUES_EXAMPLE = '{"emails": {"max_concurrency": 2}}'
-
-
-class Report(Protocol):
-    """Keep a problem found in a setting (``_Parser.problem``)."""
-
-    def __call__(self, check_id: str, message: str, hint: str = "") -> None: ...
 
 
 def parse_queues(

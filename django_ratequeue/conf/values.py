@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 from django_ratequeue.engine.retry import Retry
 from django_ratequeue.plugins.schedules.declarations import ScheduleSpec
@@ -218,3 +218,9 @@ class Problem(NamedTuple):
     id: str
     message: str
     hint: str = ""
+
+
+class Report(Protocol):
+    """Keep a problem found in a setting (``_Parser.problem``)."""
+
+    def __call__(self, check_id: str, message: str, hint: str = "") -> None: ...

@@ -46,42 +46,51 @@ def update_rows(
     by_name = {field.name: field for field in meta.concrete_fields}
     assert meta.pk is not None
     columns: list[Field[Any, Any]] = [meta.pk, *(by_name[name] for name in fields)]
-    if connection.vendor == "postgresql":
-        names = [f"c{i}" for i in range(len(columns))]
-        # One array per column: the statement's text is the same for any number of rows.
-        arrays = ", ".join(f"%s::{field.db_type(connection)}[]" for field in columns)
-        source = f"unnest({arrays}) AS v({', '.join(names)})"
-        chunks = [objects]
-    else:
-        names = [f"column{i + 1}" for i in range(len(columns))]
-        chunks = [objects[start : start + CHUNK] for start in range(0, len(objects), CHUNK)]
+    names = _source_names(connection, len(columns))
+    # On PostgreSQL one statement takes any number of rows; a VALUES list CHUNK at most.
+    size = len(objects) if connection.vendor == "postgresql" else CHUNK
+    chunks = [objects[start : start + size] for start in range(0, len(objects), size)]
     assignments = ", ".join(
         f"{quote(str(field.column))} = v.{name}"
         for field, name in zip(columns[1:], names[1:], strict=True)
     )
     where = f"t.{quote(str(columns[0].column))} = v.{names[0]}"
-    if condition:
-        where += f" AND {condition}"
+    where += f" AND {condition}" if condition else ""
+    tail = f" RETURNING {returning}" if returning else ""
     changed = 0
     for chunk in chunks:
-        values = [
-            [field.get_db_prep_save(getattr(obj, field.attname), connection) for obj in chunk]
-            for field in columns
-        ]
-        if connection.vendor == "postgresql":
-            params: list[Any] = values
-        else:
-            params = [value for row in zip(*values, strict=True) for value in row]
-            row = "(" + ", ".join(["%s"] * len(columns)) + ")"
-            source = f"(VALUES {', '.join([row] * len(chunk))}) AS v"
-        params = [*params, *condition_params]
+        source, params = _row_source(connection, columns, chunk)
         sql = f"UPDATE {quote(meta.db_table)} AS t SET {assignments} FROM {source} WHERE {where}"
-        if returning:
-            sql += f" RETURNING {returning}"
         with connection.cursor() as cursor:
-            cursor.execute(sql, params)
+            cursor.execute(sql + tail, [*params, *condition_params])
             changed += cursor.rowcount
     return changed
+
+
+def _source_names(connection: BaseDatabaseWrapper, count: int) -> list[str]:
+    """Return the column names of an UPDATE's source: ours on PostgreSQL, SQLite's own
+    for a VALUES list."""
+    if connection.vendor == "postgresql":
+        return [f"c{i}" for i in range(count)]
+    return [f"column{i + 1}" for i in range(count)]
+
+
+def _row_source(
+    connection: BaseDatabaseWrapper, columns: Sequence[Field[Any, Any]], chunk: Sequence[Model]
+) -> tuple[str, list[Any]]:
+    """Return the source of an UPDATE of ``chunk``'s rows (aliased ``v``), and its params."""
+    values = [
+        [field.get_db_prep_save(getattr(obj, field.attname), connection) for obj in chunk]
+        for field in columns
+    ]
+    names = _source_names(connection, len(columns))
+    if connection.vendor == "postgresql":
+        # One array per column: the statement's text is the same for any number of rows.
+        arrays = ", ".join(f"%s::{field.db_type(connection)}[]" for field in columns)
+        return f"unnest({arrays}) AS v({', '.join(names)})", values
+    row = "(" + ", ".join(["%s"] * len(columns)) + ")"
+    params = [value for values_of_row in zip(*values, strict=True) for value in values_of_row]
+    return f"(VALUES {', '.join([row] * len(chunk))}) AS v", params
 
 
 def insert_rows(model: type[Model], objects: Sequence[Model]) -> None:
@@ -189,22 +198,7 @@ class RowInsert:
 
             connection.ensure_connection()
             literal = Literal
-        # The statement's arguments in column order, and what each call sends: per
-        # placeholder, the index of its value in a call's ``values``, or a fixed value.
-        arguments: list[str] = []
-        self.params: list[tuple[int | None, Any]] = []
-        for field in fields:
-            if field.attname in varying:
-                arguments.append("%s")
-                self.params.append((varying.index(field.attname), None))
-                continue
-            value = field.get_db_prep_save(fixed[field.attname], connection)
-            if literal is not None:
-                rendered = literal(value).as_string(connection.connection)
-                arguments.append(rendered.replace("%", "%%"))
-            else:
-                arguments.append("%s")
-                self.params.append((None, value))
+        arguments, self.params = _insert_arguments(connection, fields, fixed, varying, literal)
         on_postgresql = literal is not None
         self.statements = {
             (relax, skip): _insert_statement(
@@ -232,6 +226,35 @@ class RowInsert:
         with connection.cursor() as cursor:
             cursor.execute(sql_to_run(connection, self.statements[relax, skip_taken]), params)
             return cursor.rowcount != 0
+
+
+def _insert_arguments(
+    connection: BaseDatabaseWrapper,
+    fields: Sequence[Field[Any, Any]],
+    fixed: dict[str, Any],
+    varying: Sequence[str],
+    literal: Any,
+) -> tuple[list[str], list[tuple[int | None, Any]]]:
+    """Return an INSERT's arguments in column order, and what each call sends: per
+    placeholder, the index of its value in a call's ``values``, or a fixed value.
+
+    ``literal`` (psycopg's ``Literal``, on PostgreSQL) renders the fixed values into the
+    statement; without it they are sent as parameters."""
+    arguments: list[str] = []
+    params: list[tuple[int | None, Any]] = []
+    for field in fields:
+        if field.attname in varying:
+            arguments.append("%s")
+            params.append((varying.index(field.attname), None))
+            continue
+        value = field.get_db_prep_save(fixed[field.attname], connection)
+        if literal is not None:
+            rendered = literal(value).as_string(connection.connection)
+            arguments.append(rendered.replace("%", "%%"))
+        else:
+            arguments.append("%s")
+            params.append((None, value))
+    return arguments, params
 
 
 def _insert_statement(

@@ -180,15 +180,20 @@ class Dispatch:
             job.tokens_reserved = True
             moves.reserved.append(job)
             if decision.retry_at is not None and decision.retry_at > job.start_at:
-                if len(self.ready_at) >= READY_AT_KEPT:  # canceled reserved jobs' leftovers
-                    self.ready_at.clear()
-                self.ready_at.setdefault(job.pk, job.start_at)
-                job.start_at = decision.retry_at
+                self.postpone(job, decision.retry_at)
             Job.objects.filter(pk=job.pk).reserve(job.start_at)
         if job.start_at > now:
             self.reserved_starts.append(job.start_at)
             return "later"
         return "now"
+
+    def postpone(self, job: Job, start_at: datetime) -> None:
+        """Move ``job``'s start to ``start_at``, when its tokens are there; its own start is
+        kept in ``ready_at``."""
+        if len(self.ready_at) >= READY_AT_KEPT:  # canceled reserved jobs' leftovers
+            self.ready_at.clear()
+        self.ready_at.setdefault(job.pk, job.start_at)
+        job.start_at = start_at
 
     def refused(self, copy: tuple[str, str], retry_at: datetime, keyed: bool) -> TokenGate:
         """Hold back ``copy``'s (queue, key) key, for a keyed limit, or park its queue.

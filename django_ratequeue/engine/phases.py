@@ -19,13 +19,8 @@ from django_ratequeue.engine.dispatch import Dispatch
 from django_ratequeue.engine.lease import Renewal
 from django_ratequeue.engine.models import Attempt, Job, LoopState, LoopStatus, Status, queue_db
 from django_ratequeue.engine.moves import Moves
-from django_ratequeue.engine.transitions import (
-    STEP_LIMIT,
-    apply_cancels,
-    finish,
-    promote_due,
-    recover,
-)
+from django_ratequeue.engine.recovery import recover
+from django_ratequeue.engine.transitions import STEP_LIMIT, apply_cancels, finish, promote_due
 from django_ratequeue.engine.wakeup import JOBS, WORK, segment_ceiling, signal
 from django_ratequeue.signals import announce, listened
 

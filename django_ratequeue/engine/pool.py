@@ -3,16 +3,15 @@
 A :class:`Pool` runs up to ``size`` calls at a time, each in a slot of the pool; a call
 past its time limit is interrupted, and one that does not stop is *stuck*.
 docs/concepts.md ("Runners", "Time limits in slots") tells how. This module is the
-standard library only: the remote worker program (``worker.py``) uses it too, beside it
-in the zipapp that ``manage.py ratequeue_worker_app`` builds.
+standard library only: the remote worker program (``worker/``) uses it too, beside it
+in the zipapp that ``manage.py ratequeue_worker_app`` builds, with ``timelimits.py``
+(which interrupts calls at their time limits).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextvars
-import ctypes
-import heapq
 import itertools
 import logging
 import queue
@@ -22,12 +21,15 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
+if __package__:  # django_ratequeue.engine.pool, in the installed package
+    from django_ratequeue.engine.timelimits import Watchdog, clear_interruption, raise_in
+else:  # pool.py in the zipapp (manage.py ratequeue_worker_app), timelimits.py beside it
+    from timelimits import Watchdog, clear_interruption, raise_in  # type: ignore[no-redef]
+
 logger = logging.getLogger(__name__)
 
 # A thread that finished its call waits this long for another, then ends.
 IDLE_EXIT = 2.0
-# How long an interrupted call has to end before it is reported timed out anyway.
-STOP_WAIT = 0.5
 
 
 class TimedOut(Exception):
@@ -100,8 +102,8 @@ class Pool:
     call in the last :data:`IDLE_EXIT` seconds (each keeps its database connections while
     it lives, and closes them as it ends); a coroutine function runs as a task on the one
     event loop of the pool, on a thread of its own. ``on_finish`` is called from the
-    thread or loop that ran the call. A call that has not ended :data:`STOP_WAIT` seconds
-    after its interruption is reported timed out all the same and keeps its slot until it
+    thread or loop that ran the call. A call that has not ended ``timelimits.STOP_WAIT``
+    seconds after its interruption is reported timed out all the same and keeps its slot until it
     does end: the attempt is over, the thread is not."""
 
     def __init__(
@@ -120,7 +122,7 @@ class Pool:
         self._idle: list[queue.SimpleQueue[_Running | None]] = []
         self._threads = itertools.count(1)
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._watchdog = _Watchdog(self)
+        self._watchdog = Watchdog(f"{name}-watchdog", self._interrupt, self._give_up, IDLE_EXIT)
 
     @property
     def free(self) -> int:
@@ -328,7 +330,7 @@ class Pool:
         with self._lock:
             running.ended = True
             if running.thread_id is not None and running.interrupted:
-                _clear_interruption(running.thread_id)
+                clear_interruption(running.thread_id)
             self._running.pop(running.call.key, None)
             reported, running.reported = running.reported, True
         if running.call.timeout is not None:
@@ -346,7 +348,7 @@ class Pool:
                 return False
             running.interrupted = True
             if running.thread_id is not None:
-                _raise_in(running.thread_id, self.interrupt_with)
+                raise_in(running.thread_id, self.interrupt_with)
         if running.call.is_async and running.loop is not None:
             running.loop.call_soon_threadsafe(self._cancel_task, running)
         return True
@@ -362,51 +364,6 @@ class Pool:
         self._tell(Finished(running.call.key, None, error, timed_out=True, stuck=True))
 
 
-class _Watchdog:
-    """Interrupt calls at their time limits, from one thread."""
-
-    def __init__(self, pool: Pool) -> None:
-        self.pool = pool
-        self.condition = threading.Condition()
-        self.deadlines: list[tuple[float, int, bool, _Running]] = []
-        self.order = itertools.count()
-        self.thread: threading.Thread | None = None
-
-    def add(self, deadline: float, running: _Running, giving_up: bool = False) -> None:
-        with self.condition:
-            heapq.heappush(self.deadlines, (deadline, next(self.order), giving_up, running))
-            if self.thread is None:
-                name = f"{self.pool.name}-watchdog"
-                self.thread = threading.Thread(target=self._watch, name=name, daemon=True)
-                self.thread.start()
-            self.condition.notify()
-
-    def ended(self) -> None:
-        """Look at the deadlines again: a call ended, and its deadline may be the last."""
-        with self.condition:
-            self.condition.notify()
-
-    def _watch(self) -> None:
-        while True:
-            with self.condition:
-                while not self.deadlines or self.deadlines[0][0] > time.monotonic():
-                    # Calls that ended need no watching.
-                    self.deadlines = [entry for entry in self.deadlines if not entry[3].ended]
-                    heapq.heapify(self.deadlines)
-                    if not self.deadlines:
-                        self.condition.wait(IDLE_EXIT)
-                        if not self.deadlines:
-                            self.thread = None  # the next deadline starts another
-                            return
-                        continue
-                    self.condition.wait(self.deadlines[0][0] - time.monotonic())
-                _deadline, _order, giving_up, running = heapq.heappop(self.deadlines)
-            if giving_up:
-                self.pool._give_up(running)
-            elif self.pool._interrupt(running):
-                self.add(time.monotonic() + STOP_WAIT, running, giving_up=True)
-
-
 def _invoke(running: _Running) -> Any:
     _current.set(running)
     return running.call.function()
@@ -414,15 +371,6 @@ def _invoke(running: _Running) -> Any:
 
 def _timed_out_text(call: Call) -> str:
     return f"The attempt ran past its timeout of {call.timeout:g} seconds."
-
-
-def _raise_in(thread_id: int, exception: type[BaseException]) -> None:
-    set_async_exc = ctypes.pythonapi.PyThreadState_SetAsyncExc
-    set_async_exc(ctypes.c_ulong(thread_id), ctypes.py_object(exception))
-
-
-def _clear_interruption(thread_id: int) -> None:
-    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread_id), None)
 
 
 def _after_call() -> None:

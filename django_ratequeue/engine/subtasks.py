@@ -41,6 +41,25 @@ def current_job_id() -> str:
 @job_call
 def check_wait(parent: Attempt, child: Job) -> None:
     """Raise RecursiveWaitDeadlock if ``parent`` waiting on ``child`` could never end."""
+    chain = _ancestry(parent, child)
+    capacity = Capacity()  # the limits the dispatch applies
+    limits = capacity.limits(child.queue)
+    limit = capacity.limit_of(child.queue, child.concurrency_key, child.max_concurrency)
+    if (limit == 0 or limits.max_concurrency == 0) and child.status in NOT_STARTED:
+        where = "which is paused" if limits.max_concurrency == 0 else "whose key's limit is 0"
+        raise RecursiveWaitDeadlock(
+            f"Job {parent.job_id} waits on job {child.pk} in queue {child.queue!r}, {where}: "
+            "it would never start.",
+            queue=child.queue,
+            chain=[child.pk, parent.job_id],
+        )
+    if child.queue == parent.queue and child.status in NOT_STARTED:
+        _check_lending(parent, child, chain, limit, limits.total_concurrency)
+
+
+def _ancestry(parent: Attempt, child: Job) -> list[str]:
+    """Return the chain from ``child`` up through ``parent``'s job and the jobs that
+    enqueued it; raise RecursiveWaitDeadlock if ``child`` is one of them."""
     chain = [child.pk]
     ancestor = parent.job_id
     while ancestor:
@@ -55,44 +74,39 @@ def check_wait(parent: Attempt, child: Job) -> None:
         ancestor = (
             Job.objects.filter(pk=ancestor).values_list("parent_id", flat=True).first() or ""
         )
-    capacity = Capacity()  # the limits the dispatch applies
-    limits = capacity.limits(child.queue)
-    limit = capacity.limit_of(child.queue, child.concurrency_key, child.max_concurrency)
-    if (limit == 0 or limits.max_concurrency == 0) and child.status in NOT_STARTED:
-        where = "which is paused" if limits.max_concurrency == 0 else "whose key's limit is 0"
-        raise RecursiveWaitDeadlock(
-            f"Job {parent.job_id} waits on job {child.pk} in queue {child.queue!r}, {where}: "
-            "it would never start.",
-            queue=child.queue,
-            chain=[child.pk, parent.job_id],
-        )
-    if child.queue == parent.queue and child.status in NOT_STARTED:
-        # A wait on the same queue lends the parent's queue slot to the child, but a copy of
-        # the queue (the child's concurrency key) lends at most as many slots as its limit,
-        # and the queue as many as its total_concurrency: past that, the child could only
-        # start by running more jobs than they allow.
-        lending = Attempt.objects.filter(
-            active=True,
-            ended_at=None,
-            queue=child.queue,
-            wait=Wait.WAITING,
-            wait_queue=child.queue,
-        )
-        total = limits.total_concurrency
-        if lending.filter(concurrency_key=child.concurrency_key).count() >= limit:
-            slots, which = limit, "max_concurrency"
-        elif total is not None and lending.count() >= total:
-            slots, which = total, "total_concurrency"
-        else:
-            return
-        raise RecursiveWaitDeadlock(
-            f"Job {parent.job_id} waits on job {child.pk} in its own queue "
-            f"{child.queue!r}, whose {slots} slot(s) are all lent to jobs already waiting "
-            f"on subtasks (chain: {' <- '.join(chain)}): raise the queue's {which} "
-            "or run the subtask on another queue.",
-            queue=child.queue,
-            chain=chain,
-        )
+    return chain
+
+
+def _check_lending(
+    parent: Attempt, child: Job, chain: list[str], limit: int, total: int | None
+) -> None:
+    """Raise RecursiveWaitDeadlock if the parent's queue has no slot left to lend the child.
+
+    A wait on the same queue lends the parent's queue slot to the child, but a copy of
+    the queue (the child's concurrency key) lends at most as many slots as its ``limit``,
+    and the queue as many as its ``total`` (total_concurrency): past that, the child could
+    only start by running more jobs than they allow."""
+    lending = Attempt.objects.filter(
+        active=True,
+        ended_at=None,
+        queue=child.queue,
+        wait=Wait.WAITING,
+        wait_queue=child.queue,
+    )
+    if lending.filter(concurrency_key=child.concurrency_key).count() >= limit:
+        slots, which = limit, "max_concurrency"
+    elif total is not None and lending.count() >= total:
+        slots, which = total, "total_concurrency"
+    else:
+        return
+    raise RecursiveWaitDeadlock(
+        f"Job {parent.job_id} waits on job {child.pk} in its own queue "
+        f"{child.queue!r}, whose {slots} slot(s) are all lent to jobs already waiting "
+        f"on subtasks (chain: {' <- '.join(chain)}): raise the queue's {which} "
+        "or run the subtask on another queue.",
+        queue=child.queue,
+        chain=chain,
+    )
 
 
 @job_call

@@ -123,9 +123,7 @@ def decide(
     current = project(config, state, now, phase)
     # What may be borrowed; compared as ``value + allowance`` like ``largest_count`` so
     # that a count ``check_count`` accepts is always admitted by a full limit.
-    allowance = 0.0
-    if reserve:
-        allowance = math.inf if config.max_reserved is None else config.max_reserved
+    allowance = _allowance(config) if reserve else 0.0
     if current.value + allowance < count:
         # Projected from the stored state, as a retry will be: floats make projecting to
         # ``now`` and then on to ``t`` differ from projecting to ``t`` in the last bit.
@@ -147,6 +145,11 @@ def decide(
         _estimate(config, new_state, 0.0),
     )
     return Decision(True, new_state, run_at, current.value)
+
+
+def _allowance(config: RateLimitConfig) -> float:
+    """Return how far a reservation may take the value below zero (``max_reserved``)."""
+    return math.inf if config.max_reserved is None else config.max_reserved
 
 
 def _estimate(config: RateLimitConfig, state: State, needed: float) -> float:

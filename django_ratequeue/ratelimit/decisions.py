@@ -190,9 +190,7 @@ def _take_in_one_statement(connection: BaseDatabaseWrapper, request: _Request) -
     again.
     """
     shards = request.limit.shard_count
-    candidates: tuple[int, ...] = (0,)
-    if shards > 1:
-        candidates = two_choices(shards, random.randrange(shards), random.randrange(shards - 1))
+    candidates = _offered_shards(shards)
     # RATE_LIMIT_ASYNC_COMMIT: a statement that is its own transaction commits without
     # waiting for the WAL flush (about twice the decisions per second); a PostgreSQL crash
     # may then forget the consumes of its last fraction of a second. Rate-limit state is
@@ -212,15 +210,7 @@ def _take_in_one_statement(connection: BaseDatabaseWrapper, request: _Request) -
             async_commit=async_commit,
         )
         if taken is not None and (taken.applied or not taken.other_admits):
-            decision = request.decide(taken.shard, taken.state, now)
-            if decision.ok != taken.applied:
-                # The statement computes in float8 what the algebra computes in Python
-                # floats (the tests prove them equal); should they ever part at a last-bit
-                # boundary, what the database did stands, and a refusal may retry at once.
-                logger.warning("Rate limit %r: the SQL and the algebra disagree", request.name)
-                retry_at = None if taken.applied else now
-                decision = Decision(taken.applied, None, retry_at, decision.value)
-            return decision
+            return _as_taken(request, taken, now)
         if taken is None and len(candidates) == 1:
             fresh = {
                 shard: project(request.limit.per_shard(shard), None, now, request.phase)
@@ -229,6 +219,26 @@ def _take_in_one_statement(connection: BaseDatabaseWrapper, request: _Request) -
             storage.insert_rows(connection, request.name, request.key, fresh)
         else:  # held by other consumers (or missing): wait for one, the other if it admits
             candidates = tuple(s for s in candidates if taken is None or s != taken.shard)[:1]
+
+
+def _offered_shards(shards: int) -> tuple[int, ...]:
+    """Return the shards a request offers: two random ones of a sharded limit, else 0."""
+    if shards > 1:
+        return two_choices(shards, random.randrange(shards), random.randrange(shards - 1))
+    return (0,)
+
+
+def _as_taken(request: _Request, taken: sql.Taken, now: float) -> Decision:
+    """Return the decision on what the statement did: the algebra's, unless they part."""
+    decision = request.decide(taken.shard, taken.state, now)
+    if decision.ok != taken.applied:
+        # The statement computes in float8 what the algebra computes in Python
+        # floats (the tests prove them equal); should they ever part at a last-bit
+        # boundary, what the database did stands, and a refusal may retry at once.
+        logger.warning("Rate limit %r: the SQL and the algebra disagree", request.name)
+        retry_at = None if taken.applied else now
+        decision = Decision(taken.applied, None, retry_at, decision.value)
+    return decision
 
 
 def _take(connection: BaseDatabaseWrapper, request: _Request, shard: int) -> Decision:

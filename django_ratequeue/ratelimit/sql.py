@@ -110,6 +110,55 @@ def _server_statement(shape: _Shape) -> ServerStatement:
     )
 
 
+# The columns of a shard's share of a limit.
+SHARE_FIELDS = ("rate", "capacity", "allowance")
+
+
+def _one_shard(p: dict[str, str], table: str, where: str) -> tuple[str, dict[str, str], str]:
+    """Return the CTE that locks the one shard asked for, its share, and ``false`` (no
+    other shard admits: there is none)."""
+    share = {field: p[f"{field}0"] for field in SHARE_FIELDS}
+    locked = f"""old AS (
+    SELECT r.id, r.shard, r.value, r.ts FROM {table} r
+    WHERE {where} AND r.shard = {p["shard0"]}
+    FOR UPDATE
+)"""
+    return locked, share, "false"
+
+
+def _best_shard(
+    p: dict[str, str], shape: _Shape, table: str, where: str
+) -> tuple[str, dict[str, str], str]:
+    """Return the CTEs that lock the better of the candidate shards, its share, and
+    whether another candidate would admit.
+
+    Lock only the better candidate as last committed that no one else holds; its newest
+    version (``old``) is decided on again by the statement."""
+    fields = SHARE_FIELDS
+    shares = ", ".join(
+        "(" + ", ".join(p[f"{field}{i}"] for field in ("shard", *fields)) + ")"
+        for i in range(shape.candidates)
+    )
+    stored = {field: f"share.{field}" for field in fields}
+    available, _, admits = _decision(p, shape, "r.value", "r.ts", stored)
+    order = f"{admits} DESC, " if shape.bounded else ""
+    candidates = f"""FROM {table} r JOIN share ON share.shard = r.shard
+    WHERE {where} AND r.shard IN ({", ".join(p[f"shard{i}"] for i in range(shape.candidates))})"""
+    locked = f"""share (shard, {", ".join(fields)}) AS (VALUES {shares}),
+old AS (
+    SELECT r.id, r.shard, r.value, r.ts, share.rate, share.capacity, share.allowance
+    {candidates}
+    ORDER BY {order}{available} DESC
+    LIMIT 1
+    FOR UPDATE OF r SKIP LOCKED
+)"""
+    share = {field: f"old.{field}" for field in fields}
+    other_admits = f"""CASE WHEN chosen.admits THEN false ELSE EXISTS (
+    SELECT {candidates} AND r.shard <> chosen.shard AND {admits}
+) END"""
+    return locked, share, other_admits
+
+
 def _decision(
     p: dict[str, str], shape: _Shape, value: str, ts: str, share: dict[str, str]
 ) -> tuple[str, str, str]:
@@ -150,39 +199,10 @@ def _statement(shape: _Shape, *, prepared: bool) -> str:
     }
     table = f'"{RateLimitState._meta.db_table}"'
     where = f'r.name = {p["name"]} AND r."key" = {p["key"]}'
-    fields = ("rate", "capacity", "allowance")
     if shape.candidates == 1:
-        share = {field: p[f"{field}0"] for field in fields}
-        locked = f"""old AS (
-    SELECT r.id, r.shard, r.value, r.ts FROM {table} r
-    WHERE {where} AND r.shard = {p["shard0"]}
-    FOR UPDATE
-)"""
-        other_admits = "false"
+        locked, share, other_admits = _one_shard(p, table, where)
     else:
-        # Lock only the better candidate as last committed that no one else holds; its
-        # newest version (``old``) is decided on again below.
-        shares = ", ".join(
-            "(" + ", ".join(p[f"{field}{i}"] for field in ("shard", *fields)) + ")"
-            for i in range(shape.candidates)
-        )
-        stored = {field: f"share.{field}" for field in fields}
-        available, _, admits = _decision(p, shape, "r.value", "r.ts", stored)
-        order = f"{admits} DESC, " if shape.bounded else ""
-        candidates = f"""FROM {table} r JOIN share ON share.shard = r.shard
-    WHERE {where} AND r.shard IN ({", ".join(p[f"shard{i}"] for i in range(shape.candidates))})"""
-        locked = f"""share (shard, {", ".join(fields)}) AS (VALUES {shares}),
-old AS (
-    SELECT r.id, r.shard, r.value, r.ts, share.rate, share.capacity, share.allowance
-    {candidates}
-    ORDER BY {order}{available} DESC
-    LIMIT 1
-    FOR UPDATE OF r SKIP LOCKED
-)"""
-        share = {field: f"old.{field}" for field in fields}
-        other_admits = f"""CASE WHEN chosen.admits THEN false ELSE EXISTS (
-    SELECT {candidates} AND r.shard <> chosen.shard AND {admits}
-) END"""
+        locked, share, other_admits = _best_shard(p, shape, table, where)
     available, since, admits = _decision(p, shape, "old.value", "old.ts", share)
     relax = ", set_config('synchronous_commit', 'off', true)" if shape.async_commit else ""
     return f"""

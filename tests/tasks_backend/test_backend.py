@@ -22,9 +22,10 @@ from django.test import override_settings
 from django.utils import timezone
 
 from django_ratequeue import Status, enqueue, get_handle
-from django_ratequeue.backends import BACKEND_PATH, RateQueueBackend, attempt_error
+from django_ratequeue.backends import BACKEND_PATH, RateQueueBackend
 from django_ratequeue.engine.runner import Runner
 from django_ratequeue.models import Attempt, Job
+from django_ratequeue.task_results import attempt_error
 from tests.cluster import wait_for
 from tests.queue.steps import leading_loop, run_pass
 from tests.tasks_backend import tasks

@@ -179,16 +179,7 @@ def claim_remote(
     retry_at = None
     taken: list[tuple[Any, ...]] = []
     if limit > 0:
-        candidates = Attempt.objects.filter(
-            active=True, remote=True, worker="", ended_at=None, queue__in=list(queues)
-        )
-        if functions:
-            candidates = candidates.filter(job__func__in=list(functions))
-        avoided = avoided_retries(candidates, claimant.mine(), now)
-        scope = Scope(True, list(queues), list(functions), list(avoided))
-        taken = run_claim(scope, limit, claimant.worker, claimant.key_id, now, lease_end(now))
-        if avoided and len(taken) < limit:
-            retry_at = min(avoided.values()) + RETRY_ELSEWHERE
+        taken, retry_at = take_remote(claimant, queues, functions, limit, now)
     last_output = OutputChunk.objects.filter(job_id=OuterRef("job_id")).order_by("-index")
     attempts = (
         Attempt.objects.filter(
@@ -204,6 +195,28 @@ def claim_remote(
         new = {row[0] for row in taken}
         announce_started([a for a in held if a.pk in new], claimant)
     return Claimed(held, retry_at)
+
+
+def take_remote(
+    claimant: Claimant,
+    queues: Collection[str],
+    functions: Collection[str],
+    limit: int,
+    now: datetime,
+) -> tuple[list[tuple[Any, ...]], datetime | None]:
+    """Start up to ``limit`` new remote attempts for ``claimant``; return their rows, and
+    when a retry it leaves to the others becomes its to take (None: none is left)."""
+    candidates = Attempt.objects.filter(
+        active=True, remote=True, worker="", ended_at=None, queue__in=list(queues)
+    )
+    if functions:
+        candidates = candidates.filter(job__func__in=list(functions))
+    avoided = avoided_retries(candidates, claimant.mine(), now)
+    scope = Scope(True, list(queues), list(functions), list(avoided))
+    taken = run_claim(scope, limit, claimant.worker, claimant.key_id, now, lease_end(now))
+    if avoided and len(taken) < limit:
+        return taken, min(avoided.values()) + RETRY_ELSEWHERE
+    return taken, None
 
 
 def avoided_retries(candidates: QuerySet[Attempt], mine: Q, now: datetime) -> dict[int, datetime]:

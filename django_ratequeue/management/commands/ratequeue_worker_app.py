@@ -1,9 +1,9 @@
 """``manage.py ratequeue_worker_app``: build the remote worker as one file, a zipapp.
 
-The archive holds ``worker.py``, ``pool.py`` and ``plain.py`` side by side and a
-``__main__.py`` that runs the worker: it needs Python's standard library only, so a host
-without Django or this package runs it as ``python ratequeue-worker.pyz --url ...``
-(docs/remote-workers.md)."""
+The archive holds the ``worker`` package, with ``pool.py``, ``timelimits.py`` and
+``plain.py`` beside it, and a ``__main__.py`` that runs the worker: it needs Python's
+standard library only, so a host without Django or this package runs it as ``python
+ratequeue-worker.pyz --url ...`` (docs/remote-workers.md)."""
 
 from __future__ import annotations
 
@@ -16,8 +16,15 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandParser
 
 PACKAGE = Path(__file__).resolve().parents[2]
+# The worker package's modules in the archive: all but its __main__.py (the archive has its own).
+WORKER_MODULES = ("__init__", "attempt", "client", "handlers", "program", "serving")
 # The archive's modules: where each comes from in the package.
-MODULES = {"worker.py": "worker.py", "pool.py": "engine/pool.py", "plain.py": "plain.py"}
+MODULES = {
+    **{f"worker/{name}.py": f"worker/{name}.py" for name in WORKER_MODULES},
+    "pool.py": "engine/pool.py",
+    "timelimits.py": "engine/timelimits.py",
+    "plain.py": "plain.py",
+}
 # Handler modules are found in the current directory, as with ``python -m``.
 MAIN = '''"""Run the remote worker of django-ratequeue (manage.py ratequeue_worker_app)."""
 
@@ -48,6 +55,7 @@ class Command(BaseCommand):
     def handle(self, *args: Any, output: str, python: str, **options: Any) -> None:
         with tempfile.TemporaryDirectory() as folder:
             source = Path(folder)
+            (source / "worker").mkdir()
             for name, path in MODULES.items():
                 shutil.copyfile(PACKAGE / path, source / name)
             (source / "__main__.py").write_text(MAIN)

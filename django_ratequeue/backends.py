@@ -26,7 +26,8 @@ from django_ratequeue import plain
 from django_ratequeue.engine.enqueue import enqueue_job
 from django_ratequeue.engine.functions import JobFunction, job
 from django_ratequeue.engine.models import Attempt, Job, Status
-from django_ratequeue.engine.options import JobOptions, QueueChoice
+from django_ratequeue.engine.options import JobOptions
+from django_ratequeue.engine.optionvalues import QueueChoice
 from django_ratequeue.engine.protocol import check_result_size
 from django_ratequeue.engine.registry import BACKEND_PATH, function_path, register_task
 from django_ratequeue.engine.subtasks import current_attempt

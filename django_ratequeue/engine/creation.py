@@ -21,6 +21,7 @@ from django.db import IntegrityError, transaction
 
 from django_ratequeue import clock
 from django_ratequeue.conf import ratequeue_settings
+from django_ratequeue.engine.admission import check_enqueue_rate, check_reservation_room
 from django_ratequeue.engine.bounds import check_json
 from django_ratequeue.engine.limits import store_queue_changes
 from django_ratequeue.engine.models import Job, QueueSetting, queue_connection, queue_db
@@ -29,19 +30,19 @@ from django_ratequeue.engine.options import (
     JobOptions,
     JobStamp,
     JobTemplate,
-    check_enqueue_rate,
-    check_reservation_room,
 )
 from django_ratequeue.engine.registry import Registered, check_call, registered_job
 from django_ratequeue.engine.wakeup import LOOP, signal
 from django_ratequeue.exceptions import DuplicateJobId, RateQueueError, UnknownJob, describe
-from django_ratequeue.plugins.unique.deduplicate import Call, hold_key, write_each_holding_keys
 from django_ratequeue.signals import announce, listened
 from django_ratequeue.tracing import enqueue_span
 
 logger = logging.getLogger("django_ratequeue.queue")
 JOB_ID_MAX_LENGTH = Job._meta.get_field("id").max_length or 200
 ID_COLUMN = PER_JOB_COLUMNS.index("id")
+
+# One call of a job: its positional and its keyword arguments.
+Call = tuple[list[Any], dict[str, Any]]
 
 
 class HasOptions(Protocol):
@@ -184,7 +185,7 @@ def _stamp(
 def _write_one(
     target: Registered | str, template: JobTemplate, call: Call, owed: Owed | None, now: datetime
 ) -> Created:
-    """Check one call, then write its job in one INSERT (or hold its unique key)."""
+    """Check one call, then write its job in one INSERT (or as its holds decide)."""
     args, kwargs = call
     _check_call(target, args, kwargs)
     args_json = check_json("arguments", args)
@@ -195,13 +196,13 @@ def _write_one(
     settings = ratequeue_settings()
     stamp = _stamp(template, now, owed)
     rated = owed is None and settings.ENQUEUE_RATE_LIMIT is not None
-    if template.max_concurrency is None and template.unique is None and not rated:
+    if template.max_concurrency is None and not template.holds and not rated:
         # One statement, also with the caller's id: a taken id inserts nothing.
         written = template.insert(args_json, kwargs_json, stamp, settings.ENQUEUE_ASYNC_COMMIT)
     else:
         try:
             with transaction.atomic(using=queue_db()):
-                holder = hold_key(template, args, kwargs, stamp)
+                holder = _held_by(template, args, kwargs, stamp)
                 if holder is not None:
                     return Created(
                         template, [(args_json, kwargs_json, holder, *stamp[1:])], {holder}
@@ -232,6 +233,59 @@ def apply_queue_limit(template: JobTemplate) -> None:
         return
     if not QueueSetting.objects.filter(name=template.queue, max_concurrency=limit).exists():
         store_queue_changes(template.queue, max_concurrency=limit)
+
+
+def _held_by(
+    template: JobTemplate, args: list[Any], kwargs: dict[str, Any], stamp: JobStamp
+) -> str | None:
+    """Return the id of the job that a plug-in's hold answers the call with, or None.
+
+    Call it in the enqueue's transaction: what a hold writes commits with the job."""
+    for hold in template.holds:
+        holder = hold.hold(template, args, kwargs, stamp)
+        if holder is not None:
+            return holder
+    return None
+
+
+def _write_each_held(
+    template: JobTemplate, calls: Iterable[Call], stamped: list[tuple[Any, ...]]
+) -> tuple[list[tuple[Any, ...]], set[str]]:
+    """Write the calls of a bulk enqueue whose template has holds, one by one, in order.
+
+    Each call is held as one enqueue's would be; a call answered by another job (an
+    earlier one of the same bulk enqueue too) gets that job's id, returned among the ids
+    kept. Call it in the bulk enqueue's transaction (all or none). Return the stamped
+    calls (``PER_JOB_COLUMNS``' order) and those ids."""
+    kept: set[str] = set()
+    answered: list[tuple[Any, ...]] = []
+    for (args, kwargs), (args_json, kwargs_json, *stamp) in zip(calls, stamped, strict=True):
+        holder = _held_by(template, args, kwargs, JobStamp(*stamp))
+        if holder is None:
+            check_enqueue_rate(1)
+            if not _insert_own(template.job(args, kwargs, JobStamp(*stamp)), template):
+                kept.add(stamp[0])
+            answered.append((args_json, kwargs_json, *stamp))
+        else:
+            kept.add(holder)
+            answered.append((args_json, kwargs_json, holder, *stamp[1:]))
+    signal(LOOP)
+    return answered, kept
+
+
+def _insert_own(row: Job, template: JobTemplate) -> bool:
+    """INSERT ``row``; return False when its id is one of the caller's jobs already.
+
+    That one is kept with ``on_duplicate_id="ignore"``; any other taken id is a
+    DuplicateJobId."""
+    try:
+        with transaction.atomic(using=queue_db()):
+            row.save(force_insert=True)
+    except IntegrityError:
+        if not template.ignore_duplicates or not _owned_by(row.pk, template.owner):
+            raise DuplicateJobId(row.pk) from None
+        return False
+    return True
 
 
 def _owned_by(job_id: str, owner: str) -> bool:
@@ -280,7 +334,7 @@ def _write_items(
     now: datetime,
 ) -> Created:
     """Check and stamp each call of ``template``'s function, then write them all or none."""
-    if template.unique is not None:
+    if template.holds:
         calls = list(calls)  # read twice: checked here, then written one by one
     stamped = _stamp_items(target, template, calls, owed, now)
     if not stamped:
@@ -291,8 +345,8 @@ def _write_items(
         check_reservation_room(template.queue, template.cost, template.concurrency_key)
     with transaction.atomic(using=queue_db()):
         apply_queue_limit(template)
-        if template.unique is not None:
-            return Created(template, *write_each_holding_keys(template, calls, stamped))
+        if template.holds:
+            return Created(template, *_write_each_held(template, calls, stamped))
         if owed is None:
             check_enqueue_rate(len(stamped))
         kept: set[str] = set()

@@ -13,13 +13,18 @@ from typing import Any, TypeVar, Unpack, overload
 
 from django.db import transaction
 
-from django_ratequeue.engine.creation import JOB_ID_MAX_LENGTH, create_jobs, item_id, job_target
+from django_ratequeue.engine.creation import (
+    JOB_ID_MAX_LENGTH,
+    Call,
+    create_jobs,
+    item_id,
+    job_target,
+)
 from django_ratequeue.engine.handles import Handle
 from django_ratequeue.engine.models import Job, queue_db
 from django_ratequeue.engine.options import EnqueueOptions, JobOptions, JobStamp
 from django_ratequeue.engine.registry import Registered
 from django_ratequeue.plugins.batches.grouping import HandleList, batch_block
-from django_ratequeue.plugins.unique.deduplicate import Call
 
 R = TypeVar("R")
 

@@ -20,6 +20,7 @@ from typing import (
 
 from asgiref.sync import sync_to_async
 
+from django_ratequeue.engine import hooks
 from django_ratequeue.engine.enqueue import enqueue_call, enqueue_many
 from django_ratequeue.engine.handles import Handle
 from django_ratequeue.engine.options import EnqueueOptions, JobOptions
@@ -33,7 +34,6 @@ from django_ratequeue.engine.registry import (
     registered_job,
 )
 from django_ratequeue.plugins.batches.grouping import HandleList
-from django_ratequeue.plugins.schedules.declarations import declare_in_code
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -198,10 +198,12 @@ def job(
     exposed = exposed_hooks(expose, permission, http_options)
     if schedule is None and (timezone is not None or misfire is not None):
         raise ValueError("timezone= and misfire= are for a recurring job: add schedule=.")
+    declared = {"schedule": schedule, "timezone": timezone, "misfire": misfire}
+    declared = {name: value for name, value in declared.items() if value is not None}
 
     def decorate(f: Callable[..., Any], /) -> JobFunction[..., Any]:
-        if schedule is not None:
-            declare_in_code(job_path(getattr(f, "func", f)), schedule, timezone, misfire)
+        if declared:
+            hooks.declare_job(job_path(getattr(f, "func", f)), declared)
         if isinstance(f, JobFunction):
             if exposed is not None:
                 raise ValueError(

@@ -8,9 +8,10 @@ from __future__ import annotations
 import asyncio
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from asgiref.sync import sync_to_async
 from django.db import models
@@ -42,7 +43,6 @@ from django_ratequeue.exceptions import (
     JobFailed,
     RecursiveWaitDeadlock,
 )
-from django_ratequeue.plugins.eta.estimates import ETA_FIELDS, Eta, job_eta
 
 R_co = TypeVar("R_co", covariant=True)
 
@@ -50,6 +50,32 @@ R_co = TypeVar("R_co", covariant=True)
 DEADLOCK_CHECK_EVERY = 0.25
 # What waiting for a result reads of the job.
 OUTCOME_FIELDS = ("status", "result", "error", "traceback", "exception_class_path")
+
+
+class Estimate(Protocol):
+    """When a job will start, as :meth:`Handle.eta` gives it (the eta plug-in's ``Eta``)."""
+
+    @property
+    def position(self) -> int | None: ...
+    @property
+    def earliest_start(self) -> datetime | None: ...
+    @property
+    def estimated_start(self) -> datetime | None: ...
+    @property
+    def basis(self) -> str: ...
+    def as_json(self) -> dict[str, Any]: ...
+
+
+# The plug-in whose estimate Handle.eta gives, the job's fields it reads, and how.
+_estimator: tuple[str, tuple[str, ...], Callable[[Job], Estimate]] | None = None
+
+
+def set_estimator(
+    plugin: str, fields: tuple[str, ...], estimate: Callable[[Job], Estimate]
+) -> None:
+    """Make :meth:`Handle.eta` return ``plugin``'s ``estimate(job)``, read with ``fields``."""
+    global _estimator
+    _estimator = (plugin, fields, estimate)
 
 
 def owner_label(owner: Any) -> str:
@@ -185,13 +211,19 @@ class Handle(Generic[R_co]):
             raise JobCanceled(self.id)
         return job.result
 
-    def eta(self) -> Eta:
+    def eta(self) -> Estimate:
         """Return when the job will start: its place, the earliest start, an estimate.
 
         See :class:`~django_ratequeue.plugins.eta.estimates.Eta` and docs/eta.md."""
-        return job_eta(self._job(*ETA_FIELDS))
+        if _estimator is None:
+            raise RuntimeError(
+                "Handle.eta() needs the eta plug-in, which declares itself as the app "
+                "starts: add django_ratequeue to INSTALLED_APPS and call django.setup()."
+            )
+        _, fields, estimate = _estimator
+        return estimate(self._job(*fields))
 
-    async def aeta(self) -> Eta:
+    async def aeta(self) -> Estimate:
         """Return :meth:`eta` from async code (its reads in a thread)."""
         return await sync_to_async(self.eta)()
 

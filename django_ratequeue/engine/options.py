@@ -3,7 +3,7 @@
 :class:`JobOptions` merges a call's options over a function's defaults and validates
 them, before anything is written, into a :class:`JobTemplate` that knows the job row's
 columns and its prepared INSERT (:class:`.bulk.RowInsert`). The enqueue rate limit and
-the rate-gated queues' room are checked here too. docs/api.md lists the options.
+the rate-gated queues' room are checked by :mod:`.admission`. docs/api.md lists the options.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from functools import cached_property
-from typing import Any, Literal, NamedTuple, Required, TypedDict
+from typing import Any, Literal, NamedTuple, Protocol, Required, TypedDict
 
 from django.utils import timezone
 
@@ -24,24 +24,17 @@ from django_ratequeue.engine.bounds import (
     MAX_TIMEOUT,
     MIN_INT,
     check_json,
-    check_queue_concurrency,
-    check_queue_name,
     check_text,
     integer,
     seconds,
 )
 from django_ratequeue.engine.bulk import RowCopy, RowInsert
-from django_ratequeue.engine.capacity import rate_row
-from django_ratequeue.engine.handles import owner_label
 from django_ratequeue.engine.models import Job, Status, new_job_id, queue_connection
+from django_ratequeue.engine.optionvalues import QueueChoice, concurrency_key, custom_id, owner_of
 from django_ratequeue.engine.registry import function_path
 from django_ratequeue.engine.retry import Retry
 from django_ratequeue.engine.subtasks import current_job_id
 from django_ratequeue.engine.wakeup import LOOP, notify_clause
-from django_ratequeue.exceptions import EnqueueRateLimited
-from django_ratequeue.plugins.batches.scope import current_batch_id
-from django_ratequeue.plugins.unique.policy import Uniqueness, check_uniqueness
-from django_ratequeue.ratelimit.decisions import check_rate_limit, rate_limit
 from django_ratequeue.tracing import current_traceparent
 
 
@@ -89,8 +82,6 @@ class EnqueueOptions(TypedDict, total=False):
 OPTION_NAMES = frozenset(EnqueueOptions.__optional_keys__)
 # Merged options kept per JobOptions (see JobOptions.merge).
 MERGES_KEPT = 1000
-DEFAULT_QUEUE = "default"
-OWNER_MAX_LENGTH = Job._meta.get_field("owner").max_length or 255
 
 
 def parse_start_at(value: Any) -> datetime:
@@ -119,31 +110,6 @@ def parse_start_at(value: Any) -> datetime:
     return value
 
 
-@dataclass(frozen=True)
-class QueueChoice:
-    name: str = DEFAULT_QUEUE
-    max_concurrency: int | None = None
-
-    @classmethod
-    def coerce(cls, value: Any) -> QueueChoice:
-        if value is None:
-            return cls()
-        if isinstance(value, str):
-            value = {"name": value}
-        if not isinstance(value, Mapping):
-            raise ValueError(
-                f"queue must be a name or {{'name': ..., 'max_concurrency': n}}, not {value!r}."
-            )
-        unknown = sorted(set(value) - {"name", "max_concurrency"})
-        if unknown:
-            raise ValueError(f"Unknown queue option(s): {', '.join(unknown)}.")
-        name = check_queue_name(value.get("name"))
-        limit = value.get("max_concurrency")
-        if limit is not None:
-            check_queue_concurrency(name, limit, ratequeue_settings().MAX_QUEUE_CONCURRENCY)
-        return cls(name=name, max_concurrency=limit)
-
-
 class JobStamp(NamedTuple):
     """The columns of a new job that neither its options nor its arguments decide."""
 
@@ -159,6 +125,43 @@ class JobStamp(NamedTuple):
 
 # What differs from job to job of one template, in the order JobTemplate.insert sends it.
 PER_JOB_COLUMNS = ("args", "kwargs", *JobStamp._fields)
+
+
+class Hold(Protocol):
+    """What a plug-in's enqueue option asks of the jobs an enqueue writes (hooks.py)."""
+
+    @property
+    def delay(self) -> timedelta | None:
+        """Return how long after its enqueue the job starts, if the option decides it."""
+
+    def hold(
+        self, template: JobTemplate, args: list[Any], kwargs: dict[str, Any], stamp: JobStamp
+    ) -> str | None:
+        """Return the id of the job that answers the call instead, or None to write it."""
+
+
+# A plug-in's check of the options: what they ask of it (None: nothing), or ValueError.
+OptionCheck = Callable[[Mapping[str, Any]], Hold | None]
+# A plug-in's column of a new job, read from the context it is enqueued in.
+ContextColumn = Callable[[], str]
+
+_option_checks: dict[str, OptionCheck] = {}
+# column -> (the plug-in that stamps it, how); and each as (its place in a JobStamp, how).
+_context_columns: dict[str, tuple[str, ContextColumn]] = {}
+_context_slots: list[tuple[int, ContextColumn]] = []
+
+
+def add_option_check(plugin: str, check: OptionCheck) -> None:
+    """Declare ``plugin``'s check of every enqueue's options (declaring again replaces it)."""
+    _option_checks[plugin] = check
+
+
+def add_context_column(plugin: str, column: str, read: ContextColumn) -> None:
+    """Declare that ``plugin`` stamps ``column`` of each new job with ``read()`` at enqueue."""
+    if column not in JobStamp._fields:
+        raise LookupError(f"{column!r} is not one of a new job's stamped columns.")
+    _context_columns[column] = (plugin, read)
+    _context_slots[:] = [(JobStamp._fields.index(c), r) for c, (_, r) in _context_columns.items()]
 
 
 @dataclass(frozen=True)
@@ -185,8 +188,8 @@ class JobTemplate:
     ignore_duplicates: bool
     # The length of the context's JSON, which counts towards MAX_ARGUMENTS_BYTES.
     context_size: int
-    # unique_for or debounce, if asked for (docs/deduplication.md).
-    unique: Uniqueness | None = None
+    # What the plug-ins' options ask of each job (add_option_check), in PLUGINS' order.
+    holds: tuple[Hold, ...] = ()
 
     def check_size(self, args: str, kwargs: str, what: str = "") -> None:
         """Refuse arguments (JSON text) that with the context exceed MAX_ARGUMENTS_BYTES.
@@ -244,15 +247,19 @@ class JobTemplate:
         """Return the id, status and times of a job enqueued ``now``."""
         start_at = self.start_at or (now + self.run_after if self.run_after else now)
         status = Status.SCHEDULED if start_at > now else Status.WAITING
-        return JobStamp(
+        # In JobStamp's order; the plug-ins' context columns ("" by default) filled in.
+        values = [
             job_id or self.id or new_job_id(),
             status,
             start_at,
             now,
             current_job_id(),
-            current_batch_id(),
+            "",
             current_traceparent(),
-        )
+        ]
+        for index, read in _context_slots:
+            values[index] = read()
+        return JobStamp._make(values)
 
     def job(self, args: list[Any], kwargs: dict[str, Any], stamp: JobStamp) -> Job:
         """Return an unsaved Job."""
@@ -339,7 +346,7 @@ class JobOptions:
         """Check every option, in a fixed order, and return the template they make."""
         options = self.values
         queue = QueueChoice.coerce(options.get("queue"))
-        key = _concurrency_key(options.get("concurrency_key") or "")
+        key = concurrency_key(options.get("concurrency_key") or "")
         start_at, run_after = _start(options.get("start_at"), options.get("run_after"))
         retries = options.get("retries")
         retry = ratequeue_settings().DEFAULT_RETRIES if retries is None else Retry.coerce(retries)
@@ -354,12 +361,12 @@ class JobOptions:
         context = options.get("context")
         context_size = len(check_json("context", context))
         cost = integer("cost", options.get("cost", 1), 0, MAX_INT)
-        owner = _owner(options.get("owner"))
+        owner = owner_of(options.get("owner"))
         on_duplicate_id = options.get("on_duplicate_id", "error")
-        job_id, ignore_duplicates = _job_id(options.get("id"), on_duplicate_id)
-        unique = check_uniqueness(options)
-        if unique is not None and unique.mode == "debounce":
-            run_after = unique.window  # a debounced job starts once the burst is quiet
+        job_id, ignore_duplicates = custom_id(options.get("id"), on_duplicate_id)
+        holds = tuple(hold for check in _option_checks.values() if (hold := check(options)))
+        for hold in holds:
+            run_after = run_after if hold.delay is None else hold.delay
         return JobTemplate(
             func=path,
             queue=queue.name,
@@ -377,17 +384,8 @@ class JobOptions:
             id=job_id,
             ignore_duplicates=ignore_duplicates,
             context_size=context_size,
-            unique=unique,
+            holds=holds,
         )
-
-
-def _concurrency_key(key: Any) -> str:
-    """Return ``key`` if it can be a concurrency key, else raise a ValueError."""
-    if not isinstance(key, str) or len(key) > 255:
-        raise ValueError(
-            f"concurrency_key must be a string of at most 255 characters, not {key!r}."
-        )
-    return key
 
 
 def _start(start_at: Any, run_after: Any) -> tuple[datetime | None, timedelta | None]:
@@ -399,58 +397,3 @@ def _start(start_at: Any, run_after: Any) -> tuple[datetime | None, timedelta | 
     if run_after is not None:
         return None, timedelta(seconds=seconds("run_after", run_after, MAX_DELAY))
     return None, None
-
-
-def _owner(owner: Any) -> str:
-    """Return the stored form of ``owner``, if it fits its column."""
-    label = owner_label(owner)
-    if len(label) > OWNER_MAX_LENGTH:
-        raise ValueError(
-            f"owner must be at most {OWNER_MAX_LENGTH} characters, got {len(label)}; "
-            "pass a shorter identity, such as a user or its primary key."
-        )
-    return label
-
-
-def _job_id(job_id: Any, on_duplicate_id: Any) -> tuple[str | None, bool]:
-    """Return the custom ``id`` (None: a new one) and whether a duplicate is ignored."""
-    if job_id is not None and (not isinstance(job_id, str) or not job_id or len(job_id) > 200):
-        raise ValueError(
-            f"id must be a non-empty string of at most 200 characters, not {job_id!r}."
-        )
-    if on_duplicate_id not in ("error", "ignore"):
-        raise ValueError("on_duplicate_id must be 'error' or 'ignore'.")
-    return job_id, on_duplicate_id == "ignore"
-
-
-ENQUEUE_LIMIT_NAME = "ratequeue:enqueue"
-
-
-def check_enqueue_rate(count: int) -> None:
-    """Draw ``count`` from ENQUEUE_RATE_LIMIT, or raise :class:`EnqueueRateLimited`.
-
-    ENQUEUE_RATE_LIMIT is a leaky bucket, drawn before anything is written; off when the
-    setting is None. It is drawn in the caller's transaction, so a rolled-back enqueue
-    gives its tokens back.
-    """
-    config = ratequeue_settings().ENQUEUE_RATE_LIMIT
-    if config is None:
-        return
-    decision = rate_limit(ENQUEUE_LIMIT_NAME, count=count, config=config)
-    if not decision.ok:
-        raise EnqueueRateLimited(ENQUEUE_LIMIT_NAME, None, decision.retry_at)
-
-
-def check_reservation_room(queue: str, cost: int, key: str | None = None) -> None:
-    """Refuse work for a rate-gated queue whose limit has reserved ``max_reserved`` tokens.
-
-    Those are tokens reserved ahead already: :class:`RateLimited` says when it would be
-    admitted. Only a read; the loop reserves the tokens when the job could start. A keyed
-    limit (plan tiers) is read for the job's concurrency ``key``, as the loop draws it."""
-    settings = ratequeue_settings()
-    config = settings.QUEUES.get(queue)
-    limit = config.rate_limit if config else None
-    if limit is None or cost == 0:
-        return
-    row = rate_row(limit, key or "", settings)
-    check_rate_limit(limit, key=row, count=cost, reserve=True, throws=True)

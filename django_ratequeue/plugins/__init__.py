@@ -11,7 +11,7 @@ from importlib import import_module
 
 # The plug-ins that declare hooks (django_ratequeue/engine/hooks.py), in the order they
 # are loaded.
-PLUGINS = ("schedules", "batches", "rollups", "retention")
+PLUGINS = ("schedules", "batches", "unique", "eta", "rollups", "retention")
 
 
 def load() -> None:

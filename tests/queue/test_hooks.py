@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from django_ratequeue.conf import ratequeue_settings
-from django_ratequeue.engine import hooks
+from django_ratequeue.engine import handles, hooks, options
 from django_ratequeue.engine.phases import Step
 from django_ratequeue.plugins import PLUGINS
 from tests.queue import jobs
@@ -82,4 +82,27 @@ def test_idle_work_runs_after_a_step_that_did_nothing(monkeypatch: pytest.Monkey
 
 
 def test_the_loaded_plugins_are_the_ones_that_declare_hooks() -> None:
-    assert set(PLUGINS) <= set(hooks._phase_builders) | set(hooks._idle_work)
+    declared = {
+        *hooks._phase_builders,
+        *hooks._idle_work,
+        *options._option_checks,
+        *(plugin for plugin, _ in options._context_columns.values()),
+        *([handles._estimator[0]] if handles._estimator else []),
+    }
+    assert set(PLUGINS) <= declared
+
+
+def test_a_job_decorated_before_its_plugin_declared_itself_reaches_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A job module imported before the app starts (by a models.py) keeps its schedule.
+    monkeypatch.setattr(hooks, "_job_declarations", {})
+    monkeypatch.setattr(hooks, "_declared_jobs", [])
+    hooks.declare_job("app.jobs.nightly", {"schedule": "0 3 * * *"})
+    seen: list[tuple[str, dict[str, object]]] = []
+    hooks.add_job_declaration("probe", lambda path, keywords: seen.append((path, {**keywords})))
+    hooks.declare_job("app.jobs.hourly", {"schedule": 3600})
+    assert seen == [
+        ("app.jobs.nightly", {"schedule": "0 3 * * *"}),
+        ("app.jobs.hourly", {"schedule": 3600}),
+    ]

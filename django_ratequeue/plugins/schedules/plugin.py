@@ -1,10 +1,23 @@
-"""How the recurring schedules join the loop: a phase that enqueues their due runs."""
+"""How the recurring schedules join the engine: ``@job(schedule=...)``, and a phase of runs."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from django_ratequeue.conf import RateQueueSettings
 from django_ratequeue.engine import hooks
+from django_ratequeue.plugins.schedules.declarations import declare_in_code
 from django_ratequeue.plugins.schedules.runs import EnqueueSchedules
+
+
+def declare(path: str, keywords: Mapping[str, Any]) -> None:
+    """Record the schedule that ``@job(schedule=..., timezone=..., misfire=...)`` declares."""
+    if "schedule" in keywords:
+        schedule, timezone, misfire = (
+            keywords.get(k) for k in ("schedule", "timezone", "misfire")
+        )
+        declare_in_code(path, schedule, timezone, misfire)
 
 
 def phases(settings: RateQueueSettings) -> list[hooks.Placed]:
@@ -12,4 +25,5 @@ def phases(settings: RateQueueSettings) -> list[hooks.Placed]:
     return [hooks.Placed(EnqueueSchedules(), before="start")]
 
 
+hooks.add_job_declaration("schedules", declare)
 hooks.add_phases("schedules", phases)

@@ -1,7 +1,9 @@
-"""The ``unique_for``, ``debounce`` and ``unique_key`` options, and the claim key they make.
+"""The ``unique_for``, ``debounce`` and ``unique_key`` options: checked, and held at enqueue.
 
-Checked with the other options (:mod:`.options`); the claims themselves are written by
-:mod:`.claims`. docs/deduplication.md tells what each option means.
+Checked with the other options (:mod:`django_ratequeue.engine.options` asks
+:func:`check_uniqueness`, declared in :mod:`.plugin`); in the enqueue's transaction
+:meth:`Uniqueness.hold` claims the key (:mod:`.claims`). docs/deduplication.md tells what
+each option means.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from datetime import timedelta
 from typing import Any, Literal
 
 from django_ratequeue.engine.bounds import check_text, seconds
+from django_ratequeue.engine.options import JobStamp, JobTemplate
+from django_ratequeue.plugins.unique.claims import claim_burst, claim_window
 
 # The longest de-duplication window or debounce delay.
 MAX_UNIQUE_WINDOW = timedelta(days=365)
@@ -31,6 +35,24 @@ class Uniqueness:
     window: timedelta
     # The caller's unique_key; None: the call's arguments are the key.
     key: str | None
+
+    @property
+    def delay(self) -> timedelta | None:
+        """Return the start a debounce decides: once the burst has been quiet a window."""
+        return self.window if self.mode == "debounce" else None
+
+    def hold(
+        self, template: JobTemplate, args: list[Any], kwargs: dict[str, Any], stamp: JobStamp
+    ) -> str | None:
+        """Claim the call's unique key for the job of ``stamp``, or find the job that holds it.
+
+        Return the id of the job that answers the call instead (nothing is written for
+        it then, or its arguments and start were debounced); None to write the job of
+        ``stamp``. Call it in the enqueue's transaction."""
+        key = self.claim_key(template.func, template.owner, args, kwargs)
+        if self.mode == "unique_for":
+            return claim_window(key, stamp.id, stamp.created_at, self.window)
+        return claim_burst(key, stamp.id, stamp.start_at, args, kwargs)
 
     def claim_key(self, func: str, owner: str, args: list[Any], kwargs: dict[str, Any]) -> str:
         """Return the claim's key of a call: a digest of mode, function, owner and key.

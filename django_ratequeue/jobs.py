@@ -26,6 +26,7 @@ from django_ratequeue.engine.bounds import (
     storable,
 )
 from django_ratequeue.engine.enqueue import JOB_ID_MAX_LENGTH, enqueue, enqueue_many
+from django_ratequeue.engine.estimate import Basis, Eta
 from django_ratequeue.engine.fairness.keylimits import (
     check_key,
     check_key_concurrency,
@@ -70,7 +71,6 @@ from django_ratequeue.plugins.batches.grouping import (
     current_batch,
     get_batch,
 )
-from django_ratequeue.plugins.eta.estimates import Eta
 
 __all__ = [
     "AsyncJobFunction",
@@ -125,8 +125,8 @@ __all__ += [
     "exposed_job",
     "parse_start_at",
 ]
-# A job's attempts and owner as its pages show them; waiting for its changes.
-__all__ += ["JOBS", "AttemptInfo", "Waiter", "job_note", "owner_label"]
+# A job's attempts, owner and estimate's basis as its pages show them; waiting for its changes.
+__all__ += ["JOBS", "AttemptInfo", "Basis", "Waiter", "job_note", "owner_label"]
 # The queues' and keys' limits as the loop applies them, and their runtime changes.
 __all__ += [
     "DEFAULT_QUEUE",

@@ -21,13 +21,15 @@ from django_ratequeue.jobs import (
     MAX_DELAY,
     NUL_REFUSED,
     OPTION_NAMES,
+    Basis,
+    Eta,
     Status,
     check_json,
     parse_start_at,
     seconds,
 )
 from django_ratequeue.models import Job, OutputChunk
-from django_ratequeue.plugins.eta.estimates import Basis, Eta, job_eta, owner_view
+from django_ratequeue.plugins.eta.estimates import job_eta, owner_view
 from django_ratequeue.ratelimit.config import MAX_TOKENS
 
 S = TypeVar("S", bound=serializers.BaseSerializer[Any])

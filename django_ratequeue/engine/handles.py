@@ -11,13 +11,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, TypeVar
 
 from asgiref.sync import sync_to_async
 from django.db import models
 
 from django_ratequeue import clock
 from django_ratequeue.conf import ratequeue_settings
+from django_ratequeue.engine.estimate import Eta
 from django_ratequeue.engine.heartbeat import queue_served
 from django_ratequeue.engine.knowing import job_note
 from django_ratequeue.engine.models import (
@@ -52,27 +53,11 @@ DEADLOCK_CHECK_EVERY = 0.25
 OUTCOME_FIELDS = ("status", "result", "error", "traceback", "exception_class_path")
 
 
-class Estimate(Protocol):
-    """When a job will start, as :meth:`Handle.eta` gives it (the eta plug-in's ``Eta``)."""
-
-    @property
-    def position(self) -> int | None: ...
-    @property
-    def earliest_start(self) -> datetime | None: ...
-    @property
-    def estimated_start(self) -> datetime | None: ...
-    @property
-    def basis(self) -> str: ...
-    def as_json(self) -> dict[str, Any]: ...
-
-
 # The plug-in whose estimate Handle.eta gives, the job's fields it reads, and how.
-_estimator: tuple[str, tuple[str, ...], Callable[[Job], Estimate]] | None = None
+_estimator: tuple[str, tuple[str, ...], Callable[[Job], Eta]] | None = None
 
 
-def set_estimator(
-    plugin: str, fields: tuple[str, ...], estimate: Callable[[Job], Estimate]
-) -> None:
+def set_estimator(plugin: str, fields: tuple[str, ...], estimate: Callable[[Job], Eta]) -> None:
     """Make :meth:`Handle.eta` return ``plugin``'s ``estimate(job)``, read with ``fields``."""
     global _estimator
     _estimator = (plugin, fields, estimate)
@@ -211,10 +196,10 @@ class Handle(Generic[R_co]):
             raise JobCanceled(self.id)
         return job.result
 
-    def eta(self) -> Estimate:
+    def eta(self) -> Eta:
         """Return when the job will start: its place, the earliest start, an estimate.
 
-        See :class:`~django_ratequeue.plugins.eta.estimates.Eta` and docs/eta.md."""
+        See :class:`~django_ratequeue.engine.estimate.Eta` and docs/eta.md."""
         if _estimator is None:
             raise RuntimeError(
                 "Handle.eta() needs the eta plug-in, which declares itself as the app "
@@ -223,7 +208,7 @@ class Handle(Generic[R_co]):
         _, fields, estimate = _estimator
         return estimate(self._job(*fields))
 
-    async def aeta(self) -> Estimate:
+    async def aeta(self) -> Eta:
         """Return :meth:`eta` from async code (its reads in a thread)."""
         return await sync_to_async(self.eta)()
 

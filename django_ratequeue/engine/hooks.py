@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from django_ratequeue.conf import RateQueueSettings
-from django_ratequeue.engine.handles import Estimate, set_estimator
+from django_ratequeue.engine.handles import set_estimator
 from django_ratequeue.engine.options import Hold, add_context_column, add_option_check
 
 if TYPE_CHECKING:
@@ -105,7 +105,6 @@ def do_idle_work() -> None:
 
 
 __all__ = [
-    "Estimate",
     "Hold",
     "Placed",
     "add_context_column",

@@ -35,6 +35,7 @@ from django_ratequeue.api.exposure import exposed
 from django_ratequeue.api.ids import shown_id, stored_id
 from django_ratequeue.api.parsers import CappedJSONParser, RequestTooLarge
 from django_ratequeue.api.permissions import ApiAccess, SchemaAccess, WorkerKeyAuth, request_owner
+from django_ratequeue.api.ratelimitreads import RateLimitQuerySerializer, RateLimitSerializer
 from django_ratequeue.api.schema import BODY_ERRORS, USER_ERRORS, ApiSchema, EventStreamSchema
 from django_ratequeue.api.serializers import (
     BulkEnqueueSerializer,
@@ -42,8 +43,6 @@ from django_ratequeue.api.serializers import (
     JobDetailSerializer,
     JobQuerySerializer,
     JobSerializer,
-    RateLimitQuerySerializer,
-    RateLimitSerializer,
     job_data,
     shared,
     validated,

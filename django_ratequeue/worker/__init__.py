@@ -41,21 +41,12 @@ claim and report loops) and ``program`` (the command line). Each imports its sib
 from __future__ import annotations
 
 # The server's side of the protocol (api/workers.py) reads AWAY_HEADER and BACKOFF_MAX here.
-if __package__ == "django_ratequeue.worker":  # in the installed package
-    from django_ratequeue.worker.client import AWAY_HEADER, BACKOFF_MAX
-    from django_ratequeue.worker.handlers import canceled, handler, report_progress, stream_output
-    from django_ratequeue.worker.program import KEY_VARIABLE, main
-    from django_ratequeue.worker.serving import NonRetryableError
-else:  # in the zipapp (manage.py ratequeue_worker_app), as the package ``worker``
-    from worker.client import AWAY_HEADER, BACKOFF_MAX  # type: ignore[no-redef]
-    from worker.handlers import (  # type: ignore[no-redef]
-        canceled,
-        handler,
-        report_progress,
-        stream_output,
-    )
-    from worker.program import KEY_VARIABLE, main  # type: ignore[no-redef]
-    from worker.serving import NonRetryableError  # type: ignore[no-redef]
+# Siblings are imported relatively: the package is django_ratequeue.worker when installed
+# and ``worker`` in the zipapp (manage.py ratequeue_worker_app).
+from .client import AWAY_HEADER, BACKOFF_MAX
+from .handlers import canceled, handler, report_progress, stream_output
+from .program import KEY_VARIABLE, main
+from .serving import NonRetryableError
 
 __all__ = [
     "AWAY_HEADER",

@@ -9,10 +9,9 @@ import threading
 import time
 from typing import Any
 
-if __package__ == "django_ratequeue.worker":  # in the installed package
-    from django_ratequeue.worker.client import REPORT_TRIES, Answered, Client, Refused
-else:  # in the zipapp (manage.py ratequeue_worker_app), as the package ``worker``
-    from worker.client import REPORT_TRIES, Answered, Client, Refused  # type: ignore[no-redef]
+# Siblings are imported relatively: the package is django_ratequeue.worker when installed
+# and ``worker`` in the zipapp (manage.py ratequeue_worker_app).
+from .client import REPORT_TRIES, Answered, Client, Refused
 
 logger = logging.getLogger("django_ratequeue.worker")
 

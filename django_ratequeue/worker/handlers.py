@@ -15,7 +15,7 @@ else:  # in the zipapp (manage.py ratequeue_worker_app), as the package ``worker
     import plain  # type: ignore[no-redef]
 
 if TYPE_CHECKING:
-    from django_ratequeue.worker.attempt import RemoteAttempt
+    from .attempt import RemoteAttempt
 
 _handlers: dict[str, Callable[..., Any]] = {}
 

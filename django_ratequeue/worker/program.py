@@ -11,14 +11,11 @@ import threading
 from pathlib import Path
 from typing import Any
 
-if __package__ == "django_ratequeue.worker":  # in the installed package
-    from django_ratequeue.worker.client import Client, Refused
-    from django_ratequeue.worker.handlers import load_handlers
-    from django_ratequeue.worker.serving import Worker
-else:  # in the zipapp (manage.py ratequeue_worker_app), as the package ``worker``
-    from worker.client import Client, Refused  # type: ignore[no-redef]
-    from worker.handlers import load_handlers  # type: ignore[no-redef]
-    from worker.serving import Worker  # type: ignore[no-redef]
+# Siblings are imported relatively: the package is django_ratequeue.worker when installed
+# and ``worker`` in the zipapp (manage.py ratequeue_worker_app).
+from .client import Client, Refused
+from .handlers import load_handlers
+from .serving import Worker
 
 logger = logging.getLogger("django_ratequeue.worker")
 

@@ -20,22 +20,15 @@ from typing import Any
 if __package__ == "django_ratequeue.worker":  # in the installed package
     from django_ratequeue import plain
     from django_ratequeue.engine.pool import Call, Finished, Pool
-    from django_ratequeue.worker.attempt import RemoteAttempt
-    from django_ratequeue.worker.client import REPORT_TRIES, Answered, Client, Refused, ServerAway
-    from django_ratequeue.worker.handlers import current_attempt
-else:  # in the zipapp (manage.py ratequeue_worker_app), as the package ``worker``
-    # pool.py and plain.py beside the package
+else:  # in the zipapp (manage.py ratequeue_worker_app): pool.py and plain.py beside the package
     import plain  # type: ignore[no-redef]
     from pool import Call, Finished, Pool  # type: ignore[no-redef]
-    from worker.attempt import RemoteAttempt  # type: ignore[no-redef]
-    from worker.client import (  # type: ignore[no-redef]
-        REPORT_TRIES,
-        Answered,
-        Client,
-        Refused,
-        ServerAway,
-    )
-    from worker.handlers import current_attempt  # type: ignore[no-redef]
+
+# Siblings are imported relatively: the package is django_ratequeue.worker when installed
+# and ``worker`` in the zipapp (manage.py ratequeue_worker_app).
+from .attempt import RemoteAttempt
+from .client import REPORT_TRIES, Answered, Client, Refused, ServerAway
+from .handlers import current_attempt
 
 try:  # spans that continue the enqueuing request's trace, when OpenTelemetry is installed
     from django_ratequeue.tracing import end_attempt, start_attempt

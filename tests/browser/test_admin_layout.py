@@ -177,6 +177,20 @@ def test_the_lists_show_whole_ids_and_buttons_of_one_size(busy_admin: BusyAdmin)
     assert headers.count("runs") == 1 and "recurrence" in headers
 
 
+def test_the_job_lists_counts_sit_under_its_title(busy_admin: BusyAdmin) -> None:
+    """The per-queue counts come below the title and its buttons, leaving the title whole."""
+    assert busy_admin.visit("/admin/django_ratequeue/job/") == []
+    title, counts = busy_admin.browser.execute_script(
+        "const box = (e) => { const r = e.getBoundingClientRect();"
+        " return {top: r.top, bottom: r.bottom, height: r.height,"
+        " font: parseFloat(getComputedStyle(e).fontSize)}; };"
+        "return [box(document.querySelector('#content h1')),"
+        " box(document.querySelector('table.ratequeue-counts'))];"
+    )
+    assert title["height"] < 2 * title["font"], title  # one line, not squeezed
+    assert counts["top"] >= title["bottom"], (title, counts)
+
+
 def test_the_demos_queue_page_fits_the_window(busy_admin: BusyAdmin) -> None:
     page = busy_admin.browser
     page.get(f"{busy_admin.url}/queue/")

@@ -9,7 +9,6 @@ dashboard") tells what it shows, and why its row on the admin's index is a proxy
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
 
 from django.contrib import admin
 from django.core.exceptions import PermissionDenied
@@ -83,32 +82,24 @@ def _flow_charts(state: QueueState, prefix: str, span: str) -> list[SafeString]:
 
 def _time_charts(state: QueueState, prefix: str, span: str) -> list[SafeString]:
     """Return the charts of the wait before start and of the run time, by percentile."""
-    figures, name = state.series, state.name
-    starts: list[datetime] = [f.start for f in figures]
     return [
-        line_chart(
-            f"{prefix}-wait",
-            f"{name}: wait before start, percentiles in seconds, {span}",
-            starts,
-            [
-                Series("p50", [f.wait_p50 for f in figures]),
-                Series("p95", [f.wait_p95 for f in figures]),
-                Series("p99", [f.wait_p99 for f in figures]),
-            ],
-            "seconds",
-        ),
-        line_chart(
-            f"{prefix}-run",
-            f"{name}: run time, percentiles in seconds, {span}",
-            starts,
-            [
-                Series("p50", [f.run_p50 for f in figures]),
-                Series("p95", [f.run_p95 for f in figures]),
-                Series("p99", [f.run_p99 for f in figures]),
-            ],
-            "seconds",
-        ),
+        _percentiles_chart(state, f"{prefix}-wait", "wait before start", "wait", span),
+        _percentiles_chart(state, f"{prefix}-run", "run time", "run", span),
     ]
+
+
+def _percentiles_chart(
+    state: QueueState, chart_id: str, label: str, figure: str, span: str
+) -> SafeString:
+    """Return the chart of one figure's p50, p95 and p99 (``figure`` is ``wait`` or ``run``)."""
+    figures = state.series
+    return line_chart(
+        chart_id,
+        f"{state.name}: {label}, percentiles in seconds, {span}",
+        [f.start for f in figures],
+        [Series(p, [getattr(f, f"{figure}_{p}") for f in figures]) for p in ("p50", "p95", "p99")],
+        "seconds",
+    )
 
 
 def body_context(data: Snapshot) -> dict[str, object]:

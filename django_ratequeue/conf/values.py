@@ -64,7 +64,7 @@ CLOCKS = ("database", "local")
 
 @dataclass(frozen=True)
 class QueueConfig:
-    """One entry of ``QUEUES``; runtime changes override it (see engine/control.py)."""
+    """One entry of ``QUEUES``; runtime changes override it (see control.py)."""
 
     # Jobs of the queue running at once (0 pauses it), at most MAX_QUEUE_CONCURRENCY. Each
     # concurrency_key is its own copy of the queue, with this limit.

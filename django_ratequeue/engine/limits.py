@@ -16,9 +16,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 
 from django_ratequeue.conf import QueueConfig, ratequeue_settings
 from django_ratequeue.engine.heads import LeaseHead, register_lease_head
-from django_ratequeue.engine.models import QueueSetting, RuntimeLimits
-
-DEFAULT_QUEUE = "default"
+from django_ratequeue.engine.models import DEFAULT_QUEUE, QueueSetting, RuntimeLimits
 
 
 @dataclass(frozen=True)

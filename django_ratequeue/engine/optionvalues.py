@@ -12,9 +12,8 @@ from typing import Any
 from django_ratequeue.conf import ratequeue_settings
 from django_ratequeue.engine.bounds import check_queue_concurrency, check_queue_name
 from django_ratequeue.engine.handles import owner_label
-from django_ratequeue.engine.models import Job
+from django_ratequeue.engine.models import DEFAULT_QUEUE, Job
 
-DEFAULT_QUEUE = "default"
 OWNER_MAX_LENGTH = Job._meta.get_field("owner").max_length or 255
 
 

@@ -2,10 +2,8 @@
 
 A :class:`Pool` runs up to ``size`` calls at a time, each in a slot of the pool; a call
 past its time limit is interrupted, and one that does not stop is *stuck*.
-docs/concepts.md ("Runners", "Time limits in slots") tells how. This module is the
-standard library only: the remote worker program (``worker/``) uses it too, beside it
-in the zipapp that ``manage.py ratequeue_worker_app`` builds, with ``timelimits.py``
-(which interrupts calls at their time limits).
+docs/concepts.md ("Runners", "Time limits in slots") tells how. Standard library only:
+the remote worker (``worker/``) runs it too, with ``timelimits.py``, in its zipapp.
 """
 
 from __future__ import annotations

@@ -21,6 +21,7 @@ from django_ratequeue.engine.models.cluster import (
     WorkerKey,
 )
 from django_ratequeue.engine.models.jobs import (
+    DEFAULT_QUEUE,
     CancelRequest,
     Job,
     JobQuerySet,
@@ -39,6 +40,7 @@ from django_ratequeue.engine.models.statuses import (
 )
 
 __all__ = [
+    "DEFAULT_QUEUE",
     "DEFERRED_STATUSES",
     "FINAL_STATUSES",
     "READY_ORDER",

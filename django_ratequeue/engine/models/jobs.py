@@ -21,6 +21,9 @@ from django_ratequeue.engine.models.statuses import (
 from django_ratequeue.engine.retry import Retry
 from django_ratequeue.exceptions import JobDoesNotExist
 
+# The queue of a job enqueued without one, and of an unconfigured queue's limits.
+DEFAULT_QUEUE = "default"
+
 
 class AttemptEnd(Protocol):
     """What :meth:`Job.settle` reads of the attempt that ended (an ``Attempt`` row)."""
@@ -108,7 +111,7 @@ class Job(models.Model):
     func = models.CharField("function", max_length=300)
     args = models.JSONField(default=list, blank=True)
     kwargs = models.JSONField(default=dict, blank=True)
-    queue = models.CharField(max_length=200, default="default")
+    queue = models.CharField(max_length=200, default=DEFAULT_QUEUE)
     # The max_concurrency given at enqueue for a queue not configured in settings.
     max_concurrency = models.PositiveIntegerField(null=True, blank=True)
     concurrency_key = models.CharField(max_length=255, blank=True, default="")

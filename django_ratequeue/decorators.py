@@ -82,19 +82,11 @@ def ratelimit(
 ) -> Callable[[ViewOrClass], ViewOrClass]:
     """Limit a function view, a view method or a class-based view by the limit ``name``.
 
-    ``count`` tokens are consumed per request, before the view runs, for the ``methods``
-    given (all when ``None``). With ``count_if`` the view runs if the limit *could* admit
-    the request, and tokens are consumed afterwards only when ``count_if(request,
-    response)`` is true, e.g. to count only failures of a view that answers them with an
-    error status; ``reset_if`` forgets them. Concurrent requests may each pass that check,
-    so the limit then bounds failures per burst of parallel requests only approximately.
-    Django's ``LoginView`` answers a failed login with 200: protect it with
-    :func:`django_ratequeue.contrib.logins.protect_login` instead.
-
-    A refused request gets ``limited_view(request, exception)``, or the view named by
-    ``RATEQUEUE["RATE_LIMITED_VIEW"]``, or a plain-text 429. ``config`` gives the limit
-    inline instead of ``RATEQUEUE["RATE_LIMITS"][name]``. There is no ``reserve``: a
-    request cannot wait for reserved tokens; enqueue the work instead.
+    ``count`` tokens per request, before the view runs, for the ``methods`` given (all
+    when ``None``); with ``count_if``, only when ``count_if(request, response)`` is true,
+    afterwards; ``reset_if`` forgets them. A refused request gets ``limited_view``, else
+    ``RATEQUEUE["RATE_LIMITED_VIEW"]``, else a plain-text 429. ``config`` gives the limit
+    inline. The documentation's API reference tells the rest, and warns about logins.
     """
     limit = ViewRateLimit(
         name=name,

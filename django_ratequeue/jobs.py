@@ -49,7 +49,8 @@ from django_ratequeue.engine.heartbeat import any_alive, declared, served_queues
 from django_ratequeue.engine.knowing import job_note, unknown_functions
 from django_ratequeue.engine.limits import QueueLimits, Queues, environment_limit
 from django_ratequeue.engine.models import DEFAULT_QUEUE, Status
-from django_ratequeue.engine.options import OPTION_NAMES, EnqueueOptions, parse_start_at
+from django_ratequeue.engine.options import OPTION_NAMES, EnqueueOptions
+from django_ratequeue.engine.optionvalues import parse_start_at
 from django_ratequeue.engine.progress import report_progress, stream_output
 from django_ratequeue.engine.registry import Registered, exposed_job
 from django_ratequeue.engine.retry import Retry

@@ -161,6 +161,15 @@ class Subscription:
         self.deliver(replace(look, chunks=chunks, eta=eta))
 
 
+@dataclass
+class _Reads:
+    """When the watcher's thread last read every watched job, and whether it is to again."""
+
+    every: bool = True  # read every watched job: nothing was read yet
+    last_every: float = -math.inf
+    now: float = 0.0  # when the thread last looked at what is due
+
+
 class Watcher:
     """Read the watched jobs when they change, and hand each stream what it has not seen.
 
@@ -226,51 +235,58 @@ class Watcher:
         End IDLE_EXIT seconds after the last stream went."""
         assert self.waiter is not None
         waiter = self.waiter
-        every = True  # read every watched job: nothing was read yet
-        last_every = -math.inf
+        reads = _Reads()
         try:
-            while True:
-                now = time.monotonic()
-                with self.lock:
-                    if self.subscriptions:
-                        self.daemon.keep_alive()
-                    elif self.daemon.end_if_idle():
-                        self.waiter = None
-                        return
-                    every_due = every and now - last_every >= self.every_interval
-                    watched = set(self.subscriptions)
-                    due = watched if every_due else self.due & watched
-                    self.due = set()
-                if every_due:
-                    every, last_every = False, now
+            while (taken := self.take_due(reads)) is not None:
+                due, watched = taken
                 if due:
                     self.look_at(due)
-                    continue
-                if not watched:  # nothing to read: wait for a stream, not for the database
+                elif not watched:  # nothing to read: wait for a stream, not for the database
                     self.woken.wait(IDLE_EXIT)
                     self.woken.clear()
-                    every = True
-                    continue
-                timeout = RECHECK
-                if every:  # due, but read too recently: the rest of the interval
-                    timeout = last_every + self.every_interval - now
-                try:
-                    signalled = waiter.wait(timeout)
-                except DatabaseError:  # SQLite's poll: its database away
-                    self.lost_database()
-                    every = True
-                    continue
-                payloads = waiter.received()
-                if not signalled and not every:
-                    every = bool(watched)  # the periodic look, for a signal missed
-                elif payloads is None or "" in payloads:
-                    every = True
+                    reads.every = True
                 else:
-                    with self.lock:
-                        self.due |= payloads
+                    self.wait_for_signal(waiter, reads)
         finally:
             waiter.release()
             connections.close_all()
+
+    def take_due(self, reads: _Reads) -> tuple[set[str], set[str]] | None:
+        """Take the jobs due for a read, and those watched; None when the thread ends."""
+        reads.now = time.monotonic()
+        with self.lock:
+            if self.subscriptions:
+                self.daemon.keep_alive()
+            elif self.daemon.end_if_idle():
+                self.waiter = None
+                return None
+            every_due = reads.every and reads.now - reads.last_every >= self.every_interval
+            watched = set(self.subscriptions)
+            due = watched if every_due else self.due & watched
+            self.due = set()
+        if every_due:
+            reads.every, reads.last_every = False, reads.now
+        return due, watched
+
+    def wait_for_signal(self, waiter: Waiter, reads: _Reads) -> None:
+        """Wait for the jobs' signal or the periodic look, and note what it makes due."""
+        timeout = RECHECK
+        if reads.every:  # due, but read too recently: the rest of the interval
+            timeout = reads.last_every + self.every_interval - reads.now
+        try:
+            signalled = waiter.wait(timeout)
+        except DatabaseError:  # SQLite's poll: its database away
+            self.lost_database()
+            reads.every = True
+            return
+        payloads = waiter.received()
+        if not signalled and not reads.every:
+            reads.every = True  # the periodic look, for a signal missed
+        elif payloads is None or "" in payloads:
+            reads.every = True
+        else:
+            with self.lock:
+                self.due |= payloads
 
     def lost_database(self) -> None:
         """Log the lost database, and wait a little: the next read opens a new connection."""

@@ -11,27 +11,30 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from functools import cached_property
 from typing import Any, Literal, NamedTuple, Protocol, Required, TypedDict
 
-from django.utils import timezone
-
 from django_ratequeue.conf import RateQueueSettings, ratequeue_settings
 from django_ratequeue.engine.bounds import (
-    MAX_DELAY,
     MAX_INT,
-    MAX_TIMEOUT,
     MIN_INT,
     check_json,
     check_text,
     integer,
-    seconds,
 )
 from django_ratequeue.engine.bulk import RowCopy, RowInsert
 from django_ratequeue.engine.models import Job, Status, new_job_id, queue_connection
-from django_ratequeue.engine.optionvalues import QueueChoice, concurrency_key, custom_id, owner_of
-from django_ratequeue.engine.registry import function_path
+from django_ratequeue.engine.optionvalues import (
+    QueueChoice,
+    callback_path,
+    concurrency_key,
+    custom_id,
+    owner_of,
+    retry_of,
+    start_of,
+    timeout_of,
+)
 from django_ratequeue.engine.retry import Retry
 from django_ratequeue.engine.subtasks import current_job_id
 from django_ratequeue.engine.wakeup import LOOP, notify_clause
@@ -82,32 +85,6 @@ class EnqueueOptions(TypedDict, total=False):
 OPTION_NAMES = frozenset(EnqueueOptions.__optional_keys__)
 # Merged options kept per JobOptions (see JobOptions.merge).
 MERGES_KEPT = 1000
-
-
-def parse_start_at(value: Any) -> datetime:
-    """Return ``start_at`` as an aware datetime at most MAX_DELAY ahead, or raise ValueError."""
-    if isinstance(value, str):
-        try:
-            value = datetime.fromisoformat(value)
-        except ValueError:
-            raise ValueError(
-                f"start_at {value!r} is not an ISO-8601 date and time, "
-                "e.g. '2026-04-03T12:00:00Z'."
-            ) from None
-    if not isinstance(value, datetime):
-        raise ValueError(f"start_at must be a datetime or an ISO-8601 string, not {value!r}.")
-    try:
-        if timezone.is_naive(value):
-            value = timezone.make_aware(value)
-        ahead = value.astimezone(UTC) - timezone.now()
-    except (OverflowError, ValueError):  # at the very ends of the datetime range
-        raise ValueError(f"start_at {value!r} is out of range.") from None
-    if ahead > MAX_DELAY:
-        raise ValueError(
-            f"start_at {value.isoformat()} is too far ahead: a job may be scheduled at most "
-            f"{MAX_DELAY.days} days ahead."
-        )
-    return value
 
 
 class JobStamp(NamedTuple):
@@ -347,17 +324,11 @@ class JobOptions:
         options = self.values
         queue = QueueChoice.coerce(options.get("queue"))
         key = concurrency_key(options.get("concurrency_key") or "")
-        start_at, run_after = _start(options.get("start_at"), options.get("run_after"))
-        retries = options.get("retries")
-        retry = ratequeue_settings().DEFAULT_RETRIES if retries is None else Retry.coerce(retries)
+        start_at, run_after = start_of(options.get("start_at"), options.get("run_after"))
+        retry = retry_of(options.get("retries"))
         priority = integer("priority", options.get("priority", 0), MIN_INT, MAX_INT)
-        timeout = options.get("timeout")
-        if timeout is not None:
-            timeout = seconds("timeout", timeout, MAX_TIMEOUT, allow_zero=False)
-        on_complete = options.get("on_complete")
-        on_complete_path = (
-            "" if on_complete is None else function_path(on_complete, "on_complete callback")
-        )
+        timeout = timeout_of(options.get("timeout"))
+        on_complete_path = callback_path(options.get("on_complete"))
         context = options.get("context")
         context_size = len(check_json("context", context))
         cost = integer("cost", options.get("cost", 1), 0, MAX_INT)
@@ -386,14 +357,3 @@ class JobOptions:
             context_size=context_size,
             holds=holds,
         )
-
-
-def _start(start_at: Any, run_after: Any) -> tuple[datetime | None, timedelta | None]:
-    """Return (``start_at``, ``run_after``) checked: one of them at most."""
-    if start_at is not None and run_after is not None:
-        raise ValueError("Give start_at or run_after, not both.")
-    if start_at is not None:
-        return parse_start_at(start_at), None
-    if run_after is not None:
-        return None, timedelta(seconds=seconds("run_after", run_after, MAX_DELAY))
-    return None, None

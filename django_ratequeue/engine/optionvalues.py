@@ -1,4 +1,4 @@
-"""Check the values of one enqueue's options: its queue, concurrency key, owner and id.
+"""Check the values of one enqueue's options: its queue, key, owner, id, times and retries.
 
 :class:`.options.JobOptions` asks these, in its fixed order, before anything is written.
 """
@@ -7,12 +7,23 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from django.utils import timezone
+
 from django_ratequeue.conf import ratequeue_settings
-from django_ratequeue.engine.bounds import check_queue_concurrency, check_queue_name
+from django_ratequeue.engine.bounds import (
+    MAX_DELAY,
+    MAX_TIMEOUT,
+    check_queue_concurrency,
+    check_queue_name,
+    seconds,
+)
 from django_ratequeue.engine.handles import owner_label
 from django_ratequeue.engine.models import DEFAULT_QUEUE, Job
+from django_ratequeue.engine.registry import function_path
+from django_ratequeue.engine.retry import Retry
 
 OWNER_MAX_LENGTH = Job._meta.get_field("owner").max_length or 255
 
@@ -71,3 +82,55 @@ def custom_id(job_id: Any, on_duplicate_id: Any) -> tuple[str | None, bool]:
     if on_duplicate_id not in ("error", "ignore"):
         raise ValueError("on_duplicate_id must be 'error' or 'ignore'.")
     return job_id, on_duplicate_id == "ignore"
+
+
+def parse_start_at(value: Any) -> datetime:
+    """Return ``start_at`` as an aware datetime at most MAX_DELAY ahead, or raise ValueError."""
+    if isinstance(value, str):
+        try:
+            value = datetime.fromisoformat(value)
+        except ValueError:
+            raise ValueError(
+                f"start_at {value!r} is not an ISO-8601 date and time, "
+                "e.g. '2026-04-03T12:00:00Z'."
+            ) from None
+    if not isinstance(value, datetime):
+        raise ValueError(f"start_at must be a datetime or an ISO-8601 string, not {value!r}.")
+    try:
+        if timezone.is_naive(value):
+            value = timezone.make_aware(value)
+        ahead = value.astimezone(UTC) - timezone.now()
+    except (OverflowError, ValueError):  # at the very ends of the datetime range
+        raise ValueError(f"start_at {value!r} is out of range.") from None
+    if ahead > MAX_DELAY:
+        raise ValueError(
+            f"start_at {value.isoformat()} is too far ahead: a job may be scheduled at most "
+            f"{MAX_DELAY.days} days ahead."
+        )
+    return value
+
+
+def retry_of(retries: Any) -> Retry:
+    """Return the retry policy ``retries`` gives, or the settings' default."""
+    return ratequeue_settings().DEFAULT_RETRIES if retries is None else Retry.coerce(retries)
+
+
+def timeout_of(timeout: Any) -> float | None:
+    """Return ``timeout`` checked: seconds above zero, or None (no time limit)."""
+    return None if timeout is None else seconds("timeout", timeout, MAX_TIMEOUT, allow_zero=False)
+
+
+def callback_path(on_complete: Any) -> str:
+    """Return the dotted path of the ``on_complete`` callback, or "" for none."""
+    return "" if on_complete is None else function_path(on_complete, "on_complete callback")
+
+
+def start_of(start_at: Any, run_after: Any) -> tuple[datetime | None, timedelta | None]:
+    """Return (``start_at``, ``run_after``) checked: one of them at most."""
+    if start_at is not None and run_after is not None:
+        raise ValueError("Give start_at or run_after, not both.")
+    if start_at is not None:
+        return parse_start_at(start_at), None
+    if run_after is not None:
+        return None, timedelta(seconds=seconds("run_after", run_after, MAX_DELAY))
+    return None, None

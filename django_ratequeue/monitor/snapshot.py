@@ -292,6 +292,13 @@ def _charted(queues: list[QueueCounts], active: _Active, with_figures: set[str])
     return [q.name for q in ranked[:CHARTED_QUEUES]]
 
 
+def _unkeyed_values(uses: list[RateLimitUse]) -> dict[str, float]:
+    """Return the rate limits' values, by name, but the keyed ones'.
+
+    A keyed limit's value without a key does not hold back a queue's keys."""
+    return {use.name: use.value for use in uses if not use.keyed}
+
+
 def _without_jobs(
     with_figures: set[str],
     overview: QueueOverview,
@@ -352,20 +359,14 @@ def snapshot(window: Window = DEFAULT_WINDOW) -> Snapshot:
     listed.sort(key=lambda counts: counts.name)
     limits = {q.name: in_force.limits(q.name) for q in listed}
     rate_limits = rate_limit_uses(_gated(limits))
-    # A keyed limit's value without a key does not hold back a queue's keys.
-    rate_values = {use.name: use.value for use in rate_limits if not use.keyed}
+    rate_values = _unkeyed_values(rate_limits)
     charted = _charted(listed, active, with_figures)
-    charted_series, all_series = _charts(charted, since, now, step)
+    series, all_series = _charts(charted, since, now, step)
     queues = [
         _queue_state(
-            counts,
-            limits[counts.name],
-            active,
-            rate_values,
-            charted_series.get(counts.name, []),
-            overview.no_worker,
+            c, limits[c.name], active, rate_values, series.get(c.name, []), overview.no_worker
         )
-        for counts in listed
+        for c in listed
     ]
     return Snapshot(
         taken_at=now,

@@ -21,7 +21,7 @@ from schemathesis.engine import events
 
 from django_ratequeue import enqueue_many
 from django_ratequeue.api import batchevents, sse
-from django_ratequeue.engine.options import parse_start_at
+from django_ratequeue.engine.optionvalues import parse_start_at
 from django_ratequeue.engine.workerkeys import create_key
 from tests.conftest import wait_for_background_threads
 from tests.queue.steps import leading_loop

@@ -51,8 +51,7 @@ EXAMPLE = '{"nightly": {"function": "myapp.jobs.report", "cron": "0 3 * * *"}}'
 
 
 def settings_schedules(value: Any) -> tuple[dict[str, ScheduleSpec], list[ScheduleProblem]]:
-    """Return the valid schedules of ``value`` (``RATEQUEUE["SCHEDULES"]``) by name, and the
-    problems of the others."""
+    """Return the valid schedules of ``RATEQUEUE["SCHEDULES"]`` by name, and the problems."""
     if not isinstance(value, Mapping):
         message = f'RATEQUEUE["SCHEDULES"] must be a dict of name -> schedule, got {value!r}.'
         return {}, [ScheduleProblem(SCHEDULES_NOT_A_DICT, message, f"e.g. {EXAMPLE}")]

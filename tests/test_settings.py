@@ -42,6 +42,7 @@ def test_the_defaults_are_valid_and_typed() -> None:
     assert Retry(retry_count=6) == settings.DEFAULT_RETRIES
     assert settings.JOB_MODULES == ()
     assert settings.ENQUEUE_RATE_LIMIT is None
+    assert settings.SCHEDULES == {}  # as given: the schedules plug-in parses it
 
 
 def test_values_are_parsed_into_their_types() -> None:

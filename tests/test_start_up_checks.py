@@ -209,3 +209,12 @@ def test_a_queues_rate_limit_no_setting_defines_fails_the_check(tmp_path: Path) 
     done = check(IMMEDIATE, tmp_path, RATEQUEUE={"RATE_LIMITS": LIMITS, "QUEUES": queues})
     assert done.returncode == 1
     assert "django_ratequeue.E215" in done.stderr and "'llm_tokens'" in done.stderr
+
+
+def test_an_invalid_schedule_fails_the_check_once(tmp_path: Path) -> None:
+    """The schedules plug-in registers its own check as the app starts (E241, said once)."""
+    schedules = {"nightly": {"function": "myapp.jobs.report", "cron": "0 25 * * *"}}
+    done = check(IMMEDIATE, tmp_path, RATEQUEUE={"SCHEDULES": schedules})
+    assert done.returncode == 1
+    assert done.stderr.count("django_ratequeue.E241") == 1
+    assert "RATEQUEUE[\"SCHEDULES\"]['nightly'] is invalid: cron '0 25 * * *'" in done.stderr

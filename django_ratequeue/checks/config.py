@@ -2,7 +2,8 @@
 
 The settings' rules are the ones the app applies when it reads them
 (:func:`~django_ratequeue.conf.parse_settings`); every check's id is named in
-:mod:`~django_ratequeue.check_ids`.
+:mod:`~django_ratequeue.check_ids`. ``SCHEDULES`` is the schedules plug-in's to check
+(``plugins/schedules/checks.py``).
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ from django_ratequeue import check_ids as ids
 from django_ratequeue.conf import parse_settings
 from django_ratequeue.decorators import limit_names
 from django_ratequeue.engine.fairness.shares import key_limits_problems
-from django_ratequeue.plugins.schedules.sync import schedule_problems
 from django_ratequeue.ratelimit.config import KeyedConfig
 
 
@@ -31,20 +31,6 @@ def check_settings(
 ) -> list[CheckMessage]:
     _values, problems = parse_settings(getattr(settings, "RATEQUEUE", None))
     return [Error(p.message, hint=p.hint or None, id=p.id) for p in problems]
-
-
-@register()
-def check_schedules(
-    app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
-) -> list[CheckMessage]:
-    """Refuse recurring schedules that could not run: a job not registered, bad options.
-
-    Those of ``@job(schedule=...)`` are parsed here too (the settings' own are in
-    :func:`check_settings`)."""
-    values, _problems = parse_settings(getattr(settings, "RATEQUEUE", None))
-    if values is None:
-        return []  # check_settings reports them; the schedules are read from valid settings
-    return [Error(p.message, hint=p.hint or None, id=p.id) for p in schedule_problems()]
 
 
 @register()

@@ -4,6 +4,7 @@ Read them through :func:`ratequeue_settings`: one typed attribute per setting, b
 when ``override_settings`` changes ``RATEQUEUE``. Every rule is written once, in
 :func:`~.parser.parse_settings`: the system checks report its problems at start-up, and
 reading settings that break one raises :class:`~django.core.exceptions.ImproperlyConfigured`.
+A setting a plug-in parses and checks itself (``SCHEDULES``) is kept as given.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 
-from django_ratequeue.conf.parser import DURATIONS, parse_settings
+from django_ratequeue.conf.parser import DURATIONS, merged, parse_settings
 from django_ratequeue.conf.values import (
     DEFAULTS,
     Problem,
@@ -34,6 +35,7 @@ __all__ = [
     "RateQueueSettings",
     "parse_settings",
     "ratequeue_settings",
+    "raw_setting",
 ]
 
 
@@ -49,6 +51,14 @@ def ratequeue_settings() -> RateQueueSettings:
             f"settings.RATEQUEUE is invalid (`manage.py check` says the same):\n{listed}"
         )
     return values
+
+
+def raw_setting(name: str) -> Any:
+    """Return the value ``settings.RATEQUEUE`` gives ``name``, or its default, unchecked.
+
+    A plug-in's check reads the setting it parses itself here, whatever the others hold."""
+    values = merged(getattr(settings, "RATEQUEUE", None))
+    return (DEFAULTS if values is None else values)[name]
 
 
 @receiver(setting_changed)

@@ -23,7 +23,6 @@ from django_ratequeue.conf.values import (
 )
 from django_ratequeue.engine.bounds import MAX_DELAY, MAX_INT, integer, seconds
 from django_ratequeue.engine.retry import Retry
-from django_ratequeue.plugins.schedules.declarations import ScheduleSpec, parse_spec
 
 POSITIVE_INTEGERS = (
     "MAX_CONCURRENCY",
@@ -157,28 +156,6 @@ class _Parser:
         )
         return ()
 
-    def schedules(self) -> dict[str, ScheduleSpec]:
-        """Return the schedules of ``SCHEDULES`` that are valid; each invalid one is a problem."""
-        value = self.values["SCHEDULES"]
-        example = '{"nightly": {"function": "myapp.jobs.report", "cron": "0 3 * * *"}}'
-        if not isinstance(value, Mapping):
-            self.problem(
-                ids.SCHEDULES_NOT_A_DICT,
-                f'RATEQUEUE["SCHEDULES"] must be a dict of name -> schedule, got {value!r}.',
-                f"e.g. {example}",
-            )
-            return {}
-        parsed: dict[str, ScheduleSpec] = {}
-        for name, raw in value.items():
-            try:
-                parsed[name] = parse_spec(name, raw)
-            except ValueError as error:
-                where = f'RATEQUEUE["SCHEDULES"][{str(name)[:100]!r}]'
-                self.problem(
-                    ids.SCHEDULE_INVALID, f"{where} is invalid: {error}", f"e.g. {example}"
-                )
-        return parsed
-
     def limited_view(self) -> str | Callable[..., Any] | None:
         value = self.values["RATE_LIMITED_VIEW"]
         if value is None or callable(value) or (isinstance(value, str) and value):
@@ -241,7 +218,7 @@ class _Parser:
             RATE_LIMIT_ASYNC_COMMIT=self.flag("RATE_LIMIT_ASYNC_COMMIT"),
             RATE_LIMITED_VIEW=self.limited_view(),
             JOB_MODULES=self.job_modules(),
-            SCHEDULES=MappingProxyType(self.schedules()),
+            SCHEDULES=self.values["SCHEDULES"],
             DEFAULT_RETRIES=self.default_retries(),
             ENQUEUE_RATE_LIMIT=parse_enqueue_rate_limit(
                 self.values["ENQUEUE_RATE_LIMIT"], self.problem
@@ -293,16 +270,27 @@ def nearest_known(name: str) -> str:
     return f"{name} (did you mean {near[0]}?)" if near else name
 
 
+def merged(configured: Any) -> dict[str, Any] | None:
+    """Return ``configured`` (``settings.RATEQUEUE``) over the defaults, unchecked.
+
+    None when it is neither None nor a dict."""
+    configured = configured or {}
+    if not isinstance(configured, Mapping):
+        return None
+    return {**DEFAULTS, **configured}
+
+
 def parse_settings(configured: Any) -> tuple[RateQueueSettings | None, list[Problem]]:
     """Return the settings ``configured`` gives over the defaults, and their problems.
 
     ``configured`` is ``settings.RATEQUEUE``. The settings are None when there is any
     problem."""
-    configured = configured or {}
-    if not isinstance(configured, Mapping):
+    values = merged(configured)
+    if values is None:
         message = f"settings.RATEQUEUE must be a dict, got {configured!r}."
         return None, [Problem(ids.SETTINGS_NOT_A_DICT, message)]
-    parser = _Parser({**DEFAULTS, **configured})
+    configured = configured or {}
+    parser = _Parser(values)
     for name in sorted(set(configured) & set(REMOVED)):
         parser.problem(ids.UNKNOWN_SETTING, f'RATEQUEUE["{name}"] was removed: {REMOVED[name]}')
     unknown = sorted(map(str, set(configured) - set(DEFAULTS) - set(REMOVED)))

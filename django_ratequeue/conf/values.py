@@ -7,7 +7,6 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
 
 from django_ratequeue.engine.retry import Retry
-from django_ratequeue.plugins.schedules.declarations import ScheduleSpec
 from django_ratequeue.ratelimit.config import LimitConfig, RateLimitConfig
 
 # What each setting means and what it becomes when read: RateQueueSettings below.
@@ -128,10 +127,9 @@ class RateQueueSettings:
     # Modules imported at start-up (in web processes and qcluster workers alike) for the
     # jobs they register, besides each installed app's jobs.py: only registered jobs run.
     JOB_MODULES: tuple[str, ...]
-    # Recurring schedules declared in settings: name -> the parsed declaration
-    # (docs/schedules.md); those of @job(schedule=...) are found in
-    # plugins/schedules/declarations.py.
-    SCHEDULES: Mapping[str, ScheduleSpec]
+    # Recurring schedules declared in settings, as given: parsed and checked by the
+    # schedules plug-in (plugins/schedules/sync.py and checks.py; docs/schedules.md).
+    SCHEDULES: Any
     # Retries of a job that sets none (the setting: an int, or a dict of Retry fields).
     DEFAULT_RETRIES: Retry
     # A leaky bucket on enqueues (the setting: e.g. {"rate": 200, "period": 1,

@@ -10,8 +10,9 @@ from django.conf import settings
 from django.test import override_settings
 
 from django_ratequeue import check_ids, job
-from django_ratequeue.checks.config import check_schedules, check_settings
+from django_ratequeue.checks.config import check_settings
 from django_ratequeue.plugins.schedules import declarations
+from django_ratequeue.plugins.schedules.checks import check_schedules
 
 ADD = "tests.queue.jobs.add"
 
@@ -65,7 +66,25 @@ def test_an_invalid_schedule_is_a_check_error(bad: dict[str, Any]) -> None:
 
 def test_settings_that_are_not_a_dict_of_schedules() -> None:
     with override_settings(RATEQUEUE={**settings.RATEQUEUE, "SCHEDULES": ["nightly"]}):
-        assert [e.id for e in check_settings()] == [check_ids.SCHEDULES_NOT_A_DICT]
+        found = [*check_settings(), *check_schedules()]
+    assert [e.id for e in found] == [check_ids.SCHEDULES_NOT_A_DICT]
+    assert found[0].msg == (
+        "RATEQUEUE[\"SCHEDULES\"] must be a dict of name -> schedule, got ['nightly']."
+    )
+    assert found[0].hint == (
+        'e.g. {"nightly": {"function": "myapp.jobs.report", "cron": "0 3 * * *"}}'
+    )
+
+
+def test_an_invalid_schedule_is_reported_beside_other_invalid_settings() -> None:
+    """The schedules plug-in parses its setting whatever the others hold: each problem once."""
+    schedules = {"nightly": {"function": ADD, "cron": "0 25 * * *"}}
+    with override_settings(
+        RATEQUEUE={**settings.RATEQUEUE, "MAX_CONCURRENCY": 0, "SCHEDULES": schedules}
+    ):
+        found = [*check_settings(), *check_schedules()]
+    assert [e.id for e in found] == ["django_ratequeue.E201", check_ids.SCHEDULE_INVALID]
+    assert found[1].msg.startswith("RATEQUEUE[\"SCHEDULES\"]['nightly'] is invalid: ")
 
 
 def test_a_function_that_is_not_a_registered_job_is_a_check_error() -> None:

@@ -249,6 +249,17 @@ def test_a_schedule_no_longer_declared_is_disabled_then_resumes(frozen: Clock) -
     assert row.removed_at is None and row.next_run_at is not None
 
 
+def test_an_invalid_schedule_is_left_out_and_the_valid_ones_sync(frozen: Clock) -> None:
+    """The settings hold SCHEDULES as given: the plug-in's parse keeps the valid ones (the
+    system check reports the other, E241)."""
+    with declared(
+        tick={"function": ADD, "every": 60, "args": [1, 2]},
+        nightly={"function": ADD, "cron": "0 25 * * *", "args": [1, 2]},
+    ):
+        assert sync_schedules(frozen.now()) == 1
+    assert list(Schedule.objects.values_list("name", flat=True)) == ["tick"]
+
+
 def test_a_run_that_cannot_be_enqueued_is_counted_with_its_error(frozen: Clock) -> None:
     with declared(tick={"function": ADD, "every": 60, "args": [1, 2]}):
         leading_loop().step()

@@ -85,7 +85,7 @@ def parse_spec(name: object, raw: object, source: str = SETTINGS) -> ScheduleSpe
     """Return the schedule ``name`` declares with ``raw`` (a dict), or raise ValueError.
 
     The message says what is wrong; whether the function is a registered job, and the
-    options valid, is checked where jobs are known (:mod:`.schedule_sync`)."""
+    options valid, is checked where jobs are known (:mod:`.sync`)."""
     name = check_name(name)
     if not isinstance(raw, Mapping):
         raise ValueError(f"must be a dict with 'function' and 'cron' or 'every', not {raw!r}.")

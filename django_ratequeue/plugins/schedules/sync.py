@@ -1,5 +1,8 @@
 """Bring the declared schedules into the table, and say what is wrong with them.
 
+``RATEQUEUE["SCHEDULES"]`` reaches this plug-in as given: it is parsed here, and its
+problems are the plug-in's system check's (:mod:`.checks`).
+
 The loop syncs when it starts leading (so does ``manage.py ratequeue_schedules``). A
 declaration that changed replaces the row's recurrence, an admin's edit included; one
 that did not keeps the row as it is; a row no longer declared is disabled, not deleted.
@@ -9,6 +12,7 @@ docs/schedules.md ("Declarations and edits") tells the precedence.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, NamedTuple
 
@@ -17,6 +21,7 @@ from django_ratequeue.check_ids import (
     SCHEDULE_INVALID,
     SCHEDULE_NAME_TAKEN,
     SCHEDULE_OPTIONS,
+    SCHEDULES_NOT_A_DICT,
 )
 from django_ratequeue.conf import ratequeue_settings
 from django_ratequeue.engine.options import JobOptions
@@ -42,13 +47,31 @@ class ScheduleProblem(NamedTuple):
     hint: str = ""
 
 
+EXAMPLE = '{"nightly": {"function": "myapp.jobs.report", "cron": "0 3 * * *"}}'
+
+
+def settings_schedules(value: Any) -> tuple[dict[str, ScheduleSpec], list[ScheduleProblem]]:
+    """Return the valid schedules of ``RATEQUEUE["SCHEDULES"]`` by name, and the problems."""
+    if not isinstance(value, Mapping):
+        message = f'RATEQUEUE["SCHEDULES"] must be a dict of name -> schedule, got {value!r}.'
+        return {}, [ScheduleProblem(SCHEDULES_NOT_A_DICT, message, f"e.g. {EXAMPLE}")]
+    specs: dict[str, ScheduleSpec] = {}
+    problems: list[ScheduleProblem] = []
+    for name, raw in value.items():
+        try:
+            specs[name] = parse_spec(name, raw)
+        except ValueError as error:
+            where = f'RATEQUEUE["SCHEDULES"][{str(name)[:100]!r}]'
+            message = f"{where} is invalid: {error}"
+            problems.append(ScheduleProblem(SCHEDULE_INVALID, message, f"e.g. {EXAMPLE}"))
+    return specs, problems
+
+
 def declared_schedules() -> tuple[dict[str, ScheduleSpec], list[ScheduleProblem]]:
     """Return the valid declared schedules by name, and the problems of the others.
 
-    Those of the settings come parsed (the settings' check reports their problems);
-    those of ``@job(schedule=...)`` are parsed here."""
-    specs = dict(ratequeue_settings().SCHEDULES)
-    problems: list[ScheduleProblem] = []
+    Those of the settings first, then those of ``@job(schedule=...)``."""
+    specs, problems = settings_schedules(ratequeue_settings().SCHEDULES)
     for path, raw in code_declarations().items():
         if path in specs:
             problems.append(

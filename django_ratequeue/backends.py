@@ -23,14 +23,14 @@ from django.utils import timezone
 
 from django_ratequeue import check_ids as ids
 from django_ratequeue import plain
-from django_ratequeue.engine.enqueue import enqueue_job
-from django_ratequeue.engine.functions import JobFunction, job
 from django_ratequeue.engine.models import Attempt, Job, Status
 from django_ratequeue.engine.options import JobOptions
 from django_ratequeue.engine.optionvalues import QueueChoice
 from django_ratequeue.engine.protocol import check_result_size
 from django_ratequeue.engine.registry import BACKEND_PATH, function_path, register_task
 from django_ratequeue.engine.subtasks import current_attempt
+from django_ratequeue.intake.enqueue import enqueue_job
+from django_ratequeue.intake.functions import JobFunction, job
 from django_ratequeue.task_results import resolve_task, task_result
 
 # The jobs the backend enqueues: run_task, arun_task for an ``async def`` task.

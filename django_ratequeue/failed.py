@@ -15,10 +15,10 @@ from django.db import transaction
 from django.db.models import Exists, OuterRef, QuerySet, Value
 from django.db.models.functions import Concat
 
-from django_ratequeue.engine.enqueue import JOB_ID_MAX_LENGTH, enqueue
 from django_ratequeue.engine.handles import Handle
 from django_ratequeue.engine.models import Attempt, Job, OutputChunk, Status, queue_db
 from django_ratequeue.engine.retry import Retry
+from django_ratequeue.intake.enqueue import JOB_ID_MAX_LENGTH, enqueue
 
 RETRYABLE_STATUSES = (Status.FAILED, Status.CANCELED)
 # A copy's id is its original's with this suffix: the id says which job it retries, and a

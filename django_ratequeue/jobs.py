@@ -25,7 +25,6 @@ from django_ratequeue.engine.bounds import (
     seconds,
     storable,
 )
-from django_ratequeue.engine.enqueue import JOB_ID_MAX_LENGTH, enqueue, enqueue_many
 from django_ratequeue.engine.estimate import Basis, Eta
 from django_ratequeue.engine.fairness.keylimits import (
     check_key,
@@ -37,7 +36,6 @@ from django_ratequeue.engine.fairness.keylimits import (
 )
 from django_ratequeue.engine.fairness.keys import ready_order
 from django_ratequeue.engine.fairness.shares import default_weight, key_settings
-from django_ratequeue.engine.functions import AsyncJobFunction, JobFunction, job
 from django_ratequeue.engine.handles import (
     AttemptInfo,
     Handle,
@@ -55,15 +53,17 @@ from django_ratequeue.engine.progress import report_progress, stream_output
 from django_ratequeue.engine.registry import Registered, exposed_job
 from django_ratequeue.engine.retry import Retry
 from django_ratequeue.engine.skipscan import distinct_values
-from django_ratequeue.engine.submit import (
+from django_ratequeue.engine.wakeup import JOBS, LOOP, Waiter, signal
+from django_ratequeue.engine.workerkeys import create_key, find_key, revoke, running_per_instance
+from django_ratequeue.intake.enqueue import JOB_ID_MAX_LENGTH, enqueue, enqueue_many
+from django_ratequeue.intake.functions import AsyncJobFunction, JobFunction, job
+from django_ratequeue.intake.submit import (
     CallOptions,
     atomically,
     submit,
     submit_batch,
     submit_many,
 )
-from django_ratequeue.engine.wakeup import JOBS, LOOP, Waiter, signal
-from django_ratequeue.engine.workerkeys import create_key, find_key, revoke, running_per_instance
 from django_ratequeue.plugins.batches.grouping import (
     BatchHandle,
     HandleList,

@@ -130,7 +130,7 @@ def bare(signature: inspect.Signature) -> str:
 class Registered:
     """A function registered under its dotted path: the base of ``@job`` functions.
 
-    :class:`.functions.JobFunction` adds its options and ``enqueue``. Only those with
+    ``intake.functions.JobFunction`` adds its options and ``enqueue``. Only those with
     :class:`ExposedHooks` can be enqueued over HTTP."""
 
     def __init__(self, func: Callable[..., Any], exposed: ExposedHooks | None = None) -> None:

@@ -18,10 +18,10 @@ from asgiref.sync import sync_to_async
 from django.db import connections
 
 from django_ratequeue import JobFailed, Status, enqueue, job
-from django_ratequeue.engine.functions import AsyncJobFunction, JobFunction
 from django_ratequeue.engine.pool import Call, Pool
 from django_ratequeue.engine.registry import is_async
 from django_ratequeue.engine.subtasks import current_attempt
+from django_ratequeue.intake.functions import AsyncJobFunction, JobFunction
 from django_ratequeue.models import Job
 from tests.queue import jobs
 from tests.queue.steps import run_pass

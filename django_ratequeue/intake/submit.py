@@ -8,10 +8,10 @@ from typing import Any
 
 from django.db import transaction
 
-from django_ratequeue.engine.enqueue import Call, enqueue_job, enqueue_rows, item_id
 from django_ratequeue.engine.models import Job, queue_db
 from django_ratequeue.engine.registry import Registered
 from django_ratequeue.exceptions import RateLimited
+from django_ratequeue.intake.enqueue import Call, enqueue_job, enqueue_rows, item_id
 from django_ratequeue.plugins.batches.grouping import BatchBlock, BatchHandle
 from django_ratequeue.ratelimit.storage import rate_limit_db
 from django_ratequeue.ratelimit.tally import tallied

@@ -21,7 +21,6 @@ from typing import (
 from asgiref.sync import sync_to_async
 
 from django_ratequeue.engine import hooks
-from django_ratequeue.engine.enqueue import enqueue_call, enqueue_many
 from django_ratequeue.engine.handles import Handle
 from django_ratequeue.engine.options import EnqueueOptions, JobOptions
 from django_ratequeue.engine.registry import (
@@ -33,6 +32,7 @@ from django_ratequeue.engine.registry import (
     register_job,
     registered_job,
 )
+from django_ratequeue.intake.enqueue import enqueue_call, enqueue_many
 from django_ratequeue.plugins.batches.grouping import HandleList
 
 P = ParamSpec("P")

@@ -2,8 +2,7 @@
 
 The engine names no plug-in. A plug-in declares here its phases, each placed just before
 or just after one of the engine's own phases (:data:`.phases.ENGINE_PHASES` names them),
-and its work for a step that did nothing; what it does with ``@job``'s keywords
-(:func:`add_job_declaration`); its check of the enqueue options and the hold
+and its work for a step that did nothing; its check of the enqueue options and the hold
 it asks of each job (:func:`add_option_check`), a column stamped from the enqueuing
 context (:func:`add_context_column`), and the estimate ``Handle.eta()`` gives
 (:func:`set_estimator`). ``django_ratequeue.plugins`` loads the plug-ins as the app
@@ -12,9 +11,9 @@ starts. docs/concepts.md ("Where the engine lives") tells the design.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from django_ratequeue.conf import RateQueueSettings
 from django_ratequeue.engine.handles import set_estimator
@@ -56,28 +55,6 @@ def add_idle_work(plugin: str, work: Callable[[], None]) -> None:
     _idle_work[plugin] = work
 
 
-# A plug-in's use of the keywords @job was given for one job: (its dotted path, keywords).
-JobDeclaration = Callable[[str, Mapping[str, Any]], None]
-
-_job_declarations: dict[str, JobDeclaration] = {}
-# Every @job given such keywords so far, in order: a plug-in declared later sees them too.
-_declared_jobs: list[tuple[str, Mapping[str, Any]]] = []
-
-
-def add_job_declaration(plugin: str, declare: JobDeclaration) -> None:
-    """Declare what ``plugin`` does with ``@job``'s keywords, for every job decorated."""
-    _job_declarations[plugin] = declare
-    for path, keywords in _declared_jobs:
-        declare(path, keywords)
-
-
-def declare_job(path: str, keywords: Mapping[str, Any]) -> None:
-    """Give the ``@job`` keywords of the job at ``path`` to every plug-in that declared a use."""
-    _declared_jobs.append((path, keywords))
-    for declare in _job_declarations.values():
-        declare(path, keywords)
-
-
 def place(engine: Iterable[tuple[str, Phase]], settings: RateQueueSettings) -> list[Phase]:
     """Return the engine's phases with every plug-in's placed among them, in order.
 
@@ -109,10 +86,8 @@ __all__ = [
     "Placed",
     "add_context_column",
     "add_idle_work",
-    "add_job_declaration",
     "add_option_check",
     "add_phases",
-    "declare_job",
     "do_idle_work",
     "place",
     "set_estimator",

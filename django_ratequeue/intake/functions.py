@@ -20,7 +20,6 @@ from typing import (
 
 from asgiref.sync import sync_to_async
 
-from django_ratequeue.engine import hooks
 from django_ratequeue.engine.handles import Handle
 from django_ratequeue.engine.options import EnqueueOptions, JobOptions
 from django_ratequeue.engine.registry import (
@@ -34,6 +33,7 @@ from django_ratequeue.engine.registry import (
 )
 from django_ratequeue.intake.enqueue import enqueue_call, enqueue_many
 from django_ratequeue.plugins.batches.grouping import HandleList
+from django_ratequeue.plugins.schedules.declarations import declare_in_code
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -187,8 +187,7 @@ def job(
     keeps its own.
 
     ``expose=True`` lets the HTTP API enqueue it, for the users ``permission(request)``
-    admits, with the options ``http_options(request, args, kwargs)`` adds (see
-    docs/http-api.md).
+    admits, with the options ``http_options(request, args, kwargs)`` adds.
 
     ``schedule`` (a cron expression, or seconds between runs) makes it recurring, in
     ``timezone`` (UTC by default), with a ``misfire`` policy (see docs/schedules.md).
@@ -198,23 +197,28 @@ def job(
     exposed = exposed_hooks(expose, permission, http_options)
     if schedule is None and (timezone is not None or misfire is not None):
         raise ValueError("timezone= and misfire= are for a recurring job: add schedule=.")
-    declared = {"schedule": schedule, "timezone": timezone, "misfire": misfire}
-    declared = {name: value for name, value in declared.items() if value is not None}
 
     def decorate(f: Callable[..., Any], /) -> JobFunction[..., Any]:
-        if declared:
-            hooks.declare_job(job_path(getattr(f, "func", f)), declared)
+        if schedule is not None:
+            declare_in_code(job_path(getattr(f, "func", f)), schedule, timezone, misfire)
         if isinstance(f, JobFunction):
-            if exposed is not None:
-                raise ValueError(
-                    f"{f.path} is a job already: give expose= where it is first decorated "
-                    "with @job, which is the job the HTTP API finds."
-                )
-            register_job(f)
-            return type(f)(f.func, f.options.merge(defaults))
+            return _decorated_again(f, defaults, exposed)
         return register_job(JobFunction.of(f, job_options, exposed))
 
     return decorate(func) if func is not None else cast("JobDecorator", decorate)
+
+
+def _decorated_again(
+    f: JobFunction[..., Any], defaults: Mapping[str, Any], exposed: ExposedHooks | None
+) -> JobFunction[..., Any]:
+    """Return a copy of job ``f`` with more options; the registered job keeps its own."""
+    if exposed is not None:
+        raise ValueError(
+            f"{f.path} is a job already: give expose= where it is first decorated "
+            "with @job, which is the job the HTTP API finds."
+        )
+    register_job(f)
+    return type(f)(f.func, f.options.merge(defaults))
 
 
 __all__ = ["AsyncJobFunction", "JobDecorator", "JobFunction", "job"]

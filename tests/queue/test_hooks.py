@@ -90,19 +90,3 @@ def test_the_loaded_plugins_are_the_ones_that_declare_hooks() -> None:
         *([handles._estimator[0]] if handles._estimator else []),
     }
     assert set(PLUGINS) <= declared
-
-
-def test_a_job_decorated_before_its_plugin_declared_itself_reaches_it(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    # A job module imported before the app starts (by a models.py) keeps its schedule.
-    monkeypatch.setattr(hooks, "_job_declarations", {})
-    monkeypatch.setattr(hooks, "_declared_jobs", [])
-    hooks.declare_job("app.jobs.nightly", {"schedule": "0 3 * * *"})
-    seen: list[tuple[str, dict[str, object]]] = []
-    hooks.add_job_declaration("probe", lambda path, keywords: seen.append((path, {**keywords})))
-    hooks.declare_job("app.jobs.hourly", {"schedule": 3600})
-    assert seen == [
-        ("app.jobs.nightly", {"schedule": "0 3 * * *"}),
-        ("app.jobs.hourly", {"schedule": 3600}),
-    ]

@@ -124,6 +124,18 @@ def test_job_schedule_declares_a_schedule_checked_at_start_up(code_declarations:
     assert [check_id for check_id, _message in found] == [check_ids.SCHEDULE_NAME_TAKEN]
 
 
+def test_a_schedule_is_recorded_as_its_job_is_decorated(code_declarations: None) -> None:
+    # A job module imported before the app starts (by a models.py) keeps its schedule:
+    # @job hands it to the schedules plug-in as it decorates, whatever has loaded since.
+    job(schedule="0 3 * * *", timezone="Europe/Paris")(nightly_report)
+    path = f"{__name__}.nightly_report"
+    assert declarations.code_declarations()[path] == {
+        "function": path,
+        "cron": "0 3 * * *",
+        "timezone": "Europe/Paris",
+    }
+
+
 def test_timezone_without_a_schedule_is_refused() -> None:
     with pytest.raises(ValueError, match="schedule="):
         job(timezone="Europe/Paris")(nightly_report)

@@ -88,6 +88,8 @@ def test_the_loaded_plugins_are_the_ones_that_declare_hooks() -> None:
         *options._option_checks,
         *(plugin for plugin, _ in options._context_columns.values()),
         *([handles._estimator[0]] if handles._estimator else []),
+        *hooks._prunings,
+        *hooks._kept_jobs,
     }
     assert set(PLUGINS) <= declared
 

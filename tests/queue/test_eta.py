@@ -20,8 +20,9 @@ from django_ratequeue.engine.fairness.keys import ready_key
 from django_ratequeue.engine.heartbeat import beat
 from django_ratequeue.exceptions import JobDoesNotExist
 from django_ratequeue.models import Attempt, Job
-from django_ratequeue.plugins.eta.estimates import RUN_TIME_WINDOW, job_etas
+from django_ratequeue.plugins.eta.estimates import job_etas
 from django_ratequeue.plugins.rollups.counting import Tally
+from django_ratequeue.plugins.rollups.runtimes import RUN_TIME_WINDOW
 from tests.queue import jobs
 from tests.queue.steps import Clock, freeze, leading_loop
 from tests.ratelimit import plans

@@ -90,6 +90,7 @@ def test_the_loaded_plugins_are_the_ones_that_declare_hooks() -> None:
         *([handles._estimator[0]] if handles._estimator else []),
         *hooks._prunings,
         *hooks._kept_jobs,
+        *([hooks._run_times[0]] if hooks._run_times else []),
     }
     assert set(PLUGINS) <= declared
 

@@ -8,6 +8,7 @@ from django_ratequeue.conf import ratequeue_settings
 from django_ratequeue.engine import handles, hooks, options
 from django_ratequeue.engine.phases import Step
 from django_ratequeue.plugins import PLUGINS
+from django_ratequeue.plugins.retention import pruning
 from tests.queue import jobs
 from tests.queue.steps import Clock, freeze, leading_loop
 
@@ -109,3 +110,24 @@ def test_a_job_decorated_before_its_plugin_declared_itself_reaches_it(
         ("app.jobs.nightly", {"schedule": "0 3 * * *"}),
         ("app.jobs.hourly", {"schedule": 3600}),
     ]
+
+
+def test_retention_runs_each_declared_pruning_until_it_prunes_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    calls: list[int] = []
+    left = [3]
+
+    def prune_probe(limit: int) -> int:
+        calls.append(limit)
+        pruned = min(left[0], 2)
+        left[0] -= pruned
+        return pruned
+
+    monkeypatch.setitem(hooks._prunings, "probe", prune_probe)
+    pruning.prune(batch_size=2)
+    assert calls == [2, 2, 2]  # 2, then 1, then none left
+    calls.clear()
+    monkeypatch.setattr(pruning, "_next_background_prune", 0.0)
+    pruning.prune_in_background()
+    assert calls == [pruning.BACKGROUND_BATCH]  # one batch a rest

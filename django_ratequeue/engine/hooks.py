@@ -5,15 +5,21 @@ or just after one of the engine's own phases (:data:`.phases.ENGINE_PHASES` name
 and its work for a step that did nothing; its check of the enqueue options and the hold
 it asks of each job (:func:`add_option_check`), a column stamped from the enqueuing
 context (:func:`add_context_column`), and the estimate ``Handle.eta()`` gives
-(:func:`set_estimator`). ``django_ratequeue.plugins`` loads the plug-ins as the app
-starts. docs/concepts.md ("Where the engine lives") tells the design.
+(:func:`set_estimator`). Between plug-ins: how retention prunes a plug-in's rows
+(:func:`add_pruning`) and which jobs it keeps for one (:func:`add_kept_jobs`), and the
+queues' run times an estimate reads (:func:`set_run_times`). ``django_ratequeue.plugins``
+loads the plug-ins as the app starts. docs/concepts.md ("Where the engine lives") tells
+the design.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from django.db.models import QuerySet
 
 from django_ratequeue.conf import RateQueueSettings
 from django_ratequeue.engine.handles import set_estimator
@@ -55,6 +61,50 @@ def add_idle_work(plugin: str, work: Callable[[], None]) -> None:
     _idle_work[plugin] = work
 
 
+# A plug-in's pruning of its own rows: delete up to ``limit`` of those past their
+# retention, in one transaction; return how many.
+Prune = Callable[[int], int]
+# The jobs retention keeps for a plug-in past their own retention: a query of their ids.
+KeptJobs = Callable[[], QuerySet[Any]]
+# A queue's mean run time at a moment, in seconds (None: none known).
+RunTimes = Callable[[str, datetime], float | None]
+
+_prunings: dict[str, Prune] = {}
+_kept_jobs: dict[str, KeptJobs] = {}
+_run_times: tuple[str, RunTimes] | None = None
+
+
+def add_pruning(plugin: str, prune: Prune) -> None:
+    """Declare how retention prunes ``plugin``'s rows, ``limit`` at a time."""
+    _prunings[plugin] = prune
+
+
+def add_kept_jobs(plugin: str, kept: KeptJobs) -> None:
+    """Declare the jobs retention keeps for ``plugin`` while ``kept()`` returns their ids."""
+    _kept_jobs[plugin] = kept
+
+
+def set_run_times(plugin: str, run_times: RunTimes) -> None:
+    """Make :func:`run_time` answer with ``plugin``'s ``run_times(queue, now)``."""
+    global _run_times
+    _run_times = (plugin, run_times)
+
+
+def prunings() -> list[Prune]:
+    """Return every plug-in's pruning, in the order they were declared."""
+    return list(_prunings.values())
+
+
+def kept_jobs() -> list[QuerySet[Any]]:
+    """Return the ids of the jobs each plug-in asks retention to keep, a query each."""
+    return [kept() for kept in _kept_jobs.values()]
+
+
+def run_time(queue: str, now: datetime) -> float | None:
+    """Return ``queue``'s mean run time at ``now``, in seconds (None: none known)."""
+    return None if _run_times is None else _run_times[1](queue, now)
+
+
 def place(engine: Iterable[tuple[str, Phase]], settings: RateQueueSettings) -> list[Phase]:
     """Return the engine's phases with every plug-in's placed among them, in order.
 
@@ -86,9 +136,15 @@ __all__ = [
     "Placed",
     "add_context_column",
     "add_idle_work",
+    "add_kept_jobs",
     "add_option_check",
     "add_phases",
+    "add_pruning",
     "do_idle_work",
+    "kept_jobs",
     "place",
+    "prunings",
+    "run_time",
     "set_estimator",
+    "set_run_times",
 ]

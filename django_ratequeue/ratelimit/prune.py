@@ -1,8 +1,9 @@
 """Forgetting rate-limit rows that are full again: a missing row says as much.
 
-The resting loop prunes a batch now and then (:func:`.queue.retention.prune_in_background`),
-``manage.py ratelimits prune`` all of them; only limits in ``RATE_LIMITS`` are pruned (a
-keyed limit's rows key by key, each under its key's configuration).
+The resting loop prunes a batch now and then
+(:func:`.plugins.retention.pruning.prune_in_background`), ``manage.py ratelimits prune``
+all of them; only limits in ``RATE_LIMITS`` are pruned (a keyed limit's rows key by key,
+each under its key's configuration).
 docs/concepts.md ("Two numbers per limit") tells which rows go, and how.
 """
 

@@ -17,8 +17,8 @@ from django_ratequeue import enqueue
 from django_ratequeue.contrib.prometheus import metrics_view
 from django_ratequeue.engine.models import FINAL_STATUSES, Status
 from django_ratequeue.models import Attempt, Job, QueueMinute
-from django_ratequeue.plugins.retention.pruning import prune_rollups
 from django_ratequeue.plugins.rollups.counting import ARRIVALS_SETTLE
+from django_ratequeue.plugins.rollups.pruning import prune_rollups
 from tests.queue import jobs
 from tests.queue.steps import Clock, freeze, run_pass
 

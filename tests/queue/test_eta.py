@@ -15,13 +15,15 @@ from django.test import override_settings
 
 from django_ratequeue import Eta, Handle, Status, enqueue
 from django_ratequeue.control import pause_queue, resume_queue
+from django_ratequeue.engine import hooks
 from django_ratequeue.engine.fairness.keylimits import set_key_limit
 from django_ratequeue.engine.fairness.keys import ready_key
 from django_ratequeue.engine.heartbeat import beat
 from django_ratequeue.exceptions import JobDoesNotExist
 from django_ratequeue.models import Attempt, Job
-from django_ratequeue.plugins.eta.estimates import RUN_TIME_WINDOW, job_etas
+from django_ratequeue.plugins.eta.estimates import job_etas
 from django_ratequeue.plugins.rollups.counting import Tally
+from django_ratequeue.plugins.rollups.runtimes import RUN_TIME_WINDOW
 from tests.queue import jobs
 from tests.queue.steps import Clock, freeze, leading_loop
 from tests.ratelimit import plans
@@ -178,6 +180,23 @@ def test_the_run_time_is_the_recent_one(monkeypatch: pytest.MonkeyPatch) -> None
     step(clock)
     last = Job.objects.get(status=Status.WAITING)
     assert job_etas([last])[last.pk].estimated_start == clock.now() + timedelta(seconds=2)
+
+
+@override_settings(RATEQUEUE=TWO_SLOTS)
+def test_without_a_plugin_that_knows_run_times_the_throughput_is_unknown(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The rollups give the run times (hooks.set_run_times): without them, as without rows."""
+    clock = freeze(monkeypatch)
+    record_run_time("line", 2, clock.now())
+    for i in range(3):
+        clock.advance(0.001)
+        enqueue(jobs.add, args=[i, i], queue="line")
+    step(clock)
+    last = Job.objects.get(status=Status.WAITING)
+    assert job_etas([last])[last.pk].basis == "throughput"
+    monkeypatch.setattr(hooks, "_run_times", None)
+    assert job_etas([last])[last.pk] == Eta(0, clock.now(), None, "unknown")
 
 
 @override_settings(RATEQUEUE=TWO_SLOTS)

@@ -8,6 +8,7 @@ from django_ratequeue.conf import ratequeue_settings
 from django_ratequeue.engine import handles, hooks, options
 from django_ratequeue.engine.phases import Step
 from django_ratequeue.plugins import PLUGINS
+from django_ratequeue.plugins.retention import pruning
 from tests.queue import jobs
 from tests.queue.steps import Clock, freeze, leading_loop
 
@@ -88,5 +89,29 @@ def test_the_loaded_plugins_are_the_ones_that_declare_hooks() -> None:
         *options._option_checks,
         *(plugin for plugin, _ in options._context_columns.values()),
         *([handles._estimator[0]] if handles._estimator else []),
+        *hooks._prunings,
+        *hooks._kept_jobs,
+        *([hooks._run_times[0]] if hooks._run_times else []),
     }
     assert set(PLUGINS) <= declared
+
+
+def test_retention_runs_each_declared_pruning_until_it_prunes_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    calls: list[int] = []
+    left = [3]
+
+    def prune_probe(limit: int) -> int:
+        calls.append(limit)
+        pruned = min(left[0], 2)
+        left[0] -= pruned
+        return pruned
+
+    monkeypatch.setitem(hooks._prunings, "probe", prune_probe)
+    pruning.prune(batch_size=2)
+    assert calls == [2, 2, 2]  # 2, then 1, then none left
+    calls.clear()
+    monkeypatch.setattr(pruning, "_next_background_prune", 0.0)
+    pruning.prune_in_background()
+    assert calls == [pruning.BACKGROUND_BATCH]  # one batch a rest

@@ -27,7 +27,6 @@ from django_ratequeue.monitor.figures import (
     series,
     series_by_queue,
 )
-from django_ratequeue.plugins.retention.pruning import prune_rollups
 from django_ratequeue.plugins.rollups.counting import (
     ARRIVALS_SETTLE,
     FINAL_FIGURES,
@@ -41,6 +40,7 @@ from django_ratequeue.plugins.rollups.models import (
     HISTOGRAM_BUCKETS,
     bucket_field,
 )
+from django_ratequeue.plugins.rollups.pruning import prune_rollups
 from tests.cluster import wait_for
 from tests.queue import jobs
 from tests.queue.steps import freeze, leading_loop, run_pass

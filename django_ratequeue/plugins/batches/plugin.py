@@ -1,4 +1,4 @@
-"""How the batches join the engine: a new job's batch, and a phase that ends batches."""
+"""How the batches join the engine: a new job's batch, a phase that ends batches, their pruning."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ from django_ratequeue.conf import RateQueueSettings
 from django_ratequeue.engine import hooks
 from django_ratequeue.engine.phases import Step
 from django_ratequeue.plugins.batches.ends import BatchEnds
+from django_ratequeue.plugins.batches.pruning import prune_batches
 from django_ratequeue.plugins.batches.scope import current_batch_id
 
 
@@ -37,3 +38,4 @@ def phases(settings: RateQueueSettings) -> list[hooks.Placed]:
 
 hooks.add_context_column("batches", "batch_id", current_batch_id)
 hooks.add_phases("batches", phases)
+hooks.add_pruning("batches", prune_batches)

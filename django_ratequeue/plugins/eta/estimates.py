@@ -3,22 +3,21 @@
 :func:`job_etas` estimates a page of jobs at once. Per job it reads the jobs ahead of it
 in its queue and key (:func:`jobs_ahead`: four bounded ranges of the dispatch index);
 per page, the active attempts, the limits in force (:mod:`.capacity`, as the dispatch
-reads them), each queue's recent run time (its rollups) and each rate-gated queue's rate
-limit; whether a job starts at the next step, it asks the dispatch's own rounds
-(:class:`.rounds.NextStep`). docs/eta.md tells how each basis estimates and how accurate
-it is.
+reads them), each queue's mean run time (as the rollups tell it: :func:`.hooks.run_time`)
+and each rate-gated queue's rate limit; whether a job starts at the next step, it asks
+the dispatch's own rounds (:class:`.rounds.NextStep`). docs/eta.md tells how each basis
+estimates and how accurate it is.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
-
-from django.db.models import F, Sum
 
 from django_ratequeue import clock
 from django_ratequeue.conf import ratequeue_settings
+from django_ratequeue.engine import hooks
 from django_ratequeue.engine.capacity import Capacity
 from django_ratequeue.engine.estimate import Eta
 from django_ratequeue.engine.heartbeat import queue_served
@@ -33,17 +32,9 @@ from django_ratequeue.engine.models import (
 )
 from django_ratequeue.engine.rounds import NextStep
 from django_ratequeue.engine.tokens import Tokens
-from django_ratequeue.plugins.rollups.models import (
-    HISTOGRAM_BUCKETS,
-    QueueMinute,
-    QueueTotal,
-    bucket_field,
-)
 
 # The jobs ahead counted at most (per range of the dispatch index: see jobs_ahead).
 POSITION_LIMIT = 10_000
-# The recent minutes of a queue's rollups whose run times make its mean run time.
-RUN_TIME_WINDOW = timedelta(minutes=15)
 # What a job's estimate reads of the job.
 ETA_FIELDS = (
     "status",
@@ -233,35 +224,10 @@ class Estimator:
     def run_time(self, queue: str) -> float | None:
         """Return the mean run time of ``queue``'s attempts, in seconds (None: none ran).
 
-        From its rollups of the last RUN_TIME_WINDOW, else its totals since first counted."""
+        As the plug-in that knows run times tells it (the rollups); none: unknown."""
         if queue not in self._run_times:
-            since = self.now.astimezone(UTC).replace(second=0, microsecond=0) - RUN_TIME_WINDOW
-            recent = QueueMinute.objects.filter(queue=queue, minute__gte=since)
-            mean = mean_run_time(recent.aggregate(**RUN_SUMS))
-            if mean is None:
-                mean = mean_run_time(QueueTotal.objects.filter(queue=queue).aggregate(**RUN_SUMS))
-            self._run_times[queue] = mean
+            self._run_times[queue] = hooks.run_time(queue, self.now)
         return self._run_times[queue]
-
-
-# The sums that make a mean run time: the milliseconds, and the samples (every bucket).
-RUN_SUMS: dict[str, Any] = {
-    "run_ms": Sum("run_ms"),
-    "samples": Sum(
-        sum(
-            (F(bucket_field("run", bucket)) for bucket in range(1, HISTOGRAM_BUCKETS)),
-            F(bucket_field("run", 0)),
-        )
-    ),
-}
-
-
-def mean_run_time(sums: dict[str, Any]) -> float | None:
-    """Return the mean run time in seconds from :data:`RUN_SUMS` (None: no sample)."""
-    samples = sums.get("samples") or 0
-    if samples <= 0:
-        return None
-    return float(sums["run_ms"] or 0) / samples / 1000
 
 
 def jobs_ahead(job: Job) -> Ahead:

@@ -1,8 +1,9 @@
-"""Retention: the pruning of finished jobs and old per-minute figures.
+"""Retention: the pruning of finished jobs, and of every plug-in's rows past their own.
 
 Finished jobs are kept RETENTION seconds for ``result()`` and the admin, with their
-attempts and output; the queues' per-minute figures ROLLUP_RETENTION seconds. The resting
-loop prunes a small batch now and then (:func:`prune_in_background`), ``manage.py
+attempts and output, and while a plug-in keeps them (:func:`.hooks.add_kept_jobs`); each
+plug-in that keeps rows prunes its own (:func:`.hooks.add_pruning`). The resting loop
+prunes a small batch now and then (:func:`prune_in_background`), ``manage.py
 ratequeue_prune`` all that is due (docs/concepts.md, "Retention").
 """
 
@@ -16,6 +17,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from django_ratequeue.conf import ratequeue_settings
+from django_ratequeue.engine import hooks
 from django_ratequeue.engine.models import (
     Attempt,
     Job,
@@ -24,9 +26,6 @@ from django_ratequeue.engine.models import (
     WorkerHeartbeat,
     queue_db,
 )
-from django_ratequeue.plugins.batches.models import Batch
-from django_ratequeue.plugins.rollups.models import QueueMinute
-from django_ratequeue.plugins.unique.claims import live_claims, prune_claims
 from django_ratequeue.ratelimit.prune import prune_full_rows
 
 BACKGROUND_EVERY = 60.0
@@ -38,7 +37,7 @@ def prune_jobs(limit: int) -> int:
     """Delete up to ``limit`` jobs past their retention; return how many.
 
     That is complete and canceled jobs finished more than RETENTION ago, failed ones more
-    than FAILED_RETENTION ago."""
+    than FAILED_RETENTION ago, but for the jobs a plug-in keeps."""
     settings = ratequeue_settings()
     now = timezone.now()
     cutoff = now - timedelta(seconds=settings.RETENTION)
@@ -49,34 +48,15 @@ def prune_jobs(limit: int) -> int:
             due = due.exclude(status=Status.FAILED, finished_at__gte=failed_cutoff).exclude(
                 ~Q(status=Status.FAILED), finished_at__gte=cutoff
             )
-        # A job that answers a live unique_for window is kept: its handle still reads.
-        due = due.exclude(pk__in=live_claims().values("job_id"))
+        # As a job that answers a live unique_for window: its handle still reads.
+        for kept in hooks.kept_jobs():
+            due = due.exclude(pk__in=kept)
         ids = list(due.values_list("pk", flat=True)[:limit])
         if ids:
             Attempt.objects.filter(job_id__in=ids).delete()
             OutputChunk.objects.filter(job_id__in=ids).delete()
             Job.objects.filter(pk__in=ids).delete()
     return len(ids)
-
-
-def prune_batches(limit: int) -> int:
-    """Delete up to ``limit`` batches finished more than RETENTION ago; return how many."""
-    cutoff = timezone.now() - timedelta(seconds=ratequeue_settings().RETENTION)
-    ids = list(Batch.objects.filter(finished_at__lt=cutoff).values_list("pk", flat=True)[:limit])
-    if ids:
-        Batch.objects.filter(pk__in=ids).delete()
-    return len(ids)
-
-
-def prune_rollups(limit: int | None = None) -> int:
-    """Delete the per-minute figures older than ROLLUP_RETENTION; return how many.
-
-    At most ``limit`` rows are deleted, if given."""
-    cutoff = timezone.now() - timedelta(seconds=ratequeue_settings().ROLLUP_RETENTION)
-    old = QueueMinute.objects.filter(minute__lt=cutoff)
-    if limit is not None:
-        old = QueueMinute.objects.filter(pk__in=list(old.values_list("pk", flat=True)[:limit]))
-    return old.delete()[0]
 
 
 def prune_heartbeats() -> int:
@@ -88,16 +68,14 @@ def prune_heartbeats() -> int:
 def prune(batch_size: int = 1000) -> int:
     """Prune every job that is due, in batches; return how many jobs were deleted.
 
-    The per-minute figures that are due, and old heartbeats, go with them."""
+    Then every plug-in's rows that are due (the batches', the per-minute figures, the
+    unique claims), and old heartbeats."""
     total = 0
     while count := prune_jobs(batch_size):
         total += count
-    while prune_rollups(batch_size):
-        pass
-    while prune_claims(batch_size):
-        pass
-    while prune_batches(batch_size):
-        pass
+    for prune_rows in hooks.prunings():
+        while prune_rows(batch_size):
+            pass
     prune_heartbeats()
     return total
 
@@ -105,15 +83,14 @@ def prune(batch_size: int = 1000) -> int:
 def prune_in_background() -> None:
     """Prune one small batch, at most once a minute per process.
 
-    The resting loop calls it. The batch holds jobs, per-minute figures, old heartbeats
+    The resting loop calls it. The batch holds jobs, each plug-in's rows, old heartbeats
     and rate-limit rows that are full again (:mod:`..ratelimit.prune`)."""
     global _next_background_prune
     if time.monotonic() < _next_background_prune:
         return
     _next_background_prune = time.monotonic() + BACKGROUND_EVERY
     prune_jobs(BACKGROUND_BATCH)
-    prune_rollups(BACKGROUND_BATCH)
-    prune_claims(BACKGROUND_BATCH)
-    prune_batches(BACKGROUND_BATCH)
+    for prune_rows in hooks.prunings():
+        prune_rows(BACKGROUND_BATCH)
     prune_heartbeats()
     prune_full_rows(BACKGROUND_BATCH)

@@ -1,4 +1,6 @@
-"""How the rollups join the loop: each step's arrivals and moves, counted as it commits."""
+"""How the rollups join the engine: each step's arrivals and moves, counted as it commits.
+
+Retention prunes their old minutes; the eta reads the queues' run times from them."""
 
 from __future__ import annotations
 
@@ -9,6 +11,8 @@ from django_ratequeue.engine import hooks
 from django_ratequeue.engine.models import Job
 from django_ratequeue.engine.phases import Step
 from django_ratequeue.plugins.rollups.counting import ARRIVALS_SETTLE, ArrivalsWindow, Tally
+from django_ratequeue.plugins.rollups.pruning import prune_rollups
+from django_ratequeue.plugins.rollups.runtimes import run_time
 
 
 class Rollups:
@@ -79,3 +83,5 @@ def phases(settings: RateQueueSettings) -> list[hooks.Placed]:
 
 
 hooks.add_phases("rollups", phases)
+hooks.add_pruning("rollups", prune_rollups)
+hooks.set_run_times("rollups", run_time)

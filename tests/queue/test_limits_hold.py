@@ -97,8 +97,8 @@ def test_every_limit_holds_while_eight_runners_race(
 
     def spans(queue: str, key: str | None = None) -> list[tuple[datetime, datetime]]:
         # A place is held from the step that dispatched the attempt to the one that took
-        # its end in, both on the leader's clock (a runner's started_at is its claim's
-        # stamp, taken before the claim waits for the rows: it can precede the dispatch).
+        # its end in, both on the leader's clock (a runner's started_at is on its own
+        # host's clock, and on PostgreSQL taken just before its claim's statement).
         return [
             (a.dispatched_at, held_until(a))
             for a in attempts

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Collection
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.db import transaction
 from django.db.models import OuterRef, Q, QuerySet, Subquery
 
 from django_ratequeue import clock
@@ -107,15 +109,21 @@ def claim_local(claimant: Claimant, limit: int, functions: Collection[str] = ())
     process knows. The highest priority first, then in dispatch order: a free slot never
     starts a lower priority while a higher one waits. Through lost connections: claiming
     again also finds what a first try took before its connection broke (claimed by us,
-    started at ``stamp``)."""
-    stamp = clock.now()
+    started at ``stamp``).
+
+    The start is stamped once the claim may write: on SQLite, after its transaction got
+    the database's write lock (``transaction_mode`` IMMEDIATE), so that no attempt starts
+    before the step that dispatched it, however long the claim waited for the lock."""
+    stamp: datetime | None = None
     tries = 0
     scope = Scope(functions=list(functions))
 
     def take() -> list[Attempt]:
-        nonlocal tries
+        nonlocal tries, stamp
         tries += 1
-        rows = run_claim(scope, limit, claimant.worker, None, stamp, None)
+        with write_lock():
+            stamp = stamp or clock.now()
+            rows = run_claim(scope, limit, claimant.worker, None, stamp, None)
         if tries == 1 and not rows:
             return []
         if tries == 1 and queue_connection().vendor == "postgresql":
@@ -133,6 +141,16 @@ def claim_local(claimant: Claimant, limit: int, functions: Collection[str] = ())
     attempts = through_reconnects(take)
     announce_started(attempts, claimant)
     return attempts
+
+
+def write_lock() -> AbstractContextManager[Any]:
+    """Return what holds the queue database's write lock around a claim, where it waits.
+
+    SQLite's: a transaction, which takes the lock as it begins. PostgreSQL's claim
+    waits for no lock (it skips the rows another claim holds): nothing."""
+    if queue_connection().vendor == "sqlite":
+        return transaction.atomic(using=queue_db())
+    return nullcontext()
 
 
 def announce_started(attempts: list[Attempt], claimant: Claimant) -> None:

@@ -26,6 +26,9 @@ from django_ratequeue.engine.tokens import Tokens
 
 # Concurrency keys looked at per queue beyond its free places, to get past busy keys.
 KEY_LOOKAHEAD = 100
+# The most queues whose jobs one read of the rounds takes (Rounds.read): as many as the
+# environment has places, at least 10 (some may have nothing to start).
+QUEUES_PER_READ = 100
 # What a rate-gated queue's reservation says about a job (see Dispatch.reserve_tokens):
 # start "now", its place kept till "later", its queue "parked", its key "held", "unfit".
 TokenGate = Literal["now", "later", "parked", "held", "unfit"]
@@ -58,23 +61,33 @@ class Rounds:
 
         The offers of all queues are taken by priority, then round, then the queues'
         turn, so a higher priority goes first and keys and queues of equal priority take
-        turns; as many as the environment has places."""
+        turns; as many as the environment has places. The queues' jobs are read a chunk
+        of queues at a time (:meth:`read`), as long as places are left."""
         env_free = self.capacity.environment_free()
         result = Offers()
         if env_free <= 0:
             return result
         offers: list[tuple[Job, int, int]] = []
-        for turn, name in enumerate(queues):
-            offers.extend(
-                (job, round_, turn) for job, round_ in self.candidates(name, room(name), result)
-            )
+        turn = 0
+        while turn < len(queues) and (places := self.capacity.environment_free()) > 0:
+            chunk = queues[turn : turn + min(max(places, 10), QUEUES_PER_READ)]
+            waiting = self.read(chunk, room)
+            for name in chunk:
+                jobs = waiting.get(name, [])
+                offers.extend(
+                    (job, round_, turn)
+                    for job, round_ in self.candidates(name, room(name), jobs, result)
+                )
+                turn += 1
         offers.sort(key=lambda offer: (-offer[0].priority, offer[1], offer[2]))
         result.chosen = [job for job, _round, _turn in offers[:env_free]]
         result.more = len(offers) > len(result.chosen)
         return result
 
-    def candidates(self, name: str, room: int, result: Offers) -> list[tuple[Job, int]]:
-        """Return the jobs queue ``name`` can start now, each with its round.
+    def candidates(
+        self, name: str, room: int, jobs: list[tuple[Job, int]], result: Offers
+    ) -> list[tuple[Job, int]]:
+        """Return the jobs of queue ``name`` (its ``jobs`` in rounds) it can start now.
 
         Each key is its own copy of the queue, under its limit; ``total_concurrency``
         caps them together. A job its rate limit gives a place later joins
@@ -85,7 +98,7 @@ class Rounds:
             return []
         rate_limit = capacity.limits(name).rate_limit
         chosen: list[tuple[Job, int]] = []
-        for job, round_ in self.in_rounds(name, room):
+        for job, round_ in jobs:
             if capacity.queue_full(name) or len(chosen) >= env_free:
                 break
             if capacity.copy_full(name, job.concurrency_key, job.max_concurrency):
@@ -103,24 +116,41 @@ class Rounds:
                 result.later.append(job)
         return chosen
 
-    def in_rounds(self, name: str, room: int) -> list[tuple[Job, int]]:
-        """Return the next jobs of queue ``name``'s keys in weighted turns, with their round.
+    def read(
+        self, queues: list[str], room: Callable[[str], int]
+    ) -> dict[str, list[tuple[Job, int]]]:
+        """Return the next jobs of each of ``queues``' keys in weighted turns, with their round.
 
-        They come by priority, then round, then the keys' turn: from the key served last
-        when it has credit left in its turn, else from the one after it (see
-        :func:`.keyshares.weighted_rounds`)."""
-        cursor, credit = self.turns.key_of(name), self.turns.credit_of(name)
-        keys = keys_in_turn(name, cursor, room + KEY_LOOKAHEAD)
-        if cursor is not None and credit > 0:
-            keys = [cursor, *(key for key in keys if key != cursor)]
-        else:
-            credit = 0
-        by_key: dict[str, list[Job]] = {}
-        for job in sorted(next_jobs(name, self.capacity.takes(name, keys, room)), key=ready_key):
-            by_key.setdefault(job.concurrency_key, []).append(job)
-        offers = weighted_rounds(keys, by_key, self.capacity.weights(name, keys), credit)
-        self.credit_left.update((job.pk, left) for job, _round, left in offers)
-        return [(job, round_) for job, round_, _left in offers]
+        Per queue they come by priority, then round, then the keys' turn: from the key
+        served last when it has credit left in its turn, else from the one after it (see
+        :func:`.keyshares.weighted_rounds`). Two statements for all the queues: their keys
+        in turn, then the keys' next jobs, as many as each queue has room for."""
+        rooms = {name: places for name in queues if (places := room(name)) > 0}
+        cursors = {name: self.turns.key_of(name) for name in rooms}
+        found = keys_in_turn(
+            {name: (cursors[name], places + KEY_LOOKAHEAD) for name, places in rooms.items()}
+        )
+        turns: dict[str, tuple[list[str], int]] = {}
+        takes: dict[tuple[str, str], int] = {}
+        for name, places in rooms.items():
+            keys, cursor, credit = found[name], cursors[name], self.turns.credit_of(name)
+            if cursor is not None and credit > 0:
+                keys = [cursor, *(key for key in keys if key != cursor)]
+            else:
+                credit = 0
+            turns[name] = (keys, credit)
+            for key, take in self.capacity.takes(name, keys, places).items():
+                takes[(name, key)] = take
+        by_key: dict[str, dict[str, list[Job]]] = {name: {} for name in rooms}
+        for job in sorted(next_jobs(takes), key=ready_key):
+            by_key[job.queue].setdefault(job.concurrency_key, []).append(job)
+        waiting = {}
+        for name, (keys, credit) in turns.items():
+            weights = self.capacity.weights(name, keys)
+            offers = weighted_rounds(keys, by_key[name], weights, credit)
+            self.credit_left.update((job.pk, left) for job, _round, left in offers)
+            waiting[name] = [(job, round_) for job, round_, _left in offers]
+        return waiting
 
 
 class NextStep:

@@ -93,7 +93,7 @@ def test_jobs_whose_tokens_are_reserved_keep_the_head() -> None:
 def plan_of_next_jobs(queue: str, takes: dict[str, int]) -> str:
     """The query plan of the statement next_jobs sends, as text."""
     with CaptureQueriesContext(connection) as captured:
-        next_jobs(queue, takes)
+        next_jobs({(queue, key): take for key, take in takes.items()})
     (query,) = captured.captured_queries
     explain = "EXPLAIN QUERY PLAN" if connection.vendor == "sqlite" else "EXPLAIN"
     with connection.cursor() as cursor:
@@ -121,6 +121,6 @@ def test_the_next_jobs_of_a_key_are_the_head_of_the_dispatch_index() -> None:
     else:
         assert "Sort" not in plan, plan
     # The head: the job ready longest (of the last batch), the first of its batch.
-    (head,) = next_jobs("backlog", {"": 1})
+    (head,) = next_jobs({("backlog", ""): 1})
     oldest = Job.objects.filter(queue="backlog", priority=0).order_by("start_at", "created_at")
     assert (head.pk, head.start_at) == (oldest[0].pk, now - timedelta(minutes=49))

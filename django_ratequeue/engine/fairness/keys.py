@@ -1,16 +1,20 @@
-"""Fair dispatch across concurrency keys: which keys of a queue have work ready, in turn.
+"""Fair dispatch across concurrency keys: which keys of the queues have work ready, in turn.
 
 Both read the dispatch index ``(status, queue, concurrency_key, *READY_ORDER)``: the keys
 by skipping through it (:func:`keys_in_turn`), each key's next jobs as the head of its
-range (:func:`next_jobs`). docs/concepts.md ("The main loop") tells how keys take turns.
+range (:func:`next_jobs`); each for many queues in one statement, so that a step's reads
+do not grow with the queues that wait. docs/concepts.md ("The main loop") tells how keys
+take turns.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from django_ratequeue.db import execute, server_statement
-from django_ratequeue.engine.models import READY_ORDER, Job, Status, queue_connection
+from django_ratequeue.engine.fairness import waitingsql
+from django_ratequeue.engine.models import READY_ORDER, Job, queue_connection
 
 # Fields the loop needs to decide on and start a job.
 CANDIDATE_FIELDS = (
@@ -27,39 +31,51 @@ CANDIDATE_FIELDS = (
 )
 
 
-def keys_in_turn(queue: str, cursor: str | None, limit: int) -> list[str]:
-    """Return up to ``limit`` keys of ``queue`` with work ready, in turn after ``cursor``.
+# The most parts one statement unions on SQLite (it refuses a compound SELECT beyond 500).
+PARTS_PER_STATEMENT = 200
 
-    ``cursor`` is the key served last; the keys wrap around after the last one, and ``""``
-    is the key of jobs without one. Found by skipping through the dispatch index, both
-    ranges in one statement."""
-    connection = queue_connection()
-    table = connection.ops.quote_name(Job._meta.db_table)
-    where = f"status = '{Status.WAITING.value}' AND queue = %s"
-    first = ">= %s" if cursor is None else "> %s"
-    sql = (
-        f"WITH RECURSIVE k(key, n) AS ("
-        f" SELECT MIN(concurrency_key), 1 FROM {table} WHERE {where} AND concurrency_key {first}"
-        f" UNION ALL"
-        f" SELECT (SELECT MIN(concurrency_key) FROM {table} WHERE {where}"
-        f" AND concurrency_key > k.key), k.n + 1"
-        f" FROM k WHERE k.key IS NOT NULL AND k.n < %s"
-        f"), w(key, n) AS ("  # the wrap-around: from the first key up to the cursor
-        f" SELECT MIN(concurrency_key), 1 FROM {table} WHERE {where} AND concurrency_key <= %s"
-        f" AND %s > 0 UNION ALL"
-        f" SELECT (SELECT MIN(concurrency_key) FROM {table} WHERE {where}"
-        f" AND concurrency_key > w.key AND concurrency_key <= %s), w.n + 1"
-        f" FROM w WHERE w.key IS NOT NULL AND w.n < %s"
-        f") SELECT 1, key FROM k WHERE key IS NOT NULL"
-        f" UNION ALL SELECT 2, key FROM w WHERE key IS NOT NULL"
-        f" ORDER BY 1, 2"
-    )
+
+def keys_in_turn(wanted: Mapping[str, tuple[str | None, int]]) -> dict[str, list[str]]:
+    """Return, per queue, up to ``limit`` keys with work ready, in turn after ``cursor``.
+
+    ``wanted`` gives each queue its ``(cursor, limit)``: ``cursor`` is the key served last
+    (None: none yet); the keys wrap around after the last one, and ``""`` is the key of
+    jobs without one. Found by skipping through the dispatch index, every queue's two
+    ranges in one statement (:mod:`.waitingsql`)."""
+    queues = list(wanted)
     # Without a cursor, every key comes in the first range, "" (no key) included.
-    after, wrap = ("", 0) if cursor is None else (cursor, limit)
-    params = [queue, after, queue, limit, queue, after, wrap, queue, after, wrap]
-    name = f"ratequeue_keys_{'first' if cursor is None else 'after'}"
-    rows = execute(connection, server_statement(name, sql), params)
-    return [key for _part, key in rows][:limit]
+    ranges = [
+        (queue, cursor or "", cursor is not None, limit, 0 if cursor is None else limit)
+        for queue, (cursor, limit) in wanted.items()
+    ]
+    connection = queue_connection()
+    rows: list[tuple[Any, ...]] = []
+    if connection.vendor == "postgresql" and ranges:
+        arrays = [list(column) for column in zip(*ranges, strict=True)]
+        statement = server_statement("ratequeue_keys", waitingsql.lateral_keys())
+        rows = execute(connection, statement, arrays)
+    else:
+        step = PARTS_PER_STATEMENT // 2
+        for start in range(0, len(ranges), step):
+            chunk = ranges[start : start + step]
+            params = [
+                p
+                for q, after, _s, limit, wrap in chunk
+                for p in waitingsql.union_keys_params(q, after, limit, wrap)
+            ]
+            sql = waitingsql.union_keys([strict for _q, _a, strict, _l, _w in chunk])
+            rows += [(start + ord_, part, key) for ord_, part, key in raw_rows(sql, params)]
+    found: dict[str, list[str]] = {queue: [] for queue in queues}
+    for ord_, _part, key in rows:
+        found[queues[ord_ - 1]].append(key)
+    return {queue: keys[: wanted[queue][1]] for queue, keys in found.items()}
+
+
+def raw_rows(sql: str, params: list[Any]) -> list[tuple[Any, ...]]:
+    """Return the rows of ``sql`` on the queue's database."""
+    with queue_connection().cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchall()
 
 
 def ready_order(table: str = "") -> str:
@@ -80,27 +96,24 @@ def ready_key(job: Job) -> tuple[Any, ...]:
     )
 
 
-def next_jobs(queue: str, takes: dict[str, int]) -> list[Job]:
-    """Return the next ``takes[key]`` WAITING jobs of each key, in the order they start.
+def next_jobs(takes: Mapping[tuple[str, str], int]) -> list[Job]:
+    """Return the next ``takes[(queue, key)]`` WAITING jobs of each key of each queue.
 
-    That order is :data:`READY_ORDER`: one bounded index range per key, all in one
-    statement."""
+    In the order they start, :data:`READY_ORDER`: one bounded index range per key, all
+    in one statement (:mod:`.waitingsql`)."""
+    wanted = [(queue, key, take) for (queue, key), take in takes.items() if take > 0]
+    if not wanted:
+        return []
     connection = queue_connection()
-    table = connection.ops.quote_name(Job._meta.db_table)
     # Plain fields: their columns are their names.
     columns = ", ".join(connection.ops.quote_name(name) for name in ("id", *CANDIDATE_FIELDS))
-    order = ready_order()
-    parts: list[str] = []
-    params: list[str | int] = []
-    for position, (key, take) in enumerate(takes.items()):
-        if take <= 0:
-            continue
-        parts.append(
-            f"SELECT * FROM (SELECT {columns} FROM {table}"
-            f" WHERE status = '{Status.WAITING.value}' AND queue = %s AND concurrency_key = %s"
-            f" ORDER BY {order} LIMIT %s) AS key{position}"
-        )
-        params += [queue, key, take]
-    if not parts:
-        return []
-    return list(Job.objects.raw(" UNION ALL ".join(parts), params))
+    if connection.vendor == "postgresql":
+        arrays = [list(column) for column in zip(*wanted, strict=True)]
+        sql = waitingsql.lateral_heads(columns, ready_order())
+        return list(Job.objects.raw(sql, arrays))
+    jobs: list[Job] = []
+    for start in range(0, len(wanted), PARTS_PER_STATEMENT):
+        chunk = wanted[start : start + PARTS_PER_STATEMENT]
+        sql = waitingsql.union_heads(columns, ready_order(), len(chunk))
+        jobs += Job.objects.raw(sql, [p for part in chunk for p in part])
+    return jobs

@@ -9,9 +9,11 @@ For each count of ``--clusters``, the bench starts that many ``manage.py qcluste
 until every worker process serves, then enqueues ``--jobs`` ``pause(--ms)`` jobs spread over
 ``--queues`` queues (each limited to ``--per-queue`` at once, ``MAX_CONCURRENCY``
 ``--concurrency``) and times them from the enqueue to the last completed. It reports the
-jobs per second, and the CPU of every worker process over that time (from /proc): the
-busiest one's share of a core and of all the workers' CPU. With one process deciding every
-start, that share and the throughput stay where they are however many clusters run.
+jobs per second, the CPU of every worker process over that time (from /proc): the
+busiest one's share of a core and of all the workers' CPU (with one process deciding every
+start, that share and the throughput stay where they are however many clusters run), and
+what the database wrote per job: bytes of WAL and commits (pg_stat_database, which counts
+the enqueue and the bench's own reads too), the figures of the next ceiling.
 
 The tables are emptied before each run and ANALYZEd after the enqueue (the shared server's
 autovacuum is off).
@@ -42,6 +44,9 @@ class Run:
     jobs: int
     seconds: float
     cpu: dict[int, float]
+    # What the database wrote meanwhile: bytes of WAL and transactions committed.
+    wal_bytes: int
+    commits: int
 
     def __str__(self) -> str:
         total = sum(self.cpu.values()) or 1.0
@@ -50,7 +55,10 @@ class Run:
             f"{self.clusters} cluster(s), {len(self.cpu)} processes busy: "
             f"{self.jobs / self.seconds:,.0f} jobs/s ({self.jobs} in {self.seconds:.1f} s); "
             f"the busiest process used {busiest / self.seconds:.0%} of a core, "
-            f"{busiest / total:.0%} of the workers' CPU ({total / self.jobs * 1000:.2f} ms a job)"
+            f"{busiest / total:.0%} of the workers' CPU"
+            f" ({total / self.jobs * 1000:.2f} ms a job); "
+            f"the database: {self.wal_bytes / self.jobs / 1024:.1f} KiB of WAL and "
+            f"{self.commits / self.jobs:.1f} commits a job"
         )
 
 
@@ -62,6 +70,19 @@ def cpu_by_process(leaders: Sequence[int]) -> dict[int, float]:
         if fields is not None:
             seconds[pid] = (int(fields[11]) + int(fields[12])) / CLOCK_TICK
     return seconds
+
+
+def written() -> tuple[int, int]:
+    """Return the WAL's position (bytes) and the database's commits so far."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_current_wal_lsn() - '0/0', xact_commit FROM pg_stat_database"
+            " WHERE datname = current_database()"
+        )
+        wal, commits = cursor.fetchone()
+    return int(wal), int(commits)
 
 
 def wait_until(condition: Any, timeout: float, what: str, workers: list[Workers]) -> None:
@@ -113,17 +134,18 @@ def run(clusters: int, args: argparse.Namespace) -> Run:
     try:
         wait_until(lambda: serving(clusters * args.workers), 60, "the workers", started)
         leaders = [p.pid for cluster in started for p in cluster.processes]
-        before = cpu_by_process(leaders)
+        before, (wal, commits) = cpu_by_process(leaders), written()
         began = time.monotonic()
         enqueue(args)
         wait_until(lambda: completed() >= args.jobs, args.timeout, "the jobs", started)
         seconds = time.monotonic() - began
-        after = cpu_by_process(leaders)
+        after, (wal_after, commits_after) = cpu_by_process(leaders), written()
     finally:
         for cluster in started:
             cluster.kill()
     cpu = {pid: after[pid] - before.get(pid, 0.0) for pid in after}
-    return Run(clusters, args.jobs, seconds, {pid: s for pid, s in cpu.items() if s > 0})
+    busy = {pid: s for pid, s in cpu.items() if s > 0}
+    return Run(clusters, args.jobs, seconds, busy, wal_after - wal, commits_after - commits)
 
 
 def settings(args: argparse.Namespace) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from django_ratequeue.db import execute, server_statement
+from django_ratequeue.db import execute, server_statement, sql_to_run
 from django_ratequeue.engine.fairness import waitingsql
 from django_ratequeue.engine.models import READY_ORDER, Job, queue_connection
 
@@ -109,8 +109,10 @@ def next_jobs(takes: Mapping[tuple[str, str], int]) -> list[Job]:
     columns = ", ".join(connection.ops.quote_name(name) for name in ("id", *CANDIDATE_FIELDS))
     if connection.vendor == "postgresql":
         arrays = [list(column) for column in zip(*wanted, strict=True)]
-        sql = waitingsql.lateral_heads(columns, ready_order())
-        return list(Job.objects.raw(sql, arrays))
+        statement = server_statement(
+            "ratequeue_next_jobs", waitingsql.lateral_heads(columns, ready_order())
+        )
+        return list(Job.objects.raw(sql_to_run(connection, statement), arrays))
     jobs: list[Job] = []
     for start in range(0, len(wanted), PARTS_PER_STATEMENT):
         chunk = wanted[start : start + PARTS_PER_STATEMENT]

@@ -46,3 +46,25 @@ def test_every_queue_is_served_when_more_than_a_step_looks_at_have_work() -> Non
         end_every_running_attempt()
 
     assert sorted(served) == queues
+
+
+@pytest.mark.django_db
+@override_settings(RATEQUEUE={"MAX_CONCURRENCY": 600, "MAX_QUEUE_CONCURRENCY": 600})
+def test_one_step_starts_one_job_of_each_of_600_keys() -> None:
+    """A step reads the next job of 600 keys at once: more parts than one SQLite
+    statement may union (500), so it reads them in several."""
+    now = timezone.now()
+    retry = Retry().to_json()
+    Job.objects.bulk_create(
+        Job(id=f"job-{n}", func="tests.queue.jobs.add", args=[1, 1], queue="wide",
+            concurrency_key=f"k{n:03}", max_concurrency=1, status=Status.WAITING,
+            start_at=now, created_at=now, retry=retry)
+        for n in range(600)
+    )  # fmt: skip
+
+    leading_loop().step()
+
+    started = Attempt.objects.filter(active=True, ended_at=None)
+    assert sorted(started.values_list("concurrency_key", flat=True)) == [
+        f"k{n:03}" for n in range(600)
+    ]

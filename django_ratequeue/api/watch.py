@@ -232,33 +232,24 @@ class Watcher:
     def run(self) -> None:
         """Run the thread: read what is due, else wait for a signal or the periodic look.
 
-        End IDLE_EXIT seconds after the last stream went. A turn that fails is logged and
-        the next reads every watched job: the thread never ends while streams wait."""
+        End IDLE_EXIT seconds after the last stream went."""
         assert self.waiter is not None
         waiter = self.waiter
         reads = _Reads()
         try:
             while (taken := self.take_due(reads)) is not None:
-                try:
-                    self.turn(*taken, waiter, reads)
-                except Exception:
-                    logger.exception("The event streams' watcher failed a turn; going on")
+                due, watched = taken
+                if due:
+                    self.look_at(due)
+                elif not watched:  # nothing to read: wait for a stream, not for the database
+                    self.woken.wait(IDLE_EXIT)
+                    self.woken.clear()
                     reads.every = True
-                    time.sleep(RETRY_AFTER)
+                else:
+                    self.wait_for_signal(waiter, reads)
         finally:
             waiter.release()
             connections.close_all()
-
-    def turn(self, due: set[str], watched: set[str], waiter: Waiter, reads: _Reads) -> None:
-        """Read the jobs ``due``, or wait: for a stream, or for a signal about ``watched``."""
-        if due:
-            self.look_at(due)
-        elif not watched:  # nothing to read: wait for a stream, not for the database
-            self.woken.wait(IDLE_EXIT)
-            self.woken.clear()
-            reads.every = True
-        else:
-            self.wait_for_signal(waiter, reads)
 
     def take_due(self, reads: _Reads) -> tuple[set[str], set[str]] | None:
         """Take the jobs due for a read, and those watched; None when the thread ends."""

@@ -114,33 +114,6 @@ def test_a_change_without_a_signal_is_seen_by_the_periodic_look(
     wait_for(lambda: stream.texts() == ["late"], 5, "the chunk, by the periodic look")
 
 
-def test_a_turn_that_fails_is_logged_and_the_streams_still_get_their_looks(
-    watcher: Watcher, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
-) -> None:
-    """Not a database error (those are waited out): any other, once. The watcher's
-    thread goes on, and reads every watched job again."""
-    monkeypatch.setattr(watch, "RECHECK", 0.2)
-    monkeypatch.setattr(watch, "RETRY_AFTER", 0.05)
-    job_id = running_job()
-    stream = follow(watcher, job_id)
-    thread = watcher.thread
-    real, failed = watch.read, threading.Event()
-
-    def read_failing_once(cursors: dict[str, int], estimate: Any = ()) -> Any:
-        if not failed.is_set():
-            failed.set()
-            raise RuntimeError("a bug in a read")
-        return real(cursors, estimate)
-
-    monkeypatch.setattr(watch, "read", read_failing_once)
-    OutputChunk.objects.create(job_id=job_id, index=1, text="after the failure")
-
-    wait_for(lambda: stream.texts() == ["after the failure"], 5, "the chunk, after the failure")
-    assert failed.is_set()
-    assert watcher.thread is thread  # the same thread went on
-    assert "failed a turn" in caplog.text
-
-
 def test_each_stream_is_handed_only_what_it_has_not_seen() -> None:
     handed: dict[str, list[Look | None]] = {"new": [], "behind": []}
     new = Subscription("job", 0, handed["new"].append)

@@ -224,22 +224,34 @@ class Tally:
             self.rows.setdefault((queue, minute), Counter())["enqueued"] += jobs
 
     def write(self) -> None:
-        """Add the tally to the minutes, then to the queues' totals: an UPSERT each."""
+        """Add the tally to the minutes, then to the queues' totals.
+
+        An UPSERT each; on PostgreSQL both in one statement (a round trip fewer a step)."""
         if not self.rows:
             return
-        upsert(QueueMinute, ("queue", "minute"), self.rows)
         totals: dict[tuple[str], Counter[str]] = {}
         for (queue, _minute), row in self.rows.items():
             totals.setdefault((queue,), Counter()).update(row)
-        upsert(QueueTotal, ("queue",), totals)
+        statements = [
+            upsert_sql(QueueMinute, ("queue", "minute"), self.rows),
+            upsert_sql(QueueTotal, ("queue",), totals),
+        ]
+        connection = queue_connection()
+        if connection.vendor == "postgresql":
+            (minutes, minute_params), (total, total_params) = statements
+            statements = [(f"WITH minutes AS ({minutes}) {total}", minute_params + total_params)]
+        with connection.cursor() as cursor:
+            for sql, params in statements:
+                cursor.execute(sql, params)
 
 
-def upsert(
+def upsert_sql(
     model: type[Model], keys: tuple[str, ...], rows: Mapping[tuple[Any, ...], Counter[str]]
-) -> None:
-    """Add each row's figures to ``model``'s row of the same ``keys``, in one statement.
+) -> tuple[str, list[Any]]:
+    """Return the UPSERT that adds each row's figures to ``model``'s row of the same ``keys``.
 
-    The same UPSERT on PostgreSQL and SQLite; a row not there yet starts from 0."""
+    The same on PostgreSQL and SQLite, with its parameters; a row not there yet starts
+    from 0."""
     touched = [f for f in SUMMED_FIELDS if any(f in row for row in rows.values())]
     connection = queue_connection()
     quote = connection.ops.quote_name
@@ -261,5 +273,4 @@ def upsert(
     params = [
         adapt(value) if isinstance(value, datetime) else value for key in rows for value in key
     ]
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
+    return sql, params

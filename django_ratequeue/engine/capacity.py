@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from django_ratequeue.conf import RateQueueSettings, ratequeue_settings
 from django_ratequeue.engine.fairness.shares import KeyLimits
 from django_ratequeue.engine.limits import QueueLimits, Queues
-from django_ratequeue.engine.models import Attempt, Job
+from django_ratequeue.engine.models import Attempt, Job, QueueSetting
 from django_ratequeue.ratelimit.config import KeyedConfig
 
 
@@ -60,8 +60,13 @@ class Capacity:
     ``environment``: MAX_CONCURRENCY as in force (None: read when first needed);
     ``keys``: the keys' limits, which a loop keeps across steps (None: read afresh)."""
 
-    def __init__(self, environment: int | None = None, keys: KeyLimits | None = None) -> None:
-        self.queues = Queues(environment)
+    def __init__(
+        self,
+        environment: int | None = None,
+        keys: KeyLimits | None = None,
+        overrides: dict[str, QueueSetting] | None = None,
+    ) -> None:
+        self.queues = Queues(environment, overrides)
         self.keys = KeyLimits() if keys is None else keys
         self.places = Places()
 

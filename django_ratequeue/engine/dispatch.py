@@ -16,7 +16,8 @@ from django_ratequeue.engine.bulk import insert_rows
 from django_ratequeue.engine.capacity import Capacity, rate_keyed, rate_row
 from django_ratequeue.engine.fairness.shares import KeyLimits
 from django_ratequeue.engine.fairness.turns import QUEUES_PER_STEP, Turns
-from django_ratequeue.engine.limits import environment_limit
+from django_ratequeue.engine.lease import Renewal
+from django_ratequeue.engine.limits import KnownOverrides, environment_limit
 from django_ratequeue.engine.models import Attempt, Job, Wait
 from django_ratequeue.engine.moves import Moves
 from django_ratequeue.engine.rounds import Rounds, TokenGate, waiting_queues
@@ -36,6 +37,8 @@ class Dispatch:
         self.settings = settings
         # The keys' own limits, kept across steps (engine/fairness/shares.py).
         self.keys = KeyLimits()
+        # The queues' runtime changes, kept while their digest does not move.
+        self.overrides = KnownOverrides()
         # The limits as in force for this step and the places held (read_limits).
         self.capacity = Capacity(settings.MAX_CONCURRENCY, self.keys)
         self.turns = Turns()
@@ -55,14 +58,18 @@ class Dispatch:
         """``MAX_CONCURRENCY`` as in force for this step."""
         return self.capacity.environment
 
-    def read_limits(self, changed: int | None, key_limits_version: int | None = None) -> None:
+    def read_limits(self, renewal: Renewal) -> None:
         """Take the queues' limits afresh for a step, once per step.
 
-        ``changed`` is the runtime change of ``MAX_CONCURRENCY`` that the step's renewal
-        read (``LoopState.max_concurrency``); the queues' runtime changes are read when
-        the step first needs them, the keys' when they moved (``key_limits_version``)."""
-        self.keys.watch(key_limits_version)
-        self.capacity = Capacity(environment_limit(changed, read=False), self.keys)
+        From what the step's renewal read: the runtime change of ``MAX_CONCURRENCY``;
+        the digest of the queues' runtime changes, read again when it moved; and the
+        keys' limits' version, which forgets the keys' limits read when it moved."""
+        self.keys.watch(renewal.key_limits_version)
+        self.capacity = Capacity(
+            environment_limit(renewal.max_concurrency, read=False),
+            self.keys,
+            self.overrides.current(renewal.queue_settings),
+        )
 
     def wakes(self) -> list[datetime]:
         """Return when a resting loop must look again for the sake of dispatch."""

@@ -163,12 +163,46 @@ def queue_overrides() -> dict[str, QueueSetting]:
     return {setting.name: setting for setting in QueueSetting.objects.all()}
 
 
+class KnownOverrides:
+    """Keep the runtime changes the loop read, until the rows' digest says they moved.
+
+    The digest is a lease head (``queue_settings``): the step's renewal reads it, so a
+    step whose queues' changes are as last read reads no more."""
+
+    def __init__(self) -> None:
+        self.digest: str | None = None
+        self.overrides: dict[str, QueueSetting] = {}
+
+    def current(self, digest: str | None) -> dict[str, QueueSetting]:
+        """Return the runtime changes as of ``digest``, read again if it moved."""
+        if digest is None or digest != self.digest:
+            # Read after the digest: a change committed in between is read now, and
+            # the next step's digest differs from the one kept, so it is read again.
+            self.overrides, self.digest = queue_overrides(), digest
+        return self.overrides
+
+
+def overrides_digest_sql(connection: BaseDatabaseWrapper) -> list[str]:
+    """Return the SQL of a digest of every runtime change: it moves with any row's value."""
+    quote = connection.ops.quote_name
+    table = quote(QueueSetting._meta.db_table)
+    if connection.vendor == "postgresql":
+        rows = f"string_agg(t::text, ',' ORDER BY t.{quote('name')})"
+        return [f"SELECT md5(coalesce({rows}, '')) FROM {table} t"]
+    columns = [field.column for field in QueueSetting._meta.concrete_fields if field.column]
+    row = " || ',' || ".join(f"quote(t.{quote(column)})" for column in columns)
+    ordered = f"SELECT * FROM {table} ORDER BY {quote('name')}"
+    return [f"SELECT coalesce(group_concat({row}, ';'), '') FROM ({ordered}) t"]
+
+
 def runtime_limit_sql(connection: BaseDatabaseWrapper, column: str) -> list[str]:
     """Return the SQL that reads ``column`` of the runtime limits' row, by its key."""
     table = connection.ops.quote_name(RuntimeLimits._meta.db_table)
     return [f"SELECT {column} FROM {table} WHERE id = {RuntimeLimits.SINGLETON}"]
 
 
+# The runtime changes of the queues' limits, as a digest that moves when any row does.
+register_lease_head(LeaseHead("queue_settings", overrides_digest_sql))
 # MAX_CONCURRENCY as changed at runtime (None: the setting).
 register_lease_head(
     LeaseHead("max_concurrency", partial(runtime_limit_sql, column="max_concurrency"))

@@ -128,7 +128,7 @@ class Resume:
 
     def __call__(self, step: Step) -> None:
         renewal = step.renewal
-        self.dispatch.read_limits(renewal.max_concurrency, renewal.key_limits_version)
+        self.dispatch.read_limits(renewal)
         step.did_work |= self.dispatch.grant_resumes(step.running)
 
 

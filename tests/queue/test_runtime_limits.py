@@ -8,12 +8,17 @@ from io import StringIO
 
 import pytest
 from django.core.management import CommandError, call_command
+from django.db import connections
 from django.test import override_settings
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
 from django_ratequeue import enqueue, enqueue_many, set_max_concurrency
 from django_ratequeue.conf import ratequeue_settings
 from django_ratequeue.control import change_queue
 from django_ratequeue.engine.limits import QueueLimits
+from django_ratequeue.engine.loop import Loop
+from django_ratequeue.engine.models import queue_db
 from django_ratequeue.models import Attempt, QueueSetting, RuntimeLimits
 from tests.queue import jobs
 from tests.queue.steps import leading_loop
@@ -99,3 +104,49 @@ def test_total_concurrency_changes_at_runtime() -> None:
     assert started_after_a_step() == 5
     call_command("ratequeue_queue", "reset", "tenants", stdout=StringIO())
     assert not QueueSetting.objects.exists()
+
+
+def started_by(loop: Loop) -> int:
+    loop.step()
+    return Attempt.objects.filter(active=True, ended_at=None).count()
+
+
+@pytest.mark.django_db
+@override_settings(RATEQUEUE={"QUEUES": {"reports": {"max_concurrency": 1}}})
+def test_one_loop_sees_every_runtime_change_of_a_queue() -> None:
+    """However it is written: by the control function, by a bare UPDATE that leaves
+    ``updated_at`` as it was, or by a delete."""
+    waiting_jobs(10, queue="reports")
+    loop = leading_loop()
+    assert started_by(loop) == 1
+    change_queue("reports", max_concurrency=3)
+    assert started_by(loop) == 3
+    QueueSetting.objects.filter(name="reports").update(max_concurrency=5)
+    assert started_by(loop) == 5
+    change_queue("reports", paused=True)
+    QueueSetting.objects.filter(name="reports").update(paused=None, max_concurrency=6)
+    assert started_by(loop) == 6
+    QueueSetting.objects.all().delete()  # back to the setting's 1: nothing more starts
+    Attempt.objects.filter(active=True).update(ended_at=timezone.now())
+    assert started_by(loop) == 1  # their ends taken in, one started
+
+
+@pytest.mark.django_db
+@override_settings(RATEQUEUE={"QUEUES": {"reports": {"max_concurrency": 1}}})
+def test_a_step_reads_the_runtime_changes_only_when_they_moved() -> None:
+    waiting_jobs(3, queue="reports")
+    change_queue("reports", max_concurrency=2)
+    loop = leading_loop()
+    table = QueueSetting._meta.db_table
+    reads = f'SELECT "{table}"."name"'
+
+    def step_reads() -> int:
+        with CaptureQueriesContext(connections[queue_db()]) as queries:
+            loop.step()
+        return sum(query["sql"].startswith(reads) for query in queries.captured_queries)
+
+    assert step_reads() == 1
+    assert step_reads() == 0
+    change_queue("reports", max_concurrency=3)
+    assert step_reads() == 1
+    assert Attempt.objects.filter(active=True, ended_at=None).count() == 3

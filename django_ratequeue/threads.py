@@ -64,6 +64,10 @@ class IdleExitThread:
         self.thread = None
         return True
 
+    def end_now(self) -> None:
+        """Let the body end at once, busy or not: the next :meth:`start` starts another."""
+        self.thread = None
+
     def _run(self) -> None:
         try:
             self.body()

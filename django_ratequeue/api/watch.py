@@ -130,8 +130,8 @@ class Subscription:
     """One stream's hold on a job.
 
     Where its output is (the last chunk handed to it), what it was shown of the job, and
-    how to hand it a :class:`Look` (from the watcher's thread; ``None`` when the job is
-    gone)."""
+    how to hand it a :class:`Look` (from the watcher's thread; ``None`` ends the stream:
+    the job is gone, or the watcher failed)."""
 
     job_id: str
     cursor: int
@@ -232,7 +232,8 @@ class Watcher:
     def run(self) -> None:
         """Run the thread: read what is due, else wait for a signal or the periodic look.
 
-        End IDLE_EXIT seconds after the last stream went."""
+        End IDLE_EXIT seconds after the last stream went, or at once on an error other
+        than the database's (those are waited out), ending every stream."""
         assert self.waiter is not None
         waiter = self.waiter
         reads = _Reads()
@@ -247,9 +248,25 @@ class Watcher:
                     reads.every = True
                 else:
                     self.wait_for_signal(waiter, reads)
+        except Exception:
+            logger.exception("The event streams' watcher failed; ending its streams")
+            self.end_streams()
         finally:
             waiter.release()
             connections.close_all()
+
+    def end_streams(self) -> None:
+        """End every stream, and this thread: the next subscription starts another.
+
+        A stream handed ``None`` ends without an event; its client reconnects and
+        resumes from the last event it had, with a new subscription."""
+        with self.lock:
+            streams = [s for subscriptions in self.subscriptions.values() for s in subscriptions]
+            self.subscriptions.clear()
+            self.due, self.estimated, self.waiter = set(), {}, None
+            self.daemon.end_now()
+        for subscription in streams:
+            subscription.deliver(None)
 
     def take_due(self, reads: _Reads) -> tuple[set[str], set[str]] | None:
         """Take the jobs due for a read, and those watched; None when the thread ends."""

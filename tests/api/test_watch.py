@@ -114,6 +114,36 @@ def test_a_change_without_a_signal_is_seen_by_the_periodic_look(
     wait_for(lambda: stream.texts() == ["late"], 5, "the chunk, by the periodic look")
 
 
+def test_a_failed_watcher_ends_its_streams_and_the_next_subscription_starts_another(
+    watcher: Watcher, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An error other than the database's (a bug in a read): the streams are not left
+    waiting on a thread that is gone. Each is ended, without a look, so that its client
+    reconnects; the reconnection is served by a new thread."""
+    monkeypatch.setattr(watch, "RECHECK", 0.2)
+    job_id = running_job()
+    stream = follow(watcher, job_id)
+    failed = watcher.thread
+    real = watch.read
+
+    def read_failing(cursors: dict[str, int], estimate: Any = ()) -> Any:
+        raise RuntimeError("a bug in a read")
+
+    monkeypatch.setattr(watch, "read", read_failing)
+    OutputChunk.objects.create(job_id=job_id, index=1, text="while it failed")
+    wait_for(lambda: stream.looks[-1:] == [None], 5, "the stream ended")
+    assert "watcher failed" in caplog.text
+    assert not watcher.subscriptions
+    assert failed is not None
+    failed.join(5)
+    assert not failed.is_alive()
+
+    monkeypatch.setattr(watch, "read", real)
+    again = follow(watcher, job_id)
+    wait_for(lambda: again.texts() == ["while it failed"], 5, "the chunk, on a new thread")
+    assert watcher.thread is not failed
+
+
 def test_each_stream_is_handed_only_what_it_has_not_seen() -> None:
     handed: dict[str, list[Look | None]] = {"new": [], "behind": []}
     new = Subscription("job", 0, handed["new"].append)

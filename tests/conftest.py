@@ -17,6 +17,12 @@ def on_postgres() -> bool:
 
 
 @pytest.fixture
+def local_clock(settings: Any) -> None:
+    """Run the test on this process's clock (``RATEQUEUE["CLOCK"] = "local"``)."""
+    settings.RATEQUEUE = {**settings.RATEQUEUE, "CLOCK": "local"}
+
+
+@pytest.fixture
 def cluster(
     transactional_db: None, settings: Any, tmp_path: Path
 ) -> Iterator[Callable[..., Cluster]]:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import time
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 import pytest
 import time_machine
@@ -20,11 +19,6 @@ pytestmark = pytest.mark.django_db
 
 # Where the tests travel: a day ahead, so that nothing of the real time can pass for it.
 AHEAD = timedelta(days=1)
-
-
-@pytest.fixture
-def local_clock(settings: Any) -> None:
-    settings.RATEQUEUE = {**settings.RATEQUEUE, "CLOCK": "local"}
 
 
 def test_the_databases_clock_does_not_move_with_the_test() -> None:

@@ -130,9 +130,8 @@ def look(eta: Eta | None) -> Look:
     return Look("waiting", 0, None, None, None, [], eta=eta)
 
 
-def test_a_stream_is_handed_only_the_estimates_that_moved(settings: Any) -> None:
+def test_a_stream_is_handed_only_the_estimates_that_moved(local_clock: None) -> None:
     # Without the database: on the local clock, which the database's is not measured against.
-    settings.RATEQUEUE = {**settings.RATEQUEUE, "CLOCK": "local"}
     handed: list[Look | None] = []
     subscription = Subscription("job", 0, handed.append)
     first = Eta(4, NOW, at(3600), "throughput")

@@ -232,13 +232,11 @@ class Tally:
         totals: dict[tuple[str], Counter[str]] = {}
         for (queue, _minute), row in self.rows.items():
             totals.setdefault((queue,), Counter()).update(row)
-        statements = [
-            upsert_sql(QueueMinute, ("queue", "minute"), self.rows),
-            upsert_sql(QueueTotal, ("queue",), totals),
-        ]
+        minutes, minute_params = upsert_sql(QueueMinute, ("queue", "minute"), self.rows)
+        total, total_params = upsert_sql(QueueTotal, ("queue",), totals)
+        statements = [(minutes, minute_params), (total, total_params)]
         connection = queue_connection()
         if connection.vendor == "postgresql":
-            (minutes, minute_params), (total, total_params) = statements
             statements = [(f"WITH minutes AS ({minutes}) {total}", minute_params + total_params)]
         with connection.cursor() as cursor:
             for sql, params in statements:

@@ -25,6 +25,7 @@ from django_ratequeue.engine.phases import (
     Recovery,
     Rest,
     Resume,
+    Ring,
     Start,
     Step,
     announce_moves,
@@ -32,8 +33,8 @@ from django_ratequeue.engine.phases import (
     finish_ended,
     promote,
     read_active,
-    ring,
 )
+from django_ratequeue.engine.roster import Roster
 
 
 class Loop:
@@ -53,7 +54,7 @@ class Loop:
             ("resume", Resume(self.dispatch)),  # before start: waits resume before anything new
             ("promote", promote),
             ("start", Start(self.dispatch)),
-            ("ring", ring),
+            ("ring", Ring(Roster(settings))),
             ("rest", self.rest),
             ("announce", announce_moves),
         ]

@@ -20,8 +20,9 @@ from django_ratequeue.engine.lease import Renewal
 from django_ratequeue.engine.models import Attempt, Job, LoopState, LoopStatus, Status, queue_db
 from django_ratequeue.engine.moves import Moves
 from django_ratequeue.engine.recovery import recover
+from django_ratequeue.engine.roster import Roster
 from django_ratequeue.engine.transitions import STEP_LIMIT, apply_cancels, finish, promote_due
-from django_ratequeue.engine.wakeup import JOBS, WORK, segment_ceiling, signal
+from django_ratequeue.engine.wakeup import JOBS, segment_ceiling, signal
 from django_ratequeue.signals import announce, listened
 
 # What a step reads of each active attempt.
@@ -146,14 +147,25 @@ class Start:
         step.did_work |= bool(step.started)
 
 
-def ring(step: Step) -> None:
-    """Signal the runners if attempts started, the jobs' watchers if anything moved.
+class Ring:
+    """Wake the runners that will take the step's new attempts, and the jobs' watchers.
 
-    The watchers are the HTTP API's event streams. One statement."""
-    channels = [WORK] if step.started else []
-    if step.did_work:
-        channels.append(JOBS)
-    signal(*channels)
+    The runners are chosen by the :class:`.roster.Roster` (every runner, for an attempt
+    left unclaimed); the watchers are the HTTP API's event streams, woken if anything
+    moved. One statement, and the roster's read of the runners every WATCHDOG_INTERVAL."""
+
+    def __init__(self, roster: Roster) -> None:
+        self.roster = roster
+
+    def __call__(self, step: Step) -> None:
+        jobs = {job.pk: job for job, _ready in step.moves.started}
+        started = [(jobs[attempt.job_id], attempt) for attempt in step.started]
+        channels = self.roster.channels(started, step.running, step.now)
+        if self.roster.called:
+            step.wakes.append(self.roster.next_recall)
+        if step.did_work:
+            channels.add(JOBS)
+        signal(*sorted(channels))
 
 
 class Rest:

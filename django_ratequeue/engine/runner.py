@@ -30,6 +30,7 @@ from django_ratequeue.engine.protocol import (
     through_reconnects,
 )
 from django_ratequeue.engine.registry import known_paths
+from django_ratequeue.engine.roster import runner_channel
 from django_ratequeue.engine.wakeup import WORK, Waiter
 from django_ratequeue.exceptions import AttemptTimedOut, UnknownJob, describe
 
@@ -74,7 +75,8 @@ class Runner:
         )
         # Ended attempts whose report has not been taken yet (the database was away).
         self.unreported: list[Ended] = []
-        self.waiter = Waiter((WORK,), interruptible=True)
+        # Woken with every runner (WORK) or alone, for the attempts a step meant for it.
+        self.waiter = Waiter((WORK, runner_channel(worker)), interruptible=True)
         self.canceled: set[Hashable] = set()
         self.next_cancel_look = 0.0
         # Whether attempts may wait to be claimed: a WORK signal came, a wait ran out, or

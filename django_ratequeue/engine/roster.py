@@ -1,0 +1,114 @@
+"""Whom a step's new attempts wake: the runner that will take each, not every runner.
+
+The loop keeps a :class:`Roster` of the serving runners (their heartbeats: which functions
+each knows), read again every ``WATCHDOG_INTERVAL``, and counts each runner's free slots
+from the active attempts the step read. A local attempt it starts wakes one runner that
+knows its function and has a slot free, on that runner's own channel
+(:func:`runner_channel`); an attempt it cannot place so, and a remote one, wakes every
+listener (``WORK``), as does an attempt whose runner left it unclaimed for
+``CLAIM_GRACE``. docs/concepts.md ("One wake-up protocol") tells why.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import time
+from collections import Counter
+from collections.abc import Iterable
+from datetime import datetime, timedelta
+
+from django_ratequeue.conf import RateQueueSettings
+from django_ratequeue.engine.heartbeat import declared
+from django_ratequeue.engine.models import Attempt, Job, WorkerHeartbeat
+from django_ratequeue.engine.wakeup import WORK
+
+# How long a runner woken for an attempt has to claim it before every runner is woken.
+CLAIM_GRACE = timedelta(seconds=1)
+
+
+def runner_channel(worker: str) -> str:
+    """Return the channel that wakes the runner of worker process ``worker`` alone."""
+    return f"{WORK}_{hashlib.blake2s(worker.encode(), digest_size=8).hexdigest()}"
+
+
+class Roster:
+    """Choose the runners a step's new attempts wake, and wake all for those left unclaimed."""
+
+    def __init__(self, settings: RateQueueSettings) -> None:
+        self.slots = settings.SLOTS
+        self.read_every = settings.WATCHDOG_INTERVAL
+        self.dead_after = timedelta(seconds=settings.WORKER_DEAD_AFTER)
+        self.read_at = -float("inf")
+        # The functions each serving runner knows, by its worker id, as last read.
+        self.runners: dict[str, frozenset[str]] = {}
+        # Where the choice among equally free runners starts, moved on at each choice.
+        self.turn = itertools.count()
+        # The jobs whose new attempt woke one runner, and until when it may claim it alone.
+        self.called: dict[str, datetime] = {}
+
+    def channels(
+        self, started: Iterable[tuple[Job, Attempt]], active: list[Attempt], now: datetime
+    ) -> set[str]:
+        """Return the channels that wake the runners for ``started``, the step's new
+        attempts with their jobs, and for the attempts called before and left unclaimed.
+
+        ``active`` are the step's active attempts (the new ones among them)."""
+        channels = self.recall(active, now)
+        started = list(started)
+        if not started:
+            return channels
+        self.read(now)
+        free = self.free_slots(active)
+        for job, attempt in started:
+            runner = None if attempt.remote else self.choose(job.func, free)
+            if runner is None:
+                channels.add(WORK)
+                continue
+            free[runner] -= 1
+            self.called[job.pk] = now + CLAIM_GRACE
+            channels.add(runner_channel(runner))
+        return channels
+
+    def next_recall(self) -> datetime | None:
+        """Return when an attempt called now must be claimed, or every runner is woken."""
+        return min(self.called.values(), default=None)
+
+    def recall(self, active: list[Attempt], now: datetime) -> set[str]:
+        """Forget the called attempts claimed since; return ``{WORK}`` if one outstayed
+        ``CLAIM_GRACE`` unclaimed (its runner was full, stopping or gone)."""
+        unclaimed = {a.job_id for a in active if not a.worker and not a.remote}
+        late = False
+        for job_id, deadline in list(self.called.items()):
+            if job_id not in unclaimed:
+                del self.called[job_id]
+            elif deadline <= now:
+                del self.called[job_id]
+                late = True
+        return {WORK} if late else set()
+
+    def read(self, now: datetime) -> None:
+        """Read the serving runners again if ``WATCHDOG_INTERVAL`` passed since the last read."""
+        if time.monotonic() - self.read_at < self.read_every:
+            return
+        self.read_at = time.monotonic()
+        rows = WorkerHeartbeat.objects.filter(serving=True, seen_at__gte=now - self.dead_after)
+        self.runners = {
+            pk: declared(functions) for pk, functions in rows.values_list("pk", "functions")
+        }
+
+    def free_slots(self, active: list[Attempt]) -> Counter[str]:
+        """Return each serving runner's free slots, as the active attempts leave them."""
+        held = Counter(a.worker for a in active if a.worker and not a.remote)
+        return Counter({runner: self.slots - held[runner] for runner in self.runners})
+
+    def choose(self, func: str, free: Counter[str]) -> str | None:
+        """Return the runner with the most free slots that knows ``func`` (None: none has).
+
+        Among equals, each choice starts one further along the roster."""
+        knowing = [r for r in self.runners if free[r] > 0 and func in self.runners[r]]
+        if not knowing:
+            return None
+        start = next(self.turn) % len(knowing)
+        rotated = knowing[start:] + knowing[:start]
+        return max(rotated, key=lambda runner: free[runner])

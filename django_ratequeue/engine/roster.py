@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from datetime import datetime, timedelta
 
 from django_ratequeue.conf import RateQueueSettings
-from django_ratequeue.engine.heartbeat import declared
+from django_ratequeue.engine.heartbeat import declared, worker_id
 from django_ratequeue.engine.models import Attempt, Job, WorkerHeartbeat
 from django_ratequeue.engine.wakeup import WORK
 
@@ -37,6 +37,8 @@ class Roster:
 
     def __init__(self, settings: RateQueueSettings) -> None:
         self.slots = settings.SLOTS
+        # The runner of the leader's own process, whose steps hold the GIL it would need.
+        self.own = worker_id()
         self.read_every = settings.WATCHDOG_INTERVAL
         self.dead_after = timedelta(seconds=settings.WORKER_DEAD_AFTER)
         self.read_at = -float("inf")
@@ -44,8 +46,9 @@ class Roster:
         self.runners: dict[str, frozenset[str]] = {}
         # Where the choice among equally free runners starts, moved on at each choice.
         self.turn = itertools.count()
-        # The jobs whose new attempt woke one runner, and until when it may claim it alone.
-        self.called: dict[str, datetime] = {}
+        # The jobs whose new attempt woke one runner: which, and until when it may claim
+        # it alone. Until claimed, the attempt counts against that runner's free slots.
+        self.called: dict[str, tuple[str, datetime]] = {}
 
     def channels(
         self, started: Iterable[tuple[Job, Attempt]], active: list[Attempt], now: datetime
@@ -66,20 +69,20 @@ class Roster:
                 channels.add(WORK)
                 continue
             free[runner] -= 1
-            self.called[job.pk] = now + CLAIM_GRACE
+            self.called[job.pk] = (runner, now + CLAIM_GRACE)
             channels.add(runner_channel(runner))
         return channels
 
     def next_recall(self) -> datetime | None:
         """Return when an attempt called now must be claimed, or every runner is woken."""
-        return min(self.called.values(), default=None)
+        return min((deadline for _runner, deadline in self.called.values()), default=None)
 
     def recall(self, active: list[Attempt], now: datetime) -> set[str]:
         """Forget the called attempts claimed since; return ``{WORK}`` if one outstayed
         ``CLAIM_GRACE`` unclaimed (its runner was full, stopping or gone)."""
         unclaimed = {a.job_id for a in active if not a.worker and not a.remote}
         late = False
-        for job_id, deadline in list(self.called.items()):
+        for job_id, (_runner, deadline) in list(self.called.items()):
             if job_id not in unclaimed:
                 del self.called[job_id]
             elif deadline <= now:
@@ -98,17 +101,21 @@ class Roster:
         }
 
     def free_slots(self, active: list[Attempt]) -> Counter[str]:
-        """Return each serving runner's free slots, as the active attempts leave them."""
+        """Return each serving runner's free slots: those the active attempts it holds
+        leave, less the attempts it was woken for and has not claimed yet."""
         held = Counter(a.worker for a in active if a.worker and not a.remote)
+        held.update(runner for runner, _deadline in self.called.values())
         return Counter({runner: self.slots - held[runner] for runner in self.runners})
 
     def choose(self, func: str, free: Counter[str]) -> str | None:
-        """Return the runner with the most free slots that knows ``func`` (None: none has).
+        """Return the runner to take a job of ``func`` (None: no runner can).
 
-        Among equals, each choice starts one further along the roster."""
+        One that knows ``func`` and has a free slot: another process's before the leader's
+        own, whose steps hold the GIL its slots would need; then the most free slots; among
+        equals, each choice starts one further along the roster."""
         knowing = [r for r in self.runners if free[r] > 0 and func in self.runners[r]]
         if not knowing:
             return None
         start = next(self.turn) % len(knowing)
         rotated = knowing[start:] + knowing[:start]
-        return max(rotated, key=lambda runner: free[runner])
+        return max(rotated, key=lambda runner: (runner != self.own, free[runner]))

@@ -80,6 +80,25 @@ def test_attempts_started_together_are_spread_over_the_free_runners(
 
 
 @pytest.mark.django_db
+def test_the_leaders_own_runner_is_woken_only_when_the_others_are_full(
+    settings: Any, monkeypatch: pytest.MonkeyPatch, frozen: Clock
+) -> None:
+    """The leader's steps hold its process's GIL: a job runs sooner elsewhere."""
+    settings.RATEQUEUE = {**settings.RATEQUEUE, "SLOTS": 2, "MAX_CONCURRENCY": 10}
+    other, own = serving_worker(monkeypatch), serving_worker(monkeypatch)
+    assert heartbeat.worker_id() == own  # this process leads the loop below
+    enqueue(jobs.add, args=[1, 1])
+    leading_loop().step()
+    roster = Roster(ratequeue_settings())
+    assert roster.channels(dispatched(), active(), frozen.now()) == {runner_channel(other)}
+    enqueue_many(jobs.add, [[1, 1]] * 2)
+    leading_loop().step()
+    roster = Roster(ratequeue_settings())
+    channels = roster.channels(dispatched(), active(), frozen.now())
+    assert channels == {runner_channel(other), runner_channel(own)}
+
+
+@pytest.mark.django_db
 def test_an_attempt_past_the_free_slots_wakes_every_runner(
     settings: Any, monkeypatch: pytest.MonkeyPatch, frozen: Clock
 ) -> None:

@@ -16,8 +16,9 @@ from django_ratequeue.db import execute, server_statement, sql_to_run
 from django_ratequeue.engine.fairness import waitingsql
 from django_ratequeue.engine.models import READY_ORDER, Job, queue_connection
 
-# Fields the loop needs to decide on and start a job.
+# Fields the loop needs to decide on and start a job, and to choose the runner to wake.
 CANDIDATE_FIELDS = (
+    "func",
     "queue",
     "priority",
     "created_at",

@@ -9,6 +9,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from django_ratequeue import enqueue, enqueue_many
 from django_ratequeue.conf import ratequeue_settings
@@ -50,6 +52,22 @@ def claim(worker: str, limit: int) -> list[Attempt]:
     return claim_local(Claimant(worker), limit, known_paths())
 
 
+def step_and_wake(clock: Clock, roster: Roster | None = None) -> set[str]:
+    """Step the loop, then return whom ``roster`` (a new one by default) wakes for every
+    attempt waiting for a runner, as if the step had just started them all."""
+    leading_loop().step()
+    roster = roster or Roster(ratequeue_settings())
+    return roster.channels(dispatched(), active(), clock.now())
+
+
+def one_called(monkeypatch: pytest.MonkeyPatch, clock: Clock) -> tuple[str, Roster]:
+    """Start a job whose attempt calls the one serving runner; return it and the roster."""
+    runner, roster = serving_worker(monkeypatch), Roster(ratequeue_settings())
+    enqueue(jobs.add, args=[1, 1])
+    assert step_and_wake(clock, roster) == {runner_channel(runner)}
+    return runner, roster
+
+
 @pytest.mark.django_db
 def test_an_attempt_wakes_the_runner_with_a_free_slot_alone(
     settings: Any, monkeypatch: pytest.MonkeyPatch, frozen: Clock
@@ -60,9 +78,7 @@ def test_an_attempt_wakes_the_runner_with_a_free_slot_alone(
     leading_loop().step()
     assert len(claim(full, 2)) == 2  # every slot of ``full`` is taken
     enqueue(jobs.add, args=[2, 2])
-    leading_loop().step()
-    roster = Roster(ratequeue_settings())
-    channels = roster.channels(dispatched(), active(), frozen.now())
+    channels = step_and_wake(frozen)
     assert channels == {runner_channel(free)}
 
 
@@ -73,9 +89,7 @@ def test_attempts_started_together_are_spread_over_the_free_runners(
     settings.RATEQUEUE = {**settings.RATEQUEUE, "SLOTS": 1, "MAX_CONCURRENCY": 10}
     runners = {serving_worker(monkeypatch) for _ in range(3)}
     enqueue_many(jobs.add, [[1, 1]] * 3)
-    leading_loop().step()
-    roster = Roster(ratequeue_settings())
-    channels = roster.channels(dispatched(), active(), frozen.now())
+    channels = step_and_wake(frozen)
     assert channels == {runner_channel(runner) for runner in runners}
 
 
@@ -88,13 +102,9 @@ def test_the_leaders_own_runner_is_woken_only_when_the_others_are_full(
     other, own = serving_worker(monkeypatch), serving_worker(monkeypatch)
     assert heartbeat.worker_id() == own  # this process leads the loop below
     enqueue(jobs.add, args=[1, 1])
-    leading_loop().step()
-    roster = Roster(ratequeue_settings())
-    assert roster.channels(dispatched(), active(), frozen.now()) == {runner_channel(other)}
+    assert step_and_wake(frozen) == {runner_channel(other)}
     enqueue_many(jobs.add, [[1, 1]] * 2)
-    leading_loop().step()
-    roster = Roster(ratequeue_settings())
-    channels = roster.channels(dispatched(), active(), frozen.now())
+    channels = step_and_wake(frozen)
     assert channels == {runner_channel(other), runner_channel(own)}
 
 
@@ -105,8 +115,7 @@ def test_an_attempt_past_the_free_slots_wakes_every_runner(
     settings.RATEQUEUE = {**settings.RATEQUEUE, "SLOTS": 1, "MAX_CONCURRENCY": 10}
     runner = serving_worker(monkeypatch)
     enqueue_many(jobs.add, [[1, 1]] * 2)
-    leading_loop().step()
-    channels = Roster(ratequeue_settings()).channels(dispatched(), active(), frozen.now())
+    channels = step_and_wake(frozen)
     assert channels == {runner_channel(runner), WORK}
 
 
@@ -119,8 +128,7 @@ def test_an_attempt_no_serving_runner_knows_wakes_every_runner(
     older = [path for path in known_paths() if path != "tests.queue.jobs.add"]
     WorkerHeartbeat.objects.filter(pk=runner).update(functions=older)
     enqueue(jobs.add, args=[1, 1])
-    leading_loop().step()
-    channels = Roster(ratequeue_settings()).channels(dispatched(), active(), frozen.now())
+    channels = step_and_wake(frozen)
     assert channels == {WORK}
 
 
@@ -132,8 +140,7 @@ def test_a_remote_attempt_wakes_every_listener(
     settings.RATEQUEUE = {**settings.RATEQUEUE, "QUEUES": {"far": {"remote": True}}}
     serving_worker(monkeypatch)
     enqueue(jobs.add, args=[1, 1], queue="far")
-    leading_loop().step()
-    channels = Roster(ratequeue_settings()).channels(dispatched(), active(), frozen.now())
+    channels = step_and_wake(frozen)
     assert channels == {WORK}
 
 
@@ -141,11 +148,7 @@ def test_a_remote_attempt_wakes_every_listener(
 def test_an_attempt_left_unclaimed_wakes_every_runner_once(
     monkeypatch: pytest.MonkeyPatch, frozen: Clock
 ) -> None:
-    runner = serving_worker(monkeypatch)
-    enqueue(jobs.add, args=[1, 1])
-    leading_loop().step()
-    roster = Roster(ratequeue_settings())
-    assert roster.channels(dispatched(), active(), frozen.now()) == {runner_channel(runner)}
+    _runner, roster = one_called(monkeypatch, frozen)
     assert roster.next_recall() == frozen.now() + CLAIM_GRACE
     assert roster.channels([], active(), frozen.now()) == set()  # within its grace
     frozen.advance(CLAIM_GRACE.total_seconds())
@@ -158,15 +161,30 @@ def test_an_attempt_left_unclaimed_wakes_every_runner_once(
 def test_an_attempt_claimed_in_its_grace_wakes_nobody_more(
     monkeypatch: pytest.MonkeyPatch, frozen: Clock
 ) -> None:
-    runner = serving_worker(monkeypatch)
-    enqueue(jobs.add, args=[1, 1])
-    leading_loop().step()
-    roster = Roster(ratequeue_settings())
-    roster.channels(dispatched(), active(), frozen.now())
+    runner, roster = one_called(monkeypatch, frozen)
     assert len(claim(runner, 1)) == 1
     frozen.advance(CLAIM_GRACE.total_seconds())
     assert roster.channels([], active(), frozen.now()) == set()
     assert roster.next_recall() is None
+
+
+@pytest.mark.django_db
+def test_choosing_the_runners_costs_a_step_no_statement_per_job(
+    settings: Any, monkeypatch: pytest.MonkeyPatch, frozen: Clock
+) -> None:
+    """The runner is chosen by the job's function, which the step reads with the job:
+    a step that starts twenty jobs sends the statements of one that starts one."""
+    settings.RATEQUEUE = {**settings.RATEQUEUE, "SLOTS": 40, "MAX_CONCURRENCY": 40}
+    serving_worker(monkeypatch)
+    sent = []
+    for count in (1, 1, 20):  # the first writes what a first start does once (the turns)
+        enqueue_many(jobs.add, [[1, 1]] * count)
+        loop = leading_loop()
+        with CaptureQueriesContext(connection) as queries:
+            loop.step()
+        sent.append(len(queries))
+        Attempt.objects.update(active=False)
+    assert sent[1] == sent[2]
 
 
 @pytest.mark.postgres_only

@@ -147,7 +147,7 @@ def test_the_loop_runs_its_phases_in_order() -> None:
         "EndBatches",
         "Start",
         "EndBatches",
-        "ring",
+        "Ring",
         "arrivals",
         "Rest",
         "count",

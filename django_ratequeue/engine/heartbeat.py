@@ -74,12 +74,15 @@ def beat(force: bool = False) -> str:
     return identity
 
 
-def live_functions(now: datetime) -> dict[str, frozenset[str]]:
+def live_functions(now: datetime, serving: bool = False) -> dict[str, frozenset[str]]:
     """Return the job functions each live worker process knows, by its worker id.
 
-    Live is within ``WORKER_DEAD_AFTER``, the loop's own test for a dead worker."""
+    Live is within ``WORKER_DEAD_AFTER``, the loop's own test for a dead worker; with
+    ``serving``, only the processes whose runner serves the queue now."""
     dead_after = timedelta(seconds=ratequeue_settings().WORKER_DEAD_AFTER)
     rows = WorkerHeartbeat.objects.filter(seen_at__gte=now - dead_after)
+    if serving:
+        rows = rows.filter(serving=True)
     return {
         identity: declared(functions)
         for identity, functions in rows.values_list("id", "functions")

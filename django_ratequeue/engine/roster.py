@@ -19,8 +19,8 @@ from collections.abc import Iterable
 from datetime import datetime, timedelta
 
 from django_ratequeue.conf import RateQueueSettings
-from django_ratequeue.engine.heartbeat import declared, worker_id
-from django_ratequeue.engine.models import Attempt, Job, WorkerHeartbeat
+from django_ratequeue.engine.heartbeat import live_functions, worker_id
+from django_ratequeue.engine.models import Attempt, Job
 from django_ratequeue.engine.wakeup import WORK
 
 # How long a runner woken for an attempt has to claim it before every runner is woken.
@@ -40,7 +40,6 @@ class Roster:
         # The runner of the leader's own process, whose steps hold the GIL it would need.
         self.own = worker_id()
         self.read_every = settings.WATCHDOG_INTERVAL
-        self.dead_after = timedelta(seconds=settings.WORKER_DEAD_AFTER)
         self.read_at = -float("inf")
         # The functions each serving runner knows, by its worker id, as last read.
         self.runners: dict[str, frozenset[str]] = {}
@@ -95,10 +94,7 @@ class Roster:
         if time.monotonic() - self.read_at < self.read_every:
             return
         self.read_at = time.monotonic()
-        rows = WorkerHeartbeat.objects.filter(serving=True, seen_at__gte=now - self.dead_after)
-        self.runners = {
-            pk: declared(functions) for pk, functions in rows.values_list("pk", "functions")
-        }
+        self.runners = live_functions(now, serving=True)
 
     def free_slots(self, active: list[Attempt]) -> Counter[str]:
         """Return each serving runner's free slots: those the active attempts it holds

@@ -13,6 +13,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -74,8 +75,17 @@ def beat(force: bool = False) -> str:
     return identity
 
 
-def live_functions(now: datetime, serving: bool = False) -> dict[str, frozenset[str]]:
-    """Return the job functions each live worker process knows, by its worker id.
+@dataclass(frozen=True)
+class LiveWorker:
+    """What a live worker process's heartbeat says: the job functions it knows, and the
+    slots of its serving runner (0: none serves, or not known)."""
+
+    functions: frozenset[str]
+    slots: int
+
+
+def live_workers(now: datetime, serving: bool = False) -> dict[str, LiveWorker]:
+    """Return what each live worker process's heartbeat says, by its worker id.
 
     Live is within ``WORKER_DEAD_AFTER``, the loop's own test for a dead worker; with
     ``serving``, only the processes whose runner serves the queue now."""
@@ -84,9 +94,14 @@ def live_functions(now: datetime, serving: bool = False) -> dict[str, frozenset[
     if serving:
         rows = rows.filter(serving=True)
     return {
-        identity: declared(functions)
-        for identity, functions in rows.values_list("id", "functions")
+        identity: LiveWorker(declared(functions), slots)
+        for identity, functions, slots in rows.values_list("id", "functions", "slots")
     }
+
+
+def live_functions(now: datetime) -> dict[str, frozenset[str]]:
+    """Return the job functions each live worker process knows, by its worker id."""
+    return {identity: worker.functions for identity, worker in live_workers(now).items()}
 
 
 def declared(functions: object) -> frozenset[str]:
@@ -148,9 +163,11 @@ def _ran_since(pid: int, moment: float) -> bool:
     return started < moment
 
 
-def mark_serving(identity: str, serving: bool) -> None:
-    """Say whether a runner serves the queue in this worker process now."""
-    WorkerHeartbeat.objects.filter(pk=identity).update(serving=serving)
+def mark_serving(identity: str, slots: int) -> None:
+    """Say that a runner of ``slots`` slots serves the queue in this worker process now.
+
+    0: none serves (its runner stopped)."""
+    WorkerHeartbeat.objects.filter(pk=identity).update(serving=slots > 0, slots=slots)
 
 
 def any_alive() -> bool:

@@ -34,12 +34,12 @@ COUNTS_PRIORITY = 5
 def serve(runner: Runner, stopping: threading.Event) -> None:
     """Run the runner thread: serve until the process stops."""
     grace = ratequeue_settings().STOP_GRACE
-    through_reconnects(lambda: mark_serving(runner.worker, True))
+    through_reconnects(lambda: mark_serving(runner.worker, runner.pool.size))
     try:
         runner.serve(stopping, grace)
     finally:
         runner.close()
-        through_reconnects(lambda: mark_serving(runner.worker, False))
+        through_reconnects(lambda: mark_serving(runner.worker, 0))
         connections.close_all()
 
 

@@ -1,11 +1,11 @@
 """Whom a step's new attempts wake: the runner that will take each, not every runner.
 
 The loop keeps a :class:`Roster` of the serving runners (their heartbeats: which functions
-each knows), read again every ``WATCHDOG_INTERVAL``, and counts each runner's free slots
-from the active attempts the step read. A local attempt it starts wakes one runner that
-knows its function and has a slot free, on that runner's own channel
-(:func:`runner_channel`); an attempt it cannot place so, and a remote one, wakes every
-listener (``WORK``), as does an attempt whose runner left it unclaimed for
+each knows, and how many slots it has), read again every ``WATCHDOG_INTERVAL``, and counts
+each runner's free slots from the active attempts the step read. A local attempt it
+starts wakes one runner that knows its function and has a slot free, on that runner's own
+channel (:func:`runner_channel`); an attempt it cannot place so, and a remote one, wakes
+every listener (``WORK``), as does an attempt whose runner left it unclaimed for
 ``CLAIM_GRACE``. docs/concepts.md ("One wake-up protocol") tells why.
 """
 
@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from datetime import datetime, timedelta
 
 from django_ratequeue.conf import RateQueueSettings
-from django_ratequeue.engine.heartbeat import live_functions, worker_id
+from django_ratequeue.engine.heartbeat import LiveWorker, live_workers, worker_id
 from django_ratequeue.engine.models import Attempt, Job
 from django_ratequeue.engine.wakeup import WORK
 
@@ -36,13 +36,15 @@ class Roster:
     """Choose the runners a step's new attempts wake, and wake all for those left unclaimed."""
 
     def __init__(self, settings: RateQueueSettings) -> None:
+        # A runner's slots where its heartbeat does not say (written before it did).
         self.slots = settings.SLOTS
         # The runner of the leader's own process, whose steps hold the GIL it would need.
         self.own = worker_id()
         self.read_every = settings.WATCHDOG_INTERVAL
         self.read_at = -float("inf")
-        # The functions each serving runner knows, by its worker id, as last read.
-        self.runners: dict[str, frozenset[str]] = {}
+        # What each serving runner's heartbeat says (functions, slots), by its worker id,
+        # as last read.
+        self.runners: dict[str, LiveWorker] = {}
         # Where the choice among equally free runners starts, moved on at each choice.
         self.turn = itertools.count()
         # The jobs whose new attempt woke one runner: which, and until when it may claim
@@ -94,14 +96,19 @@ class Roster:
         if time.monotonic() - self.read_at < self.read_every:
             return
         self.read_at = time.monotonic()
-        self.runners = live_functions(now, serving=True)
+        self.runners = live_workers(now, serving=True)
 
     def free_slots(self, active: list[Attempt]) -> Counter[str]:
         """Return each serving runner's free slots: those the active attempts it holds
         leave, less the attempts it was woken for and has not claimed yet."""
         held = Counter(a.worker for a in active if a.worker and not a.remote)
         held.update(runner for runner, _deadline in self.called.values())
-        return Counter({runner: self.slots - held[runner] for runner in self.runners})
+        return Counter(
+            {
+                runner: (seen.slots or self.slots) - held[runner]
+                for runner, seen in self.runners.items()
+            }
+        )
 
     def choose(self, func: str, free: Counter[str]) -> str | None:
         """Return the runner to take a job of ``func`` (None: no runner can).
@@ -109,7 +116,7 @@ class Roster:
         One that knows ``func`` and has a free slot: another process's before the leader's
         own, whose steps hold the GIL its slots would need; then the most free slots; among
         equals, each choice starts one further along the roster."""
-        knowing = [r for r in self.runners if free[r] > 0 and func in self.runners[r]]
+        knowing = [r for r in self.runners if free[r] > 0 and func in self.runners[r].functions]
         if not knowing:
             return None
         start = next(self.turn) % len(knowing)

@@ -30,11 +30,12 @@ def frozen(monkeypatch: pytest.MonkeyPatch) -> Clock:
     return freeze(monkeypatch)
 
 
-def serving_worker(monkeypatch: pytest.MonkeyPatch) -> str:
-    """Start a new worker's heartbeat, its runner serving; return its worker id."""
+def serving_worker(monkeypatch: pytest.MonkeyPatch, slots: int | None = None) -> str:
+    """Start a new worker's heartbeat, its runner serving with ``slots`` slots (SLOTS by
+    default, as a runner's pool has); return its worker id."""
     monkeypatch.setattr(heartbeat, "_identity", None)  # a new process: a new id
     identity = beat(force=True)
-    mark_serving(identity, True)
+    mark_serving(identity, ratequeue_settings().SLOTS if slots is None else slots)
     return identity
 
 
@@ -106,6 +107,18 @@ def test_the_leaders_own_runner_is_woken_only_when_the_others_are_full(
     enqueue_many(jobs.add, [[1, 1]] * 2)
     channels = step_and_wake(frozen)
     assert channels == {runner_channel(other), runner_channel(own)}
+
+
+@pytest.mark.django_db
+def test_a_runner_is_called_for_the_slots_its_heartbeat_says_not_the_leaders(
+    settings: Any, monkeypatch: pytest.MonkeyPatch, frozen: Clock
+) -> None:
+    """A host may run workers of fewer slots than the leader's SLOTS."""
+    settings.RATEQUEUE = {**settings.RATEQUEUE, "SLOTS": 4, "MAX_CONCURRENCY": 10}
+    small = serving_worker(monkeypatch, slots=1)
+    enqueue_many(jobs.add, [[1, 1]] * 2)
+    channels = step_and_wake(frozen)
+    assert channels == {runner_channel(small), WORK}
 
 
 @pytest.mark.django_db

@@ -218,7 +218,7 @@ def test_runners_claiming_at_once_never_take_the_same_attempt(
 def test_the_overview_says_which_worker_leads_and_which_serve(frozen: Clock) -> None:
     agent = Agent()
     agent.turn()  # this process's heartbeat, and the lease
-    mark_serving(beat(), True)
+    mark_serving(beat(), ratequeue_settings().SLOTS)
     (worker,) = queue_overview().workers
     assert worker.leads and worker.serving
     frozen.advance(2 * ratequeue_settings().LOOP_LEASE)  # the loop stopped, the process not

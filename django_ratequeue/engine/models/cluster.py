@@ -127,7 +127,8 @@ class WorkerHeartbeat(models.Model):
     host = models.CharField(max_length=255)
     seen_at = models.DateTimeField()
     serving = models.BooleanField(default=False)
-    # The slots of the runner that serves, as the roster counts them (0: not known).
+    # The slots of the runner that serves, as the roster counts them (0: none serves, or
+    # the row was written before this column).
     slots = models.PositiveIntegerField(default=0)
     # The dotted paths of the jobs registered in the process, sorted.
     functions = models.JSONField(default=list, blank=True)

@@ -14,7 +14,11 @@ from django.db import transaction
 from django_ratequeue.conf import ratequeue_settings
 from django_ratequeue.engine.bounds import MAX_INT, check_queue_name, integer
 from django_ratequeue.engine.bounds import check_queue_concurrency as queue_concurrency
-from django_ratequeue.engine.limits import store_environment_limit, store_queue_changes
+from django_ratequeue.engine.limits import (
+    hold_for_later_enqueues,
+    store_environment_limit,
+    store_queue_changes,
+)
 from django_ratequeue.engine.models import QueueSetting, queue_db
 from django_ratequeue.engine.wakeup import LOOP, signal
 
@@ -39,7 +43,8 @@ def change_queue(name: str, **changes: Any) -> QueueSetting:
 
     ``changes`` are ``paused`` (True/False), ``max_concurrency`` and
     ``total_concurrency``; None for any goes back to the setting. A row left with
-    nothing to override is deleted."""
+    nothing to override is deleted. It returns once they hold for every job enqueued
+    later (:func:`.engine.limits.wait_for_the_step_in_flight`)."""
     check_queue_name(name)
     unknown = sorted(set(changes) - {"paused", "max_concurrency", "total_concurrency"})
     if unknown:
@@ -51,6 +56,7 @@ def change_queue(name: str, **changes: Any) -> QueueSetting:
     with transaction.atomic(using=queue_db()):
         setting = store_queue_changes(name, **changes)
         signal(LOOP)
+        hold_for_later_enqueues()
     return setting
 
 
@@ -82,6 +88,7 @@ def set_max_concurrency(limit: int | None) -> None:
     with transaction.atomic(using=queue_db()):
         store_environment_limit(limit)
         signal(LOOP)
+        hold_for_later_enqueues()
 
 
 __all__ = ["pause_queue", "resume_queue", "set_max_concurrency", "set_queue_concurrency"]

@@ -3,7 +3,8 @@
 :class:`Queues` reads ``RATEQUEUE["QUEUES"]`` with its runtime changes on top (a
 :class:`~.models.QueueSetting` row) and ``MAX_CONCURRENCY`` as in force, which limits an
 unconfigured "default" queue; :func:`store_queue_changes` and
-:func:`store_environment_limit` write the changes.
+:func:`store_environment_limit` write the changes, and :func:`hold_for_later_enqueues`
+makes a change hold for every job enqueued once it returned.
 """
 
 from __future__ import annotations
@@ -12,11 +13,18 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
+from django.db import transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from django_ratequeue.conf import QueueConfig, ratequeue_settings
 from django_ratequeue.engine.heads import LeaseHead, register_lease_head
-from django_ratequeue.engine.models import DEFAULT_QUEUE, QueueSetting, RuntimeLimits
+from django_ratequeue.engine.models import (
+    DEFAULT_QUEUE,
+    LoopState,
+    QueueSetting,
+    RuntimeLimits,
+    queue_connection,
+)
 
 
 @dataclass(frozen=True)
@@ -142,6 +150,32 @@ def store_environment_limit(limit: int | None) -> None:
     RuntimeLimits.objects.update_or_create(
         pk=RuntimeLimits.SINGLETON, defaults={"max_concurrency": limit}
     )
+
+
+def hold_for_later_enqueues() -> None:
+    """Make the runtime change of the current transaction hold for every later enqueue.
+
+    Once the transaction commits, wait for the loop's step under way, if one is
+    (:func:`wait_for_the_step_in_flight`): a job enqueued after the caller returns is then
+    read only by steps that see the change."""
+    transaction.on_commit(wait_for_the_step_in_flight, using=queue_connection().alias)
+
+
+def wait_for_the_step_in_flight() -> None:
+    """Return once the loop's step under way, if one is, has committed.
+
+    On PostgreSQL a step reads the limits in its lease's renewal, its first statement,
+    and the waiting jobs in later ones, which see what committed since: a step begun
+    before a queue's pause could start a job enqueued after ``pause_queue`` returned.
+    The step holds the loop's row from its renewal to its commit; a share lock on that
+    row waits for it. A SQLite step holds the write lock from its first statement, so
+    no change commits during one."""
+    connection = queue_connection()
+    if connection.vendor != "postgresql":
+        return
+    table = connection.ops.quote_name(LoopState._meta.db_table)
+    with transaction.atomic(using=connection.alias), connection.cursor() as cursor:
+        cursor.execute(f"SELECT 1 FROM {table} WHERE id = %s FOR SHARE", [LoopState.SINGLETON])
 
 
 def environment_limit(changed: int | None = None, read: bool = True) -> int:

@@ -17,6 +17,7 @@ from django_ratequeue import clock
 from django_ratequeue.conf import ratequeue_settings
 from django_ratequeue.engine.bounds import MAX_KEY_WEIGHT, check_queue_name, check_text, integer
 from django_ratequeue.engine.fairness.models import KeyLimit, KeyLimitChange
+from django_ratequeue.engine.limits import hold_for_later_enqueues
 from django_ratequeue.engine.models import RuntimeLimits, queue_db
 from django_ratequeue.engine.wakeup import LOOP, signal
 
@@ -119,6 +120,7 @@ def refresh_key_limits() -> None:
             key_limits_version=F("key_limits_version") + 1
         )
         signal(LOOP)
+        hold_for_later_enqueues()
 
 
 __all__ = ["refresh_key_limits", "set_key_limit"]

@@ -9,28 +9,19 @@ limits") tells why, and how shards and the database's clock come in.
 
 from __future__ import annotations
 
-import logging
 import math
 import random
-import zlib
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from django.db import transaction
-from django.db.backends.base.base import BaseDatabaseWrapper
-
 from django_ratequeue import clock
-from django_ratequeue.conf import ratequeue_settings
 from django_ratequeue.exceptions import RateLimited
-from django_ratequeue.ratelimit import sql, storage, tally
+from django_ratequeue.ratelimit import storage, tally
 from django_ratequeue.ratelimit.algebra import (
     Decision,
     State,
     better_shard,
-    check_count,
-    decide,
     project,
-    two_choices,
     with_jitter,
 )
 from django_ratequeue.ratelimit.config import RateLimitConfig, check_limit_name
@@ -38,8 +29,7 @@ from django_ratequeue.ratelimit.counting import count_decision
 from django_ratequeue.ratelimit.models import RateLimitState
 from django_ratequeue.ratelimit.resolve import ConfigLike, configured_config, get_rate_limit_config
 from django_ratequeue.ratelimit.resolve import row_key as _row_key
-
-logger = logging.getLogger(__name__)
+from django_ratequeue.ratelimit.taking import Request, phase, take
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,15 +50,6 @@ class RateLimitResult:
 
 
 # --- configuration (resolved in .resolve) ----------------------------------------------
-
-
-def _phase(name: str, key: str) -> float:
-    """Return the random-looking but stable window phase of a fixed window without ``start``.
-
-    Derived from the name and key so that every process (and every check) agrees on it,
-    while different keys do not all refill at the same instant.
-    """
-    return zlib.crc32(f"{name}\0{key}".encode()) / 2**32
 
 
 # --- decisions -------------------------------------------------------------------------
@@ -128,160 +109,20 @@ def get_rate_limit_value(
     return _value(name, get_rate_limit_config(name, config, key), key)
 
 
-@dataclass(frozen=True, slots=True)
-class _Request:
-    """One call resolved: which rows, how many tokens, and how to decide on them."""
-
-    name: str
-    key: str
-    limit: RateLimitConfig
-    count: float
-    reserve: bool
-
-    @classmethod
-    def of(
-        cls, name: str, limit: RateLimitConfig, key: str | None, count: float, reserve: bool
-    ) -> _Request:
-        try:
-            check_count(limit, count, reserve=reserve)
-        except ValueError as error:  # named: a request may draw on several limits
-            raise ValueError(f"Rate limit {name!r}: {error}") from None
-        return cls(name, _row_key(key), limit, count, reserve)
-
-    @property
-    def phase(self) -> float:
-        return _phase(self.name, self.key)
-
-    def decide(self, shard: int, state: State | None, now: float) -> Decision:
-        return decide(
-            self.limit.per_shard(shard),
-            state,
-            now,
-            self.count,
-            reserve=self.reserve,
-            phase=self.phase,
-        )
-
-
 def _consume(
     name: str, limit: RateLimitConfig, key: str | None, count: float, reserve: bool, throws: bool
 ) -> RateLimitResult:
-    request = _Request.of(name, limit, key, count, reserve)
+    request = Request.of(name, limit, key, count, reserve)
     connection = storage.connection_for_write()
-    if connection.vendor == "postgresql":
-        decision = _take_in_one_statement(connection, request)
-    else:
-        # No savepoint: a refusal writes nothing, and any error aborts the caller's block.
-        with transaction.atomic(using=connection.alias, savepoint=False):
-            if limit.shard_count == 1:
-                decision = _take(connection, request, 0)
-            else:
-                decision = _take_from_shards(connection, request)
+    decision = take(connection, request)
     count_decision(connection, name, decision)
     return _result(name, key, decision, throws)
-
-
-def _take_in_one_statement(connection: BaseDatabaseWrapper, request: _Request) -> Decision:
-    """Lock, decide and write in one statement, on PostgreSQL (see :mod:`.sql`).
-
-    A sharded limit offers two random shards and locks the better one no one else holds;
-    if the other one would admit while the locked one does not, or both are held, it
-    waits for one. Missing rows (every shard's) are created full and the statement runs
-    again.
-    """
-    shards = request.limit.shard_count
-    candidates = _offered_shards(shards)
-    # RATE_LIMIT_ASYNC_COMMIT: a statement that is its own transaction commits without
-    # waiting for the WAL flush (about twice the decisions per second); a PostgreSQL crash
-    # may then forget the consumes of its last fraction of a second. Rate-limit state is
-    # soft, and a caller's transaction keeps its own durability.
-    async_commit = ratequeue_settings().RATE_LIMIT_ASYNC_COMMIT and connection.get_autocommit()
-    while True:
-        now = clock.timestamp()
-        taken = sql.take(
-            connection,
-            request.limit,
-            request.name,
-            request.key,
-            candidates,
-            request.count,
-            now,
-            reserve=request.reserve,
-            async_commit=async_commit,
-        )
-        if taken is not None and (taken.applied or not taken.other_admits):
-            return _as_taken(request, taken, now)
-        if taken is None and len(candidates) == 1:
-            fresh = {
-                shard: project(request.limit.per_shard(shard), None, now, request.phase)
-                for shard in range(shards)
-            }
-            storage.insert_rows(connection, request.name, request.key, fresh)
-        else:  # held by other consumers (or missing): wait for one, the other if it admits
-            candidates = tuple(s for s in candidates if taken is None or s != taken.shard)[:1]
-
-
-def _offered_shards(shards: int) -> tuple[int, ...]:
-    """Return the shards a request offers: two random ones of a sharded limit, else 0."""
-    if shards > 1:
-        return two_choices(shards, random.randrange(shards), random.randrange(shards - 1))
-    return (0,)
-
-
-def _as_taken(request: _Request, taken: sql.Taken, now: float) -> Decision:
-    """Return the decision on what the statement did: the algebra's, unless they part."""
-    decision = request.decide(taken.shard, taken.state, now)
-    if decision.ok != taken.applied:
-        # The statement computes in float8 what the algebra computes in Python
-        # floats (the tests prove them equal); should they ever part at a last-bit
-        # boundary, what the database did stands, and a refusal may retry at once.
-        logger.warning("Rate limit %r: the SQL and the algebra disagree", request.name)
-        retry_at = None if taken.applied else now
-        decision = Decision(taken.applied, None, retry_at, decision.value)
-    return decision
-
-
-def _take(connection: BaseDatabaseWrapper, request: _Request, shard: int) -> Decision:
-    """Lock one row (creating it if needed), decide, and write the new state if admitted."""
-    name, key = request.name, request.key
-    while True:
-        locked = storage.lock_row(connection, name, key, shard)
-        now = clock.timestamp()
-        if locked is not None:
-            row_id, state = locked
-            decision = request.decide(shard, state, now)
-            if decision.state is not None and decision.state != state:
-                storage.update_row(connection, row_id, decision.state)
-            return decision
-        decision = request.decide(shard, None, now)
-        if decision.state is None or storage.insert_rows(
-            connection, name, key, {shard: decision.state}
-        ):
-            return decision
-        # Another transaction created the row first: lock it and decide again.
-
-
-def _take_from_shards(connection: BaseDatabaseWrapper, request: _Request) -> Decision:
-    """Take from the better of two random shards: read both, lock the one with more room.
-
-    The power of two choices."""
-    shards = request.limit.shard_count
-    pair = two_choices(shards, random.randrange(shards), random.randrange(shards - 1))
-    states = storage.read_rows(connection, request.name, request.key, pair)
-    now = clock.timestamp()
-    predicted = {shard: request.decide(shard, states.get(shard), now) for shard in pair}
-    first = better_shard(*predicted.items())
-    decision = _take(connection, request, first)
-    other = pair[1] if first == pair[0] else pair[0]
-    if decision.ok or not predicted[other].ok:
-        return decision
-    return _take(connection, request, other)
 
 
 def _check(
     name: str, limit: RateLimitConfig, key: str | None, count: float, reserve: bool, throws: bool
 ) -> RateLimitResult:
-    request = _Request.of(name, limit, key, count, reserve)
+    request = Request.of(name, limit, key, count, reserve)
     states = storage.read_rows(
         storage.connection_for_write(),
         request.name,
@@ -356,9 +197,9 @@ def shard_states(
     up."""
     row_key = _row_key(key)
     states = storage.read_rows(storage.connection_for_write(), name, row_key)
-    phase = _phase(name, row_key)
+    window_phase = phase(name, row_key)
     return {
-        shard: project(limit.per_shard(shard), states.get(shard), now, phase)
+        shard: project(limit.per_shard(shard), states.get(shard), now, window_phase)
         for shard in range(limit.shard_count)
     }
 
@@ -378,4 +219,4 @@ def project_row_value(
         return None
     state = State(row.value, row.ts)
     when = clock.timestamp() if now is None else now
-    return project(config.per_shard(row.shard), state, when, _phase(row.name, row.key)).value
+    return project(config.per_shard(row.shard), state, when, phase(row.name, row.key)).value

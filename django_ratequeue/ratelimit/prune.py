@@ -17,8 +17,8 @@ from django_ratequeue import clock
 from django_ratequeue.conf import ratequeue_settings
 from django_ratequeue.ratelimit.algebra import State, project
 from django_ratequeue.ratelimit.config import KeyedConfig, RateLimitConfig
-from django_ratequeue.ratelimit.decisions import _phase
 from django_ratequeue.ratelimit.models import RateLimitState
+from django_ratequeue.ratelimit.taking import phase
 
 BATCH_SIZE = 1000
 
@@ -121,7 +121,7 @@ def _is_full(share: RateLimitConfig | None, state: State, now: float, name: str,
     """Say whether a row holding ``state`` is full now under its ``share``."""
     if share is None:
         return False
-    return project(share, state, now, _phase(name, key)).value >= share.max_tokens
+    return project(share, state, now, phase(name, key)).value >= share.max_tokens
 
 
 def _prune_limit(name: str, limit: RateLimitConfig, now: float, batch_size: int) -> int:
@@ -142,7 +142,7 @@ def _prune_limit(name: str, limit: RateLimitConfig, now: float, batch_size: int)
         full = [
             pk
             for pk, key, shard, value, ts in rows
-            if project(shares[shard], State(value, ts), now, _phase(name, key)).value
+            if project(shares[shard], State(value, ts), now, phase(name, key)).value
             >= shares[shard].max_tokens
         ]
         if full:

@@ -45,17 +45,20 @@ def take(
     *,
     reserve: bool,
     async_commit: bool,
+    skip_locked: bool = False,
 ) -> Taken | None:
     """Consume ``count`` from one shard, or from the better of two ``candidates``.
 
-    One candidate is waited for if another transaction holds it; of two, only one is
-    locked: the better as last committed that no one else holds (``SKIP LOCKED``).
-    Return ``None`` when no candidate could be locked: missing, or both held by others.
-    ``async_commit`` adds ``SET LOCAL synchronous_commit = off``: only for a statement
-    that is its own transaction.
+    One candidate is waited for if another transaction holds it, unless ``skip_locked``;
+    of two, only one is locked: the better as last committed that no one else holds
+    (``SKIP LOCKED``). Return ``None`` when no candidate could be locked: missing, or
+    held by others. ``async_commit`` adds ``SET LOCAL synchronous_commit = off``: only
+    for a statement that is its own transaction.
     """
     bounded = not reserve or config.max_reserved is not None
-    shape = _Shape(isinstance(config, FixedWindow), len(candidates), bounded, async_commit)
+    window = isinstance(config, FixedWindow)
+    skip = skip_locked and len(candidates) == 1
+    shape = _Shape(window, len(candidates), bounded, async_commit, skip)
     params: dict[str, Any] = {"name": name, "key": key, "count": count, "now": now}
     params["period"] = config.period_seconds
     for i, shard in enumerate(candidates):
@@ -81,6 +84,8 @@ class _Shape:
     candidates: int
     bounded: bool
     async_commit: bool
+    # One candidate, skipped if another transaction holds it (two always are).
+    skip_locked: bool = False
 
     @property
     def parameters(self) -> list[tuple[str, str]]:
@@ -95,7 +100,7 @@ class _Shape:
 
     @property
     def prepared_name(self) -> str:
-        flags = (self.window, self.bounded, self.async_commit)
+        flags = (self.window, self.bounded, self.async_commit, self.skip_locked)
         return f"ratequeue_take_{self.candidates}_{''.join(str(int(f)) for f in flags)}"
 
 
@@ -114,14 +119,17 @@ def _server_statement(shape: _Shape) -> ServerStatement:
 SHARE_FIELDS = ("rate", "capacity", "allowance")
 
 
-def _one_shard(p: dict[str, str], table: str, where: str) -> tuple[str, dict[str, str], str]:
+def _one_shard(
+    p: dict[str, str], shape: _Shape, table: str, where: str
+) -> tuple[str, dict[str, str], str]:
     """Return the CTE that locks the one shard asked for, its share, and ``false`` (no
-    other shard admits: there is none)."""
+    other shard admits: none was asked about)."""
     share = {field: p[f"{field}0"] for field in SHARE_FIELDS}
+    skip = " SKIP LOCKED" if shape.skip_locked else ""
     locked = f"""old AS (
     SELECT r.id, r.shard, r.value, r.ts FROM {table} r
     WHERE {where} AND r.shard = {p["shard0"]}
-    FOR UPDATE
+    FOR UPDATE{skip}
 )"""
     return locked, share, "false"
 
@@ -200,7 +208,7 @@ def _statement(shape: _Shape, *, prepared: bool) -> str:
     table = f'"{RateLimitState._meta.db_table}"'
     where = f'r.name = {p["name"]} AND r."key" = {p["key"]}'
     if shape.candidates == 1:
-        locked, share, other_admits = _one_shard(p, table, where)
+        locked, share, other_admits = _one_shard(p, shape, table, where)
     else:
         locked, share, other_admits = _best_shard(p, shape, table, where)
     available, since, admits = _decision(p, shape, "old.value", "old.ts", share)

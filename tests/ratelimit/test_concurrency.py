@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -79,15 +80,25 @@ def test_only_a_decision_in_its_own_transaction_skips_the_flush_wait() -> None:
         assert synchronous_commit() == "on"  # the caller's writes stay fully durable
 
 
+def statements(decide: Callable[[], bool]) -> tuple[bool, int]:
+    """Return what ``decide`` said and how many statements it sent."""
+    with CaptureQueriesContext(connection) as queries:
+        said = decide()
+    return said, len(queries)
+
+
 def test_a_decision_outside_a_transaction_is_one_statement() -> None:
     config = {"kind": "token bucket", "rate": 10, "period": 60, "shards": 2}
-    for _ in range(3):  # creates the rows, then prepares the statement
+    for _ in range(3):  # creates the rows, then prepares the statements
         rate_limit("steady", config=config)
-    with CaptureQueriesContext(connection) as queries:
-        assert rate_limit("steady", config=config).ok
-        assert rate_limit("steady", count=10, reserve=True, config=config).ok
-        assert not rate_limit("steady", count=5, config=config).ok
-    assert len(queries) == 3
+    assert statements(lambda: rate_limit("steady", config=config).ok) == (True, 1)
+
+
+def test_a_sharded_limit_refused_once_decides_in_one_statement() -> None:
+    config = {"kind": "fixed window", "rate": 4, "period": 86400, "shards": 2}  # 2 a shard
+    admitted = [rate_limit("spent", config=config).ok for _ in range(6)]
+    assert admitted == [True] * 4 + [False] * 2
+    assert statements(lambda: rate_limit("spent", config=config).ok) == (False, 1)
 
 
 def test_one_hot_key_admits_exactly_the_limit() -> None:

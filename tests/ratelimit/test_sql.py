@@ -176,3 +176,30 @@ def contender_connection_params() -> dict[str, object]:
         "host": db["HOST"] or "127.0.0.1",
         "port": db["PORT"] or 5432,
     }
+
+
+@pytest.mark.django_db(transaction=True)
+def test_one_shard_held_by_another_consumer_is_skipped_when_asked() -> None:
+    config = FixedWindow(rate=4, period=3600, start=0, shards=2)
+    store({0: State(2.0, 0.0), 1: State(2.0, 0.0)})
+    with psycopg.connect(**contender_connection_params(), autocommit=False) as holder:
+        holder.execute(
+            'SELECT 1 FROM "django_ratequeue_ratelimitstate" WHERE name = %s AND shard = 0'
+            " FOR UPDATE",
+            [NAME],
+        )
+        taken = sql.take(
+            connection,
+            config,
+            NAME,
+            KEY,
+            (0,),
+            1,
+            1800.0,
+            reserve=False,
+            async_commit=False,
+            skip_locked=True,
+        )
+        assert taken is None
+        holder.rollback()
+    assert stored() == {0: State(2.0, 0.0), 1: State(2.0, 0.0)}

@@ -111,6 +111,7 @@ def _worker_json(worker: Worker) -> dict[str, Any]:
         "pid": worker.pid,
         "seen_at": _iso(worker.seen_at),
         "serving": worker.serving,
+        "slots": worker.slots,
         "leads": worker.leads,
     }
 

@@ -30,6 +30,15 @@ class Worker:
     running: int | None = None
     # The job functions registered in it (its heartbeat says so).
     functions: frozenset[str] = frozenset()
+    # The slots its runner serves with (0: none serves, or its heartbeat predates them).
+    slots: int = 0
+
+    @property
+    def roles(self) -> str:
+        """Return what it does, in words: "leads the loop, runner serving 8 slots"."""
+        runner = f"runner serving {self.slots} slots" if self.slots else "runner serving"
+        roles = (("leads the loop", self.leads), (runner, self.serving))
+        return ", ".join(role for role, on in roles if on)
 
 
 @dataclass(frozen=True)
@@ -102,6 +111,7 @@ def live_workers(leader: str, running: Counter[str] | None = None) -> list[Worke
             leads=beat.id == leader,
             running=None if running is None else running[beat.id],
             functions=declared(beat.functions),
+            slots=beat.slots,
         )
         for beat in beats.order_by("host", "pid")
     ]

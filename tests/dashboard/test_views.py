@@ -12,7 +12,7 @@ from django.test import Client
 
 from django_ratequeue import Status, clock, enqueue, pause_queue
 from django_ratequeue.engine import protocol
-from django_ratequeue.engine.heartbeat import beat
+from django_ratequeue.engine.heartbeat import beat, mark_serving
 from django_ratequeue.engine.workerkeys import create_key
 from django_ratequeue.models import Attempt, Job, QueueMinute, WorkerHeartbeat, WorkerKey
 from django_ratequeue.plugins.rollups.counting import floor_minute
@@ -111,13 +111,14 @@ def test_an_unknown_window_is_a_400_that_names_the_choices(
 def test_the_page_shows_state_limits_keys_rate_limits_workers_and_charts(
     admin_client: Client,
 ) -> None:
+    worker = beat(force=True)  # this process's worker, its runner serving 8 slots
+    mark_serving(worker, 8)
     for n in range(3):
         enqueue(jobs.add, args=[n, 1], queue="llm", concurrency_key="alice")
-    running(enqueue(jobs.add, args=[0, 0], queue="emails", concurrency_key="bob").id)
-    running(enqueue(jobs.add, args=[0, 0], queue="emails", concurrency_key="bob").id)
+    running(enqueue(jobs.add, args=[0, 0], queue="emails", concurrency_key="bob").id, worker)
+    running(enqueue(jobs.add, args=[0, 0], queue="emails", concurrency_key="bob").id, worker)
     enqueue(jobs.add, args=[1, 1], queue="emails")
     pause_queue("llm")
-    WorkerHeartbeat.objects.create(id="w1", pid=4242, host="box-1", seen_at=clock.now())
     create_key("gpu box", ["remote"])
     minute = floor_minute(clock.now())
     QueueMinute.objects.create(queue="emails", minute=minute - timedelta(minutes=2), started=7)
@@ -135,7 +136,11 @@ def test_the_page_shows_state_limits_keys_rate_limits_workers_and_charts(
     assert '<span class="rq-badge rq-badge-paused">paused</span>' in page
     assert '<span class="rq-badge rq-badge-saturated">saturated</span>' in page
     assert "llm_tokens" in page and "token bucket: 1200 per minute, capacity 200" in page
-    assert "box-1" in page and "4242" in page and "gpu box" in page
+    heartbeat = WorkerHeartbeat.objects.get(pk=worker)
+    assert heartbeat.host in page and str(heartbeat.pid) in page and "gpu box" in page
+    [local] = response.context["snapshot"].local_workers
+    assert (local.running, local.slots) == (2, 8)
+    assert "runner serving 8 slots" in page
     # The charts of all queues and of the active queues, with their text alternatives.
     total = response.context["total"].state
     assert [f.started for f in total.series][-3:] == [7, 0, 3]

@@ -214,11 +214,9 @@ class Command(BaseCommand):
             return
         self.stdout.write(f"Live workers: {len(overview.workers)}")
         for worker in overview.workers:
-            roles = [role for role, on in (("leads the loop", worker.leads),
-                                            ("runner serving", worker.serving)) if on]  # fmt: skip
             self.stdout.write(
                 f"  {worker.host} pid {worker.pid}  last heartbeat {_time(worker.seen_at)}"
-                + (f"  ({', '.join(roles)})" if roles else "")
+                + (f"  ({worker.roles})" if worker.roles else "")
             )
 
     def write_remote(self, overview: QueueOverview) -> None:

@@ -52,6 +52,29 @@ def stored() -> dict[int, State]:
     return storage.read_rows(connection, NAME, KEY)
 
 
+def take(
+    config: RateLimitConfig,
+    candidates: tuple[int, ...],
+    count: float,
+    now: float,
+    reserve: bool = False,
+    skip_locked: bool = False,
+) -> sql.Taken | None:
+    """Run the consume statement on the test's key, in the test's transaction."""
+    return sql.take(
+        connection,
+        config,
+        NAME,
+        KEY,
+        candidates,
+        count,
+        now,
+        reserve=reserve,
+        async_commit=False,
+        skip_locked=skip_locked,
+    )
+
+
 def fits(config: RateLimitConfig, count: float, reserve: bool) -> bool:
     try:
         check_count(config, count, reserve=reserve)
@@ -68,17 +91,7 @@ def test_one_shard_decides_and_stores_what_the_algebra_does(
     assume(fits(config, count, reserve))
     shard = config.shard_count - 1
     store({shard: state})
-    taken = sql.take(
-        connection,
-        config,
-        NAME,
-        KEY,
-        (shard,),
-        count,
-        now,
-        reserve=reserve,
-        async_commit=False,
-    )
+    taken = take(config, (shard,), count, now, reserve=reserve)
     expected = decide(config.per_shard(shard), state, now, count, reserve=reserve)
     assert taken == sql.Taken(shard, state, expected.ok, other_admits=False)
     assert stored() == {shard: expected.state if expected.ok else state}
@@ -104,17 +117,7 @@ def test_two_shards_take_the_one_that_admits_with_most_tokens(
     assume(fits(config, count, reserve))
     before = {0: first, 1: second}
     store(before)
-    taken = sql.take(
-        connection,
-        config,
-        NAME,
-        KEY,
-        (0, 1),
-        count,
-        now,
-        reserve=reserve,
-        async_commit=False,
-    )
+    taken = take(config, (0, 1), count, now, reserve=reserve)
     assert taken is not None
     expected = {
         shard: decide(config.per_shard(shard), state, now, count, reserve=reserve)
@@ -133,17 +136,7 @@ def test_two_shards_take_the_one_that_admits_with_most_tokens(
 
 def test_missing_rows_are_not_invented() -> None:
     config = TokenBucket(10, 60)
-    taken = sql.take(
-        connection,
-        config,
-        NAME,
-        KEY,
-        (0,),
-        1,
-        EPOCH,
-        reserve=False,
-        async_commit=False,
-    )
+    taken = take(config, (0,), 1, EPOCH)
     assert taken is None
     assert stored() == {}
 
@@ -159,9 +152,7 @@ def test_a_shard_held_by_another_consumer_is_skipped_and_reported_if_it_would_ad
             " FOR UPDATE",
             [NAME],
         )
-        taken = sql.take(
-            connection, config, NAME, KEY, (0, 1), 1, now, reserve=False, async_commit=False
-        )
+        taken = take(config, (0, 1), 1, now)
         assert taken == sql.Taken(1, State(0.0, 0.0), applied=False, other_admits=True)
         holder.rollback()
     assert stored() == {0: State(2.0, 0.0), 1: State(0.0, 0.0)}
@@ -188,18 +179,7 @@ def test_one_shard_held_by_another_consumer_is_skipped_when_asked() -> None:
             " FOR UPDATE",
             [NAME],
         )
-        taken = sql.take(
-            connection,
-            config,
-            NAME,
-            KEY,
-            (0,),
-            1,
-            1800.0,
-            reserve=False,
-            async_commit=False,
-            skip_locked=True,
-        )
+        taken = take(config, (0,), 1, 1800.0, skip_locked=True)
         assert taken is None
         holder.rollback()
     assert stored() == {0: State(2.0, 0.0), 1: State(2.0, 0.0)}

@@ -47,8 +47,11 @@ def claim_remote(key: WorkerKey, instance: str, count: int = 1) -> None:
     )
 
 
-def running(job_id: str, worker: str = "w1") -> None:
-    """Make the job RUNNING with an attempt a worker started (as the loop and a runner would)."""
+def running(job_id: str, worker: str | None = None) -> None:
+    """Make the job RUNNING with an attempt a worker started (as the loop and a runner would).
+
+    The worker is this process's (its heartbeat written) unless ``worker`` names one."""
+    worker = worker or beat(force=True)
     job = Job.objects.get(pk=job_id)
     Job.objects.filter(pk=job_id).update(status=Status.RUNNING, attempts=1)
     now = clock.now()

@@ -117,7 +117,8 @@ def _take_in_one_statement(connection: BaseDatabaseWrapper, request: Request) ->
     while True:
         taken, now = _take_now(connection, request, candidates)
         if taken is not None and (taken.applied or not taken.other_admits):
-            _remember(refused, taken.applied)
+            if shards > 1:
+                _remember(refused, taken.applied)
             return _as_taken(request, taken, now)
         if taken is None and len(candidates) == 1:
             fresh = {

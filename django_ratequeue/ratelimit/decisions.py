@@ -49,9 +49,6 @@ class RateLimitResult:
     value: float | None = None
 
 
-# --- configuration (resolved in .resolve) ----------------------------------------------
-
-
 # --- decisions -------------------------------------------------------------------------
 
 

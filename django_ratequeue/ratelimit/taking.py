@@ -212,8 +212,7 @@ def _take_from_shards(connection: BaseDatabaseWrapper, request: Request) -> Deci
     """Take from the better of two random shards: read both, lock the one with more room.
 
     The power of two choices."""
-    shards = request.limit.shard_count
-    pair = two_choices(shards, random.randrange(shards), random.randrange(shards - 1))
+    pair = _offered_shards(request.limit.shard_count)
     states = storage.read_rows(connection, request.name, request.key, pair)
     now = clock.timestamp()
     predicted = {shard: request.decide(shard, states.get(shard), now) for shard in pair}

@@ -14,6 +14,17 @@ from typing import Any
 
 from django.db.backends.base.base import BaseDatabaseWrapper
 
+# How the engine's hot statements are planned on PostgreSQL (docs/concepts.md, "The main
+# loop"): every read on its index, with plain index scans (which mark the entries of rows
+# gone dead as they pass), no JIT, and each prepared statement once, whatever the
+# statistics said when it was prepared.
+PLANNED_ON_INDEXES = (
+    ("enable_seqscan", "off"),
+    ("enable_bitmapscan", "off"),
+    ("jit", "off"),
+    ("plan_cache_mode", "force_generic_plan"),
+)
+
 
 @dataclass(frozen=True, slots=True)
 class ServerStatement:
@@ -22,13 +33,18 @@ class ServerStatement:
     ``text`` has the driver's placeholders; ``prepared_text`` is the body of ``PREPARE
     name (types) AS ...`` with ``$1, $2, ...``. ``arguments`` are the driver's
     placeholders for ``EXECUTE``, in ``$n`` order; ``types``
-    may be empty to let the server infer the parameters' types from their use."""
+    may be empty to let the server infer the parameters' types from their use.
+
+    ``session_settings`` are set for the whole session before it prepares the statement,
+    so that its one plan is made under them: only for a session the engine alone uses
+    (a runner's), as they stay for every later statement of the session."""
 
     name: str
     text: str
     prepared_text: str
     arguments: str
     types: str = ""
+    session_settings: tuple[tuple[str, str], ...] = ()
 
     @property
     def execute(self) -> str:
@@ -65,19 +81,28 @@ def sql_to_run(connection: BaseDatabaseWrapper, statement: ServerStatement) -> s
     if not used[statement.name]:
         types = f" ({statement.types})" if statement.types else ""
         with connection.cursor() as cursor:
+            if statement.session_settings:
+                names = ", ".join(
+                    f"set_config('{name}', '{value}', false)"
+                    for name, value in statement.session_settings
+                )
+                cursor.execute(f"SELECT {names}")
             cursor.execute(f"PREPARE {statement.name}{types} AS {statement.prepared_text}")
         used[statement.name] = True
     return statement.execute
 
 
-def server_statement(name: str, text: str) -> ServerStatement:
+def server_statement(
+    name: str, text: str, session_settings: tuple[tuple[str, str], ...] = ()
+) -> ServerStatement:
     """Return the :class:`ServerStatement` of ``text``, named ``name``.
 
     ``text`` has the driver's ``%s`` placeholders only (no literal ``%``); the server
     infers the parameters' types from their use."""
     parts = text.split("%s")
     numbered = "".join(f"{part}${i}" for i, part in enumerate(parts[:-1], 1)) + parts[-1]
-    return ServerStatement(name, text, numbered, ", ".join(["%s"] * (len(parts) - 1)))
+    arguments = ", ".join(["%s"] * (len(parts) - 1))
+    return ServerStatement(name, text, numbered, arguments, session_settings=session_settings)
 
 
 def execute(

@@ -10,12 +10,13 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Sequence
 from typing import Any
+from zlib import crc32
 
 from django.db import connections, router
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import Field, JSONField, Model
 
-from django_ratequeue.db import ServerStatement, sql_to_run
+from django_ratequeue.db import ServerStatement, server_statement, sql_to_run
 
 CHUNK = 200
 
@@ -32,12 +33,17 @@ def update_rows(
     condition: str = "",
     returning: str = "",
     condition_params: Sequence[Any] = (),
+    prepared_as: str = "",
+    session_settings: tuple[tuple[str, str], ...] = (),
 ) -> int:
     """Write ``fields`` of each object to its row, and return the rows changed.
 
     ``condition`` is extra SQL on the target table (aliased ``t``), e.g.
     ``"t.ended_at IS NULL"``, with ``condition_params`` for its placeholders; ``returning``
-    an expression evaluated per row changed (a signal)."""
+    an expression evaluated per row changed (a signal). With ``prepared_as``, the
+    statement (on PostgreSQL the same text for any number of rows) is the session's
+    prepared statement of that name, planned under ``session_settings`` (:mod:`..db`);
+    only for a caller that plans on indexes (a loop step, a runner)."""
     if not objects:
         return 0
     connection = _connection(model)
@@ -61,8 +67,12 @@ def update_rows(
     for chunk in chunks:
         source, params = _row_source(connection, columns, chunk)
         sql = f"UPDATE {quote(meta.db_table)} AS t SET {assignments} FROM {source} WHERE {where}"
+        sql += tail
+        if prepared_as:
+            name = f"{prepared_as}_{crc32(sql.encode()):08x}"
+            sql = sql_to_run(connection, server_statement(name, sql, session_settings))
         with connection.cursor() as cursor:
-            cursor.execute(sql + tail, [*params, *condition_params])
+            cursor.execute(sql, [*params, *condition_params])
             changed += cursor.rowcount
     return changed
 

@@ -10,23 +10,15 @@ from zlib import crc32
 
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from django_ratequeue.db import ServerStatement, execute, server_statement
+from django_ratequeue.db import PLANNED_ON_INDEXES, ServerStatement, execute, server_statement
 from django_ratequeue.engine.heads import LeaseHead, lease_heads
 from django_ratequeue.engine.models import LoopState, queue_connection
 from django_ratequeue.engine.wakeup import lease_end
 
 # What a step's transaction tells PostgreSQL (docs/concepts.md, "The main loop"):
-# commit without waiting for the WAL flush, plan every read on its index, with plain
-# index scans (which mark the entries of rows gone dead as they pass), no JIT, and each
-# prepared statement once.
-STEP_SETTINGS = (
-    ("synchronous_commit", "off"),
-    ("enable_seqscan", "off"),
-    ("enable_bitmapscan", "off"),
-    ("jit", "off"),
-    # Not planned again each time for the arrays of queues a read takes (Rounds.read).
-    ("plan_cache_mode", "force_generic_plan"),
-)
+# commit without waiting for the WAL flush, and plan as the engine's hot statements are
+# (each prepared statement once: not again for the arrays of queues a read takes).
+STEP_SETTINGS = (("synchronous_commit", "off"), *PLANNED_ON_INDEXES)
 
 
 @dataclass(frozen=True)

@@ -107,7 +107,7 @@ def finish(ended_ids: list[int], now: datetime, moves: Moves) -> datetime | None
     Attempt.objects.filter(pk__in=[a.pk for a in ended]).finalize()
     if released:
         Attempt.objects.filter(pk__in=released).delete()
-    update_rows(Job, changed, JOB_OUTCOME_FIELDS)
+    update_rows(Job, changed, JOB_OUTCOME_FIELDS, prepared_as="ratequeue_job_outcomes")
     create_callbacks(finals, now)
     return min((job.start_at for job in retries), default=None)
 

@@ -9,7 +9,7 @@ from django.db import connection, transaction
 from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
 
-from django_ratequeue import enqueue_many
+from django_ratequeue import db, enqueue_many
 from django_ratequeue.engine.execution import run_attempt
 from django_ratequeue.engine.heartbeat import beat
 from django_ratequeue.engine.lease import STEP_SETTINGS
@@ -61,6 +61,17 @@ def plans(work: object, settings: tuple[tuple[str, str], ...] = ()) -> str:
     return "\n\n".join(found)
 
 
+def forget_prepared_statements() -> None:
+    """Start this session's prepared statements afresh, as a new session would.
+
+    Each test's transaction rolls back the settings an earlier test's runner set for its
+    session, while the statements it prepared stay (a runner claims outside any
+    transaction: its settings stay with its session)."""
+    with connection.cursor() as cursor:
+        cursor.execute("DEALLOCATE ALL")
+    db._sessions.pop(connection.connection, None)
+
+
 def forget_statistics() -> None:
     """Make PostgreSQL plan as if the attempts table had never been ANALYZEd."""
     table = Attempt._meta.db_table
@@ -74,6 +85,7 @@ def forget_statistics() -> None:
 
 @pytest.mark.parametrize("analyzed", [False, True], ids=["no statistics", "analyzed"])
 def test_the_claim_reads_only_claimable_attempts(analyzed: bool) -> None:
+    forget_prepared_statements()
     if not analyzed:
         forget_statistics()
     # A long-lived runner claimed while the table was empty: a plan cached then (were the
@@ -94,6 +106,15 @@ def test_the_claim_reads_only_claimable_attempts(analyzed: bool) -> None:
     plan = plans(lambda: early.claim(5))
     assert "ratequeue_attempt_claimable" in plan, plan
     assert f"Seq Scan on {Attempt._meta.db_table}" not in plan, plan
+    # The runner's session prepared its claim and planned it once, on the indexes, while
+    # the table was empty: the plan above is that one, never a plan made afresh.
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT generic_plans, custom_plans FROM pg_prepared_statements"
+            " WHERE name LIKE 'ratequeue_claim_%'"
+        )
+        [(generic, custom)] = cursor.fetchall()
+    assert (generic > 0, custom) == (True, 0)
     # Every statement of a loop step (of a loop that has stepped since the tables were
     # empty), as the step plans it: none scans the attempts or the jobs whole, and none is
     # a bitmap scan (which would read the entries of ended attempts at every step).

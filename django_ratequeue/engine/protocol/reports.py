@@ -63,7 +63,8 @@ def report(claimant: Claimant, ended: Sequence[Ended]) -> dict[int, Report | Non
     )
 
     def write(attempts: list[Attempt]) -> int:
-        return durable(lambda: write_outcomes(attempts, fields, held, params))
+        local = claimant.key is None
+        return durable(lambda: write_outcomes(attempts, fields, held, params, local))
 
     try:
         write(list(rows.values()))

@@ -10,9 +10,11 @@ from collections.abc import Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
+from zlib import crc32
 
 from django.db import transaction
 
+from django_ratequeue.db import PLANNED_ON_INDEXES, ServerStatement, execute, server_statement
 from django_ratequeue.engine.bulk import update_rows
 from django_ratequeue.engine.models import Attempt, Job, queue_connection
 from django_ratequeue.engine.wakeup import LOOP, notifies, notify_clause
@@ -95,16 +97,34 @@ def run_claim(
 ) -> list[tuple[Any, ...]]:
     """Run the claim (:func:`claim_sql`), and return the rows it returned.
 
-    It is planned afresh each time, not prepared: a plan cached while the attempts table
-    was small (a sequential scan) would be kept, without an ANALYZE to invalidate it, as
-    the table grows."""
+    A local runner's claim is the same text at every turn of its process (its functions
+    change only with its registry), and planning it cost the database several times
+    running it: its session prepares it, planned once on its indexes
+    (:data:`~django_ratequeue.db.PLANNED_ON_INDEXES`, set for the runner's session), so
+    that a plan made while the attempts table was small is not a sequential scan kept as
+    it grows. A remote worker's claim (varying queues and avoided retries, on a web
+    process's session) is planned afresh each time."""
     connection = queue_connection()
     sql, params = claim_sql(connection.vendor, scope)
     adapt = connection.ops.adapt_datetimefield_value
     params += [limit, worker, key, adapt(stamp), adapt(lease)]
+    if not scope.remote:
+        return execute(connection, local_claim(sql), params)
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         return cursor.fetchall()
+
+
+# The local claims' statements, by their text.
+_local_claims: dict[str, ServerStatement] = {}
+
+
+def local_claim(sql: str) -> ServerStatement:
+    """Return the server statement of a local runner's claim ``sql``."""
+    if sql not in _local_claims:
+        name = f"ratequeue_claim_{crc32(sql.encode()):08x}"
+        _local_claims[sql] = server_statement(name, sql, session_settings=PLANNED_ON_INDEXES)
+    return _local_claims[sql]
 
 
 def claimed(row: tuple[Any, ...]) -> Attempt:
@@ -120,13 +140,18 @@ def claimed(row: tuple[Any, ...]) -> Attempt:
 
 
 def write_outcomes(
-    attempts: Sequence[Attempt], fields: Sequence[str], held: str, params: Sequence[Any]
+    attempts: Sequence[Attempt],
+    fields: Sequence[str],
+    held: str,
+    params: Sequence[Any],
+    local: bool = False,
 ) -> int:
     """Write ``fields`` of ``attempts`` in one statement that signals the loop.
 
     Only the rows where ``held`` (SQL on the row ``t``, with ``params``) holds are written;
     return how many. In a transaction it runs in a savepoint, which a refused statement
-    must not abort."""
+    must not abort. A ``local`` runner's session prepares it, as it does its claim
+    (:func:`run_claim`)."""
     connection = queue_connection()
     nested = connection.in_atomic_block
     with transaction.atomic(using=connection.alias) if nested else nullcontext():
@@ -138,4 +163,6 @@ def write_outcomes(
             condition_params=params,
             # The loop's signal, raised by the statement itself (SQLite: none, it polls).
             returning=notify_clause(LOOP) if notifies() else "",
+            prepared_as="ratequeue_report" if local else "",
+            session_settings=PLANNED_ON_INDEXES,
         )

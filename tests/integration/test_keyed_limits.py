@@ -109,6 +109,7 @@ def test_the_command_shows_each_row_under_its_keys_plan() -> None:
 
 @override_settings(RATEQUEUE={"RATE_LIMITS": {"llm": {"per_key": PLAN_LIMIT}}})
 def test_the_dashboard_counts_keys_out_of_tokens_under_their_own_plans() -> None:
+    plans.CALLS.clear()  # what earlier tests asked of the plan function
     rate_limit("llm", key="acme", count=2)  # 18 of 20 left: not out
     rate_limit("llm", key="tiny", count=2)  # 0 of 2 left: out
     (use,) = rate_limit_uses({})

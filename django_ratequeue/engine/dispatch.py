@@ -21,7 +21,7 @@ from django_ratequeue.engine.limits import KnownOverrides, environment_limit
 from django_ratequeue.engine.models import Attempt, Job, Wait
 from django_ratequeue.engine.moves import Moves
 from django_ratequeue.engine.rounds import Rounds, TokenGate, waiting_queues
-from django_ratequeue.engine.transitions import fail_job, isolated
+from django_ratequeue.engine.transitions import expect_moved, fail_job, isolated
 from django_ratequeue.ratelimit.decisions import rate_limit
 
 __all__ = ["QUEUES_PER_STEP", "Dispatch", "is_remote", "waiting_queues"]
@@ -136,8 +136,9 @@ class Dispatch:
             )
             for job in chosen
         ]
+        started = Job.objects.filter(pk__in=[job.pk for job in chosen]).start()
+        expect_moved(started, chosen, "started")
         insert_rows(Attempt, attempts)
-        Job.objects.filter(pk__in=[job.pk for job in chosen]).start()
         return attempts
 
     def room(self, name: str, now: datetime) -> int:
@@ -188,7 +189,8 @@ class Dispatch:
             moves.reserved.append(job)
             if decision.retry_at is not None and decision.retry_at > job.start_at:
                 self.postpone(job, decision.retry_at)
-            Job.objects.filter(pk=job.pk).reserve(job.start_at)
+            reserved = Job.objects.filter(pk=job.pk).reserve(job.start_at)
+            expect_moved(reserved, [job], "reserved the cost of")
         if job.start_at > now:
             self.reserved_starts.append(job.start_at)
             return "later"

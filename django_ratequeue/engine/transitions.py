@@ -10,7 +10,7 @@ docs/concepts.md tells why.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import datetime
 from functools import partial
 from typing import TypeVar
@@ -107,7 +107,15 @@ def finish(ended_ids: list[int], now: datetime, moves: Moves) -> datetime | None
     Attempt.objects.filter(pk__in=[a.pk for a in ended]).finalize()
     if released:
         Attempt.objects.filter(pk__in=released).delete()
-    update_rows(Job, changed, JOB_OUTCOME_FIELDS, prepared_as="ratequeue_job_outcomes")
+    written = update_rows(
+        Job,
+        changed,
+        JOB_OUTCOME_FIELDS,
+        condition="t.status = %s",
+        condition_params=[Status.RUNNING.value],
+        prepared_as="ratequeue_job_outcomes",
+    )
+    expect_moved(written, changed, "wrote the outcome of")
     create_callbacks(finals, now)
     return min((job.start_at for job in retries), default=None)
 
@@ -154,7 +162,8 @@ def apply_cancels(now: datetime, moves: Moves) -> tuple[bool, bool]:
         for job in pending:
             job.status, job.finished_at = Status.CANCELED, now
             moves.finished.append(job)
-        Job.objects.filter(pk__in=[j.pk for j in pending]).cancel(now)
+        canceled = Job.objects.filter(pk__in=[j.pk for j in pending]).cancel(now)
+        expect_moved(canceled, pending, "canceled")
         create_callbacks(pending, now)
         running = Job.objects.filter(scope, status=Status.RUNNING, cancel_requested=False)
         # An attempt not started yet never will be: end it now (a runner's claim needs
@@ -176,6 +185,27 @@ def promote_due(now: datetime) -> int:
         return 0
     # start_at re-checked: a debounce may have pushed it back since the read (uniqueclaims.py).
     return Job.objects.filter(pk__in=due, start_at__lte=now).promote()
+
+
+class StepConflict(DatabaseError):
+    """A job moved between a loop step's read of it and the step's write.
+
+    Only the loop moves a job, one step at a time, so this should never be raised: it
+    means another writer moved it, and what the step decided from its read is void. The
+    step's transaction rolls back, and the next step reads afresh."""
+
+
+def expect_moved(moved: int, read: Iterable[Job], what: str) -> None:
+    """Raise :class:`StepConflict` unless the write ``what`` moved every job of ``read``.
+
+    Each job write of a step says in its ``WHERE`` which status it expects: the status
+    it read."""
+    expected = len({job.pk for job in read})
+    if moved != expected:
+        raise StepConflict(
+            f"The main loop {what} {moved} of the {expected} jobs it read: another writer "
+            "moved the others meanwhile; the step is rolled back."
+        )
 
 
 def isolated(job: Job, now: datetime, work: Callable[[], T], fallback: T, moves: Moves) -> T:

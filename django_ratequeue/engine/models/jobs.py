@@ -72,20 +72,20 @@ class JobQuerySet(models.QuerySet["Job"]):
         return self.filter(status__in=DEFERRED_STATUSES).update(status=Status.WAITING)
 
     def start(self) -> int:
-        """Mark these jobs RUNNING with one more attempt (whose tokens it consumes)."""
-        return self.update(
+        """Mark the WAITING ones among these jobs RUNNING with one more attempt (whose
+        tokens it consumes); return how many."""
+        return self.filter(status=Status.WAITING).update(
             status=Status.RUNNING, attempts=models.F("attempts") + 1, tokens_reserved=False
         )
 
     def reserve(self, start_at: datetime) -> int:
-        """Record that these jobs' cost is reserved from their queue's rate limit.
-
-        It is reserved until ``start_at``."""
-        return self.update(tokens_reserved=True, start_at=start_at)
+        """Record that the WAITING ones among these jobs have their cost reserved from their
+        queue's rate limit, until ``start_at``; return how many."""
+        return self.filter(status=Status.WAITING).update(tokens_reserved=True, start_at=start_at)
 
     def cancel(self, now: datetime) -> int:
-        """End these (not started) jobs CANCELED."""
-        return self.update(status=Status.CANCELED, finished_at=now)
+        """End the ones among these jobs not started yet CANCELED; return how many."""
+        return self.not_started().update(status=Status.CANCELED, finished_at=now)
 
     def request_cancel(self) -> int:
         """Ask these running jobs to end CANCELED when their attempt ends."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from django.core.exceptions import ObjectDoesNotExist
+from django.db import DatabaseError
 
 from django_ratequeue import plain
 
@@ -122,6 +123,15 @@ class AttemptTimedOut(RateQueueError):
 
 class WorkerLost(RateQueueError):
     """The error class recorded for an attempt whose worker process died."""
+
+
+class StepConflict(RateQueueError, DatabaseError):
+    """A job moved between a loop step's read of it and the step's write.
+
+    Only the loop moves a job, one step at a time, so this should never be raised: it
+    means another writer moved it, and what the step decided from its read is void. A
+    database error, so that the step's transaction rolls back (no job is failed for it)
+    and the next step reads afresh."""
 
 
 class LeaseLost(RateQueueError):

@@ -29,9 +29,7 @@ from django_ratequeue.engine.models import (
     Status,
 )
 from django_ratequeue.engine.moves import Moves
-from django_ratequeue.exceptions import (
-    describe,
-)
+from django_ratequeue.exceptions import StepConflict, describe
 
 logger = logging.getLogger("django_ratequeue.queue")
 
@@ -185,14 +183,6 @@ def promote_due(now: datetime) -> int:
         return 0
     # start_at re-checked: a debounce may have pushed it back since the read (uniqueclaims.py).
     return Job.objects.filter(pk__in=due, start_at__lte=now).promote()
-
-
-class StepConflict(DatabaseError):
-    """A job moved between a loop step's read of it and the step's write.
-
-    Only the loop moves a job, one step at a time, so this should never be raised: it
-    means another writer moved it, and what the step decided from its read is void. The
-    step's transaction rolls back, and the next step reads afresh."""
 
 
 def expect_moved(moved: int, read: Iterable[Job], what: str) -> None:

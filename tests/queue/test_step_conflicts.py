@@ -21,7 +21,7 @@ from django_ratequeue.engine.dispatch import Dispatch
 from django_ratequeue.engine.heartbeat import beat
 from django_ratequeue.engine.models import Status
 from django_ratequeue.engine.runner import Runner
-from django_ratequeue.engine.transitions import StepConflict
+from django_ratequeue.exceptions import StepConflict
 from django_ratequeue.models import Attempt, Job
 from tests.queue import jobs
 from tests.queue.steps import leading_loop

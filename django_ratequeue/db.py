@@ -11,6 +11,7 @@ from __future__ import annotations
 import weakref
 from dataclasses import dataclass
 from typing import Any
+from zlib import crc32
 
 from django.db.backends.base.base import BaseDatabaseWrapper
 
@@ -103,6 +104,25 @@ def server_statement(
     numbered = "".join(f"{part}${i}" for i, part in enumerate(parts[:-1], 1)) + parts[-1]
     arguments = ", ".join(["%s"] * (len(parts) - 1))
     return ServerStatement(name, text, numbered, arguments, session_settings=session_settings)
+
+
+# The statements named by their text (:func:`statement_of`), by prefix, text and settings.
+_by_text: dict[tuple[str, str, tuple[tuple[str, str], ...]], ServerStatement] = {}
+
+
+def statement_of(
+    prefix: str, text: str, session_settings: tuple[tuple[str, str], ...] = ()
+) -> ServerStatement:
+    """Return the :class:`ServerStatement` of ``text``, named ``prefix`` and a hash of it.
+
+    Built once per text: a statement whose text varies (with the process's registry, the
+    lease heads, the columns written) is another statement, never a stale one. Only for
+    texts of a bounded number of shapes."""
+    key = (prefix, text, session_settings)
+    if key not in _by_text:
+        name = f"{prefix}_{crc32(text.encode()):08x}"
+        _by_text[key] = server_statement(name, text, session_settings)
+    return _by_text[key]
 
 
 def execute(

@@ -11,13 +11,12 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Sequence
 from typing import Any
-from zlib import crc32
 
 from django.db import connections, router
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import Field, JSONField, Model
 
-from django_ratequeue.db import ServerStatement, server_statement, sql_to_run
+from django_ratequeue.db import ServerStatement, sql_to_run, statement_of
 
 CHUNK = 200
 
@@ -69,9 +68,8 @@ def update_rows(
         source, params = _row_source(connection, columns, chunk)
         sql = f"UPDATE {quote(meta.db_table)} AS t SET {assignments} FROM {source} WHERE {where}"
         sql += tail
-        if prepared_as:
-            name = f"{prepared_as}_{crc32(sql.encode()):08x}"
-            sql = sql_to_run(connection, server_statement(name, sql, session_settings))
+        if prepared_as and connection.vendor == "postgresql":  # one text for any rows
+            sql = sql_to_run(connection, statement_of(prepared_as, sql, session_settings))
         with connection.cursor() as cursor:
             cursor.execute(sql, [*params, *condition_params])
             changed += cursor.rowcount
@@ -121,7 +119,7 @@ def insert_rows(model: type[Model], objects: Sequence[Model]) -> None:
     columns = ", ".join(quote(str(field.column)) for field in fields)
     arrays = ", ".join(f"%s::{field.db_type(connection)}[]" for field in fields)
     sql = f"INSERT INTO {quote(model._meta.db_table)} ({columns}) SELECT * FROM unnest({arrays})"
-    statement = server_statement(f"ratequeue_insert_rows_{crc32(sql.encode()):08x}", sql)
+    statement = statement_of("ratequeue_insert_rows", sql)
     values = [
         [field.get_db_prep_save(getattr(obj, field.attname), connection) for obj in objects]
         for field in fields

@@ -6,11 +6,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
-from zlib import crc32
 
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from django_ratequeue.db import PLANNED_ON_INDEXES, ServerStatement, execute, server_statement
+from django_ratequeue.db import PLANNED_ON_INDEXES, ServerStatement, execute, statement_of
 from django_ratequeue.engine.heads import LeaseHead, lease_heads
 from django_ratequeue.engine.models import LoopState, queue_connection
 from django_ratequeue.engine.wakeup import lease_end
@@ -90,6 +89,6 @@ def renewal_statement(
             f" WHERE id = %s AND generation = %s RETURNING {', '.join(returning)}"
         )
         # Named by its text: a head registered later makes another statement, not a stale one.
-        name = f"ratequeue_renew_lease_{crc32(sql.encode()):08x}"
-        _statements[key] = (server_statement(name, sql), [len(sqls) for sqls in columns])
+        statement = statement_of("ratequeue_renew_lease", sql)
+        _statements[key] = (statement, [len(sqls) for sqls in columns])
     return _statements[key]

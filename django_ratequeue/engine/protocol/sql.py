@@ -10,11 +10,10 @@ from collections.abc import Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
-from zlib import crc32
 
 from django.db import transaction
 
-from django_ratequeue.db import PLANNED_ON_INDEXES, ServerStatement, execute, server_statement
+from django_ratequeue.db import PLANNED_ON_INDEXES, execute, statement_of
 from django_ratequeue.engine.bulk import update_rows
 from django_ratequeue.engine.models import Attempt, Job, queue_connection
 from django_ratequeue.engine.wakeup import LOOP, notifies, notify_clause
@@ -109,22 +108,11 @@ def run_claim(
     adapt = connection.ops.adapt_datetimefield_value
     params += [limit, worker, key, adapt(stamp), adapt(lease)]
     if not scope.remote:
-        return execute(connection, local_claim(sql), params)
+        claim = statement_of("ratequeue_claim", sql, PLANNED_ON_INDEXES)
+        return execute(connection, claim, params)
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         return cursor.fetchall()
-
-
-# The local claims' statements, by their text.
-_local_claims: dict[str, ServerStatement] = {}
-
-
-def local_claim(sql: str) -> ServerStatement:
-    """Return the server statement of a local runner's claim ``sql``."""
-    if sql not in _local_claims:
-        name = f"ratequeue_claim_{crc32(sql.encode()):08x}"
-        _local_claims[sql] = server_statement(name, sql, session_settings=PLANNED_ON_INDEXES)
-    return _local_claims[sql]
 
 
 def claimed(row: tuple[Any, ...]) -> Attempt:
@@ -164,5 +152,5 @@ def write_outcomes(
             # The loop's signal, raised by the statement itself (SQLite: none, it polls).
             returning=notify_clause(LOOP) if notifies() else "",
             prepared_as="ratequeue_report" if local else "",
-            session_settings=PLANNED_ON_INDEXES,
+            session_settings=PLANNED_ON_INDEXES if local else (),
         )
